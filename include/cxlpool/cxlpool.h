@@ -1,0 +1,8 @@
+/* SPDX-License-Identifier: MIT */
+/* cxlpool public C API umbrella header: include this one. The C++ layer is cxlpool.hpp. */
+#ifndef CXLPOOL_H
+#define CXLPOOL_H
+#include "cxlpool/common.h"
+#include "cxlpool/topology.h"
+#include "cxlpool/backing.h"
+#endif

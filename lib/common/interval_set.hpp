@@ -1,0 +1,33 @@
+// SPDX-License-Identifier: MIT
+// A set of disjoint half-open [start, end) ranges that reports how many units an insert
+// added and an erase removed. Backings use it to count committed bytes exactly once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+
+namespace cxlpool::detail {
+
+class IntervalSet {
+ public:
+  // Adds [start, end); returns the number of units not already present.
+  uint64_t insert(uint64_t start, uint64_t end);
+  // Removes [start, end); returns the number of units that were present.
+  uint64_t erase(uint64_t start, uint64_t end);
+  // Units present inside [start, end).
+  uint64_t covered(uint64_t start, uint64_t end) const;
+  uint64_t total() const { return total_; }
+  bool empty() const { return ranges_.empty(); }
+  size_t ranges() const { return ranges_.size(); }
+  template <class F>
+  void for_each(F&& f) const {
+    for (auto& [lo, hi] : ranges_) f(lo, hi);
+  }
+
+ private:
+  std::map<uint64_t, uint64_t> ranges_;  // start -> end
+  uint64_t total_ = 0;
+};
+
+}  // namespace cxlpool::detail

@@ -1,0 +1,21 @@
+// SPDX-License-Identifier: MIT
+// The CXLPOOL_* environment options table (see options.hpp).
+#include "config/options.hpp"
+
+#include <cstdlib>
+
+namespace cxlpool::detail {
+namespace {
+constexpr OptionInfo kOptions[] = {
+    {Option::kDevices, "CXLPOOL_DEVICES",
+     "emulated/declared devices: NAME:key=value,...;NAME2:... (docs/config.md)"},
+    {Option::kConfigFile, "CXLPOOL_CONFIG", "path of a device file, one device per line, '#' comments"},
+};
+static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");
+}  // namespace
+
+const OptionInfo& option_info(Option option) { return kOptions[size_t(option)]; }
+
+const char* option_value(Option option) { return secure_getenv(option_info(option).env_name); }
+
+}  // namespace cxlpool::detail

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: MIT
+// The table of every CXLPOOL_* environment variable: name, meaning, and one accessor. New
+// runtime options are added here and nowhere else (cf. mimalloc's options table).
+#pragma once
+
+namespace cxlpool::detail {
+
+enum class Option {
+  kDevices,     // CXLPOOL_DEVICES
+  kConfigFile,  // CXLPOOL_CONFIG
+  kCount
+};
+
+struct OptionInfo {
+  Option option;
+  const char* env_name;
+  const char* description;
+};
+
+const OptionInfo& option_info(Option option);
+// The raw value of the option's environment variable, or nullptr when unset. Does not
+// allocate (safe before malloc is ready). Ignored in setuid/setgid processes.
+const char* option_value(Option option);
+
+}  // namespace cxlpool::detail

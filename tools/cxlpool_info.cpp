@@ -1,0 +1,204 @@
+// SPDX-License-Identifier: MIT
+// cxlpool-info: the machine's memory targets and tiers as cxlpool sees them (like numactl -H
+// plus cxl list), every attribute with its source, the kernel's tiering state and warnings.
+// Uses only the public C++ API. --json prints the same as one JSON document.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cxlpool/cxlpool.hpp"
+
+namespace {
+
+const char* kUsage =
+    "usage: cxlpool-info [--json] [--sysfs-root DIR] [--procfs-root DIR] [--devices SPEC]\n"
+    "                    [--config FILE] [--no-default-device] [--no-hwloc] [--help] [--version]\n"
+    "\n"
+    "Shows the memory targets cxlpool discovers (NUMA nodes, DAX devices, emulated CXL devices),\n"
+    "their tiers (0 = fastest) and where each attribute came from.\n"
+    "  --json               one JSON document instead of tables (schema: docs/topology.md)\n"
+    "  --sysfs-root DIR     read a (fake) sysfs tree instead of /sys\n"
+    "  --procfs-root DIR    read kernel settings from DIR instead of /proc\n"
+    "  --devices SPEC       device declarations, overriding CXLPOOL_DEVICES\n"
+    "  --config FILE        device file, overriding CXLPOOL_CONFIG\n"
+    "  --no-default-device  do not add the default emulated device\n"
+    "  --no-hwloc           do not consult hwloc\n"
+    "Environment: CXLPOOL_DEVICES, CXLPOOL_CONFIG (docs/config.md).\n";
+
+std::string bytes(uint64_t b) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = double(b);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) v /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+  return buf;
+}
+
+// "value [source]" or "-" when unknown.
+std::string cell(const cxlpool::Value& v, const std::string& text) {
+  if (!v.known) return "-";
+  return text + " [" + v.source_name() + "]";
+}
+std::string bytes_cell(const cxlpool::Value& v) { return cell(v, bytes(uint64_t(v.value))); }
+std::string ns_cell(const cxlpool::Value& v) { return cell(v, std::to_string(v.value) + " ns"); }
+std::string bw_cell(const cxlpool::Value& v) {
+  char buf[32];
+  if (v.value >= 1000) std::snprintf(buf, sizeof buf, "%.1f GB/s", double(v.value) / 1000.0);
+  else std::snprintf(buf, sizeof buf, "%lld MB/s", static_cast<long long>(v.value));
+  return cell(v, buf);
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (auto& r : rows)
+    for (size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  for (auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
+}
+
+void print_text(const cxlpool::Topology& topo) {
+  using cxlpool::Value;
+  std::cout << "cxlpool " << cxlpool_version_string() << ": memory targets, tier 0 = fastest; [source] of each value\n\n";
+  std::vector<std::vector<std::string>> rows = {{"TIER", "TARGET", "KIND", "NODE", "CPUS", "CAPACITY", "FREE", "READ LAT",
+                                                 "WRITE LAT", "READ BW", "WRITE BW", "KTIER", "BACKING"}};
+  auto targets = topo.targets();
+  for (int tier = 0; tier < topo.tier_count(); ++tier)
+    for (auto& t : targets) {
+      if (t.tier() != tier) continue;
+      std::string backing = cxlpool_backing_kind_str(t.backing());
+      if (!t.backing_path().empty()) backing += ":" + std::string(t.backing_path());
+      Value tier_v = t.attr(CXLPOOL_ATTR_TIER);
+      rows.push_back({std::to_string(tier) + (tier_v.source == CXLPOOL_SOURCE_CONFIG ? " [config]" : ""),
+                      std::string(t.name()), cxlpool_target_kind_str(t.kind()),
+                      t.numa_node() >= 0 ? std::to_string(t.numa_node()) : "-",
+                      t.cpulist().empty() ? (t.cpuless() ? "none" : "-") : std::string(t.cpulist()),
+                      bytes_cell(t.attr(CXLPOOL_ATTR_CAPACITY_BYTES)), bytes_cell(t.attr(CXLPOOL_ATTR_FREE_BYTES)),
+                      ns_cell(t.attr(CXLPOOL_ATTR_READ_LATENCY_NS)), ns_cell(t.attr(CXLPOOL_ATTR_WRITE_LATENCY_NS)),
+                      bw_cell(t.attr(CXLPOOL_ATTR_READ_BANDWIDTH_MBPS)), bw_cell(t.attr(CXLPOOL_ATTR_WRITE_BANDWIDTH_MBPS)),
+                      cell(t.attr(CXLPOOL_ATTR_KERNEL_TIER), std::to_string(t.attr(CXLPOOL_ATTR_KERNEL_TIER).value)),
+                      backing});
+    }
+  print_table(rows);
+
+  std::cout << "\nranking (abstract distance, 1000 = local DRAM; rule in docs/topology.md):\n";
+  for (auto& t : targets) {
+    Value d = t.attr(CXLPOOL_ATTR_ABSTRACT_DISTANCE);
+    std::cout << "  " << t.name() << ": tier " << t.tier() << ", distance " << d.value
+              << (t.attr(CXLPOOL_ATTR_CXL_BACKED).value ? ", CXL-backed" : "") << "\n";
+  }
+
+  // SLIT matrix of the NUMA node targets.
+  std::vector<cxlpool::Target> nodes;
+  for (auto& t : targets)
+    if (t.kind() == CXLPOOL_TARGET_NUMA_NODE) nodes.push_back(t);
+  if (nodes.size() > 1) {
+    std::cout << "\nnode distances [slit]:\n";
+    std::vector<std::vector<std::string>> d = {{"node"}};
+    for (auto& n : nodes) d[0].push_back(std::to_string(n.numa_node()));
+    for (auto& a : nodes) {
+      std::vector<std::string> row = {"  " + std::to_string(a.numa_node())};
+      for (auto& b : nodes) {
+        Value v = a.distance_to(b);
+        row.push_back(v.known ? std::to_string(v.value) : "-");
+      }
+      d.push_back(row);
+    }
+    print_table(d);
+  }
+
+  auto comps = topo.components();
+  if (!comps.empty()) {
+    std::cout << "\nCXL and DAX devices [sysfs]:\n";
+    std::vector<std::vector<std::string>> c = {{"  DEVICE", "TYPE", "SIZE", "NODE", "MODE", "DETAIL"}};
+    for (auto& x : comps) {
+      const char* type = x.kind == CXLPOOL_COMPONENT_CXL_MEMDEV ? "cxl memdev"
+                         : x.kind == CXLPOOL_COMPONENT_CXL_REGION ? "cxl region" : "dax";
+      c.push_back({"  " + std::string(x.name), type, x.size_bytes ? bytes(x.size_bytes) : "-",
+                   x.numa_node >= 0 ? std::to_string(x.numa_node) : "-", *x.mode ? x.mode : "-", x.detail});
+    }
+    print_table(c);
+  }
+
+  cxlpool_kernel_state_t k = topo.kernel_state();
+  auto kv = [](const cxlpool_attr_value_t& v, const std::string& text) { return cell(Value::from(v), text); };
+  static const char* nb_modes[] = {"off", "normal", "memory tiering", "normal + memory tiering"};
+  std::string nb = k.numa_balancing.known && k.numa_balancing.value >= 0 && k.numa_balancing.value <= 3
+                       ? std::to_string(k.numa_balancing.value) + " (" + nb_modes[k.numa_balancing.value] + ")"
+                       : std::to_string(k.numa_balancing.value);
+  std::cout << "\nkernel tiering state:\n"
+            << "  numa_balancing       " << kv(k.numa_balancing, nb) << "\n"
+            << "  demotion_enabled     " << kv(k.demotion_enabled, k.demotion_enabled.value ? "true" : "false") << "\n"
+            << "  weighted interleave  " << kv(k.weighted_interleave, k.weighted_interleave.value ? "present" : "absent");
+  if (k.weighted_interleave.value) {
+    std::string weights;
+    for (auto& t : nodes) {
+      Value w = t.attr(CXLPOOL_ATTR_INTERLEAVE_WEIGHT);
+      if (w.known) weights += " node" + std::to_string(t.numa_node()) + "=" + std::to_string(w.value);
+    }
+    if (!weights.empty()) std::cout << ", weights" << weights;
+  }
+  std::cout << "\n  memory tiers         " << kv(k.memory_tier_count, std::to_string(k.memory_tier_count.value)) << "\n";
+
+  auto warnings = topo.warnings();
+  if (!warnings.empty()) {
+    std::cout << "\nwarnings:\n";
+    for (auto& w : warnings) std::cout << "  ! " << w << "\n";
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  try {
+    cxlpool::Config config;
+    uint32_t flags = 0;
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      auto need = [&](const char* opt) -> std::string {
+        if (i + 1 >= argc) {
+          std::cerr << "cxlpool-info: " << opt << " needs an argument\n" << kUsage;
+          std::exit(2);
+        }
+        return argv[++i];
+      };
+      if (a == "--json") json = true;
+      else if (a == "--sysfs-root") config.sysfs_root(need("--sysfs-root"));
+      else if (a == "--procfs-root") config.procfs_root(need("--procfs-root"));
+      else if (a == "--devices") config.devices(need("--devices"));
+      else if (a == "--config") config.config_file(need("--config"));
+      else if (a == "--no-default-device") flags |= CXLPOOL_CONFIG_NO_DEFAULT_DEVICE;
+      else if (a == "--no-hwloc") flags |= CXLPOOL_CONFIG_NO_HWLOC;
+      else if (a == "--help" || a == "-h") {
+        std::cout << kUsage;
+        return 0;
+      } else if (a == "--version") {
+        std::cout << "cxlpool-info " << cxlpool_version_string() << "\n";
+        return 0;
+      } else {
+        std::cerr << "cxlpool-info: unknown argument '" << a << "'\n" << kUsage;
+        return 2;
+      }
+    }
+    if (flags) config.flags(flags);
+    cxlpool::Topology topo = cxlpool::Topology::discover(&config);
+    if (json) std::cout << topo.to_json();
+    else print_text(topo);
+    return 0;
+  } catch (const cxlpool::Error& e) {
+    std::cerr << "cxlpool-info: " << e.what() << "\n";
+    return 1;
+  }
+}
