@@ -33,7 +33,8 @@ typedef enum cxlpool_status {
   CXLPOOL_E_NOT_SUPPORTED = -7,    /* the operation is not possible on this device or kernel */
   CXLPOOL_E_BUSY = -8,             /* the object still has live dependents */
   CXLPOOL_E_PERMISSION = -9,       /* the OS refused access */
-  CXLPOOL_E_INTERNAL = -10         /* a bug in cxlpool; please report it */
+  CXLPOOL_E_INTERNAL = -10,        /* a bug in cxlpool; please report it */
+  CXLPOOL_STATUS_MAX_ENUM = 0x7fffffff /* keeps any int a valid value (ABI width) */
 } cxlpool_status_t;
 
 /* Static English name of a status ("CXLPOOL_E_CAPACITY: device capacity exceeded").
@@ -66,7 +67,8 @@ typedef enum cxlpool_source {
   CXLPOOL_SOURCE_CONFIG = 5,   /* declared by the user in CXLPOOL_DEVICES / CXLPOOL_CONFIG */
   CXLPOOL_SOURCE_DEFAULT = 6,  /* cxlpool's documented default (published CXL figures) */
   CXLPOOL_SOURCE_COMPUTED = 7, /* derived by cxlpool from other attributes (e.g. tier rank) */
-  CXLPOOL_SOURCE_PROCFS = 8    /* read from /proc (e.g. kernel.numa_balancing) */
+  CXLPOOL_SOURCE_PROCFS = 8,   /* read from /proc (e.g. kernel.numa_balancing) */
+  CXLPOOL_SOURCE_MAX_ENUM = 0x7fffffff
 } cxlpool_source_t;
 
 /* Short lowercase name of a source ("hmat", "sysfs", ...). Never NULL. */

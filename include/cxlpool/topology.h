@@ -58,7 +58,8 @@ CXLPOOL_API void cxlpool_topology_destroy(cxlpool_topology_t* topology);
 typedef enum cxlpool_target_kind {
   CXLPOOL_TARGET_NUMA_NODE = 1, /* a NUMA node with memory (DRAM, or CXL/HBM when CPU-less) */
   CXLPOOL_TARGET_EMULATED = 2,  /* a device declared in configuration (or the default) */
-  CXLPOOL_TARGET_DAX = 3        /* a device-DAX character device (/dev/daxX.Y) */
+  CXLPOOL_TARGET_DAX = 3,       /* a device-DAX character device (/dev/daxX.Y) */
+  CXLPOOL_TARGET_MAX_ENUM = 0x7fffffff
 } cxlpool_target_kind_t;
 
 typedef enum cxlpool_backing_kind {
@@ -66,7 +67,8 @@ typedef enum cxlpool_backing_kind {
   CXLPOOL_BACKING_MEMFD = 2, /* anonymous shared memory (memfd); shareable by fd passing */
   CXLPOOL_BACKING_SHM = 3,   /* named POSIX shared memory (/dev/shm/NAME) */
   CXLPOOL_BACKING_FILE = 4,  /* a file on any filesystem (tmpfs, hugetlbfs, DAX fs, famfs) */
-  CXLPOOL_BACKING_DEVDAX = 5 /* a device-DAX character device */
+  CXLPOOL_BACKING_DEVDAX = 5, /* a device-DAX character device */
+  CXLPOOL_BACKING_MAX_ENUM = 0x7fffffff
 } cxlpool_backing_kind_t;
 
 /* Short names: "numa", "emulated", "dax" / "numa", "memfd", "shm", "file", "devdax". */
@@ -101,7 +103,8 @@ typedef enum cxlpool_attr {
   CXLPOOL_ATTR_CXL_BACKED = 11,          /* 1 when a CXL region provides this memory */
   CXLPOOL_ATTR_PAGE_SIZE = 12,
   CXLPOOL_ATTR_ABSTRACT_DISTANCE = 13,   /* ranking cost; 1000 = local DRAM (docs/topology.md) */
-  CXLPOOL_ATTR_INTERLEAVE_WEIGHT = 14    /* kernel weighted-interleave weight of the node */
+  CXLPOOL_ATTR_INTERLEAVE_WEIGHT = 14,   /* kernel weighted-interleave weight of the node */
+  CXLPOOL_ATTR_MAX_ENUM = 0x7fffffff     /* any int is a valid value; unknown ones are rejected */
 } cxlpool_attr_t;
 
 typedef struct cxlpool_attr_value {
@@ -148,7 +151,8 @@ CXLPOOL_API cxlpool_status_t cxlpool_topology_get_kernel_state(const cxlpool_top
 typedef enum cxlpool_component_kind {
   CXLPOOL_COMPONENT_CXL_MEMDEV = 1,
   CXLPOOL_COMPONENT_CXL_REGION = 2,
-  CXLPOOL_COMPONENT_DAX = 3
+  CXLPOOL_COMPONENT_DAX = 3,
+  CXLPOOL_COMPONENT_MAX_ENUM = 0x7fffffff
 } cxlpool_component_kind_t;
 
 typedef struct cxlpool_component_info {

@@ -1,28 +1,14 @@
 // SPDX-License-Identifier: MIT
 // C ABI: status strings, last error, source names, version.
 #include "capi/capi_guard.hpp"
+#include "common/names.hpp"
 #include "cxlpool/common.h"
 
 using namespace cxlpool::detail;
 
 extern "C" {
 
-const char* cxlpool_status_str(cxlpool_status_t status) {
-  switch (status) {
-    case CXLPOOL_OK: return "CXLPOOL_OK: success";
-    case CXLPOOL_E_INVALID_ARGUMENT: return "CXLPOOL_E_INVALID_ARGUMENT: invalid argument";
-    case CXLPOOL_E_NO_MEMORY: return "CXLPOOL_E_NO_MEMORY: out of host memory";
-    case CXLPOOL_E_CONFIG: return "CXLPOOL_E_CONFIG: bad configuration";
-    case CXLPOOL_E_NOT_FOUND: return "CXLPOOL_E_NOT_FOUND: not found";
-    case CXLPOOL_E_CAPACITY: return "CXLPOOL_E_CAPACITY: device capacity exceeded";
-    case CXLPOOL_E_OS: return "CXLPOOL_E_OS: system call failed";
-    case CXLPOOL_E_NOT_SUPPORTED: return "CXLPOOL_E_NOT_SUPPORTED: not supported";
-    case CXLPOOL_E_BUSY: return "CXLPOOL_E_BUSY: object still in use";
-    case CXLPOOL_E_PERMISSION: return "CXLPOOL_E_PERMISSION: permission denied";
-    case CXLPOOL_E_INTERNAL: return "CXLPOOL_E_INTERNAL: internal error";
-  }
-  return "unknown status";
-}
+const char* cxlpool_status_str(cxlpool_status_t status) { return status_name(status); }
 
 cxlpool_status_t cxlpool_last_error(cxlpool_error_info_t* out) {
   if (!out) return CXLPOOL_E_INVALID_ARGUMENT;
@@ -32,25 +18,8 @@ cxlpool_status_t cxlpool_last_error(cxlpool_error_info_t* out) {
 
 const char* cxlpool_last_error_message(void) { return last_error().message; }
 
-const char* cxlpool_source_str(cxlpool_source_t source) {
-  switch (source) {
-    case CXLPOOL_SOURCE_UNKNOWN: return "unknown";
-    case CXLPOOL_SOURCE_SYSFS: return "sysfs";
-    case CXLPOOL_SOURCE_HMAT: return "hmat";
-    case CXLPOOL_SOURCE_HWLOC: return "hwloc";
-    case CXLPOOL_SOURCE_SLIT: return "slit";
-    case CXLPOOL_SOURCE_CONFIG: return "config";
-    case CXLPOOL_SOURCE_DEFAULT: return "default";
-    case CXLPOOL_SOURCE_COMPUTED: return "computed";
-    case CXLPOOL_SOURCE_PROCFS: return "procfs";
-  }
-  return "unknown";
-}
+const char* cxlpool_source_str(cxlpool_source_t source) { return source_name(source); }
 
-#define CXLPOOL_STR2(x) #x
-#define CXLPOOL_STR(x) CXLPOOL_STR2(x)
-const char* cxlpool_version_string(void) {
-  return CXLPOOL_STR(CXLPOOL_VERSION_MAJOR) "." CXLPOOL_STR(CXLPOOL_VERSION_MINOR) "." CXLPOOL_STR(CXLPOOL_VERSION_PATCH);
-}
+const char* cxlpool_version_string(void) { return version_string(); }
 
 }  // extern "C"

@@ -4,13 +4,10 @@
 // anywhere rejects the whole input, so nothing is half-created.
 #include "config/device_spec.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
+#include "os/os.hpp"
 
 namespace cxlpool::detail {
 namespace {
@@ -78,7 +75,7 @@ void parse_backing(DeviceSpec& d, std::string_view v, const std::string& where) 
   } else if (kind == "numa") {
     auto n = has_arg ? parse_u64(arg) : std::nullopt;
     if (!n || *n > kMaxNode)
-      config_error(where, "bad NUMA node " + quote(has_arg ? arg : v) + " (expected numa:N with N in 0.." +
+      config_error(where, "bad NUMA node " + quote(v) + " (expected numa:N with N in 0.." +
                               std::to_string(kMaxNode) + ")");
     d.backing = CXLPOOL_BACKING_NUMA;
     d.numa_node = int(*n);
@@ -220,12 +217,13 @@ std::vector<DeviceSpec> parse_device_lines(std::string_view text, const std::str
 }
 
 std::vector<DeviceSpec> parse_device_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail(CXLPOOL_E_CONFIG, "CXLPOOL_CONFIG: cannot read " + quote(path) + ": " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail(CXLPOOL_E_CONFIG, "CXLPOOL_CONFIG: error reading " + quote(path));
-  return parse_device_lines(ss.str(), path);
+  std::string text;
+  try {
+    text = os::read_text_file(path);
+  } catch (const Failure& f) {
+    fail(CXLPOOL_E_CONFIG, "config file " + quote(path) + " (CXLPOOL_CONFIG): " + f.what());
+  }
+  return parse_device_lines(text, path);
 }
 
 std::string format_backing(const DeviceSpec& d) {
@@ -235,6 +233,7 @@ std::string format_backing(const DeviceSpec& d) {
     case CXLPOOL_BACKING_NUMA: return "numa:" + std::to_string(d.numa_node);
     case CXLPOOL_BACKING_FILE: return "file:" + d.path;
     case CXLPOOL_BACKING_DEVDAX: return "devdax:" + d.path;
+    default: break;
   }
   return "?";
 }

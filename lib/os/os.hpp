@@ -67,6 +67,8 @@ bool punch_hole(int fd, uint64_t offset, uint64_t len);
 size_t fd_page_size(int fd);
 // Free bytes of the filesystem holding path, or 0 when it cannot be determined.
 uint64_t fs_free_bytes(const std::string& path);
+// Whole contents of a regular file (at most 16 MiB); throws naming the path on failure.
+std::string read_text_file(const std::string& path);
 bool is_char_device(const std::string& path);
 std::string parent_dir(const std::string& path);
 bool is_directory(const std::string& path);

@@ -256,6 +256,34 @@ uint64_t fs_free_bytes(const std::string& path) {
   return uint64_t(sv.f_bavail) * sv.f_frsize;
 }
 
+std::string read_text_file(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_os("open(\"" + path + "\")", errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "\"" + path + "\" is not a regular file");
+  }
+  std::string out;
+  char buf[8192];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0) {
+      int err = errno;
+      close(fd);
+      fail_os("read(\"" + path + "\")", err);
+    }
+    if (n == 0) break;
+    out.append(buf, size_t(n));
+    if (out.size() > (16u << 20)) {
+      close(fd);
+      fail(CXLPOOL_E_INVALID_ARGUMENT, "\"" + path + "\" is larger than 16 MiB");
+    }
+  }
+  close(fd);
+  return out;
+}
+
 bool is_char_device(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);

@@ -2,7 +2,7 @@
 // JSON rendering of a Topology (schema documented in docs/topology.md). Every attribute is
 // an object {"value": ..., "source": "..."} with value null when unknown.
 #include "common/json.hpp"
-#include "cxlpool/common.h"
+#include "common/names.hpp"
 #include "topology/model.hpp"
 
 namespace cxlpool::detail {
@@ -13,7 +13,7 @@ void attr(JsonWriter& j, const char* name, const Attr<T>& a) {
   j.key(name).begin_object().key("value");
   if (a.known()) j.value(a.value);
   else j.null();
-  j.key("source").value(cxlpool_source_str(a.source)).end_object();
+  j.key("source").value(source_name(a.source)).end_object();
 }
 
 template <class T>
@@ -30,6 +30,7 @@ const char* target_kind_str(cxlpool_target_kind_t k) {
     case CXLPOOL_TARGET_NUMA_NODE: return "numa";
     case CXLPOOL_TARGET_EMULATED: return "emulated";
     case CXLPOOL_TARGET_DAX: return "dax";
+    default: break;
   }
   return "unknown";
 }
@@ -41,6 +42,7 @@ const char* backing_kind_str(cxlpool_backing_kind_t k) {
     case CXLPOOL_BACKING_SHM: return "shm";
     case CXLPOOL_BACKING_FILE: return "file";
     case CXLPOOL_BACKING_DEVDAX: return "devdax";
+    default: break;
   }
   return "unknown";
 }
@@ -48,7 +50,7 @@ const char* backing_kind_str(cxlpool_backing_kind_t k) {
 std::string topology_to_json(const Topology& topo) {
   JsonWriter j;
   j.begin_object();
-  j.key("cxlpool_version").value(cxlpool_version_string());
+  j.key("cxlpool_version").value(version_string());
   j.key("sysfs_root").value(topo.sysfs_root);
   j.key("procfs_root");
   if (topo.procfs_root.empty()) j.null();
@@ -68,7 +70,7 @@ std::string topology_to_json(const Topology& topo) {
     j.key("cpus").begin_object().key("list").value(t.cpulist).key("count");
     if (t.cpu_count.known()) j.value(t.cpu_count.value);
     else j.null();
-    j.key("source").value(cxlpool_source_str(t.cpu_count.source)).end_object();
+    j.key("source").value(source_name(t.cpu_count.source)).end_object();
     attr(j, "cpuless", t.cpuless);
     attr(j, "capacity_bytes", t.capacity);
     attr(j, "free_bytes", t.free);
@@ -79,7 +81,7 @@ std::string topology_to_json(const Topology& topo) {
     attr(j, "kernel_tier", t.kernel_tier);
     attr(j, "tier", t.tier);
     j.key("abstract_distance").begin_object().key("value").value(t.abstract_distance.value);
-    j.key("basis").value(t.distance_basis).key("source").value(cxlpool_source_str(t.abstract_distance.source)).end_object();
+    j.key("basis").value(t.distance_basis).key("source").value(source_name(t.abstract_distance.source)).end_object();
     attr(j, "cxl_backed", t.cxl_backed);
     if (!t.cxl_region.empty()) j.key("cxl_region").value(t.cxl_region);
     attr(j, "interleave_weight", t.interleave_weight);
@@ -91,7 +93,7 @@ std::string topology_to_json(const Topology& topo) {
       for (auto& [node, d] : t.distances) j.key("node" + std::to_string(node)).value(d);
       j.end_object();
     }
-    j.key("source").value(cxlpool_source_str(t.distance_source)).end_object();
+    j.key("source").value(source_name(t.distance_source)).end_object();
     j.key("backing").begin_object();
     j.key("kind").value(backing_kind_str(t.backing.kind));
     j.key("path");
@@ -158,7 +160,7 @@ std::string topology_to_json(const Topology& topo) {
     for (int n : nodes) j.value(n);
     j.end_array().end_object();
   }
-  j.end_array().key("source").value(cxlpool_source_str(k.memory_tiers_source)).end_object();
+  j.end_array().key("source").value(source_name(k.memory_tiers_source)).end_object();
   j.end_object();
 
   j.key("warnings").begin_array();

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Sets everything up, builds (Release) and runs the demo: the machine's memory tiers as
+# cxlpool sees them (with the default emulated CXL device when there is no CXL hardware),
+# then maps and touches memory on every device.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-deps.sh
+BUILD=${CXLPOOL_BUILD_DIR:-build/release}
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCXLPOOL_BUILD_TESTS=OFF > /dev/null
+cmake --build "$BUILD" -j "$(nproc)" > "$BUILD.build.log" 2>&1 || { tail -n 40 "$BUILD.build.log"; exit 1; }
+echo "== cxlpool-info"
+"$BUILD/tools/cxlpool-info"
+echo
+echo "== touch_devices: map, touch and verify memory on every device"
+"$BUILD/examples/touch_devices"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Installs cxlpool's build and test dependencies from Debian 12 packages. Idempotent: only
+# packages that are missing are installed (apt-get update runs only then). Run as root.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake pkg-config binutils python3   # toolchain, nm, test scripts
+  libnuma-dev numactl                                   # mbind/move_pages, numactl for checks
+  libhwloc-dev                                          # memory attributes
+  libboost-dev                                          # Boost.Interprocess (shared pools)
+  catch2                                                # Catch2 v2 test framework
+  libbenchmark-dev                                      # Google Benchmark
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+if [ "$(id -u)" != 0 ]; then
+  echo "install-deps: run as root to install: ${missing[*]}" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" > /tmp/cxlpool-install-deps.log 2>&1 ||
+  { tail -n 30 /tmp/cxlpool-install-deps.log >&2; exit 1; }
+echo "install-deps: done"

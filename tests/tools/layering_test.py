@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Checks the include direction between lib/ components against the rule written in
+# docs/architecture.md (between the layering:begin/end markers).
+import os
+import re
+import sys
+
+root = sys.argv[1]
+doc = open(os.path.join(root, "docs", "architecture.md")).read()
+block = doc.split("<!-- layering:begin -->")[1].split("<!-- layering:end -->")[0]
+allowed = {}
+for line in block.strip().splitlines():
+    m = re.match(r"- (\w+): (.*)", line.strip())
+    if not m:
+        continue
+    deps = [] if m.group(2).strip() == "(nothing)" else [d.strip() for d in m.group(2).split(",")]
+    allowed[m.group(1)] = set(deps)
+
+lib = os.path.join(root, "lib")
+components = sorted(d for d in os.listdir(lib) if os.path.isdir(os.path.join(lib, d)))
+bad = 0
+for comp in components:
+    if comp not in allowed:
+        print(f"FAIL  lib/{comp} is not described in docs/architecture.md")
+        bad += 1
+        continue
+    for dirpath, _, files in os.walk(os.path.join(lib, comp)):
+        for f in files:
+            if not f.endswith((".cpp", ".hpp", ".h", ".c")):
+                continue
+            path = os.path.join(dirpath, f)
+            for n, line in enumerate(open(path), 1):
+                m = re.match(r'\s*#\s*include\s+"([^"/]+)/', line)
+                if not m or m.group(1) in ("cxlpool", comp):
+                    continue
+                if m.group(1) not in allowed[comp]:
+                    print(f"FAIL  {os.path.relpath(path, root)}:{n}: {comp} may not include {m.group(1)}/")
+                    bad += 1
+for comp in allowed:
+    if comp not in components:
+        print(f"FAIL  docs/architecture.md describes lib/{comp}, which does not exist")
+        bad += 1
+print(f"{len(components)} components checked, {bad} violations")
+sys.exit(1 if bad else 0)

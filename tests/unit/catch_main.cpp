@@ -1,0 +1,4 @@
+// SPDX-License-Identifier: MIT
+// The Catch2 main shared by every unit-test binary.
+#define CATCH_CONFIG_MAIN
+#include <catch2/catch.hpp>
