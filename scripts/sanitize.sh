@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds and runs the test suite under a sanitizer: "address" (ASan + UBSan) or "thread"
-# (TSan). The consumer test is left out: it links an uninstrumented program.
+# (TSan). The consumer test (uninstrumented program) and the guests (label vm) are left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: sanitize.sh address|thread}
@@ -16,4 +16,4 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug $flag -DCXLPOOL_BUILD_BENCH=OFF 
 cmake --build "$BUILD" -j "$(nproc)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE consumer
+ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE "consumer|vm"

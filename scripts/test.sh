@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Sets everything up, builds with warnings as errors, and runs the whole CTest suite.
+# Sets everything up (Debian packages, guest kernels for the VM tests), builds with warnings
+# as errors, runs the whole CTest suite, and shows the multi-node guest's cxlpool-info table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+bash tests/vm/fetch-kernels.sh || echo "test.sh: guest kernels unavailable; the vm tests will report SKIPPED"
 BUILD=${CXLPOOL_BUILD_DIR:-build/test}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLPOOL_WERROR=ON > /dev/null
 cmake --build "$BUILD" -j "$(nproc)"
-ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)"
+status=0
+ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" || status=$?
+table=$BUILD/tests/vm/hmat2-6.12.info.txt
+if [ -f "$table" ]; then
+  echo
+  echo "== cxlpool-info inside the QEMU guest (node0: 2 CPUs; node1: CPU-less, HMAT 300 ns / 5 GB/s; kernel 6.12)"
+  cat "$table"
+fi
+exit $status

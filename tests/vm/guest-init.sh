@@ -1,0 +1,39 @@
+#!/bin/busybox sh
+# SPDX-License-Identifier: MIT
+# PID 1 of the test guest: mounts the pseudo filesystems, runs the plan given on the kernel
+# command line (cxlpool.plan=a,b,...) as marked sections on the serial console, powers off.
+# The host (run_vm_test.py) turns the sections into pass/fail.
+/bin/busybox --install -s /bin
+export PATH=/bin:/sbin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/shm /tmp
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=1777 tmpfs /tmp
+. /cxlpool/paths
+plan=$(sed -n 's/.*cxlpool\.plan=\([a-z0-9_,-]*\).*/\1/p' /proc/cmdline)
+
+section() {
+  name=$1
+  shift
+  echo "=== CXLPOOL-VM BEGIN $name"
+  "$@" 2>&1
+  rc=$?
+  echo "=== CXLPOOL-VM END $name rc=$rc"
+}
+has() { case ",$plan," in *,$1,*) return 0 ;; esac; return 1; }
+
+echo  # the firmware leaves terminal escapes on the current line
+section kernel uname -r
+# Discovery as the machine boots (numa_balancing at its default), so warnings show.
+section info-json "$INFO" --json
+section info-table "$INFO"
+# Deterministic placement from here on: no NUMA balancing, no THP (exact page counts).
+echo 0 > /proc/sys/kernel/numa_balancing
+echo never > /sys/kernel/mm/transparent_hugepage/enabled
+has checks && section vm-checks "$CHECKS"
+has backing && section backing-test "$BACKING_TEST" --reporter compact
+echo "=== CXLPOOL-VM DONE"
+sync
+poweroff -f

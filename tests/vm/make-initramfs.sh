@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Builds the guest initramfs: static busybox, guest-init.sh as /init, and the project's own
+# binaries (cxlpool-info, vm_checks, the backing test suite) with their shared libraries,
+# each at its build-tree path so RUNPATHs resolve unchanged inside the guest.
+# Usage: make-initramfs.sh BUILD_DIR OUT.cpio.gz
+set -euo pipefail
+build=$(cd "$1" && pwd) out=$2
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(mktemp -d)
+trap 'rm -rf "$root"' EXIT
+mkdir -p "$root"/{bin,sbin,proc,sys,dev,tmp,etc,cxlpool}
+cp /bin/busybox "$root/bin/busybox"
+cp "$here/guest-init.sh" "$root/init"
+chmod +x "$root/init"
+
+copy() { # a binary and every shared library it loads, at the same absolute paths
+  local b=$1
+  mkdir -p "$root$(dirname "$b")"
+  cp -L "$b" "$root$b"
+  for lib in $(ldd "$b" | grep -oE '/[^ ]+\.so[^ ]*'); do
+    [ -e "$root$lib" ] && continue
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+}
+info=$build/tools/cxlpool-info
+checks=$build/tests/vm/vm_checks
+backing=$build/tests/backing_test
+peer=$build/tests/shm_peer
+for b in "$info" "$checks" "$backing" "$peer"; do
+  [ -x "$b" ] || { echo "make-initramfs: missing $b (build first)" >&2; exit 1; }
+  copy "$b"
+done
+cat > "$root/cxlpool/paths" <<PATHS
+INFO=$info
+CHECKS=$checks
+BACKING_TEST=$backing
+PATHS
+(cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
+mv "$out.tmp" "$out"
+echo "make-initramfs: $out ($(du -h "$out" | cut -f1))"

@@ -1,0 +1,227 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Boots one QEMU guest (TCG) with a chosen NUMA/HMAT topology and kernel, runs the guest plan
+# (guest-init.sh), and turns the serial console into pass/fail with assertions made here on
+# the host. Skips visibly (CXLPOOL-SKIP) when QEMU or the kernel is missing, unless --require.
+#
+#   run_vm_test.py --topology hmat2 --kernel 6.12 --cache /var/cache/cxlpool-vm \
+#                  --initrd build/test/tests/vm/initramfs.cpio.gz --log-dir build/test/tests/vm
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+# node: (cpus or None, memory); hmat: (target, latency ns, bandwidth) from initiator 0.
+TOPOLOGIES = {
+    "hmat2": {"nodes": [("0-1", "1G"), (None, "1G")], "dist": {(0, 1): 20},
+              "hmat": [(0, 100, "20G"), (1, 300, "5G")]},
+    "tier3": {"nodes": [("0-1", "1G"), (None, "1G"), (None, "1G")], "dist": {(0, 1): 20, (0, 2): 30, (1, 2): 30},
+              "hmat": [(0, 100, "20G"), (1, 200, "10G"), (2, 500, "2G")]},
+    "nohmat2": {"nodes": [("0-1", "1G"), (None, "1G")], "dist": {(0, 1): 20}, "hmat": []},
+}
+
+
+def qemu_command(topo, kernel, initrd, plan):
+    spec = TOPOLOGIES[topo]
+    hmat = bool(spec["hmat"])
+    total_g = sum(int(m[:-1]) for _, m in spec["nodes"])
+    cmd = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
+           "-machine", "q35" + (",hmat=on" if hmat else ""), "-smp", "2", "-m", f"{total_g}G"]
+    for i, (cpus, mem) in enumerate(spec["nodes"]):
+        cmd += ["-object", f"memory-backend-ram,size={mem},id=m{i}"]
+        node = f"node,nodeid={i},memdev=m{i}"
+        if cpus:
+            node += f",cpus={cpus}"
+        elif hmat:
+            node += ",initiator=0"
+        cmd += ["-numa", node]
+    for (a, b), d in spec["dist"].items():
+        cmd += ["-numa", f"dist,src={a},dst={b},val={d}"]
+    for target, lat, bw in spec["hmat"]:
+        cmd += ["-numa", f"hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-latency,latency={lat}",
+                "-numa", f"hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-bandwidth,bandwidth={bw}"]
+    cmd += ["-kernel", kernel, "-initrd", initrd,
+            "-append", f"console=ttyS0 panic=-1 quiet loglevel=3 cxlpool.plan={plan}",
+            "-nographic", "-no-reboot", "-net", "none"]
+    return cmd
+
+
+def sections(log):
+    out, current, lines = {}, None, []
+    for raw in log.splitlines():
+        line = raw.rstrip("\r")
+        m = re.search(r"=== CXLPOOL-VM BEGIN (\S+)", line)
+        if m:
+            current, lines = m.group(1), []
+            continue
+        m = re.search(r"=== CXLPOOL-VM END (\S+) rc=(\d+)", line)
+        if m and current == m.group(1):
+            out[current] = ("\n".join(lines), int(m.group(2)))
+            current = None
+            continue
+        if current is not None:
+            lines.append(line)
+    return out
+
+
+def parse_json(text):
+    try:
+        return json.loads(text)
+    except ValueError:  # a kernel message landed in the middle: drop printk-looking lines
+        return json.loads("\n".join(l for l in text.splitlines() if not re.match(r"\s*\[\s*\d+\.\d+\]", l)))
+
+
+class Checker:
+    def __init__(self):
+        self.failed = 0
+        self.passed = 0
+
+    def __call__(self, cond, what):
+        print(("ok    " if cond else "FAIL  ") + what)
+        if cond:
+            self.passed += 1
+        else:
+            self.failed += 1
+
+
+def targets_of(doc):
+    return {t["name"]: t for t in doc["targets"]}
+
+
+def check_hmat2(c, doc, kernel):
+    t = targets_of(doc)
+    n0, n1 = t.get("node0"), t.get("node1")
+    c(n0 is not None and n1 is not None, "node0 and node1 are targets")
+    if not (n0 and n1):
+        return
+    c(n0["cpuless"]["value"] is False and n1["cpuless"]["value"] is True, "node1 is CPU-less, node0 has CPUs")
+    c(n1["tier"]["value"] > n0["tier"]["value"], "node1 is in a slower cxlpool tier than node0")
+    for a in ("read_latency_ns", "read_bandwidth_mbps"):
+        c(n0[a]["source"] == "hmat" and n1[a]["source"] == "hmat", f"{a} of both nodes sourced hmat")
+    c(n1["read_latency_ns"]["value"] == 300 and n0["read_latency_ns"]["value"] == 100, "HMAT latencies 100 / 300 ns")
+    c((n1["read_bandwidth_mbps"]["value"] or 0) * 3 < (n0["read_bandwidth_mbps"]["value"] or 0),
+      "node1 bandwidth well below node0's")
+    c(n1["kernel_tier"]["source"] == "sysfs", "kernel memory tier of node1 reported")
+    c("cxl0" not in t, "no default emulated device: real far memory exists")
+    wi = doc["kernel"]["weighted_interleave"]["value"]
+    same_kernel_tier = n0["kernel_tier"]["value"] == n1["kernel_tier"]["value"]
+    if kernel == "6.12":
+        c(wi is True, "6.12: weighted interleave detected")
+        c(not same_kernel_tier, "6.12: the kernel puts node1 in a lower memory tier from HMAT")
+    else:
+        c(wi is False, "6.1: weighted interleave absent")
+        c(same_kernel_tier, "6.1: the kernel keeps both nodes in one memory tier (cxlpool still ranks them)")
+
+
+def check_tier3(c, doc, kernel):
+    t = targets_of(doc)
+    tiers = [t[n]["tier"]["value"] for n in ("node0", "node1", "node2") if n in t]
+    c(len(tiers) == 3 and tiers[0] < tiers[1] < tiers[2], f"three nodes in three rising tiers: {tiers}")
+    c(doc["tier_count"] >= 3, "tier_count >= 3")
+    c(all(t[n]["read_latency_ns"]["source"] == "hmat" for n in ("node0", "node1", "node2") if n in t),
+      "latencies sourced hmat")
+
+
+def check_nohmat2(c, doc, kernel):
+    t = targets_of(doc)
+    n0, n1 = t["node0"], t["node1"]
+    c(n1["cpuless"]["value"] is True, "node1 is CPU-less")
+    c(n1["tier"]["value"] > n0["tier"]["value"], "node1 ranked slower without HMAT")
+    c(n1["abstract_distance"]["basis"] == "slit", "ranking basis is the SLIT distance")
+    c(n1["read_latency_ns"]["source"] == "unknown", "no latency is invented")
+    # The HMAT assertions must fail here: proof that the guest tests can fail.
+    probe = Checker()
+    saved = sys.stdout
+    sys.stdout = open(os.devnull, "w")
+    try:
+        check_hmat2(probe, doc, kernel)
+    finally:
+        sys.stdout.close()
+        sys.stdout = saved
+    c(probe.failed > 0, f"the HMAT assertions reject this guest ({probe.failed} of {probe.failed + probe.passed} fail)")
+
+
+CHECKS = {"hmat2": check_hmat2, "tier3": check_tier3, "nohmat2": check_nohmat2}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--topology", required=True, choices=sorted(TOPOLOGIES))
+    ap.add_argument("--kernel", required=True, choices=["6.1", "6.12"])
+    ap.add_argument("--cache", required=True)
+    ap.add_argument("--initrd", required=True)
+    ap.add_argument("--log-dir", required=True)
+    ap.add_argument("--plan", default="checks")
+    ap.add_argument("--timeout", type=int, default=300)
+    ap.add_argument("--require", action="store_true", help="a skip is a failure")
+    a = ap.parse_args()
+
+    def skip(reason):
+        if a.require:
+            print(f"FAIL  required VM test cannot run: {reason}")
+            sys.exit(1)
+        print(f"CXLPOOL-SKIP: {reason}")
+        sys.exit(0)
+
+    kernel = os.path.join(a.cache, f"vmlinuz-{a.kernel}")
+    if not shutil.which("qemu-system-x86_64"):
+        skip("qemu-system-x86_64 is not installed (bash scripts/install-deps.sh installs it)")
+    if not os.path.exists(kernel):
+        skip(f"guest kernel {kernel} is missing (bash tests/vm/fetch-kernels.sh fetches it)")
+    if not os.path.exists(a.initrd):
+        print(f"FAIL  initramfs {a.initrd} was not built")
+        sys.exit(1)
+
+    name = f"{a.topology}-{a.kernel}"
+    os.makedirs(a.log_dir, exist_ok=True)
+    log_path = os.path.join(a.log_dir, f"{name}.log")
+    cmd = qemu_command(a.topology, kernel, a.initrd, a.plan)
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                           timeout=a.timeout)
+        log, rc = p.stdout + p.stderr, p.returncode
+    except subprocess.TimeoutExpired as e:
+        log, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), None
+    wall = time.time() - t0
+    with open(log_path, "w") as f:
+        f.write(" ".join(cmd) + "\n\n" + log)
+    print(f"guest {name}: qemu rc={rc}, {wall:.1f} s wall, log {log_path}")
+
+    c = Checker()
+    c(rc is not None, f"guest finished within {a.timeout} s")
+    c("=== CXLPOOL-VM DONE" in log, "guest ran its whole plan")
+    sec = sections(log)
+    if "kernel" in sec:
+        print(f"guest kernel: {sec['kernel'][0].strip()}")
+        c(sec["kernel"][0].strip().startswith(a.kernel + "."), f"guest runs kernel {a.kernel}")
+    table = sec.get("info-table")
+    if table:
+        print("---- guest cxlpool-info ----\n" + table[0] + "\n----------------------------")
+        with open(os.path.join(a.log_dir, f"{name}.info.txt"), "w") as f:
+            f.write(table[0] + "\n")
+    planned = {"checks": "vm-checks", "backing": "backing-test"}
+    for s in ["info-json", "info-table"] + [planned[p] for p in a.plan.split(",") if p in planned]:
+        c(s in sec and sec[s][1] == 0, f"guest section {s} exited 0")
+        if s in sec and s not in ("info-json", "info-table") and sec[s][1] != 0:
+            print(sec[s][0])
+    if "vm-checks" in sec:
+        print("\n".join(l for l in sec["vm-checks"][0].splitlines() if l.startswith(("ok", "FAIL", "vm_checks", "weighted"))))
+    doc = None
+    if "info-json" in sec:
+        try:
+            doc = parse_json(sec["info-json"][0])
+        except ValueError as e:
+            c(False, f"guest cxlpool-info --json is valid JSON ({e})")
+    if doc is not None:
+        CHECKS[a.topology](c, doc, a.kernel)
+    print(f"vm {name}: {c.passed} passed, {c.failed} failed")
+    sys.exit(1 if c.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
