@@ -8,9 +8,11 @@ export PATH=/bin:/sbin
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs dev /dev
+# /tmp stays on the initramfs root (already RAM and writable): the project's binaries sit at
+# their build-tree paths, which may be under /tmp.
 mkdir -p /dev/shm /tmp
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm
-mount -t tmpfs -o mode=1777 tmpfs /tmp
+chmod 1777 /tmp
 . /cxlpool/paths
 plan=$(sed -n 's/.*cxlpool\.plan=\([a-z0-9_,-]*\).*/\1/p' /proc/cmdline)
 
