@@ -5,4 +5,5 @@
 #include "cxlpool/common.h"
 #include "cxlpool/topology.h"
 #include "cxlpool/backing.h"
+#include "cxlpool/alloc.h"
 #endif

@@ -28,12 +28,12 @@ class NumaBacking final : public Backing {
   explicit NumaBacking(BackingSpec spec) : Backing(std::move(spec)) {}
 
  protected:
-  std::pair<void*, uint64_t> create_reservation(size_t size, size_t alignment) override {
-    void* addr = os::reserve_address_space(size, alignment);
+  std::pair<void*, uint64_t> create_reservation(size_t size, size_t alignment, size_t span) override {
+    void* addr = os::reserve_address_space(span, alignment);
     try {
       os::bind_to_node(addr, size, spec_.numa_node);
     } catch (...) {
-      os::unmap(addr, size);
+      os::unmap(addr, span);
       throw;
     }
     return {addr, reinterpret_cast<uintptr_t>(addr)};
@@ -42,7 +42,7 @@ class NumaBacking final : public Backing {
     fail(CXLPOOL_E_NOT_SUPPORTED, "device '" + name() + "': map() needs a shareable backing; numa:" +
                                       std::to_string(spec_.numa_node) + " is private anonymous memory");
   }
-  void destroy(const Reservation& r) noexcept override { os::unmap(reinterpret_cast<void*>(r.addr), r.size); }
+  void destroy(const Reservation& r) noexcept override { os::unmap(reinterpret_cast<void*>(r.addr), r.span); }
   void on_commit(void* addr, size_t len, uint64_t) override { os::protect_rw(addr, len); }
   void on_decommit(void* addr, size_t len, uint64_t, bool) override {
     os::discard(addr, len);
@@ -67,14 +67,14 @@ class FdBacking final : public Backing {
   int fd() const override { return fd_; }
 
  protected:
-  std::pair<void*, uint64_t> create_reservation(size_t size, size_t alignment) override {
+  std::pair<void*, uint64_t> create_reservation(size_t size, size_t alignment, size_t span) override {
     uint64_t offset = take_range(size, std::min<size_t>(alignment, size_t(2) << 20));
     try {
-      void* addr = os::reserve_address_space(size, alignment);
+      void* addr = os::reserve_address_space(span, alignment);
       try {
         os::map_fd_fixed(addr, size, fd_, offset);
       } catch (...) {
-        os::unmap(addr, size);
+        os::unmap(addr, span);
         throw;
       }
       return {addr, offset};
@@ -94,7 +94,7 @@ class FdBacking final : public Backing {
     return addr;
   }
   void destroy(const Reservation& r) noexcept override {
-    os::unmap(reinterpret_cast<void*>(r.addr), r.size);
+    os::unmap(reinterpret_cast<void*>(r.addr), r.span);
     if (r.owns_range) give_back_range(r.offset, r.size);
   }
   void on_commit(void* addr, size_t len, uint64_t offset) override {
@@ -246,15 +246,16 @@ size_t Backing::round_up(size_t n) const {
   return (n + ps - 1) / ps * ps;
 }
 
-void* Backing::reserve(size_t size, size_t alignment) {
+void* Backing::reserve(size_t size, size_t alignment, size_t address_span) {
   if (size == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, "device '" + name() + "': reserve of 0 bytes");
   if (alignment != 0 && !is_pow2(alignment))
     fail(CXLPOOL_E_INVALID_ARGUMENT, "device '" + name() + "': alignment " + std::to_string(alignment) + " is not a power of two");
   size = round_up(size);
   alignment = std::max(alignment, caps_.page_size);
+  size_t span = std::max(size, round_up(address_span));
   std::lock_guard<std::mutex> lock(mu_);
-  auto [addr, offset] = create_reservation(size, alignment);
-  Reservation r{reinterpret_cast<uintptr_t>(addr), size, offset, true};
+  auto [addr, offset] = create_reservation(size, alignment, span);
+  Reservation r{reinterpret_cast<uintptr_t>(addr), size, offset, span, true};
   reservations_.emplace(r.addr, r);
   reserved_bytes_ += size;
   return addr;
@@ -271,7 +272,7 @@ void* Backing::map(uint64_t offset, size_t size) {
                                  ") extends past the capacity " + std::to_string(caps_.capacity_bytes));
   std::lock_guard<std::mutex> lock(mu_);
   void* addr = create_mapping(offset, size);
-  Reservation r{reinterpret_cast<uintptr_t>(addr), size, offset, false};
+  Reservation r{reinterpret_cast<uintptr_t>(addr), size, offset, size, false};
   reservations_.emplace(r.addr, r);
   return addr;
 }

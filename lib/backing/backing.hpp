@@ -40,7 +40,10 @@ class Backing {
   const std::string& name() const { return spec_.device_name; }
   virtual int fd() const { return -1; }
 
-  void* reserve(size_t size, size_t alignment);
+  // Reserves size bytes of the device at an address aligned to alignment. address_span > size
+  // reserves that much address space with only the first size bytes mapped to the device
+  // (the rest stays inaccessible), so a large alignment does not consume device capacity.
+  void* reserve(size_t size, size_t alignment, size_t address_span = 0);
   void* map(uint64_t offset, size_t size);
   void commit(void* addr, size_t len, uint32_t flags);
   void decommit(void* addr, size_t len);
@@ -53,13 +56,14 @@ class Backing {
     uintptr_t addr = 0;
     size_t size = 0;
     uint64_t offset = 0;  // device offset of addr (anonymous: the address itself)
+    size_t span = 0;      // address space reserved from addr (>= size)
     bool owns_range = true;  // false for map(): the device range belongs to someone else
   };
   explicit Backing(BackingSpec spec);
 
   // Kind-specific steps, called with mu_ held. create_reservation returns the address and the
   // device offset of a new reservation; the rest act on ranges already validated.
-  virtual std::pair<void*, uint64_t> create_reservation(size_t size, size_t alignment) = 0;
+  virtual std::pair<void*, uint64_t> create_reservation(size_t size, size_t alignment, size_t span) = 0;
   virtual void* create_mapping(uint64_t offset, size_t size) = 0;
   virtual void destroy(const Reservation& r) noexcept = 0;
   virtual void on_commit(void* addr, size_t len, uint64_t offset) = 0;

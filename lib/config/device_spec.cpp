@@ -41,6 +41,7 @@ bool reserved_name(std::string_view n) {
     return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
   };
   if (n.substr(0, 4) == "node" && all_digits(n.substr(4))) return true;
+  if (n == "near" || n == "far" || (n.substr(0, 4) == "tier" && all_digits(n.substr(4)))) return true;  // policy words
   if (n.substr(0, 3) == "dax") {
     auto rest = n.substr(3);
     auto dot = rest.find('.');
@@ -100,7 +101,7 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
     config_error(origin, "bad device name " + quote(name) +
                              " (1-31 characters: a letter, then letters, digits, '_', '-' or '.')");
   if (reserved_name(name))
-    config_error(origin, "device name " + quote(name) + " is reserved for discovered targets (nodeN, daxX.Y)");
+    config_error(origin, "device name " + quote(name) + " is reserved (nodeN and daxX.Y name discovered targets; near, far and tierN are policy words)");
   DeviceSpec d;
   d.name = std::string(name);
   d.origin = origin;

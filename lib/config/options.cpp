@@ -10,6 +10,7 @@ constexpr OptionInfo kOptions[] = {
     {Option::kDevices, "CXLPOOL_DEVICES",
      "emulated/declared devices: NAME:key=value,...;NAME2:... (docs/config.md)"},
     {Option::kConfigFile, "CXLPOOL_CONFIG", "path of a device file, one device per line, '#' comments"},
+    {Option::kPolicy, "CXLPOOL_POLICY", "placement policy of the default pool (docs/policy.md), e.g. threshold:size=1M,tier=far"},
 };
 static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");
 }  // namespace

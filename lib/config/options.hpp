@@ -8,6 +8,7 @@ namespace cxlpool::detail {
 enum class Option {
   kDevices,     // CXLPOOL_DEVICES
   kConfigFile,  // CXLPOOL_CONFIG
+  kPolicy,      // CXLPOOL_POLICY
   kCount
 };
 

@@ -38,6 +38,10 @@ void discard(void* addr, size_t size);
 // Faults [addr, addr+size) in for writing (MADV_POPULATE_WRITE, or touching each page).
 void populate_write(void* addr, size_t size);
 
+// Private anonymous read-write memory for allocator metadata (local DRAM, default policy).
+// noreserve: address space only until touched (the page map).
+void* map_metadata(size_t size, bool noreserve = false);
+
 // ---- NUMA ----
 // mbind(MPOL_BIND) of [addr, addr+size) to one node (no page is moved).
 void bind_to_node(void* addr, size_t size, int node);

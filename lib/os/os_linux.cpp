@@ -98,6 +98,13 @@ void* reserve_address_space(size_t size, size_t alignment) {
 
 void unmap(void* addr, size_t size) noexcept { munmap(addr, size); }
 
+void* map_metadata(size_t size, bool noreserve) {
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0);
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) fail_os("mmap(metadata, " + std::to_string(size) + " bytes)", errno);
+  return p;
+}
+
 void map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset) {
   void* p = mmap(addr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, off_t(offset));
   if (p == MAP_FAILED)

@@ -47,6 +47,8 @@ TEST_CASE("bad device declarations name the offending token", "[unit]") {
       {"a23456789012345678901234567890123:size=1G", "'a23456789012345678901234567890123'"},
       {"node1:size=4G", "'node1' is reserved"},
       {"dax0.0:size=1G", "'dax0.0' is reserved"},
+      {"far:size=1G", "'far' is reserved"},
+      {"tier2:size=1G", "'tier2' is reserved"},
       {"cxl0", "entry 'cxl0' has no ':'"},
       {"cxl0:backing=nvme", "unknown backing 'nvme'"},
       {"cxl0:backing=numa:x", "'numa:x'"},
@@ -134,10 +136,10 @@ TEST_CASE("config files: one device per line, comments, line numbers in errors",
   CHECK(devs[0].origin == "/etc/cxlpool.conf:3");
   CHECK(devs[1].name == "far1");
   try {
-    parse_device_lines("cxl0:size=1G\n# ok\nfar:size=7Z\n", "my.conf");
+    parse_device_lines("cxl0:size=1G\n# ok\nslow:size=7Z\n", "my.conf");
     FAIL("accepted a bad line");
   } catch (const Failure& f) {
-    CHECK(std::string(f.what()).find("my.conf:3: device 'far': key 'size': bad size '7Z'") != std::string::npos);
+    CHECK(std::string(f.what()).find("my.conf:3: device 'slow': key 'size': bad size '7Z'") != std::string::npos);
   }
   CHECK_THROWS_WITH(parse_device_lines("a:size=1G;b:size=1G\n", "f"), Catch::Contains("f:1") && Catch::Contains("one device per line"));
   CHECK_THROWS_WITH(parse_device_lines("a:size=1G\na:size=2G\n", "f"), Catch::Contains("f:2") && Catch::Contains("declared twice"));

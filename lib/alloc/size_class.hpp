@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+// Size classes: 16-byte steps up to 1 KiB (64 classes), then four classes per power of two up
+// to 1 MiB (40 classes). Larger requests are "huge" and get whole segments. Each class has a
+// page of 1..64 slices (64 KiB) holding at least 8 blocks where the segment allows it.
+//   class  size        class  size          class  size
+//   0      16          63     1024          100    655360 (640 KiB)
+//   1      32          64     1280          103    1048576 (1 MiB)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cxlpool::detail::alloc {
+
+inline constexpr unsigned kSegmentShift = 22;  // 4 MiB segments
+inline constexpr size_t kSegmentSize = size_t(1) << kSegmentShift;
+inline constexpr unsigned kSliceShift = 16;     // 64 KiB slices
+inline constexpr size_t kSliceSize = size_t(1) << kSliceShift;
+inline constexpr unsigned kSlicesPerSegment = unsigned(kSegmentSize / kSliceSize);
+inline constexpr unsigned kNumClasses = 104;
+inline constexpr size_t kMaxClassSize = size_t(1) << 20;
+inline constexpr unsigned kMaxBlocksPerPage = unsigned(kSliceSize / 16);  // 4096
+inline constexpr unsigned kBitmapWords = kMaxBlocksPerPage / 64;        // 64
+inline constexpr unsigned kReciprocalShift = 42;  // exact floor(off/size) for off < 4 MiB, size <= 1 MiB
+
+inline unsigned size_to_class(size_t n) {
+  if (n <= 1024) return n ? unsigned((n - 1) >> 4) : 0;
+  size_t w = n - 1;
+  unsigned b = 63u - unsigned(__builtin_clzll(w));
+  return 64 + (b - 10) * 4 + unsigned((w >> (b - 2)) & 3);
+}
+
+constexpr size_t class_to_size(unsigned c) {
+  return c < 64 ? size_t(c + 1) * 16 : size_t(5 + (c - 64) % 4) << (8 + (c - 64) / 4);
+}
+
+constexpr unsigned class_slices(unsigned c) {
+  size_t want = (class_to_size(c) * 8 + kSliceSize - 1) / kSliceSize;
+  return want < 1 ? 1 : want > kSlicesPerSegment ? kSlicesPerSegment : unsigned(want);
+}
+
+constexpr unsigned class_capacity(unsigned c) { return unsigned(class_slices(c) * kSliceSize / class_to_size(c)); }
+
+constexpr uint64_t class_reciprocal(unsigned c) {
+  return ((uint64_t(1) << kReciprocalShift) + class_to_size(c) - 1) / class_to_size(c);
+}
+
+static_assert(class_to_size(0) == 16 && class_to_size(63) == 1024 && class_to_size(64) == 1280);
+static_assert(class_to_size(kNumClasses - 1) == kMaxClassSize);
+static_assert(class_capacity(0) == kMaxBlocksPerPage);
+
+}  // namespace cxlpool::detail::alloc
