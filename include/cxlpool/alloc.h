@@ -60,6 +60,9 @@ CXLPOOL_API void* cxlpool_calloc(cxlpool_pool_t* pool, size_t count, size_t size
 CXLPOOL_API void* cxlpool_realloc(cxlpool_pool_t* pool, void* p, size_t size);
 /* alignment: a power of two (EINVAL otherwise); any size. */
 CXLPOOL_API void* cxlpool_aligned_alloc(cxlpool_pool_t* pool, size_t alignment, size_t size);
+/* aligned_alloc with a hint (NULL: none). */
+CXLPOOL_API void* cxlpool_aligned_alloc_hint(cxlpool_pool_t* pool, size_t alignment, size_t size,
+                                             const cxlpool_hint_t* hint);
 /* Returns 0, EINVAL (alignment not a power of two multiple of sizeof(void*)) or ENOMEM;
  * *out is written only on success. */
 CXLPOOL_API int cxlpool_posix_memalign(cxlpool_pool_t* pool, void** out, size_t alignment, size_t size);

@@ -4,7 +4,12 @@
 // never throw. Thread-safety is that of the wrapped C objects (see the C headers).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <memory>
+#include <memory_resource>
+#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -296,6 +301,205 @@ class Backing {
   }
   cxlpool_backing_t* b_ = nullptr;
 };
+
+// ---- Pools and allocation ---------------------------------------------------------------------
+enum class Tier { near, far };  // the pool's fastest / slowest device
+
+// A std::pmr::memory_resource over a pool: the pool's policy, or one device of it, or a hint.
+// Throws std::bad_alloc when the pool cannot allocate. Thread-safe.
+class MemoryResource final : public std::pmr::memory_resource {
+ public:
+  MemoryResource(cxlpool_pool_t* pool, int device = -1, uint32_t hint_flags = 0) noexcept
+      : pool_(pool), hint_{hint_flags, device} {}
+  cxlpool_pool_t* pool() const noexcept { return pool_; }
+  int device() const noexcept { return hint_.device; }
+
+ private:
+  void* do_allocate(size_t bytes, size_t alignment) override {
+    void* p = alignment <= alignof(std::max_align_t) ? cxlpool_malloc_hint(pool_, bytes, &hint_)
+                                                     : cxlpool_aligned_alloc_hint(pool_, alignment, bytes, &hint_);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void do_deallocate(void* p, size_t, size_t) override { cxlpool_free(p); }
+  bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+    auto* o = dynamic_cast<const MemoryResource*>(&other);
+    return o && o->pool_ == pool_ && o->hint_.device == hint_.device && o->hint_.flags == hint_.flags;
+  }
+  cxlpool_pool_t* pool_;
+  cxlpool_hint_t hint_;
+};
+
+// A pool of tiered memory (RAII). Movable, not copyable.
+class Pool {
+ public:
+  struct Params {
+    std::string devices;  // comma-separated target names; empty: every target
+    std::string policy;   // docs/policy.md; empty: bind:near
+    std::string name;
+  };
+  // Throws cxlpool::Error (CXLPOOL_E_CONFIG names a bad policy token).
+  static Pool create(const Topology& topo, const Params& params = {}) {
+    std::error_code ec;
+    auto p = create(ec, topo, params);
+    if (!p) detail::check(static_cast<cxlpool_status_t>(ec.value()));
+    return std::move(*p);
+  }
+  static std::optional<Pool> create(std::error_code& ec, const Topology& topo, const Params& params = {}) noexcept {
+    cxlpool_pool_params_t* pp = nullptr;
+    if (!detail::check(cxlpool_pool_params_create(&pp), ec)) return std::nullopt;
+    cxlpool_status_t st = CXLPOOL_OK;
+    if (!params.devices.empty()) st = cxlpool_pool_params_set_devices(pp, params.devices.c_str());
+    if (st == CXLPOOL_OK) st = cxlpool_pool_params_set_policy(pp, params.policy.c_str());
+    if (st == CXLPOOL_OK && !params.name.empty()) st = cxlpool_pool_params_set_name(pp, params.name.c_str());
+    cxlpool_pool_t* pool = nullptr;
+    if (st == CXLPOOL_OK) st = cxlpool_pool_create(topo.get(), pp, &pool);
+    cxlpool_pool_params_destroy(pp);
+    if (!detail::check(st, ec)) return std::nullopt;
+    return Pool(pool, true);
+  }
+  // The process default pool (CXLPOOL_DEVICES, CXLPOOL_POLICY); never destroyed.
+  static Pool default_pool() {
+    cxlpool_pool_t* pool = nullptr;
+    detail::check(cxlpool_pool_default(&pool));
+    return Pool(pool, false);
+  }
+  ~Pool() {
+    if (pool_ && owned_) cxlpool_pool_destroy(pool_);
+  }
+  Pool(Pool&& o) noexcept
+      : pool_(std::exchange(o.pool_, nullptr)), owned_(o.owned_), resources_(std::move(o.resources_)) {}
+  Pool& operator=(Pool&& o) noexcept {
+    std::swap(pool_, o.pool_);
+    std::swap(owned_, o.owned_);
+    std::swap(resources_, o.resources_);
+    return *this;
+  }
+
+  // Raw allocation: throws std::bad_alloc; allocate_nothrow returns nullptr with errno set.
+  void* allocate(size_t n, size_t alignment = alignof(std::max_align_t)) {
+    void* p = allocate_nothrow(n, alignment);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  void* allocate_nothrow(size_t n, size_t alignment = alignof(std::max_align_t)) noexcept {
+    return alignment <= alignof(std::max_align_t) ? cxlpool_malloc(pool_, n) : cxlpool_aligned_alloc(pool_, alignment, n);
+  }
+  static void deallocate(void* p) noexcept { cxlpool_free(p); }
+
+  int device_count() const {
+    int n = 0;
+    detail::check(cxlpool_pool_device_count(pool_, &n));
+    return n;
+  }
+  std::string_view device_name(int device) const {
+    const char* name = nullptr;
+    detail::check(cxlpool_pool_get_device(pool_, device, &name, nullptr));
+    return name;
+  }
+  int device_tier(int device) const {
+    int tier = 0;
+    detail::check(cxlpool_pool_get_device(pool_, device, nullptr, &tier));
+    return tier;
+  }
+  int find_device(const std::string& name) const {
+    int i = -1;
+    detail::check(cxlpool_pool_find_device(pool_, name.c_str(), &i));
+    return i;
+  }
+  int device(Tier t) const {
+    int best = 0;
+    for (int i = 1, n = device_count(); i < n; ++i)
+      if (t == Tier::near ? device_tier(i) < device_tier(best) : device_tier(i) > device_tier(best)) best = i;
+    return best;
+  }
+  std::string_view policy() const {
+    const char* text = nullptr;
+    detail::check(cxlpool_pool_policy(pool_, &text));
+    return text;
+  }
+  cxlpool_stats_t stats(int device = -1) const {
+    cxlpool_stats_t s{};
+    detail::check(cxlpool_pool_get_stats(pool_, device, &s));
+    return s;
+  }
+  std::string stats_json() const {
+    char* s = nullptr;
+    detail::check(cxlpool_pool_stats_json(pool_, &s));
+    std::string out(s);
+    cxlpool_string_free(s);
+    return out;
+  }
+  uint64_t trim() {
+    uint64_t released = 0;
+    detail::check(cxlpool_pool_trim(pool_, &released));
+    return released;
+  }
+
+  // memory_resources owned by the pool (stable addresses while the pool lives):
+  // placement by policy, pinned to a device or tier, or with hint flags.
+  MemoryResource& resource() { return resource_for(-1, 0); }
+  MemoryResource& resource(int device) {
+    if (device < 0 || device >= device_count()) detail::check(CXLPOOL_E_NOT_FOUND);
+    return resource_for(device, 0);
+  }
+  MemoryResource& resource(Tier t) { return resource_for(device(t), 0); }
+  MemoryResource& resource(const std::string& device_name) { return resource_for(find_device(device_name), 0); }
+  MemoryResource& hinted(uint32_t hint_flags) { return resource_for(-1, hint_flags); }
+
+  cxlpool_pool_t* get() const noexcept { return pool_; }
+
+ private:
+  Pool(cxlpool_pool_t* p, bool owned) noexcept : pool_(p), owned_(owned) {}
+  MemoryResource& resource_for(int device, uint32_t flags) {
+    MemoryResource wanted(pool_, device, flags);
+    for (auto& r : resources_)
+      if (r->is_equal(wanted)) return *r;
+    resources_.push_back(std::make_unique<MemoryResource>(pool_, device, flags));
+    return *resources_.back();
+  }
+  cxlpool_pool_t* pool_ = nullptr;
+  bool owned_ = false;
+  std::vector<std::unique_ptr<MemoryResource>> resources_;
+};
+
+// An STL allocator over a pool (optionally pinned to one device). Stateful; equal when it
+// allocates from the same pool and device.
+template <class T>
+class Allocator {
+ public:
+  using value_type = T;
+  explicit Allocator(cxlpool_pool_t* pool = nullptr, int device = -1) noexcept : pool_(pool), device_(device) {}
+  explicit Allocator(const Pool& pool, int device = -1) noexcept : pool_(pool.get()), device_(device) {}
+  template <class U>
+  Allocator(const Allocator<U>& o) noexcept : pool_(o.pool()), device_(o.device()) {}
+  T* allocate(size_t n) {
+    if (n > std::numeric_limits<size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
+    cxlpool_hint_t hint{0, device_};
+    void* p = alignof(T) <= alignof(std::max_align_t) ? cxlpool_malloc_hint(pool_, n * sizeof(T), &hint)
+                                                       : cxlpool_aligned_alloc_hint(pool_, alignof(T), n * sizeof(T), &hint);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) noexcept { cxlpool_free(p); }
+  cxlpool_pool_t* pool() const noexcept { return pool_; }
+  int device() const noexcept { return device_; }
+  template <class U>
+  bool operator==(const Allocator<U>& o) const noexcept {
+    return pool_ == o.pool() && device_ == o.device();
+  }
+
+ private:
+  cxlpool_pool_t* pool_;
+  int device_;
+};
+
+// Where a pointer lives, or nullopt for a pointer cxlpool did not allocate.
+inline std::optional<cxlpool_ptr_info_t> ptr_info(const void* p) noexcept {
+  cxlpool_ptr_info_t info{};
+  if (!p || cxlpool_ptr_info(p, &info) != CXLPOOL_OK) return std::nullopt;
+  return info;
+}
 
 // NUMA node of each page in [addr, addr + pages * page size) (negative errno if absent).
 inline std::vector<int> query_nodes(const void* addr, size_t pages) {

@@ -957,19 +957,25 @@ void free_small(Segment* seg, void* p) noexcept {
     }
     return;
   }
+  // Read the page's fields before publishing the free: once the bit is visible the owner may
+  // collect it, find the page empty and recycle it for another class.
+  const uint8_t device = pg->device, cls = pg->cls;
+  const uint32_t block_size = pg->block_size;
   uint64_t old = pg->remote_bits[w].fetch_or(bit, std::memory_order_acq_rel);
   if (old & bit) return;  // double free: ignored
   pg->remote_count.fetch_add(1, std::memory_order_release);
   if (me) {
-    me->counters[pg->device].frees.add(1);
-    me->counters[pg->device].free_bytes.add(pg->block_size);
+    me->counters[device].frees.add(1);
+    me->counters[device].free_bytes.add(block_size);
   } else {
-    DeviceState& d = pool->dev[pg->device];
+    DeviceState& d = pool->dev[device];
     d.orphan_frees.fetch_add(1, std::memory_order_relaxed);
-    d.orphan_free_bytes.fetch_add(pg->block_size, std::memory_order_relaxed);
+    d.orphan_free_bytes.fetch_add(block_size, std::memory_order_relaxed);
   }
+  // Tell the owner that a page it may hold as full has free blocks again. If the page was
+  // recycled meanwhile this only causes a harmless rescan.
   if (Heap* owner = pg->owner.load(std::memory_order_acquire))
-    owner->full_dirty[pg->device][pg->cls].store(1, std::memory_order_release);
+    owner->full_dirty[device][cls].store(1, std::memory_order_release);
 }
 
 }  // namespace

@@ -207,6 +207,19 @@ void* cxlpool_aligned_alloc(cxlpool_pool_t* pool, size_t alignment, size_t size)
   return A::pool_aligned(p, alignment, size);
 }
 
+void* cxlpool_aligned_alloc_hint(cxlpool_pool_t* pool, size_t alignment, size_t size, const cxlpool_hint_t* hint) {
+  A::Pool* p = pool_or_default(pool);
+  if (!p) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  if (hint && hint->device >= A::pool_device_count(p)) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  return A::pool_aligned(p, alignment, size, hint ? hint->flags : 0, hint ? hint->device : -1);
+}
+
 int cxlpool_posix_memalign(cxlpool_pool_t* pool, void** out, size_t alignment, size_t size) {
   if (!out || alignment < sizeof(void*) || (alignment & (alignment - 1))) return EINVAL;
   int saved = errno;
