@@ -21,7 +21,9 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <cstddef>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -40,7 +42,10 @@ namespace {
 constexpr int kAddressBits = 47;
 constexpr size_t kPagemapEntries = size_t(1) << (kAddressBits - kSegmentShift);
 constexpr size_t kRegionSegments = 16;                   // 64 MiB regions by default
-constexpr uint64_t kKeepCommittedBytes = 16ull << 20;    // free-but-committed slices kept per device
+// Free slices stay committed (reuse without page faults) until a purge pass finds them still
+// free kPurgeDelayNs after the previous pass; beyond kMaxFreeCommitted they go at once.
+constexpr uint64_t kPurgeDelayNs = 100'000'000;
+constexpr uint64_t kMaxFreeCommitted = 1ull << 30;
 constexpr size_t kHugeCacheEntries = 4;
 constexpr uint64_t kHugeCacheBytes = 64ull << 20;
 constexpr int kAdoptScan = 8;
@@ -53,34 +58,49 @@ struct Segment;
 
 struct SegmentHeader {
   Pool* pool = nullptr;
+  uint32_t pool_index = 0;       // copies of the pool's, so free() finds the thread's heap
+  uint32_t pool_generation = 0;  // with one load less
   uint8_t device = 0;
   SegKind kind = SegKind::kSmall;
 };
 
-struct Page {
+struct alignas(64) Page {
+  // First cache line: everything malloc and free touch.
+  std::atomic<Heap*> owner{nullptr};
   uint64_t* free_bits = nullptr;
-  std::atomic<uint64_t>* remote_bits = nullptr;
-  uintptr_t start = 0, end = 0, commit_end = 0;
-  uint64_t reciprocal = 0;
-  uint32_t block_size = 0, capacity = 0, used = 0, cursor = 0, words = 0;
-  uint8_t cls = 0, device = 0, first_slice = 0, slices = 0;
+  uintptr_t start = 0, commit_end = 0, end = 0;
+  uint32_t block_size = 0, used = 0, cursor = 0, words = 0;
   std::atomic<uint8_t> state{kUnused};  // owner writes; others only read (relaxed)
+  uint8_t cls = 0, device = 0, first_slice = 0, slices = 0;
+  // Second line: the free bitmap of pages with at most 512 blocks (most classes), next to the
+  // hot line so a free touches one adjacent pair of lines.
+  alignas(64) uint64_t inline_bits[8] = {};
+  // Third line: slow paths.
+  uint64_t reciprocal = 0;
+  uint32_t capacity = 0;
+  std::atomic<int32_t> remote_count{0};
+  std::atomic<uint64_t>* remote_bits = nullptr;
   Page* next = nullptr;
   Page* prev = nullptr;
-  std::atomic<Heap*> owner{nullptr};
-  std::atomic<int32_t> remote_count{0};
   Segment* segment = nullptr;
 };
+static_assert(offsetof(Page, inline_bits) == 64, "hot page fields fit one cache line");
+constexpr unsigned kInlineWords = 8;
 
 struct Segment : SegmentHeader {
   uintptr_t base = 0;
   uint64_t free_slices = ~uint64_t(0);   // device mutex
   uint64_t committed_slices = 0;         // device mutex
+  uint64_t purge_mark = 0;               // free and committed at the last purge pass
   Segment* next_partial = nullptr;
   Segment* prev_partial = nullptr;
   bool in_partial = false;
   size_t region = 0;
-  uint8_t slice_page[kSlicesPerSegment] = {};
+  // Per slice: the page (slot = its first slice) and its size class, so free() can find the
+  // block's bitmap word without first loading the page descriptor.
+  struct SliceInfo {
+    uint8_t slot, cls;
+  } slice[kSlicesPerSegment] = {};
   Page pages[kSlicesPerSegment];
   uint64_t local_bits[kSlicesPerSegment][kBitmapWords];
   std::atomic<uint64_t> remote_bits[kSlicesPerSegment][kBitmapWords];
@@ -111,8 +131,10 @@ struct Counter {
   uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
 };
 
+// Per device, counted by size class (one counter per malloc and per free; bytes are derived).
 struct HeapCounters {
-  Counter allocs, frees, alloc_bytes, free_bytes, fallbacks, failures;
+  Counter allocs[kNumClasses], frees[kNumClasses];
+  Counter huge_allocs, huge_frees, fallbacks, failures;
 };
 
 struct alignas(64) Heap {
@@ -142,9 +164,11 @@ struct DeviceState {
   HugeSpan* huge_live = nullptr;
   size_t huge_cache_count = 0;
   uint64_t huge_cache_bytes = 0;
-  uint64_t free_committed = 0;  // committed slices of retired pages
+  uint64_t free_committed = 0;  // bytes of free but committed slices
+  uint64_t last_purge_ns = 0;
   std::atomic<uint64_t> resident{0}, peak_resident{0}, active{0};
-  std::atomic<uint64_t> orphan_frees{0}, orphan_free_bytes{0};  // frees by threads without a heap
+  std::atomic<uint64_t> orphan_frees[kNumClasses] = {};  // frees by threads without a heap
+  std::atomic<uint64_t> orphan_huge_frees{0};
   std::atomic<uint64_t> huge_live_bytes{0};
 };
 
@@ -183,7 +207,12 @@ struct TlsEntry {
   Heap* heap;
   uint32_t generation;
 };
-thread_local TlsEntry tls_heaps[kMaxPools];
+// One initial-exec TLS pointer per thread (no __tls_get_addr call on the hot path) to a
+// block holding the thread's heap of every pool, mapped on the thread's first allocation.
+struct ThreadState {
+  TlsEntry heaps[kMaxPools];
+};
+thread_local ThreadState* tls_state __attribute__((tls_model("initial-exec"))) = nullptr;
 pthread_key_t g_exit_key;
 std::once_flag g_exit_key_once;
 
@@ -205,6 +234,54 @@ T* meta_new() {
   void* p = os::map_metadata(sizeof(T));
   return new (p) T();
 }
+
+// Segment descriptors come from 2 MiB chunks advised for transparent huge pages, so the
+// descriptors of a large heap share few TLB entries. Freed descriptors are reused.
+class SegmentArena {
+ public:
+  Segment* take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_) {
+      void* p = free_;
+      free_ = *static_cast<void**>(p);
+      return static_cast<Segment*>(p);
+    }
+    if (left_ < kSlot) {
+      constexpr size_t kChunk = size_t(32) << 20;  // 16 huge pages
+      void* raw = os::map_metadata(kChunk + (size_t(2) << 20));
+      uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw) + (size_t(2) << 20) - 1) & ~((size_t(2) << 20) - 1);
+      os::advise_hugepages(reinterpret_cast<void*>(aligned), kChunk);
+      next_ = reinterpret_cast<char*>(aligned);
+      left_ = kChunk;
+    }
+    void* p = next_;
+    next_ += kSlot;
+    left_ -= kSlot;
+    return static_cast<Segment*>(p);
+  }
+  void give(Segment* s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    *reinterpret_cast<void**>(s) = free_;
+    free_ = s;
+  }
+
+ private:
+  static constexpr size_t kSlot = (sizeof(Segment) + 4095) & ~size_t(4095);
+  std::mutex mu_;
+  void* free_ = nullptr;
+  char* next_ = nullptr;
+  size_t left_ = 0;
+};
+SegmentArena g_segment_arena;
+
+Segment* segment_new() {
+  Segment* s = g_segment_arena.take();
+  return new (s) Segment();
+}
+void segment_delete(Segment* s) noexcept {
+  s->~Segment();
+  g_segment_arena.give(s);
+}
 template <class T>
 void meta_delete(T* p) noexcept {
   p->~T();
@@ -212,8 +289,17 @@ void meta_delete(T* p) noexcept {
 }
 
 inline Heap* tls_heap(const Pool* pool) noexcept {
-  const TlsEntry& e = tls_heaps[pool->index];
+  ThreadState* ts = tls_state;
+  if (__builtin_expect(!ts, 0)) return nullptr;
+  const TlsEntry& e = ts->heaps[pool->index];
   return e.generation == pool->generation ? e.heap : nullptr;
+}
+
+inline Heap* tls_heap(const SegmentHeader* hdr) noexcept {
+  ThreadState* ts = tls_state;
+  if (__builtin_expect(!ts, 0)) return nullptr;
+  const TlsEntry& e = ts->heaps[hdr->pool_index];
+  return e.generation == hdr->pool_generation ? e.heap : nullptr;
 }
 
 // ---- Page lists (owner thread only) -----------------------------------------------------------
@@ -245,6 +331,12 @@ void stack_remove(Page*& head, Page* pg) {
 }
 
 // ---- Device commit/decommit with accounting -------------------------------------------------
+// free() must not change errno; the system calls of its slow paths could.
+struct ErrnoGuard {
+  int saved = errno;
+  ~ErrnoGuard() { errno = saved; }
+};
+
 void device_commit(DeviceState& d, uintptr_t addr, size_t len) {
   d.backing->commit(reinterpret_cast<void*>(addr), len, 0);
   uint64_t now = d.resident.fetch_add(len, std::memory_order_relaxed) + len;
@@ -254,6 +346,7 @@ void device_commit(DeviceState& d, uintptr_t addr, size_t len) {
 }
 
 void device_decommit(DeviceState& d, uintptr_t addr, size_t len) noexcept {
+  ErrnoGuard keep_errno;
   try {
     d.backing->decommit(reinterpret_cast<void*>(addr), len);
   } catch (const Failure&) {
@@ -328,19 +421,20 @@ Segment* new_segment(Pool* pool, int di) {
   uintptr_t base = take_segment(d, ri);
   Segment* seg;
   try {
-    seg = meta_new<Segment>();
+    seg = segment_new();
   } catch (...) {
     give_back_segment(d, ri, base);
     throw;
   }
   seg->pool = pool;
+  seg->pool_index = pool->index;
+  seg->pool_generation = pool->generation;
   seg->device = uint8_t(di);
   seg->kind = SegKind::kSmall;
   seg->base = base;
   seg->region = ri;
   for (unsigned i = 0; i < kSlicesPerSegment; ++i) {
     seg->pages[i].segment = seg;
-    seg->pages[i].free_bits = seg->local_bits[i];
     seg->pages[i].remote_bits = seg->remote_bits[i];
   }
   pagemap_set(base, 1, seg);
@@ -379,11 +473,13 @@ Page* new_page(Pool* pool, int di, unsigned cls) {
   Segment* seg = nullptr;
   int first = -1;
   try {
-    for (Segment* s = d.partial; s; s = s->next_partial)
-      if ((first = find_run(s->free_slices, k)) >= 0) {
-        seg = s;
-        break;
-      }
+    // Free slices that are still committed first: no page faults, no commit.
+    for (int pass = 0; pass < 2 && !seg; ++pass)
+      for (Segment* s = d.partial; s; s = s->next_partial)
+        if ((first = find_run(pass == 0 ? s->free_slices & s->committed_slices : s->free_slices, k)) >= 0) {
+          seg = s;
+          break;
+        }
     if (!seg) {
       seg = new_segment(pool, di);
       partial_add(d, seg);
@@ -395,13 +491,14 @@ Page* new_page(Pool* pool, int di, unsigned cls) {
     for (unsigned i = 0; i < k; ++i) reused += seg->committed_slices >> (first + i) & 1;
     commit_slices(d, seg, unsigned(first), std::min(need, k));
     d.free_committed -= std::min<uint64_t>(d.free_committed, reused << kSliceShift);
+    seg->purge_mark &= ~((k == 64 ? ~uint64_t(0) : ((uint64_t(1) << k) - 1)) << first);
   } catch (const Failure&) {
     return nullptr;
   }
   uint64_t mask = (k == 64 ? ~uint64_t(0) : ((uint64_t(1) << k) - 1)) << first;
   seg->free_slices &= ~mask;
   if (!seg->free_slices) partial_remove(d, seg);
-  for (unsigned i = 0; i < k; ++i) seg->slice_page[first + i] = uint8_t(first);
+  for (unsigned i = 0; i < k; ++i) seg->slice[first + i] = {uint8_t(first), uint8_t(cls)};
   d.active.fetch_add(uint64_t(k) << kSliceShift, std::memory_order_relaxed);
 
   Page* pg = &seg->pages[first];
@@ -414,6 +511,7 @@ Page* new_page(Pool* pool, int di, unsigned cls) {
   pg->commit_end = committed;
   pg->reciprocal = class_reciprocal(cls);
   pg->words = (pg->capacity + 63) / 64;
+  pg->free_bits = pg->words <= kInlineWords ? pg->inline_bits : seg->local_bits[first];
   pg->used = 0;
   pg->cursor = 0;
   pg->cls = uint8_t(cls);
@@ -429,8 +527,40 @@ Page* new_page(Pool* pool, int di, unsigned cls) {
   return pg;
 }
 
+// Decommits the free committed slices of a segment selected by mask (device mutex).
+void decommit_slices(DeviceState& d, Segment* seg, uint64_t mask) noexcept {
+  for (unsigned i = 0; i < kSlicesPerSegment;) {
+    if (!(mask >> i & 1)) {
+      ++i;
+      continue;
+    }
+    unsigned j = i;
+    while (j < kSlicesPerSegment && (mask >> j & 1)) ++j;
+    device_decommit(d, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift);
+    uint64_t run = (j - i == 64 ? ~uint64_t(0) : ((uint64_t(1) << (j - i)) - 1)) << i;
+    seg->committed_slices &= ~run;
+    seg->purge_mark &= ~run;
+    d.free_committed -= std::min<uint64_t>(d.free_committed, uint64_t(j - i) << kSliceShift);
+    i = j;
+  }
+}
+
+// Purge pass (device mutex): slices that were free and committed at the previous pass and
+// still are get decommitted; the rest are marked for the next pass.
+void maybe_purge(DeviceState& d) noexcept {
+  uint64_t now = os::coarse_now_ns();
+  if (now - d.last_purge_ns < kPurgeDelayNs) return;
+  d.last_purge_ns = now;
+  for (Segment* s = d.partial; s; s = s->next_partial) {
+    uint64_t idle = s->free_slices & s->committed_slices;
+    decommit_slices(d, s, idle & s->purge_mark);
+    s->purge_mark = s->free_slices & s->committed_slices;
+  }
+}
+
 // Returns a page's slices to its segment (device mutex taken here).
 void release_page(Pool* pool, Page* pg) {
+  ErrnoGuard keep_errno;
   DeviceState& d = pool->dev[pg->device];
   Segment* seg = pg->segment;
   std::lock_guard<std::mutex> lock(d.mu);
@@ -439,16 +569,9 @@ void release_page(Pool* pool, Page* pg) {
   seg->free_slices |= mask;
   partial_add(d, seg);
   d.active.fetch_sub(uint64_t(k) << kSliceShift, std::memory_order_relaxed);
-  uint64_t committed = uint64_t(__builtin_popcountll(seg->committed_slices & mask)) << kSliceShift;
-  if (d.free_committed + committed > kKeepCommittedBytes) {
-    for (unsigned i = first; i < first + k; ++i)
-      if (seg->committed_slices >> i & 1) {
-        device_decommit(d, seg->base + (uintptr_t(i) << kSliceShift), kSliceSize);
-        seg->committed_slices &= ~(uint64_t(1) << i);
-      }
-  } else {
-    d.free_committed += committed;
-  }
+  d.free_committed += uint64_t(__builtin_popcountll(seg->committed_slices & mask)) << kSliceShift;
+  if (d.free_committed > kMaxFreeCommitted) decommit_slices(d, seg, seg->committed_slices & mask);
+  maybe_purge(d);
   pg->state.store(kUnused, std::memory_order_relaxed);
   pg->owner.store(nullptr, std::memory_order_relaxed);
 }
@@ -505,13 +628,17 @@ bool extend_commit(Pool* pool, Page* pg, uintptr_t upto) {
 void abandon_heap(Heap* h) noexcept;
 
 void thread_exit(void*) {
-  std::lock_guard<std::mutex> lock(g_registry_mu);
-  for (int i = 0; i < kMaxPools; ++i) {
-    TlsEntry& e = tls_heaps[i];
-    if (e.heap && g_registry[i].pool && g_registry[i].generation == e.generation) abandon_heap(e.heap);
-    e.heap = nullptr;
-    e.generation = 0;
+  ThreadState* ts = tls_state;
+  if (!ts) return;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    for (int i = 0; i < kMaxPools; ++i) {
+      TlsEntry& e = ts->heaps[i];
+      if (e.heap && g_registry[i].pool && g_registry[i].generation == e.generation) abandon_heap(e.heap);
+    }
   }
+  tls_state = nullptr;
+  meta_delete(ts);
 }
 
 Heap* heap_slow(Pool* pool) noexcept {
@@ -537,7 +664,16 @@ Heap* heap_slow(Pool* pool) noexcept {
     h->live = true;
     std::memset(h->page_device, -1, sizeof h->page_device);
   }
-  tls_heaps[pool->index] = {h, pool->generation};
+  if (!tls_state) {
+    try {
+      tls_state = meta_new<ThreadState>();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(pool->heaps_mu);
+      h->live = false;
+      return nullptr;
+    }
+  }
+  tls_state->heaps[pool->index] = {h, pool->generation};
   pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1));
   return h;
 }
@@ -693,6 +829,8 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) {
         throw;
       }
       span->pool = pool;
+      span->pool_index = pool->index;
+      span->pool_generation = pool->generation;
       span->device = uint8_t(di);
       span->kind = SegKind::kHuge;
       span->base = reinterpret_cast<uintptr_t>(base);
@@ -723,6 +861,7 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) {
 }
 
 void huge_free(HugeSpan* span) noexcept {
+  ErrnoGuard keep_errno;
   Pool* pool = span->pool;
   DeviceState& d = pool->dev[span->device];
   std::lock_guard<std::mutex> lock(d.mu);
@@ -906,16 +1045,33 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
       h->page_device[cls] = -1;
   }
   HeapCounters& ctr = h->counters[used];
-  ctr.allocs.add(1);
-  ctr.alloc_bytes.add(huge ? 0 : class_to_size(cls));
+  if (huge) ctr.huge_allocs.add(1);
+  else ctr.allocs[cls].add(1);
   if (alignment > 16 && alignment <= kSliceSize)
     p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(p) + alignment - 1) & ~uintptr_t(alignment - 1));
   return p;
 }
 
 inline Page* page_of(Segment* seg, uintptr_t a) noexcept {
-  return &seg->pages[seg->slice_page[(a - seg->base) >> kSliceShift]];
+  return &seg->pages[seg->slice[(a - seg->base) >> kSliceShift].slot];
 }
+
+// Reciprocals of the class sizes (see size_class.hpp), for index computations off the page.
+constexpr auto kReciprocals = [] {
+  std::array<uint64_t, kNumClasses> r{};
+  for (unsigned c = 0; c < kNumClasses; ++c) r[c] = class_reciprocal(c);
+  return r;
+}();
+constexpr auto kClassSizes = [] {
+  std::array<uint32_t, kNumClasses> r{};
+  for (unsigned c = 0; c < kNumClasses; ++c) r[c] = uint32_t(class_to_size(c));
+  return r;
+}();
+constexpr auto kInlineBitmap = [] {
+  std::array<bool, kNumClasses> r{};
+  for (unsigned c = 0; c < kNumClasses; ++c) r[c] = (class_capacity(c) + 63) / 64 <= kInlineWords;
+  return r;
+}();
 
 inline uint32_t block_index(const Page* pg, uintptr_t a) noexcept {
   return uint32_t(((a - pg->start) * pg->reciprocal) >> kReciprocalShift);
@@ -930,20 +1086,28 @@ void retire_if_empty(Heap* h, Page* pg) {
 
 void free_small(Segment* seg, void* p) noexcept {
   auto a = reinterpret_cast<uintptr_t>(p);
-  Page* pg = page_of(seg, a);
-  if (pg->state.load(std::memory_order_relaxed) == kUnused || a < pg->start || a >= pg->end) return;  // not a block
-  uint32_t idx = block_index(pg, a);
-  uint32_t w = idx >> 6;
-  uint64_t bit = uint64_t(1) << (idx & 63);
+  // The slot, class and block index come from the segment header, so the bitmap word and the
+  // page descriptor are two independent loads (their cache misses overlap).
+  const Segment::SliceInfo si = seg->slice[(a - seg->base) >> kSliceShift];
+  const uintptr_t start = seg->base + (uintptr_t(si.slot) << kSliceShift);
+  const uint32_t idx = uint32_t(((a - start) * kReciprocals[si.cls]) >> kReciprocalShift);
+  const uint32_t w = idx >> 6;
+  const uint64_t bit = uint64_t(1) << (idx & 63);
+  Page* pg = &seg->pages[si.slot];
+  uint64_t* word = kInlineBitmap[si.cls] ? &pg->inline_bits[w] : &seg->local_bits[si.slot][w];
   Pool* pool = seg->pool;
-  Heap* me = tls_heap(pool);
+  Heap* me = tls_heap(static_cast<const SegmentHeader*>(seg));
+  if (pg->state.load(std::memory_order_relaxed) == kUnused || a >= pg->end || w >= kBitmapWords) return;  // not a block
   if (pg->owner.load(std::memory_order_relaxed) == me && me) {
-    if (pg->free_bits[w] & bit) return;  // double free: ignored
-    pg->free_bits[w] |= bit;
+    uint64_t old = *word;
+    if (old & bit) return;  // double free: ignored
+    *word = old | bit;
     if (w < pg->cursor) pg->cursor = w;
     --pg->used;
-    me->counters[pg->device].frees.add(1);
-    me->counters[pg->device].free_bytes.add(pg->block_size);
+    // Counter addresses come from the segment header and the class table, never from the
+    // page descriptor: otherwise every free's counter update would wait for that free's page
+    // miss, and the next free for it (store forwarding), serializing the misses.
+    me->counters[seg->device].frees[si.cls].add(1);
     if (pg->state.load(std::memory_order_relaxed) == kFull) {
       stack_remove(me->full[pg->device][pg->cls], pg);
       pg->state.store(kActive, std::memory_order_relaxed);
@@ -964,14 +1128,9 @@ void free_small(Segment* seg, void* p) noexcept {
   uint64_t old = pg->remote_bits[w].fetch_or(bit, std::memory_order_acq_rel);
   if (old & bit) return;  // double free: ignored
   pg->remote_count.fetch_add(1, std::memory_order_release);
-  if (me) {
-    me->counters[device].frees.add(1);
-    me->counters[device].free_bytes.add(block_size);
-  } else {
-    DeviceState& d = pool->dev[device];
-    d.orphan_frees.fetch_add(1, std::memory_order_relaxed);
-    d.orphan_free_bytes.fetch_add(block_size, std::memory_order_relaxed);
-  }
+  (void)block_size;
+  if (me) me->counters[device].frees[cls].add(1);
+  else pool->dev[device].orphan_frees[cls].fetch_add(1, std::memory_order_relaxed);
   // Tell the owner that a page it may hold as full has free blocks again. If the page was
   // recycled meanwhile this only causes a harmless rescan.
   if (Heap* owner = pg->owner.load(std::memory_order_acquire))
@@ -1079,7 +1238,7 @@ void pool_destroy(Pool* pool) noexcept {
         SegmentHeader* hdr = lookup(reinterpret_cast<void*>(r.base + s * kSegmentSize));
         if (!hdr) continue;
         pagemap_set(r.base + s * kSegmentSize, 1, nullptr);
-        meta_delete(static_cast<Segment*>(hdr));
+        segment_delete(static_cast<Segment*>(hdr));
       }
       d.backing->release(reinterpret_cast<void*>(r.base));
     }
@@ -1106,9 +1265,7 @@ void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
     if (Heap* h = tls_heap(pool)) {
       unsigned cls = size_to_class(size);
       if (void* p = alloc_block(h, pool->fixed_device, cls)) {
-        HeapCounters& ctr = h->counters[pool->fixed_device];
-        ctr.allocs.add(1);
-        ctr.alloc_bytes.add(class_to_size(cls));
+        h->counters[pool->fixed_device].allocs[cls].add(1);
         return p;
       }
     }
@@ -1151,11 +1308,8 @@ bool free_any(void* p) noexcept {
   if (hdr->kind == SegKind::kHuge) {
     auto* span = static_cast<HugeSpan*>(hdr);
     Pool* pool = span->pool;
-    if (Heap* me = tls_heap(pool)) {
-      me->counters[span->device].frees.add(1);
-    } else {
-      pool->dev[span->device].orphan_frees.fetch_add(1, std::memory_order_relaxed);
-    }
+    if (Heap* me = tls_heap(pool)) me->counters[span->device].huge_frees.add(1);
+    else pool->dev[span->device].orphan_huge_frees.fetch_add(1, std::memory_order_relaxed);
     huge_free(span);
     return true;
   }
@@ -1233,17 +1387,13 @@ uint64_t pool_trim(Pool* pool) noexcept {
     for (Segment* s = d.partial; s;) {
       Segment* next = s->next_partial;
       uint64_t idle = s->free_slices & s->committed_slices;
-      for (unsigned i = 0; i < kSlicesPerSegment; ++i)
-        if (idle >> i & 1) {
-          device_decommit(d, s->base + (uintptr_t(i) << kSliceShift), kSliceSize);
-          s->committed_slices &= ~(uint64_t(1) << i);
-          released += kSliceSize;
-        }
+      released += uint64_t(__builtin_popcountll(idle)) << kSliceShift;
+      decommit_slices(d, s, idle);
       if (s->free_slices == ~uint64_t(0)) {  // an empty segment goes back to its region
         partial_remove(d, s);
         pagemap_set(s->base, 1, nullptr);
         give_back_segment(d, s->region, s->base);
-        meta_delete(s);
+        segment_delete(s);
       }
       s = next;
     }
@@ -1268,20 +1418,32 @@ DeviceStats pool_device_stats(const Pool* pool, int di) noexcept {
   DeviceStats s;
   const DeviceState& d = pool->dev[di];
   uint64_t alloc_bytes = 0, free_bytes = 0;
+  auto count = [&](const Counter* allocs, const Counter* frees) {
+    for (unsigned c = 0; c < kNumClasses; ++c) {
+      uint64_t a = allocs ? allocs[c].get() : 0, f = frees[c].get();
+      s.allocations += a;
+      s.frees += f;
+      alloc_bytes += a * kClassSizes[c];
+      free_bytes += f * kClassSizes[c];
+    }
+  };
   {
     std::lock_guard<std::mutex> lock(const_cast<Pool*>(pool)->heaps_mu);
     for (Heap* h = pool->heaps; h; h = h->next_in_pool) {
       const HeapCounters& c = h->counters[di];
-      s.allocations += c.allocs.get();
-      s.frees += c.frees.get();
+      count(c.allocs, c.frees);
+      s.allocations += c.huge_allocs.get();
+      s.frees += c.huge_frees.get();
       s.fallbacks += c.fallbacks.get();
       s.failures += c.failures.get();
-      alloc_bytes += c.alloc_bytes.get();
-      free_bytes += c.free_bytes.get();
     }
   }
-  s.frees += d.orphan_frees.load(std::memory_order_relaxed);
-  free_bytes += d.orphan_free_bytes.load(std::memory_order_relaxed);
+  for (unsigned c = 0; c < kNumClasses; ++c) {
+    uint64_t f = d.orphan_frees[c].load(std::memory_order_relaxed);
+    s.frees += f;
+    free_bytes += f * kClassSizes[c];
+  }
+  s.frees += d.orphan_huge_frees.load(std::memory_order_relaxed);
   s.allocated_bytes = (alloc_bytes > free_bytes ? alloc_bytes - free_bytes : 0) +
                       d.huge_live_bytes.load(std::memory_order_relaxed);
   s.active_bytes = d.active.load(std::memory_order_relaxed);

@@ -234,10 +234,7 @@ int cxlpool_posix_memalign(cxlpool_pool_t* pool, void** out, size_t alignment, s
 }
 
 void cxlpool_free(void* p) {
-  if (!p) return;
-  int saved = errno;
-  A::free_any(p);
-  errno = saved;
+  if (p) A::free_any(p);  // never changes errno (its slow paths restore it)
 }
 
 size_t cxlpool_usable_size(const void* p) { return p ? A::usable_size(p) : 0; }

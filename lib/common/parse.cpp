@@ -146,6 +146,11 @@ std::optional<std::vector<int>> parse_id_list(std::string_view s) {
   return out;
 }
 
+void append_item(std::string& list, std::string_view item, std::string_view separator) {
+  if (!list.empty()) list += separator;
+  list += item;
+}
+
 std::string format_bytes(uint64_t bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   double v = double(bytes);

@@ -30,6 +30,9 @@ std::optional<unsigned> parse_percent(std::string_view s);
 // "0-3,8,10-11" -> sorted unique list (kernel cpulist/nodelist format).
 std::optional<std::vector<int>> parse_id_list(std::string_view s);
 
+// Appends item to a separator-joined list ("a,b" + "c" -> "a,b,c").
+void append_item(std::string& list, std::string_view item, std::string_view separator = ",");
+
 // Human formatting used by tools and messages: "4.0 GiB", "30 GB/s", "250 ns".
 std::string format_bytes(uint64_t bytes);
 std::string format_bandwidth(uint64_t mbps);

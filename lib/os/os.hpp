@@ -13,6 +13,8 @@
 namespace cxlpool::os {
 
 size_t page_size();
+// Monotonic time in ns at the kernel tick's resolution (CLOCK_MONOTONIC_COARSE): cheap.
+uint64_t coarse_now_ns() noexcept;
 uint64_t total_ram_bytes();
 
 // Capabilities of the running kernel, probed once on first use.
@@ -41,6 +43,8 @@ void populate_write(void* addr, size_t size);
 // Private anonymous read-write memory for allocator metadata (local DRAM, default policy).
 // noreserve: address space only until touched (the page map).
 void* map_metadata(size_t size, bool noreserve = false);
+// Asks for transparent huge pages on a metadata range (fewer TLB misses); best effort.
+void advise_hugepages(void* addr, size_t size) noexcept;
 
 // ---- NUMA ----
 // mbind(MPOL_BIND) of [addr, addr+size) to one node (no page is moved).

@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <sys/sysinfo.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -41,6 +42,12 @@ std::string range(const void* p, size_t n) { return hex(p) + ", " + std::to_stri
 size_t page_size() {
   static const size_t ps = size_t(sysconf(_SC_PAGESIZE));
   return ps;
+}
+
+uint64_t coarse_now_ns() noexcept {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
 }
 
 uint64_t total_ram_bytes() {
@@ -112,6 +119,8 @@ void map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset) {
                 ", " + std::to_string(size) + " bytes)",
             errno);
 }
+
+void advise_hugepages(void* addr, size_t size) noexcept { madvise(addr, size, MADV_HUGEPAGE); }
 
 void protect_rw(void* addr, size_t size) {
   if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0) fail_os("mprotect(RW, " + range(addr, size) + ")", errno);

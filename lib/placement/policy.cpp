@@ -21,7 +21,7 @@ class Parser {
 
   std::string device_list() const {
     std::string s;
-    for (auto& n : dev_.names) s += (s.empty() ? "" : ", ") + n;
+    for (auto& n : dev_.names) append_item(s, n, ", ");
     return s;
   }
 
@@ -182,9 +182,9 @@ class Parser {
     switch (r.kind) {
       case RuleKind::kBind: return "bind:" + n(r.devices[0]);
       case RuleKind::kPreferred: {
-        std::string s = "preferred:";
-        for (size_t i = 0; i < r.devices.size(); ++i) s += (i ? "," : "") + n(r.devices[i]);
-        return s;
+        std::string list;
+        for (int d : r.devices) append_item(list, n(d));
+        return "preferred:" + list;
       }
       case RuleKind::kSpill:
         return "spill:near=" + n(r.devices[0]) + ",far=" + n(r.devices[1]) + ",watermark=" +
@@ -192,21 +192,16 @@ class Parser {
       case RuleKind::kThreshold: return "threshold:size=" + std::to_string(r.min_size) + ",device=" + n(r.devices[0]);
       case RuleKind::kRatio:
       case RuleKind::kInterleave: {
-        std::string s = r.kind == RuleKind::kRatio ? "ratio:" : "interleave:";
-        for (size_t i = 0; i < r.devices.size(); ++i)
-          s += (i ? "," : "") + n(r.devices[i]) + "=" + std::to_string(r.weights[i]);
-        return s;
+        std::string list;
+        for (size_t i = 0; i < r.devices.size(); ++i) append_item(list, n(r.devices[i]) + "=" + std::to_string(r.weights[i]));
+        return (r.kind == RuleKind::kRatio ? "ratio:" : "interleave:") + list;
       }
       case RuleKind::kHint: {
         static const char* names[4] = {"hot", "cold", "read_mostly", "shared"};
-        std::string s = "hint:";
-        bool first = true;
+        std::string list;
         for (int i = 0; i < 4; ++i)
-          if (r.hint_device[i] >= 0) {
-            s += std::string(first ? "" : ",") + names[i] + "=" + n(r.hint_device[i]);
-            first = false;
-          }
-        return s;
+          if (r.hint_device[i] >= 0) append_item(list, std::string(names[i]) + "=" + n(r.hint_device[i]));
+        return "hint:" + list;
       }
     }
     return "";
@@ -225,7 +220,8 @@ Policy parse_policy(std::string_view text, const PolicyDevices& devices, const s
   if (trim(text).empty()) text = "bind:near";
   for (auto piece : split(text, '|')) policy.rules.push_back(p.rule(piece));
   for (size_t i = 0; i < policy.rules.size(); ++i) {
-    policy.text += (i ? "|" : "") + p.canonical(policy.rules[i]);
+    if (i) policy.text += '|';
+    policy.text += p.canonical(policy.rules[i]);
     RuleKind k = policy.rules[i].kind;
     bool conditional = k == RuleKind::kThreshold || k == RuleKind::kHint;
     if (!conditional && i + 1 < policy.rules.size())

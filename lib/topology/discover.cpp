@@ -329,7 +329,7 @@ Target make_emulated(const DeviceSpec& s, const Topology& topo, const os::FsRoot
     for (auto& n : topo.targets)
       if (n.kind == CXLPOOL_TARGET_NUMA_NODE) {
         if (n.numa_node == s.numa_node) node = &n;
-        with_memory += (with_memory.empty() ? "" : ",") + std::to_string(n.numa_node);
+        append_item(with_memory, std::to_string(n.numa_node));
       }
     if (!node)
       fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': NUMA node in 'numa:" + std::to_string(s.numa_node) +
@@ -407,7 +407,7 @@ void add_warnings(Topology& topo, bool multi_node_without_hmat) {
   std::string cpuless_nodes;
   for (auto& t : topo.targets)
     if (t.kind == CXLPOOL_TARGET_NUMA_NODE && t.cpuless.known() && t.cpuless.value)
-      cpuless_nodes += (cpuless_nodes.empty() ? "" : ",") + std::to_string(t.numa_node);
+      append_item(cpuless_nodes, std::to_string(t.numa_node));
   auto& k = topo.kernel;
   if (!cpuless_nodes.empty() && k.numa_balancing.known() && k.numa_balancing.value == 1)
     w.push_back("kernel.numa_balancing=1 moves pages toward the CPUs that touch them and will pull pages placed on "

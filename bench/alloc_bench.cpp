@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: MIT
+// Allocator workloads, identical code for every allocator, selected with --allocator:
+//   system        malloc/free of the process (glibc, or jemalloc/mimalloc/tcmalloc under
+//                 LD_PRELOAD: bench/run_alloc_bench.py runs each in the same session)
+//   memkind       memkind_malloc(MEMKIND_DEFAULT) through dlopen of libmemkind.so.0
+//   cxlpool-near  cxlpool_malloc on a pool bound to the near tier (node0)
+//   cxlpool-far   cxlpool_malloc on a pool bound to an emulated far device (memfd)
+// Workloads: hot 64 B malloc+free; 1M objects of 16-512 B freed in shuffled order; a
+// 2-thread producer/consumer with cross-thread frees; realloc growth; large blocks 64 KiB-4 MiB.
+// Refuses to run from a non-Release build.
+#include <benchmark/benchmark.h>
+#include <dlfcn.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cxlpool/cxlpool.h"
+
+namespace {
+
+struct Allocator {
+  void* (*alloc)(size_t) = nullptr;
+  void (*release)(void*) = nullptr;
+  void* (*resize)(void*, size_t) = nullptr;
+};
+Allocator g;
+
+// cxlpool entry points bound to one pool.
+cxlpool_pool_t* g_pool = nullptr;
+void* cx_alloc(size_t n) { return cxlpool_malloc(g_pool, n); }
+void cx_free(void* p) { cxlpool_free(p); }
+void* cx_realloc(void* p, size_t n) { return cxlpool_realloc(g_pool, p, n); }
+
+// memkind through dlopen, so its library never takes over the process's malloc.
+using memkind_t = void*;
+memkind_t* g_memkind_default = nullptr;
+void* (*mk_malloc)(memkind_t, size_t) = nullptr;
+void (*mk_free)(memkind_t, void*) = nullptr;
+void* (*mk_realloc)(memkind_t, void*, size_t) = nullptr;
+void* mk_alloc(size_t n) { return mk_malloc(*g_memkind_default, n); }
+void mk_release(void* p) { mk_free(*g_memkind_default, p); }
+void* mk_resize(void* p, size_t n) { return mk_realloc(*g_memkind_default, p, n); }
+
+bool setup(const std::string& which) {
+  if (which == "system") {
+    g = {&std::malloc, &std::free, &std::realloc};
+    return true;
+  }
+  if (which == "memkind") {
+    void* h = dlopen("libmemkind.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      std::fprintf(stderr, "alloc_bench: %s\n", dlerror());
+      return false;
+    }
+    g_memkind_default = static_cast<memkind_t*>(dlsym(h, "MEMKIND_DEFAULT"));
+    mk_malloc = reinterpret_cast<void* (*)(memkind_t, size_t)>(dlsym(h, "memkind_malloc"));
+    mk_free = reinterpret_cast<void (*)(memkind_t, void*)>(dlsym(h, "memkind_free"));
+    mk_realloc = reinterpret_cast<void* (*)(memkind_t, void*, size_t)>(dlsym(h, "memkind_realloc"));
+    if (!g_memkind_default || !mk_malloc || !mk_free || !mk_realloc) return false;
+    g = {&mk_alloc, &mk_release, &mk_resize};
+    return true;
+  }
+  if (which == "cxlpool-near" || which == "cxlpool-far") {
+    cxlpool_config_t* c = nullptr;
+    cxlpool_topology_t* topo = nullptr;
+    cxlpool_pool_params_t* p = nullptr;
+    cxlpool_config_create(&c);
+    cxlpool_config_set_devices(c, "cxlfar:backing=shm,size=8G");
+    cxlpool_config_set_flags(c, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC);
+    bool ok = cxlpool_topology_discover(c, &topo) == CXLPOOL_OK;
+    cxlpool_pool_params_create(&p);
+    cxlpool_pool_params_set_devices(p, which == "cxlpool-near" ? "node0" : "cxlfar");
+    ok = ok && cxlpool_pool_create(topo, p, &g_pool) == CXLPOOL_OK;
+    if (!ok) std::fprintf(stderr, "alloc_bench: %s\n", cxlpool_last_error_message());
+    cxlpool_pool_params_destroy(p);
+    cxlpool_topology_destroy(topo);
+    cxlpool_config_destroy(c);
+    g = {&cx_alloc, &cx_free, &cx_realloc};
+    return ok;
+  }
+  std::fprintf(stderr, "alloc_bench: unknown allocator '%s' (system, memkind, cxlpool-near, cxlpool-far)\n",
+               which.c_str());
+  return false;
+}
+
+// Harness arrays (sizes, order, pointers) live in one mmap'd, huge-page-advised buffer, never
+// in the allocator under test: otherwise whichever allocator serves std::vector changes the
+// harness's own cache and TLB behaviour (mimalloc hands out huge pages, glibc does not).
+template <class T>
+class HarnessArray {
+ public:
+  explicit HarnessArray(size_t n) : n_(n), bytes_((n * sizeof(T) + (2u << 20) - 1) & ~size_t((2u << 20) - 1)) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) std::abort();
+    madvise(p, bytes_, MADV_HUGEPAGE);
+    data_ = static_cast<T*>(p);
+  }
+  ~HarnessArray() { munmap(data_, bytes_); }
+  T& operator[](size_t i) { return data_[i]; }
+  T* begin() { return data_; }
+  T* end() { return data_ + n_; }
+
+ private:
+  size_t n_, bytes_;
+  T* data_;
+};
+
+void BM_hot_64B(benchmark::State& state) {
+  for (auto _ : state) {
+    void* p = g.alloc(64);
+    benchmark::DoNotOptimize(p);
+    g.release(p);
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+void BM_shuffled_1M_16_512B(benchmark::State& state) {
+  constexpr size_t kCount = 1'000'000;
+  std::mt19937_64 rng(42);
+  HarnessArray<uint32_t> sizes(kCount), order(kCount);
+  HarnessArray<void*> ptrs(kCount);
+  for (size_t i = 0; i < kCount; ++i) {
+    sizes[i] = uint32_t(16 + rng() % 497);
+    order[i] = uint32_t(i);
+  }
+  std::shuffle(order.begin(), order.end(), rng);
+  for (auto _ : state) {
+    for (size_t i = 0; i < kCount; ++i) {
+      ptrs[i] = g.alloc(sizes[i]);
+      static_cast<char*>(ptrs[i])[0] = char(i);
+    }
+    for (size_t i = 0; i < kCount; ++i) g.release(ptrs[order[i]]);
+  }
+  state.SetItemsProcessed(int64_t(state.iterations() * kCount));
+}
+
+void BM_producer_consumer_2T(benchmark::State& state) {
+  constexpr size_t kCount = 1'000'000, kRing = 4096;
+  HarnessArray<std::atomic<void*>> ring(kRing);
+  for (auto _ : state) {
+    for (auto& r : ring) r.store(nullptr, std::memory_order_relaxed);
+    std::thread consumer([&] {
+      size_t tail = 0;
+      for (size_t n = 0; n < kCount; ++n) {
+        void* p;
+        while (!(p = ring[tail].load(std::memory_order_acquire))) std::this_thread::yield();
+        ring[tail].store(nullptr, std::memory_order_relaxed);
+        tail = (tail + 1) % kRing;
+        g.release(p);  // freed by the other thread
+      }
+    });
+    size_t head = 0;
+    for (size_t n = 0; n < kCount; ++n) {
+      void* p = g.alloc(64 + (n & 127) * 2);
+      static_cast<char*>(p)[0] = 1;
+      while (ring[head].load(std::memory_order_acquire)) std::this_thread::yield();
+      ring[head].store(p, std::memory_order_release);
+      head = (head + 1) % kRing;
+    }
+    consumer.join();
+  }
+  state.SetItemsProcessed(int64_t(state.iterations() * kCount));
+}
+
+void BM_realloc_growth(benchmark::State& state) {
+  int64_t ops = 0;
+  for (auto _ : state) {
+    void* p = g.alloc(16);
+    for (size_t n = 32; n <= 64 * 1024; n += 16 + (n >> 4)) {
+      p = g.resize(p, n);
+      static_cast<char*>(p)[n - 1] = 1;
+      ++ops;
+    }
+    g.release(p);
+  }
+  state.SetItemsProcessed(ops);
+}
+
+void BM_large_64K_4M(benchmark::State& state) {
+  static const size_t sizes[] = {64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20};
+  constexpr size_t kLive = 8;
+  void* live[kLive] = {};
+  size_t i = 0;
+  for (auto _ : state) {
+    size_t slot = i % kLive;
+    if (live[slot]) g.release(live[slot]);
+    size_t n = sizes[i % 7];
+    live[slot] = g.alloc(n);
+    static_cast<char*>(live[slot])[0] = 1;
+    static_cast<char*>(live[slot])[n - 1] = 1;
+    ++i;
+  }
+  for (void* p : live)
+    if (p) g.release(p);
+  state.SetItemsProcessed(state.iterations());
+}
+
+BENCHMARK(BM_hot_64B);
+BENCHMARK(BM_shuffled_1M_16_512B)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_producer_consumer_2T)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_realloc_growth)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_large_64K_4M);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::strcmp(CXLPOOL_BENCH_BUILD_TYPE, "Release") != 0) {
+    std::fprintf(stderr, "alloc_bench: refusing to report from a %s build; configure with -DCMAKE_BUILD_TYPE=Release\n",
+                 *CXLPOOL_BENCH_BUILD_TYPE ? CXLPOOL_BENCH_BUILD_TYPE : "unspecified");
+    return 2;
+  }
+  std::string which = "system";
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--allocator=", 12) == 0) which = argv[i] + 12;
+    else rest.push_back(argv[i]);
+  }
+  if (!setup(which)) return 1;
+  int n = int(rest.size());
+  benchmark::Initialize(&n, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
+  benchmark::AddCustomContext("allocator", which);
+  if (const char* pre = std::getenv("LD_PRELOAD")) benchmark::AddCustomContext("ld_preload", pre);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
