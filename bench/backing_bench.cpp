@@ -20,7 +20,7 @@ constexpr size_t kPage = 4096;
 cxlpool::Topology& topology() {
   static cxlpool::Topology topo = [] {
     cxlpool::Config c;
-    c.devices("near:backing=numa:0;far:backing=shm,size=1G").flags(CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC);
+    c.devices("ddr:backing=numa:0;cxl:backing=shm,size=1G").flags(CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC);
     return cxlpool::Topology::discover(&c);
   }();
   return topo;
@@ -63,8 +63,8 @@ void BM_peer_touch_madvise_dontneed(benchmark::State& state) {
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
 }
 
-BENCHMARK_CAPTURE(BM_cxlpool_commit_touch_decommit, near_numa0, "near")->Arg(64 << 10)->Arg(2 << 20);
-BENCHMARK_CAPTURE(BM_cxlpool_commit_touch_decommit, far_memfd, "far")->Arg(64 << 10)->Arg(2 << 20);
+BENCHMARK_CAPTURE(BM_cxlpool_commit_touch_decommit, near_numa0, "ddr")->Arg(64 << 10)->Arg(2 << 20);
+BENCHMARK_CAPTURE(BM_cxlpool_commit_touch_decommit, far_memfd, "cxl")->Arg(64 << 10)->Arg(2 << 20);
 BENCHMARK(BM_peer_mmap_touch_munmap)->Arg(64 << 10)->Arg(2 << 20);
 BENCHMARK(BM_peer_touch_madvise_dontneed)->Arg(64 << 10)->Arg(2 << 20);
 

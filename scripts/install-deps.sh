@@ -11,6 +11,7 @@ PACKAGES=(
   libboost-dev                                          # Boost.Interprocess (shared pools)
   catch2                                                # Catch2 v2 test framework
   libbenchmark-dev                                      # Google Benchmark
+  libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev libmemkind-dev  # benchmark peers
   qemu-system-x86 busybox-static cpio kmod xz-utils     # the multi-node guest test bed (tests/vm)
 )
 

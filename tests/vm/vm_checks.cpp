@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "cxlpool/cxlpool.hpp"
 
@@ -57,6 +59,51 @@ int main() {
       r.commit(0, size_t(32) << 20);
       cxlpool_status_t st = cxlpool_backing_commit(backing.get(), static_cast<char*>(r.data()) + (32 << 20), 4096, 0);
       check(st == CXLPOOL_E_CAPACITY, std::string(t.name()) + ": commit past size=32M fails with CAPACITY");
+    }
+    // The allocator's policies on real NUMA nodes: every page checked with the kernel.
+    int far_node = -1;
+    for (auto& t : topo.targets())
+      if (t.kind() == CXLPOOL_TARGET_NUMA_NODE && t.cpuless()) far_node = t.numa_node();
+    if (far_node >= 0) {
+      const std::string far = "node" + std::to_string(far_node);
+      auto kernel_node_of = [](const void* p) {
+        auto page = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(4095);
+        return cxlpool::query_nodes(reinterpret_cast<void*>(page), 1)[0];
+      };
+      {
+        auto pool = cxlpool::Pool::create(topo, {"node0," + far, "threshold:size=1M,tier=far"});
+        void* small = pool.allocate(1000);
+        void* big = pool.allocate(size_t(4) << 20);
+        std::memset(small, 1, 1000);
+        std::memset(big, 1, size_t(4) << 20);
+        size_t on_far = 0, pages = (size_t(4) << 20) / 4096;
+        auto nodes = cxlpool::query_nodes(big, pages);
+        for (int n : nodes) on_far += n == far_node;
+        check(kernel_node_of(small) == 0, "threshold policy: small block on node0 (move_pages)");
+        check(on_far == pages, "threshold policy: " + std::to_string(on_far) + "/" + std::to_string(pages) +
+                                   " pages of a 4 MiB block on " + far + " (move_pages)");
+        cxlpool::Pool::deallocate(small);
+        cxlpool::Pool::deallocate(big);
+      }
+      {
+        auto pool = cxlpool::Pool::create(topo, {"node0," + far, "interleave:node0=3," + far + "=1"});
+        std::vector<void*> blocks;
+        size_t on[2] = {0, 0}, mismatched = 0;
+        for (int i = 0; i < 10000; ++i) {
+          void* p = pool.allocate(4096);
+          static_cast<char*>(p)[0] = 1;
+          int node = kernel_node_of(p);
+          auto info = cxlpool::ptr_info(p);
+          if ((node == 0 ? 0 : 1) != info->device) ++mismatched;
+          on[node == 0 ? 0 : 1]++;
+          blocks.push_back(p);
+        }
+        double ratio = double(on[0]) / double(on[1]);
+        check(ratio > 2.94 && ratio < 3.06, "weighted interleave 3:1 over 10,000 pages: " + std::to_string(on[0]) + ":" +
+                                                std::to_string(on[1]) + " by move_pages (within 2%)");
+        check(mismatched == 0, "ptr_info agrees with the kernel for every page");
+        for (void* p : blocks) cxlpool::Pool::deallocate(p);
+      }
     }
     auto k = topo.kernel_state();
     std::printf("weighted_interleave=%d\n", int(k.weighted_interleave.value));
