@@ -573,6 +573,7 @@ void release_page(Pool* pool, Page* pg) {
   if (d.free_committed > kMaxFreeCommitted) decommit_slices(d, seg, seg->committed_slices & mask);
   maybe_purge(d);
   pg->state.store(kUnused, std::memory_order_relaxed);
+  pg->end = 0;
   pg->owner.store(nullptr, std::memory_order_relaxed);
 }
 
@@ -1084,7 +1085,40 @@ void retire_if_empty(Heap* h, Page* pg) {
   release_page(h->pool, pg);
 }
 
-void free_small(Segment* seg, void* p) noexcept {
+// After a local free: a full page becomes allocatable again, an empty one may be retired.
+[[gnu::noinline]] void local_free_followup(Heap* me, Page* pg) noexcept {
+  if (pg->state.load(std::memory_order_relaxed) == kFull) {
+    stack_remove(me->full[pg->device][pg->cls], pg);
+    pg->state.store(kActive, std::memory_order_relaxed);
+    list_push_back(me->head[pg->device][pg->cls], me->tail[pg->device][pg->cls], pg);
+  }
+  if (pg->used == 0) {
+    try {
+      retire_if_empty(me, pg);
+    } catch (...) {
+    }
+  }
+}
+
+// A free by a thread that does not own the page (or a page without owner).
+[[gnu::noinline]] void remote_free(Segment* seg, Page* pg, Heap* me, uint32_t w, uint64_t bit) noexcept {
+  // Read the page's fields before publishing the free: once the bit is visible the owner may
+  // collect it, find the page empty and recycle it for another class.
+  const uint8_t device = pg->device, cls = pg->cls;
+  uint64_t old = pg->remote_bits[w].fetch_or(bit, std::memory_order_acq_rel);
+  if (old & bit) return;  // double free: ignored
+  pg->remote_count.fetch_add(1, std::memory_order_release);
+  if (me) me->counters[device].frees[cls].add(1);
+  else seg->pool->dev[device].orphan_frees[cls].fetch_add(1, std::memory_order_relaxed);
+  // Tell the owner that a page it may hold as full has free blocks again. If the page was
+  // recycled meanwhile this only causes a harmless rescan.
+  if (Heap* owner = pg->owner.load(std::memory_order_acquire))
+    owner->full_dirty[device][cls].store(1, std::memory_order_release);
+}
+
+// The free fast path: kept small so it inlines into cxlpool_free and many frees fit the
+// out-of-order window at once (their cache misses overlap).
+inline void free_small(Segment* seg, void* p) noexcept {
   auto a = reinterpret_cast<uintptr_t>(p);
   // The slot, class and block index come from the segment header, so the bitmap word and the
   // page descriptor are two independent loads (their cache misses overlap).
@@ -1095,46 +1129,29 @@ void free_small(Segment* seg, void* p) noexcept {
   const uint64_t bit = uint64_t(1) << (idx & 63);
   Page* pg = &seg->pages[si.slot];
   uint64_t* word = kInlineBitmap[si.cls] ? &pg->inline_bits[w] : &seg->local_bits[si.slot][w];
-  Pool* pool = seg->pool;
   Heap* me = tls_heap(static_cast<const SegmentHeader*>(seg));
-  if (pg->state.load(std::memory_order_relaxed) == kUnused || a >= pg->end || w >= kBitmapWords) return;  // not a block
-  if (pg->owner.load(std::memory_order_relaxed) == me && me) {
-    uint64_t old = *word;
-    if (old & bit) return;  // double free: ignored
-    *word = old | bit;
-    if (w < pg->cursor) pg->cursor = w;
-    --pg->used;
-    // Counter addresses come from the segment header and the class table, never from the
-    // page descriptor: otherwise every free's counter update would wait for that free's page
-    // miss, and the next free for it (store forwarding), serializing the misses.
-    me->counters[seg->device].frees[si.cls].add(1);
-    if (pg->state.load(std::memory_order_relaxed) == kFull) {
-      stack_remove(me->full[pg->device][pg->cls], pg);
-      pg->state.store(kActive, std::memory_order_relaxed);
-      list_push_back(me->head[pg->device][pg->cls], me->tail[pg->device][pg->cls], pg);
-    }
-    if (pg->used == 0) {
-      try {
-        retire_if_empty(me, pg);
-      } catch (...) {
-      }
-    }
+  if (__builtin_expect(a >= pg->end, 0)) return;  // not a block (end is 0 for unused slots)
+  if (__builtin_expect(pg->owner.load(std::memory_order_relaxed) != me || !me, 0)) {
+    remote_free(seg, pg, me, w, bit);
     return;
   }
-  // Read the page's fields before publishing the free: once the bit is visible the owner may
-  // collect it, find the page empty and recycle it for another class.
-  const uint8_t device = pg->device, cls = pg->cls;
-  const uint32_t block_size = pg->block_size;
-  uint64_t old = pg->remote_bits[w].fetch_or(bit, std::memory_order_acq_rel);
-  if (old & bit) return;  // double free: ignored
-  pg->remote_count.fetch_add(1, std::memory_order_release);
-  (void)block_size;
-  if (me) me->counters[device].frees[cls].add(1);
-  else pool->dev[device].orphan_frees[cls].fetch_add(1, std::memory_order_relaxed);
-  // Tell the owner that a page it may hold as full has free blocks again. If the page was
-  // recycled meanwhile this only causes a harmless rescan.
-  if (Heap* owner = pg->owner.load(std::memory_order_acquire))
-    owner->full_dirty[device][cls].store(1, std::memory_order_release);
+  uint64_t old = *word;
+  if (__builtin_expect(old & bit, 0)) return;  // double free: ignored
+  *word = old | bit;
+  if (w < pg->cursor) pg->cursor = w;
+  // Counter addresses come from the segment header and the class table, never from the page
+  // descriptor: otherwise every free's counter update would wait for that free's page miss,
+  // and the next free for it (store forwarding), serializing the misses.
+  me->counters[seg->device].frees[si.cls].add(1);
+  if (__builtin_expect(--pg->used == 0 || pg->state.load(std::memory_order_relaxed) == kFull, 0))
+    local_free_followup(me, pg);
+}
+
+[[gnu::noinline]] void free_huge(HugeSpan* span) noexcept {
+  Pool* pool = span->pool;
+  if (Heap* me = tls_heap(pool)) me->counters[span->device].huge_frees.add(1);
+  else pool->dev[span->device].orphan_huge_frees.fetch_add(1, std::memory_order_relaxed);
+  huge_free(span);
 }
 
 }  // namespace
@@ -1254,14 +1271,19 @@ void pool_destroy(Pool* pool) noexcept {
   delete pool;
 }
 
-void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
+namespace {
+[[gnu::noinline]] void* pool_malloc_slow(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
   if (size > (size_t(1) << 46)) {
     errno = ENOMEM;
     return nullptr;
   }
-  if (device >= 0 || pool->fixed_device < 0) return allocate(pool, size, 0, hint, device);
-  // Fast path: one bind rule, small size, thread heap ready, page with a free block.
-  if (size <= kMaxClassSize) {
+  return allocate(pool, size, 0, hint, device);
+}
+}  // namespace
+
+void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
+  // Fast path: one bind rule, a class size, the thread's heap ready, a page with a free block.
+  if (__builtin_expect(device < 0 && pool->fixed_device >= 0 && size <= kMaxClassSize, 1)) {
     if (Heap* h = tls_heap(pool)) {
       unsigned cls = size_to_class(size);
       if (void* p = alloc_block(h, pool->fixed_device, cls)) {
@@ -1270,7 +1292,7 @@ void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
       }
     }
   }
-  return allocate(pool, size, 0, hint, -1);
+  return pool_malloc_slow(pool, size, hint, device);
 }
 
 void* pool_aligned(Pool* pool, size_t alignment, size_t size, uint32_t hint, int device) noexcept {
@@ -1305,15 +1327,8 @@ size_t usable_size(const void* p) noexcept {
 bool free_any(void* p) noexcept {
   SegmentHeader* hdr = lookup(p);
   if (!hdr) return false;
-  if (hdr->kind == SegKind::kHuge) {
-    auto* span = static_cast<HugeSpan*>(hdr);
-    Pool* pool = span->pool;
-    if (Heap* me = tls_heap(pool)) me->counters[span->device].huge_frees.add(1);
-    else pool->dev[span->device].orphan_huge_frees.fetch_add(1, std::memory_order_relaxed);
-    huge_free(span);
-    return true;
-  }
-  free_small(static_cast<Segment*>(hdr), p);
+  if (__builtin_expect(hdr->kind == SegKind::kHuge, 0)) free_huge(static_cast<HugeSpan*>(hdr));
+  else free_small(static_cast<Segment*>(hdr), p);
   return true;
 }
 

@@ -180,14 +180,25 @@ def main():
     os.makedirs(a.log_dir, exist_ok=True)
     log_path = os.path.join(a.log_dir, f"{name}.log")
     cmd = qemu_command(a.topology, kernel, a.initrd, a.plan)
-    t0 = time.time()
-    try:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
-                           timeout=a.timeout)
-        log, rc = p.stdout + p.stderr, p.returncode
-    except subprocess.TimeoutExpired as e:
-        log, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), None
-    wall = time.time() - t0
+    # Multi-threaded TCG occasionally loses a race with the guest kernel's boot-time text
+    # patching (an int3 Oops in early boot). A guest that dies before our plan's first marker
+    # is booted again, at most twice, and the retry is reported; failures after the plan
+    # started are never retried.
+    for attempt in range(1, 4):
+        t0 = time.time()
+        try:
+            p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
+                               timeout=a.timeout)
+            log, rc = p.stdout + p.stderr, p.returncode
+        except subprocess.TimeoutExpired as e:
+            log, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), None
+        wall = time.time() - t0
+        early_panic = "Kernel panic" in log and "=== CXLPOOL-VM BEGIN" not in log
+        if not early_panic or attempt == 3:
+            break
+        panic = next((l.strip() for l in log.splitlines() if "Oops" in l or "Kernel panic" in l), "kernel panic")
+        print(f"guest {a.topology}-{a.kernel}: kernel died during boot before the plan started ({panic}); "
+              f"booting again (attempt {attempt + 1} of 3)")
     with open(log_path, "w") as f:
         f.write(" ".join(cmd) + "\n\n" + log)
     print(f"guest {name}: qemu rc={rc}, {wall:.1f} s wall, log {log_path}")
