@@ -586,26 +586,27 @@ void collect_remote(Page* pg) {
     uint64_t x = pg->remote_bits[w].exchange(0, std::memory_order_acq_rel);
     pg->free_bits[w] |= x;
     freed += __builtin_popcountll(x);
-    if (x && w < pg->cursor) pg->cursor = w;
   }
   pg->used -= uint32_t(freed);
   pg->remote_count.fetch_sub(freed, std::memory_order_acq_rel);
 }
 
-// True when the page has a free block at or after its cursor (collecting remote frees).
+// True when the page has a free block; leaves the cursor on its bitmap word. Frees do not move
+// the cursor back (one store less on the free path): words below it are found when the scan
+// wraps around, after remote frees have been folded in.
 bool page_has_free(Page* pg) {
   for (uint32_t w = pg->cursor; w < pg->words; ++w)
     if (pg->free_bits[w]) {
       pg->cursor = w;
       return true;
     }
-  pg->cursor = pg->words;
   collect_remote(pg);
-  for (uint32_t w = pg->cursor; w < pg->words; ++w)
+  for (uint32_t w = 0; w < pg->words; ++w)
     if (pg->free_bits[w]) {
       pg->cursor = w;
       return true;
     }
+  pg->cursor = pg->words;
   return false;
 }
 
@@ -1138,7 +1139,6 @@ inline void free_small(Segment* seg, void* p) noexcept {
   uint64_t old = *word;
   if (__builtin_expect(old & bit, 0)) return;  // double free: ignored
   *word = old | bit;
-  if (w < pg->cursor) pg->cursor = w;
   // Counter addresses come from the segment header and the class table, never from the page
   // descriptor: otherwise every free's counter update would wait for that free's page miss,
   // and the next free for it (store forwarding), serializing the misses.
