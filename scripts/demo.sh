@@ -14,3 +14,6 @@ echo "== cxlpool-info"
 echo
 echo "== touch_devices: map, touch and verify memory on every device"
 "$BUILD/examples/touch_devices"
+echo
+echo "== threshold_pool: allocations of 1 MiB and more go to the far tier (policy threshold:size=1M,tier=far)"
+"$BUILD/examples/threshold_pool"

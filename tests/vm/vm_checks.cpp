@@ -14,6 +14,11 @@
 namespace {
 int passed = 0, failed = 0;
 
+int kernel_node_of_page(const void* p) {
+  auto page = reinterpret_cast<uintptr_t>(p) & ~uintptr_t(4095);
+  return cxlpool::query_nodes(reinterpret_cast<void*>(page), 1)[0];
+}
+
 void check(bool ok, const std::string& what) {
   std::printf("%s %s\n", ok ? "ok  " : "FAIL", what.c_str());
   (ok ? passed : failed)++;
@@ -102,6 +107,44 @@ int main() {
         check(ratio > 2.94 && ratio < 3.06, "weighted interleave 3:1 over 10,000 pages: " + std::to_string(on[0]) + ":" +
                                                 std::to_string(on[1]) + " by move_pages (within 2%)");
         check(mismatched == 0, "ptr_info agrees with the kernel for every page");
+        for (void* p : blocks) cxlpool::Pool::deallocate(p);
+      }
+    }
+    // Every policy on real nodes: each block's page is where ptr_info says (move_pages), and
+    // each policy's characteristic split shows up.
+    if (far_node >= 0) {
+      const std::string far = "node" + std::to_string(far_node);
+      struct Case {
+        std::string policy;
+        double min_far_share, max_far_share;  // share of blocks the kernel finds on the far node
+      };
+      const Case cases[] = {
+          {"bind:near", 0.0, 0.0},
+          {"bind:far", 1.0, 1.0},
+          {"preferred:" + far + ",node0", 1.0, 1.0},
+          {"spill:near=node0,far=" + far + ",watermark=100%", 0.0, 0.0},
+          {"ratio:node0=1," + far + "=1", 0.45, 0.55},
+          {"hint:cold=" + far + "|bind:near", 0.45, 0.55},  // every other block is hinted cold
+      };
+      for (const Case& c : cases) {
+        auto pool = cxlpool::Pool::create(topo, {"node0," + far, c.policy});
+        std::vector<void*> blocks;
+        size_t on_far = 0, disagree = 0;
+        for (int i = 0; i < 2000; ++i) {
+          cxlpool_hint_t hint{i % 2 ? uint32_t(CXLPOOL_HINT_COLD) : 0u, -1};
+          void* p = cxlpool_malloc_hint(pool.get(), 4096, &hint);
+          if (!p) break;
+          static_cast<char*>(p)[0] = 1;
+          int node = kernel_node_of_page(p);
+          auto info = cxlpool::ptr_info(p);
+          on_far += node == far_node;
+          if ((node == far_node) != (std::string(info->device_name) == far)) ++disagree;
+          blocks.push_back(p);
+        }
+        double share = blocks.empty() ? -1 : double(on_far) / double(blocks.size());
+        check(blocks.size() == 2000 && disagree == 0 && share >= c.min_far_share && share <= c.max_far_share,
+              c.policy + ": " + std::to_string(on_far) + "/" + std::to_string(blocks.size()) + " blocks on " + far +
+                  ", " + std::to_string(disagree) + " disagreements between ptr_info and move_pages");
         for (void* p : blocks) cxlpool::Pool::deallocate(p);
       }
     }
