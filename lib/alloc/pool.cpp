@@ -264,6 +264,8 @@ class SegmentArena {
     *reinterpret_cast<void**>(s) = free_;
     free_ = s;
   }
+  void lock() { mu_.lock(); }
+  void unlock() { mu_.unlock(); }
 
  private:
   static constexpr size_t kSlot = (sizeof(Segment) + 4095) & ~size_t(4095);
@@ -1416,6 +1418,35 @@ uint64_t pool_trim(Pool* pool) noexcept {
   }
   return released;
 }
+
+void fork_prepare() noexcept {
+  g_registry_mu.lock();
+  for (auto& e : g_registry) {
+    if (!e.pool) continue;
+    e.pool->heaps_mu.lock();
+    for (int di = 0; di < e.pool->ndev; ++di) {
+      e.pool->dev[di].mu.lock();
+      e.pool->dev[di].backing->lock_for_fork();
+    }
+  }
+  g_segment_arena.lock();
+}
+
+static void fork_release() noexcept {
+  g_segment_arena.unlock();
+  for (auto& e : g_registry) {
+    if (!e.pool) continue;
+    for (int di = e.pool->ndev - 1; di >= 0; --di) {
+      e.pool->dev[di].backing->unlock_after_fork();
+      e.pool->dev[di].mu.unlock();
+    }
+    e.pool->heaps_mu.unlock();
+  }
+  g_registry_mu.unlock();
+}
+
+void fork_parent() noexcept { fork_release(); }
+void fork_child() noexcept { fork_release(); }
 
 int pool_device_count(const Pool* pool) noexcept { return pool->ndev; }
 const std::string& pool_device_name(const Pool* pool, int device) noexcept { return pool->dev[device].name; }

@@ -65,6 +65,12 @@ bool ptr_info(const void* p, PtrInfo* out) noexcept;
 // Returns empty pages and cached spans to the devices; bytes decommitted.
 uint64_t pool_trim(Pool* pool) noexcept;
 
+// pthread_atfork handlers (installed by the interposer): prepare takes every allocator lock
+// in a fixed order; parent and child release them.
+void fork_prepare() noexcept;
+void fork_parent() noexcept;
+void fork_child() noexcept;
+
 int pool_device_count(const Pool* pool) noexcept;
 const std::string& pool_device_name(const Pool* pool, int device) noexcept;
 size_t pool_device_target(const Pool* pool, int device) noexcept;

@@ -50,6 +50,10 @@ class Backing {
   void release(void* addr);
   uint64_t offset_of(const void* addr) const;
   bool busy() const;
+  // fork(): the interposer holds every allocator lock across fork so the child never inherits
+  // a lock held by a thread that does not exist there.
+  void lock_for_fork() { mu_.lock(); }
+  void unlock_after_fork() { mu_.unlock(); }
 
  protected:
   struct Reservation {

@@ -11,6 +11,7 @@ constexpr OptionInfo kOptions[] = {
      "emulated/declared devices: NAME:key=value,...;NAME2:... (docs/config.md)"},
     {Option::kConfigFile, "CXLPOOL_CONFIG", "path of a device file, one device per line, '#' comments"},
     {Option::kPolicy, "CXLPOOL_POLICY", "placement policy of the default pool (docs/policy.md), e.g. threshold:size=1M,tier=far"},
+    {Option::kStats, "CXLPOOL_STATS", "interposer: print per-device statistics at exit: 1 (stderr) or a file path"},
 };
 static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");
 }  // namespace

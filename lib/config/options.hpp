@@ -9,6 +9,7 @@ enum class Option {
   kDevices,     // CXLPOOL_DEVICES
   kConfigFile,  // CXLPOOL_CONFIG
   kPolicy,      // CXLPOOL_POLICY
+  kStats,       // CXLPOOL_STATS
   kCount
 };
 

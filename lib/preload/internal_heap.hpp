@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+// The interposer's internal heap: serves every allocation cxlpool makes for itself while it
+// is being initialised or is inside an allocator call (topology discovery, region vectors,
+// error strings), so malloc never recurses into the allocator. Power-of-two classes with
+// free lists in one reserved address range; a spinlock (no pthread, no malloc, no I/O).
+#pragma once
+
+#include <cstddef>
+
+namespace cxlpool::detail::preload {
+
+void* internal_alloc(size_t size, size_t alignment = 16) noexcept;
+void internal_free(void* p) noexcept;
+bool internal_owns(const void* p) noexcept;
+size_t internal_usable_size(const void* p) noexcept;
+// Held across fork() by the interposer's atfork handlers.
+void internal_lock() noexcept;
+void internal_unlock() noexcept;
+
+}  // namespace cxlpool::detail::preload

@@ -1,0 +1,414 @@
+// SPDX-License-Identifier: MIT
+// libcxlpool_preload.so: the malloc family and every C++ operator new/delete, served from a
+// cxlpool pool configured by CXLPOOL_DEVICES / CXLPOOL_CONFIG / CXLPOOL_POLICY. Rules:
+//  - never recurse: while this thread is inside cxlpool (initialisation, discovery, allocator
+//    slow paths) every allocation goes to the internal heap (internal_heap.hpp);
+//  - never call dlsym: pointers cxlpool does not know go to glibc's __libc_* entry points;
+//  - never abort, exit or hang on configuration: a bad setting prints one line (write(2))
+//    and the process runs with default placement (or plain glibc if even that fails);
+//  - fork handlers hold every allocator lock across fork().
+#include <errno.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "alloc/pool.hpp"
+#include "common/error.hpp"
+#include "config/options.hpp"
+#include "preload/internal_heap.hpp"
+#include "topology/model.hpp"
+
+extern "C" {
+void* __libc_malloc(size_t);
+void __libc_free(void*);
+void* __libc_calloc(size_t, size_t);
+void* __libc_realloc(void*, size_t);
+void* __libc_memalign(size_t, size_t);
+}
+
+namespace cxlpool::detail::preload {
+namespace {
+
+namespace A = cxlpool::detail::alloc;
+
+enum State : int { kUninit, kReady, kPassthrough };
+std::atomic<int> g_state{kUninit};
+A::Pool* g_pool = nullptr;
+pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+thread_local int tls_busy __attribute__((tls_model("initial-exec"))) = 0;
+std::atomic<uint64_t> g_foreign_frees{0};
+char g_stats_target[512] = "";
+
+struct Busy {
+  Busy() { ++tls_busy; }
+  ~Busy() { --tls_busy; }
+};
+
+// One diagnostic line on stderr, without allocating.
+void say(const char* fmt, const char* a = "", const char* b = "") {
+  char line[1024];
+  int n = std::snprintf(line, sizeof line, fmt, a, b);
+  if (n > 0) {
+    size_t len = std::min(size_t(n), sizeof line - 1);
+    if (line[len - 1] != '\n' && len < sizeof line - 1) line[len++] = '\n';
+    ssize_t w = write(2, line, len);
+    (void)w;
+  }
+}
+
+void print_stats() {
+  if (!g_pool || !g_stats_target[0]) return;
+  Busy busy;
+  int fd = 2;
+  if (std::strcmp(g_stats_target, "1") != 0) {
+    fd = open(g_stats_target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      say("cxlpool: CXLPOOL_STATS: cannot write '%s': %s", g_stats_target, std::strerror(errno));
+      return;
+    }
+  }
+  char line[512];
+  int n = std::snprintf(line, sizeof line, "cxlpool: pid %d, policy %s\n", int(getpid()), A::pool_policy_text(g_pool).c_str());
+  ssize_t w = write(fd, line, size_t(n));
+  n = std::snprintf(line, sizeof line, "%-10s %5s %14s %14s %16s %16s %10s %10s\n", "device", "tier", "allocations",
+                    "frees", "live bytes", "peak resident", "fallbacks", "failures");
+  w = write(fd, line, size_t(n));
+  for (int d = 0; d < A::pool_device_count(g_pool); ++d) {
+    A::DeviceStats s = A::pool_device_stats(g_pool, d);
+    n = std::snprintf(line, sizeof line, "%-10s %5d %14llu %14llu %16llu %16llu %10llu %10llu\n",
+                      A::pool_device_name(g_pool, d).c_str(), A::pool_device_tier(g_pool, d),
+                      (unsigned long long)s.allocations, (unsigned long long)s.frees,
+                      (unsigned long long)s.allocated_bytes, (unsigned long long)s.peak_resident_bytes,
+                      (unsigned long long)s.fallbacks, (unsigned long long)s.failures);
+    w = write(fd, line, size_t(n));
+  }
+  (void)w;
+  if (fd != 2) close(fd);
+}
+
+void atfork_prepare() {
+  pthread_mutex_lock(&g_init_mu);
+  A::fork_prepare();
+  internal_lock();
+}
+void atfork_parent() {
+  internal_unlock();
+  A::fork_parent();
+  pthread_mutex_unlock(&g_init_mu);
+}
+void atfork_child() {
+  internal_unlock();
+  A::fork_child();
+  pthread_mutex_unlock(&g_init_mu);
+}
+
+// Builds the pool from the environment; on a configuration error says so once and falls back
+// to default placement. Runs with tls_busy set: everything it allocates is internal.
+void initialise() {
+  Busy busy;
+  std::string problem;
+  try {
+    // No hwloc here: it would add tens of milliseconds to every program's start, and sysfs
+    // already carries the HMAT figures.
+    DiscoverOptions env;
+    env.no_hwloc = true;
+    Topology topo = discover(env);
+    A::PoolOptions o;
+    o.name = "preload";
+    if (const char* policy = option_value(Option::kPolicy)) o.policy = policy;
+    try {
+      g_pool = A::pool_create(topo, o);
+    } catch (const Failure& f) {
+      if (f.status() != CXLPOOL_E_CONFIG) throw;
+      problem = std::string("CXLPOOL_POLICY: ") + f.what();
+      o.policy.clear();
+      g_pool = A::pool_create(topo, o);
+    }
+  } catch (const Failure& f) {
+    if (problem.empty()) problem = f.what();
+    try {  // the environment's devices are unusable: the machine's own targets
+      DiscoverOptions plain;
+      plain.ignore_env = true;
+      plain.no_hwloc = true;
+      Topology topo = discover(plain);
+      A::PoolOptions o;
+      o.name = "preload";
+      g_pool = A::pool_create(topo, o);
+    } catch (const std::exception& e2) {
+      say("cxlpool: %s; the interposer passes allocations to glibc (%s)", problem.c_str(), e2.what());
+      g_state.store(kPassthrough, std::memory_order_release);
+      return;
+    }
+  } catch (const std::exception& e) {
+    problem = e.what();
+  }
+  if (!problem.empty()) say("cxlpool: %s; running with default placement", problem.c_str());
+  if (const char* stats = option_value(Option::kStats))
+    if (*stats && std::strcmp(stats, "0") != 0) {
+      std::snprintf(g_stats_target, sizeof g_stats_target, "%s", stats);
+      std::atexit(print_stats);
+    }
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  g_state.store(kReady, std::memory_order_release);
+}
+
+void ensure_initialised() {
+  pthread_mutex_lock(&g_init_mu);
+  if (g_state.load(std::memory_order_acquire) == kUninit) initialise();
+  pthread_mutex_unlock(&g_init_mu);
+}
+
+// State after initialisation (kReady or kPassthrough).
+inline int state() {
+  int s = g_state.load(std::memory_order_acquire);
+  if (__builtin_expect(s == kUninit, 0)) {
+    ensure_initialised();
+    s = g_state.load(std::memory_order_acquire);
+  }
+  return s;
+}
+
+void* do_malloc(size_t n) {
+  if (__builtin_expect(tls_busy != 0, 0)) {
+    void* p = internal_alloc(n ? n : 1);
+    if (!p) errno = ENOMEM;
+    return p;
+  }
+  if (__builtin_expect(state() != kReady, 0)) return __libc_malloc(n);
+  Busy busy;
+  return A::pool_malloc(g_pool, n);
+}
+
+void* do_aligned(size_t alignment, size_t n) {
+  if (__builtin_expect(tls_busy != 0, 0)) {
+    void* p = internal_alloc(n ? n : 1, alignment);
+    if (!p) errno = ENOMEM;
+    return p;
+  }
+  if (state() != kReady) return __libc_memalign(alignment, n);
+  Busy busy;
+  return A::pool_aligned(g_pool, alignment, n);
+}
+
+// glibc's memalign rules: small alignments are plain malloc, others round up to a power of
+// two, absurd ones are EINVAL.
+void* memalign_like(size_t alignment, size_t n) {
+  if (alignment <= 16) return do_malloc(n);
+  if (alignment > SIZE_MAX / 2 + 1) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (alignment & (alignment - 1)) alignment = size_t(1) << (64 - __builtin_clzll(alignment));
+  return do_aligned(alignment, n);
+}
+
+void do_free(void* p) {
+  if (!p) return;
+  if (internal_owns(p)) {
+    internal_free(p);
+    return;
+  }
+  {
+    Busy busy;
+    if (A::free_any(p)) return;
+  }
+  // Not cxlpool's: memory from before the interposer (ld.so) belongs to glibc.
+  g_foreign_frees.fetch_add(1, std::memory_order_relaxed);
+  __libc_free(p);
+}
+
+size_t usable(void* p) {
+  if (!p) return 0;
+  if (internal_owns(p)) return internal_usable_size(p);
+  return A::usable_size(p);  // 0 for pointers that are not ours
+}
+
+void* do_realloc(void* p, size_t n) {
+  if (!p) return do_malloc(n);
+  if (n == 0) {  // glibc: frees and returns NULL
+    do_free(p);
+    return nullptr;
+  }
+  if (internal_owns(p)) {
+    void* q = do_malloc(n);
+    if (q) {
+      std::memcpy(q, p, std::min(n, internal_usable_size(p)));
+      internal_free(p);
+    }
+    return q;
+  }
+  if (A::owns(p)) {
+    if (tls_busy || state() != kReady) {  // cxlpool's own realloc of a user block: copy out
+      size_t old = A::usable_size(p);
+      void* q = do_malloc(n);
+      if (q) {
+        std::memcpy(q, p, std::min(n, old));
+        do_free(p);
+      }
+      return q;
+    }
+    Busy busy;
+    return A::pool_realloc(g_pool, p, n);
+  }
+  return __libc_realloc(p, n);
+}
+
+void* new_impl(size_t n, size_t alignment, bool nothrow) {
+  for (;;) {
+    void* p = alignment > 16 ? do_aligned(alignment, n) : do_malloc(n);
+    if (p) return p;
+    std::new_handler handler = std::get_new_handler();
+    if (!handler) {
+      if (nothrow) return nullptr;
+      throw std::bad_alloc();
+    }
+    if (nothrow) {
+      try {
+        handler();
+      } catch (...) {
+        return nullptr;
+      }
+    } else {
+      handler();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cxlpool::detail::preload
+
+using namespace cxlpool::detail::preload;
+
+#define CXLPOOL_EXPORT extern "C" __attribute__((visibility("default")))
+
+CXLPOOL_EXPORT void* malloc(size_t n) { return do_malloc(n); }
+CXLPOOL_EXPORT void free(void* p) { do_free(p); }
+CXLPOOL_EXPORT void* calloc(size_t count, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  void* p = do_malloc(bytes);
+  if (p) std::memset(p, 0, bytes);
+  return p;
+}
+CXLPOOL_EXPORT void* realloc(void* p, size_t n) { return do_realloc(p, n); }
+CXLPOOL_EXPORT void* reallocarray(void* p, size_t count, size_t size) {
+  size_t bytes;
+  if (__builtin_mul_overflow(count, size, &bytes)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return do_realloc(p, bytes);
+}
+CXLPOOL_EXPORT void* memalign(size_t alignment, size_t n) { return memalign_like(alignment, n); }
+// glibc 2.36 treats aligned_alloc like memalign (a non-power-of-two alignment is rounded up).
+CXLPOOL_EXPORT void* aligned_alloc(size_t alignment, size_t n) { return memalign_like(alignment, n); }
+CXLPOOL_EXPORT int posix_memalign(void** out, size_t alignment, size_t n) {
+  if (alignment % sizeof(void*) != 0 || (alignment & (alignment - 1)) || alignment == 0) return EINVAL;
+  int saved = errno;
+  void* p = memalign_like(alignment, n);
+  if (!p) {
+    int err = errno ? errno : ENOMEM;
+    errno = saved;
+    return err;
+  }
+  *out = p;
+  return 0;
+}
+CXLPOOL_EXPORT void* valloc(size_t n) { return memalign_like(size_t(sysconf(_SC_PAGESIZE)), n); }
+CXLPOOL_EXPORT void* pvalloc(size_t n) {
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  size_t rounded;
+  if (__builtin_add_overflow(n, page - 1, &rounded)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  rounded &= ~(page - 1);
+  return memalign_like(page, rounded ? rounded : page);
+}
+CXLPOOL_EXPORT size_t malloc_usable_size(void* p) { return usable(p); }
+CXLPOOL_EXPORT int mallopt(int, int) { return 1; }  // accepted and ignored (glibc returns 1 on success)
+CXLPOOL_EXPORT int malloc_trim(size_t) {
+  if (g_state.load(std::memory_order_acquire) != kReady) return 0;
+  Busy busy;
+  return cxlpool::detail::alloc::pool_trim(g_pool) > 0 ? 1 : 0;
+}
+CXLPOOL_EXPORT struct mallinfo2 mallinfo2() {
+  struct mallinfo2 m {};
+  if (g_state.load(std::memory_order_acquire) != kReady) return m;
+  Busy busy;
+  for (int d = 0; d < cxlpool::detail::alloc::pool_device_count(g_pool); ++d) {
+    auto s = cxlpool::detail::alloc::pool_device_stats(g_pool, d);
+    m.arena += s.resident_bytes;
+    m.uordblks += s.allocated_bytes;
+    m.usmblks += s.peak_resident_bytes;
+  }
+  m.fordblks = m.arena > m.uordblks ? m.arena - m.uordblks : 0;
+  return m;
+}
+CXLPOOL_EXPORT struct mallinfo mallinfo() {
+  struct mallinfo2 m2 = mallinfo2();
+  struct mallinfo m {};
+  auto clip = [](size_t v) { return int(v > size_t(INT32_MAX) ? INT32_MAX : v); };
+  m.arena = clip(m2.arena);
+  m.uordblks = clip(m2.uordblks);
+  m.fordblks = clip(m2.fordblks);
+  m.usmblks = clip(m2.usmblks);
+  return m;
+}
+CXLPOOL_EXPORT void malloc_stats() {
+  if (g_state.load(std::memory_order_acquire) != kReady) return;
+  char saved[sizeof g_stats_target];
+  std::memcpy(saved, g_stats_target, sizeof saved);
+  std::strcpy(g_stats_target, "1");  // malloc_stats prints to stderr, as glibc's does
+  print_stats();
+  std::memcpy(g_stats_target, saved, sizeof saved);
+}
+
+// C++ operators: new, new[], each plain / nothrow / aligned / aligned+nothrow; delete and
+// delete[] plain, nothrow, sized, aligned, sized+aligned, aligned+nothrow.
+__attribute__((visibility("default"))) void* operator new(size_t n) { return new_impl(n, 0, false); }
+__attribute__((visibility("default"))) void* operator new[](size_t n) { return new_impl(n, 0, false); }
+__attribute__((visibility("default"))) void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  return new_impl(n, 0, true);
+}
+__attribute__((visibility("default"))) void* operator new[](size_t n, const std::nothrow_t&) noexcept {
+  return new_impl(n, 0, true);
+}
+__attribute__((visibility("default"))) void* operator new(size_t n, std::align_val_t a) {
+  return new_impl(n, size_t(a), false);
+}
+__attribute__((visibility("default"))) void* operator new[](size_t n, std::align_val_t a) {
+  return new_impl(n, size_t(a), false);
+}
+__attribute__((visibility("default"))) void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return new_impl(n, size_t(a), true);
+}
+__attribute__((visibility("default"))) void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return new_impl(n, size_t(a), true);
+}
+__attribute__((visibility("default"))) void operator delete(void* p) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, const std::nothrow_t&) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, const std::nothrow_t&) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, size_t) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, size_t) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, size_t, std::align_val_t) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, size_t, std::align_val_t) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  do_free(p);
+}
+__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+  do_free(p);
+}

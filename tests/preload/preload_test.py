@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Interposer tests, one CTest test per mode:
+#   conformance  the malloc family vs glibc, case by case (0 deviations or each documented)
+#   programs     real programs: identical stdout and exit code with and without the interposer
+#   torture      fork and thread-exit torture under the interposer
+#   bootstrap    constructor allocations before main, free(NULL) first
+#   badconfig    each bad setting: one line on stderr naming the token, the program still works
+#   placement    a threshold policy puts large buffers on the far device
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+
+mode, preload, bindir, srcdir = sys.argv[1:5]
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    print(("ok    " if cond else "FAIL  ") + what, flush=True)
+    if not cond:
+        failures += 1
+
+
+def env(extra=None, preloaded=True):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("CXLPOOL_") and k != "LD_PRELOAD"}
+    if preloaded:
+        e["LD_PRELOAD"] = preload
+    e.update(extra or {})
+    return e
+
+
+def run(cmd, preloaded=True, extra=None, timeout=300, **kw):
+    return subprocess.run(cmd, env=env(extra, preloaded), capture_output=True, timeout=timeout, **kw)
+
+
+def digest(b):
+    return hashlib.sha256(b).hexdigest()[:16]
+
+
+if mode == "conformance":
+    exe = os.path.join(bindir, "preload_conformance")
+    base = run([exe], preloaded=False).stdout.decode().splitlines()
+    ours = run([exe]).stdout.decode().splitlines()
+    check(len(base) == len(ours), f"same number of result lines ({len(base)})")
+    deviations = [(b, o) for b, o in zip(base, ours) if b != o]
+    for b, o in deviations:
+        print(f"      glibc:    {b}\n      cxlpool:  {o}")
+    cases = ours[-1] if ours else "?"
+    check(not deviations, f"{cases} (16 entry points and argument classes) x 2 modes: {len(deviations)} deviations from glibc")
+
+elif mode == "programs":
+    work = tempfile.mkdtemp(prefix="cxlpool-preload-")
+    big = os.path.join(work, "lines.txt")
+    with open(big, "w") as f:  # ~40 MB, deterministic
+        x = 12345
+        for i in range(1_500_000):
+            x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+            f.write(f"{x:010d} line {i} {'abc' * (x % 7)}\n")
+    cpp = os.path.join(work, "t.cpp")
+    with open(cpp, "w") as f:
+        f.write("#include <map>\n#include <string>\n#include <vector>\n#include <iostream>\n#include <algorithm>\n"
+                "template <int N> struct F { static constexpr long v = N * F<N - 1>::v % 1000003; };\n"
+                "template <> struct F<0> { static constexpr long v = 1; };\n"
+                "int main() { std::map<std::string, std::vector<int>> m; for (int i = 0; i < 100000; ++i) "
+                "m[std::to_string(i % 997)].push_back(i); long s = F<200>::v; for (auto& [k, v] : m) s += v.size() * k.size(); "
+                "std::cout << s << std::endl; }\n")
+    py = ("import json,collections,hashlib\n"
+          "d={str(i):[i]*(i%13) for i in range(200000)}\n"
+          "c=collections.Counter(len(v) for v in d.values())\n"
+          "s=json.dumps(d)[:100000]\n"
+          "print(sorted(c.items()), hashlib.sha256(s.encode()).hexdigest())\n")
+    programs = [
+        ("ls", ["ls", "-la", "--time-style=+%s", "/usr/include", "/usr/lib/x86_64-linux-gnu"]),
+        ("grep", ["grep", "-rn", "define", "/usr/include/linux"]),
+        ("sort 40 MB", ["sort", big]),
+        ("python3", ["/usr/bin/python3", "-c", py]),
+        ("git", ["git", "-C", srcdir, "log", "--stat", "-n", "30"]),
+        ("perl", ["perl", "-e", 'my %h; $h{$_}=$_*2 for 1..300000; print scalar(keys %h), "\\n"; '
+                  'print join(",", (sort { $a <=> $b } values %h)[0..9]), "\\n";']),
+        ("g++ compile", ["g++", "-O1", "-std=c++20", "-o", os.path.join(work, "t"), cpp]),
+        ("compiled program", [os.path.join(work, "t")]),
+    ]
+    for name in ["parse_test", "device_spec_test", "policy_test", "topology_test", "backing_test", "alloc_test"]:
+        programs.append((f"project test {name}", [os.path.join(bindir, name)]))
+    for name, cmd in programs:
+        if name == "compiled program":
+            base = run(cmd, preloaded=False)
+            ours = run(cmd)
+        else:
+            if name == "g++ compile":
+                os.environ.pop("LD_PRELOAD", None)
+            base = run(cmd, preloaded=False)
+            ours = run(cmd)
+        same = base.stdout == ours.stdout and base.returncode == ours.returncode
+        if name.startswith("project test"):  # test reporters print timings; compare outcome only
+            same = base.returncode == ours.returncode == 0
+        check(same, f"{name}: exit {base.returncode}/{ours.returncode}, stdout {digest(base.stdout)}/{digest(ours.stdout)}"
+                    f" ({len(base.stdout)} bytes)")
+        if not same and ours.stderr:
+            print(ours.stderr.decode(errors="replace")[-2000:])
+
+elif mode == "torture":
+    exe = os.path.join(bindir, "preload_torture")
+    for sub in ["fork", "threads"]:
+        r = run([exe, sub], timeout=600)
+        check(r.returncode == 0, f"{sub}: {r.stdout.decode().strip()} (exit {r.returncode})")
+        if r.returncode:
+            print(r.stderr.decode(errors="replace")[-2000:])
+
+elif mode == "bootstrap":
+    exe = os.path.join(bindir, "preload_bootstrap")
+    for i in range(20):
+        r = run([exe], timeout=30)
+        if r.returncode != 0 or b"early=1" not in r.stdout:
+            break
+    check(r.returncode == 0 and b"early=1" in r.stdout, f"20 runs: constructor allocations before main ({r.stdout.decode().strip()})")
+
+elif mode == "badconfig":
+    exe = os.path.join(bindir, "preload_bootstrap")
+    cases = [
+        ({"CXLPOOL_POLICY": "bogus"}, "bogus"),
+        ({"CXLPOOL_POLICY": "spill:near=node0,far=cxl0,watermark=140%"}, "140%"),
+        ({"CXLPOOL_DEVICES": "cxl0:backing=shm,size=12Q"}, "12Q"),
+        ({"CXLPOOL_DEVICES": "far9:backing=numa:9"}, "numa:9"),
+        ({"CXLPOOL_CONFIG": "/nonexistent/cxlpool.conf"}, "/nonexistent/cxlpool.conf"),
+        ({"CXLPOOL_STATS": "/nonexistent-dir/stats.txt"}, "/nonexistent-dir/stats.txt"),
+    ]
+    for extra, token in cases:
+        r = run([exe, "1000"], extra=extra)
+        lines = [l for l in r.stderr.decode().splitlines() if l.strip()]
+        check(r.returncode == 0 and b"early=1" in r.stdout and len(lines) == 1 and token in lines[0],
+              f"{extra}: exit {r.returncode}, {len(lines)} stderr line(s) naming {token!r}")
+        if lines:
+            print(f"      {lines[0]}")
+    r = run(["ls", "/"], extra={"CXLPOOL_POLICY": "bogus"})
+    check(r.returncode == 0 and r.stdout == run(["ls", "/"], preloaded=False).stdout, "ls / lists the directory with a bad policy")
+
+elif mode == "placement":
+    exe = os.path.join(bindir, "preload_bootstrap")
+    far = run([exe, str(8 << 20)], extra={"CXLPOOL_POLICY": "threshold:size=1M,tier=far"})
+    near = run([exe, str(8 << 20)])
+    small = run([exe, "100000"], extra={"CXLPOOL_POLICY": "threshold:size=1M,tier=far"})
+    out = far.stdout.decode().strip()
+    check(far.returncode == 0 and "memfd:cxlpool:cxl0" in out, f"8 MiB block with threshold policy: {out}")
+    check(near.returncode == 0 and "cxlpool" not in near.stdout.decode(), f"default policy keeps it near: {near.stdout.decode().strip()}")
+    check(small.returncode == 0 and "cxlpool" not in small.stdout.decode(), f"100 KB stays near under threshold: {small.stdout.decode().strip()}")
+    stats = run([exe, str(8 << 20)], extra={"CXLPOOL_POLICY": "threshold:size=1M,tier=far", "CXLPOOL_STATS": "1"})
+    far_line = [l for l in stats.stderr.decode().splitlines() if l.startswith("cxl0")]
+    check(far_line and int(far_line[0].split()[2]) >= 1, f"CXLPOOL_STATS reports the far allocation: {far_line}")
+else:
+    sys.exit(f"unknown mode {mode}")
+
+print(f"{failures} failed")
+sys.exit(1 if failures else 0)

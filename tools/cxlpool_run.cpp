@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT
+// cxlpool-run: runs a program with every allocation on cxlpool's tiers, like numactl for
+// memory tiers: sets LD_PRELOAD=libcxlpool_preload.so, CXLPOOL_DEVICES, CXLPOOL_POLICY and
+// CXLPOOL_STATS, then execs. Warns when the program is static or setuid/setgid (preloading
+// cannot work there). Configuration errors are reported by the interposer itself (one line,
+// then the program runs with default placement).
+#include <elf.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifndef CXLPOOL_PRELOAD_BUILD_PATH
+#define CXLPOOL_PRELOAD_BUILD_PATH ""
+#endif
+#ifndef CXLPOOL_PRELOAD_INSTALL_PATH
+#define CXLPOOL_PRELOAD_INSTALL_PATH ""
+#endif
+
+namespace {
+
+const char* kUsage =
+    "usage: cxlpool-run [--devices SPEC] [--policy SPEC] [--stats[=FILE]] [--preload LIB] [--] PROGRAM [ARGS...]\n"
+    "Runs PROGRAM with its malloc and operator new served by cxlpool (LD_PRELOAD of libcxlpool_preload.so).\n"
+    "  --devices SPEC   devices, as CXLPOOL_DEVICES (docs/config.md)\n"
+    "  --policy SPEC    placement policy, as CXLPOOL_POLICY (docs/policy.md), e.g. threshold:size=1M,tier=far\n"
+    "  --stats[=FILE]   print per-device statistics at exit (stderr, or FILE)\n"
+    "  --preload LIB    the interposer library to use (default: next to this tool, then the install path)\n";
+
+bool exists(const std::string& p) { return !p.empty() && access(p.c_str(), R_OK) == 0; }
+
+std::string find_preload(const char* argv0) {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    std::string dir(self);
+    dir = dir.substr(0, dir.find_last_of('/'));
+    for (const char* rel : {"/../lib/libcxlpool_preload.so", "/../lib64/libcxlpool_preload.so",
+                            "/../lib/x86_64-linux-gnu/libcxlpool_preload.so"})
+      if (exists(dir + rel)) return dir + rel;
+  }
+  (void)argv0;
+  if (exists(CXLPOOL_PRELOAD_BUILD_PATH)) return CXLPOOL_PRELOAD_BUILD_PATH;
+  if (exists(CXLPOOL_PRELOAD_INSTALL_PATH)) return CXLPOOL_PRELOAD_INSTALL_PATH;
+  return "";
+}
+
+std::string resolve(const std::string& prog) {
+  if (prog.find('/') != std::string::npos) return prog;
+  const char* path = std::getenv("PATH");
+  std::string p = path ? path : "/usr/bin:/bin";
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find(':', start);
+    std::string dir = p.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    std::string cand = (dir.empty() ? "." : dir) + "/" + prog;
+    if (access(cand.c_str(), X_OK) == 0) return cand;
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return "";
+}
+
+// Static executables have no PT_INTERP: the dynamic loader never runs, LD_PRELOAD is moot.
+bool is_static_elf(const std::string& path, bool& is_elf) {
+  is_elf = false;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  Elf64_Ehdr eh;
+  bool stat_elf = false;
+  if (read(fd, &eh, sizeof eh) == ssize_t(sizeof eh) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 &&
+      eh.e_ident[EI_CLASS] == ELFCLASS64) {
+    is_elf = true;
+    bool interp = false;
+    for (int i = 0; i < eh.e_phnum; ++i) {
+      Elf64_Phdr ph;
+      if (pread(fd, &ph, sizeof ph, off_t(eh.e_phoff + uint64_t(i) * eh.e_phentsize)) != ssize_t(sizeof ph)) break;
+      if (ph.p_type == PT_INTERP) interp = true;
+    }
+    stat_elf = !interp;
+  }
+  close(fd);
+  return stat_elf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string devices, policy, stats, preload;
+  bool have_devices = false, have_policy = false;
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](const char* opt) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "cxlpool-run: %s needs an argument\n%s", opt, kUsage);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--") {
+      ++i;
+      break;
+    } else if (a == "--devices") {
+      devices = value("--devices");
+      have_devices = true;
+    } else if (a == "--policy") {
+      policy = value("--policy");
+      have_policy = true;
+    } else if (a == "--stats") {
+      stats = "1";
+    } else if (a.rfind("--stats=", 0) == 0) {
+      stats = a.substr(8);
+      if (stats.empty()) {
+        std::fprintf(stderr, "cxlpool-run: --stats= needs a file name\n");
+        return 2;
+      }
+    } else if (a == "--preload") {
+      preload = value("--preload");
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (!a.empty() && a[0] == '-') {
+      std::fprintf(stderr, "cxlpool-run: unknown option '%s'\n%s", a.c_str(), kUsage);
+      return 2;
+    } else {
+      break;
+    }
+  }
+  if (i >= argc) {
+    std::fprintf(stderr, "cxlpool-run: no program given\n%s", kUsage);
+    return 2;
+  }
+  if (preload.empty()) preload = find_preload(argv[0]);
+  if (!exists(preload)) {
+    std::fprintf(stderr, "cxlpool-run: cannot find libcxlpool_preload.so (give --preload LIB)\n");
+    return 2;
+  }
+  if (preload[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof cwd)) preload = std::string(cwd) + "/" + preload;
+  }
+
+  std::string path = resolve(argv[i]);
+  if (path.empty()) {
+    std::fprintf(stderr, "cxlpool-run: %s: command not found\n", argv[i]);
+    return 127;
+  }
+  bool is_elf = false;
+  if (is_static_elf(path, is_elf))
+    std::fprintf(stderr, "cxlpool-run: warning: %s is statically linked; LD_PRELOAD has no effect on it\n", path.c_str());
+  struct stat st {};
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID)))
+    std::fprintf(stderr,
+                 "cxlpool-run: warning: %s is setuid/setgid; the dynamic loader ignores LD_PRELOAD paths with "
+                 "slashes for it, so it runs on glibc's malloc\n",
+                 path.c_str());
+
+  std::string ld = preload;
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) ld += std::string(":") + old;
+  setenv("LD_PRELOAD", ld.c_str(), 1);
+  if (have_devices) setenv("CXLPOOL_DEVICES", devices.c_str(), 1);
+  if (have_policy) setenv("CXLPOOL_POLICY", policy.c_str(), 1);
+  if (!stats.empty()) setenv("CXLPOOL_STATS", stats.c_str(), 1);
+  execv(path.c_str(), argv + i);
+  std::fprintf(stderr, "cxlpool-run: cannot execute %s: %s\n", path.c_str(), std::strerror(errno));
+  return 126;
+}
