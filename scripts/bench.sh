@@ -10,3 +10,4 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCXLPOOL_BUILD_TESTS=OFF > /d
 cmake --build "$BUILD" -j "$(nproc)" > "$BUILD.build.log" 2>&1 || { tail -n 40 "$BUILD.build.log"; exit 1; }
 python3 bench/run_alloc_bench.py --build "$BUILD" --out bench-results/alloc_bench.json "$@"
 "$BUILD/bench/backing_bench" --benchmark_out=bench-results/backing_bench.json --benchmark_out_format=json
+python3 bench/run_preload_bench.py --preload "$BUILD/lib/libcxlpool_preload.so" --out bench-results/preload_bench.json

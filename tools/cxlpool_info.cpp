@@ -78,7 +78,10 @@ void print_text(const cxlpool::Topology& topo) {
     for (auto& t : targets) {
       if (t.tier() != tier) continue;
       std::string backing = cxlpool_backing_kind_str(t.backing());
-      if (!t.backing_path().empty()) backing += ":" + std::string(t.backing_path());
+      if (!t.backing_path().empty()) {
+        backing += ':';
+        backing += t.backing_path();
+      }
       Value tier_v = t.attr(CXLPOOL_ATTR_TIER);
       rows.push_back({std::to_string(tier) + (tier_v.source == CXLPOOL_SOURCE_CONFIG ? " [config]" : ""),
                       std::string(t.name()), cxlpool_target_kind_str(t.kind()),

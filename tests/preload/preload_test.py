@@ -150,6 +150,33 @@ elif mode == "placement":
     stats = run([exe, str(8 << 20)], extra={"CXLPOOL_POLICY": "threshold:size=1M,tier=far", "CXLPOOL_STATS": "1"})
     far_line = [l for l in stats.stderr.decode().splitlines() if l.startswith("cxl0")]
     check(far_line and int(far_line[0].split()[2]) >= 1, f"CXLPOOL_STATS reports the far allocation: {far_line}")
+elif mode == "run":
+    tool = sys.argv[5]
+    py = "b=[bytearray(4<<20) for i in range(10)]; print(sum(len(x) for x in b))"
+    r = subprocess.run([tool, "--policy", "threshold:size=1M,tier=far", "--stats", "--", "/usr/bin/python3", "-c", py],
+                       env=env(preloaded=False), capture_output=True, timeout=120)
+    far = [l for l in r.stderr.decode().splitlines() if l.startswith("cxl0")]
+    check(r.returncode == 0 and r.stdout.strip() == b"41943040" and far and int(far[0].split()[2]) >= 10,
+          f"cxlpool-run --policy threshold --stats -- python3: far-tier allocations {far}")
+    r = subprocess.run([tool, "--", "ls", "/"], env=env({"CXLPOOL_POLICY": "bogus"}, preloaded=False),
+                       capture_output=True, timeout=60)
+    lines = [l for l in r.stderr.decode().splitlines() if l.strip()]
+    check(r.returncode == 0 and len(lines) == 1 and "bogus" in lines[0] and
+          r.stdout == subprocess.run(["ls", "/"], capture_output=True).stdout,
+          f"CXLPOOL_POLICY=bogus cxlpool-run -- ls: one line ({lines[:1]}) and the listing")
+    r = subprocess.run([tool, "--", "/bin/busybox", "true"], env=env(preloaded=False), capture_output=True, timeout=60)
+    check(r.returncode == 0 and b"statically linked" in r.stderr, "a static program gets a warning and still runs")
+    work = tempfile.mkdtemp(prefix="cxlpool-run-")
+    suid = os.path.join(work, "true-suid")
+    with open("/bin/true", "rb") as src, open(suid, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(suid, 0o4755)
+    r = subprocess.run([tool, "--", suid], env=env(preloaded=False), capture_output=True, timeout=60)
+    check(r.returncode == 0 and b"setuid" in r.stderr, "a setuid program gets a warning and still runs")
+    r = subprocess.run([tool, "--", "no-such-program-xyz"], env=env(preloaded=False), capture_output=True)
+    check(r.returncode == 127 and b"not found" in r.stderr, "a missing program: exit 127 with a message")
+    r = subprocess.run([tool, "--frobnicate", "ls"], env=env(preloaded=False), capture_output=True)
+    check(r.returncode == 2 and b"--frobnicate" in r.stderr, "an unknown option is a usage error naming it")
 else:
     sys.exit(f"unknown mode {mode}")
 
