@@ -5,10 +5,7 @@
 # then maps and touches memory on every device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-BUILD=${CXLPOOL_BUILD_DIR:-build/release}
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCXLPOOL_BUILD_TESTS=OFF > /dev/null
-cmake --build "$BUILD" -j "$(nproc)" > "$BUILD.build.log" 2>&1 || { tail -n 40 "$BUILD.build.log"; exit 1; }
+BUILD=$(bash scripts/build-release.sh)
 echo "== cxlpool-info"
 "$BUILD/tools/cxlpool-info"
 echo

@@ -33,6 +33,7 @@
 #include "backing/backing.hpp"
 #include "common/error.hpp"
 #include "common/json.hpp"
+#include "config/options.hpp"
 #include "os/os.hpp"
 #include "placement/policy.hpp"
 
@@ -319,17 +320,20 @@ void list_remove(Page*& head, Page*& tail, Page* pg) {
   else tail = pg->prev;
   pg->next = pg->prev = nullptr;
 }
-void stack_push(Page*& head, Page* pg) {
-  pg->prev = nullptr;
-  pg->next = head;
-  if (head) head->prev = pg;
-  head = pg;
+// Intrusive doubly linked stacks of pages and huge spans (members next/prev).
+template <class T>
+void stack_push(T*& head, T* x) {
+  x->prev = nullptr;
+  x->next = head;
+  if (head) head->prev = x;
+  head = x;
 }
-void stack_remove(Page*& head, Page* pg) {
-  if (pg->prev) pg->prev->next = pg->next;
-  else head = pg->next;
-  if (pg->next) pg->next->prev = pg->prev;
-  pg->next = pg->prev = nullptr;
+template <class T>
+void stack_remove(T*& head, T* x) {
+  if (x->prev) x->prev->next = x->next;
+  else head = x->next;
+  if (x->next) x->next->prev = x->prev;
+  x->next = x->prev = nullptr;
 }
 
 // ---- Device commit/decommit with accounting -------------------------------------------------
@@ -783,19 +787,6 @@ Page* refill(Heap* h, int di, unsigned cls) {
 }
 
 // ---- Huge allocations ---------------------------------------------------------------------
-void huge_list_push(HugeSpan*& head, HugeSpan* span) {
-  span->prev = nullptr;
-  span->next = head;
-  if (head) head->prev = span;
-  head = span;
-}
-void huge_list_remove(HugeSpan*& head, HugeSpan* span) {
-  if (span->prev) span->prev->next = span->next;
-  else head = span->next;
-  if (span->next) span->next->prev = span->prev;
-  span->next = span->prev = nullptr;
-}
-
 void huge_release_span(DeviceState& d, HugeSpan* span) noexcept {
   pagemap_set(span->base, span->segments, nullptr);
   d.resident.fetch_sub(span->committed, std::memory_order_relaxed);
@@ -818,7 +809,7 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) {
   for (HugeSpan* c = d.huge_cache; c; c = c->next)
     if (c->segments == n && c->block >= device_bytes) {
       span = c;
-      huge_list_remove(d.huge_cache, c);
+      stack_remove(d.huge_cache, c);
       --d.huge_cache_count;
       d.huge_cache_bytes -= span->committed;
       break;
@@ -849,14 +840,14 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) {
   } catch (const Failure&) {
     if (span) {  // consistent: keep it cached for a later request
       span->cached = true;
-      huge_list_push(d.huge_cache, span);
+      stack_push(d.huge_cache, span);
       ++d.huge_cache_count;
       d.huge_cache_bytes += span->committed;
     }
     return nullptr;
   }
   span->cached = false;
-  huge_list_push(d.huge_live, span);
+  stack_push(d.huge_live, span);
   d.active.fetch_add(span->block, std::memory_order_relaxed);
   d.huge_live_bytes.fetch_add(span->block, std::memory_order_relaxed);
   uintptr_t p = span->base;
@@ -870,12 +861,12 @@ void huge_free(HugeSpan* span) noexcept {
   DeviceState& d = pool->dev[span->device];
   std::lock_guard<std::mutex> lock(d.mu);
   if (span->cached) return;  // double free of a huge block: ignore
-  huge_list_remove(d.huge_live, span);
+  stack_remove(d.huge_live, span);
   d.active.fetch_sub(span->block, std::memory_order_relaxed);
   d.huge_live_bytes.fetch_sub(span->block, std::memory_order_relaxed);
   if (d.huge_cache_count < kHugeCacheEntries && d.huge_cache_bytes + span->committed <= kHugeCacheBytes) {
     span->cached = true;
-    huge_list_push(d.huge_cache, span);
+    stack_push(d.huge_cache, span);
     ++d.huge_cache_count;
     d.huge_cache_bytes += span->committed;
     return;
@@ -1248,7 +1239,7 @@ void pool_destroy(Pool* pool) noexcept {
     std::lock_guard<std::mutex> lock(d.mu);
     for (HugeSpan** list : {&d.huge_live, &d.huge_cache})
       while (HugeSpan* span = *list) {
-        huge_list_remove(*list, span);
+        stack_remove(*list, span);
         huge_release_span(d, span);
       }
     for (Region& r : d.regions) {
@@ -1395,7 +1386,7 @@ uint64_t pool_trim(Pool* pool) noexcept {
     for (Page* pg : empty) release_page(pool, pg);
     std::lock_guard<std::mutex> lock(d.mu);
     while (HugeSpan* span = d.huge_cache) {
-      huge_list_remove(d.huge_cache, span);
+      stack_remove(d.huge_cache, span);
       released += span->committed;
       huge_release_span(d, span);
     }
@@ -1447,6 +1438,20 @@ static void fork_release() noexcept {
 
 void fork_parent() noexcept { fork_release(); }
 void fork_child() noexcept { fork_release(); }
+
+Pool* pool_create_from_environment(const Topology& topo, const std::string& name) {
+  PoolOptions o;
+  o.name = name;
+  if (const char* policy = option_value(Option::kPolicy)) o.policy = policy;
+  try {
+    return pool_create(topo, o);
+  } catch (const Failure& f) {
+    // Policy errors carry the parser's "policy:" origin; say which variable held the text.
+    if (f.status() == CXLPOOL_E_CONFIG && std::string(f.what()).rfind("policy:", 0) == 0)
+      fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_POLICY: ") + f.what());
+    throw;
+  }
+}
 
 int pool_device_count(const Pool* pool) noexcept { return pool->ndev; }
 const std::string& pool_device_name(const Pool* pool, int device) noexcept { return pool->dev[device].name; }

@@ -50,6 +50,10 @@ struct PtrInfo {
 
 Pool* pool_create(const Topology& topo, const PoolOptions& options);  // throws Failure
 void pool_destroy(Pool* pool) noexcept;
+// A pool over every target of topo with the policy of CXLPOOL_POLICY (default bind:near): the
+// process default pool and the interposer's. A bad policy is CXLPOOL_E_CONFIG naming the
+// variable and the token.
+Pool* pool_create_from_environment(const Topology& topo, const std::string& name);
 
 // The malloc contract: NULL with errno = ENOMEM on failure; hint: CXLPOOL_HINT_* bits;
 // device >= 0 overrides the policy for this call.

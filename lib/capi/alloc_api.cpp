@@ -9,7 +9,6 @@
 #include "capi/capi_guard.hpp"
 #include "capi/handles.hpp"
 #include "common/parse.hpp"
-#include "config/options.hpp"
 #include "cxlpool/alloc.h"
 
 using namespace cxlpool::detail;
@@ -33,15 +32,7 @@ std::string g_default_error;
 void create_default_pool() {
   g_default_status = guarded([] {
     Topology topo = discover(DiscoverOptions{});
-    A::PoolOptions o;
-    o.name = "default";
-    if (const char* policy = option_value(Option::kPolicy)) o.policy = policy;
-    try {
-      g_default_pool = A::pool_create(topo, o);
-    } catch (const Failure& f) {
-      if (f.status() == CXLPOOL_E_CONFIG) fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_POLICY: ") + f.what());
-      throw;
-    }
+    g_default_pool = A::pool_create_from_environment(topo, "default");
   });
   if (g_default_status != CXLPOOL_OK) g_default_error = last_error().message;
 }

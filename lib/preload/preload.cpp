@@ -120,15 +120,13 @@ void initialise() {
     DiscoverOptions env;
     env.no_hwloc = true;
     Topology topo = discover(env);
-    A::PoolOptions o;
-    o.name = "preload";
-    if (const char* policy = option_value(Option::kPolicy)) o.policy = policy;
     try {
-      g_pool = A::pool_create(topo, o);
+      g_pool = A::pool_create_from_environment(topo, "preload");
     } catch (const Failure& f) {
       if (f.status() != CXLPOOL_E_CONFIG) throw;
-      problem = std::string("CXLPOOL_POLICY: ") + f.what();
-      o.policy.clear();
+      problem = f.what();  // a bad CXLPOOL_POLICY: default placement on the same devices
+      A::PoolOptions o;
+      o.name = "preload";
       g_pool = A::pool_create(topo, o);
     }
   } catch (const Failure& f) {
