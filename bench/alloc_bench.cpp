@@ -220,8 +220,10 @@ int main(int argc, char** argv) {
   std::string which = "system";
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--allocator=", 12) == 0) which = argv[i] + 12;
-    else rest.push_back(argv[i]);
+    if (std::strncmp(argv[i], "--allocator=", 12) == 0)
+      which = argv[i] + 12;
+    else
+      rest.push_back(argv[i]);
   }
   if (!setup(which)) return 1;
   int n = int(rest.size());

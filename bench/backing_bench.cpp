@@ -97,7 +97,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 int main(int argc, char** argv) {
   if (std::strcmp(CXLPOOL_BENCH_BUILD_TYPE, "Release") != 0) {
-    std::fprintf(stderr, "backing_bench: refusing to report from a %s build; configure with -DCMAKE_BUILD_TYPE=Release\n",
+    std::fprintf(stderr,
+                 "backing_bench: refusing to report from a %s build; configure with -DCMAKE_BUILD_TYPE=Release\n",
                  *CXLPOOL_BENCH_BUILD_TYPE ? CXLPOOL_BENCH_BUILD_TYPE : "unspecified");
     return 2;
   }

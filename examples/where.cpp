@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
     }
     for (auto& [dev, t] : by_device) {
       std::printf("%-8s %5zu blocks %9.1f MiB", dev.c_str(), t.blocks, t.bytes / 1048576.0);
-      if (t.pages_checked) std::printf("   kernel: %zu/%zu checked pages on the device's node", t.pages_on_node, t.pages_checked);
+      if (t.pages_checked)
+        std::printf("   kernel: %zu/%zu checked pages on the device's node", t.pages_on_node, t.pages_checked);
       std::printf("\n");
     }
     for (void* p : blocks) cxlpool::Pool::deallocate(p);

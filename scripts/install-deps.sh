@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config binutils python3   # toolchain, nm, test scripts
+  build-essential cmake pkg-config binutils python3 clang-format  # toolchain, nm, test scripts, style check
   libnuma-dev numactl                                   # mbind/move_pages, numactl for checks
   libhwloc-dev                                          # memory attributes
   libboost-dev                                          # Boost.Interprocess (shared pools)

@@ -46,8 +46,10 @@ std::string bytes_cell(const cxlpool::Value& v) { return cell(v, bytes(uint64_t(
 std::string ns_cell(const cxlpool::Value& v) { return cell(v, std::to_string(v.value) + " ns"); }
 std::string bw_cell(const cxlpool::Value& v) {
   char buf[32];
-  if (v.value >= 1000) std::snprintf(buf, sizeof buf, "%.1f GB/s", double(v.value) / 1000.0);
-  else std::snprintf(buf, sizeof buf, "%lld MB/s", static_cast<long long>(v.value));
+  if (v.value >= 1000)
+    std::snprintf(buf, sizeof buf, "%.1f GB/s", double(v.value) / 1000.0);
+  else
+    std::snprintf(buf, sizeof buf, "%lld MB/s", static_cast<long long>(v.value));
   return cell(v, buf);
 }
 
@@ -70,9 +72,10 @@ void print_table(const std::vector<std::vector<std::string>>& rows) {
 
 void print_text(const cxlpool::Topology& topo) {
   using cxlpool::Value;
-  std::cout << "cxlpool " << cxlpool_version_string() << ": memory targets, tier 0 = fastest; [source] of each value\n\n";
-  std::vector<std::vector<std::string>> rows = {{"TIER", "TARGET", "KIND", "NODE", "CPUS", "CAPACITY", "FREE", "READ LAT",
-                                                 "WRITE LAT", "READ BW", "WRITE BW", "KTIER", "BACKING"}};
+  std::cout << "cxlpool " << cxlpool_version_string()
+            << ": memory targets, tier 0 = fastest; [source] of each value\n\n";
+  std::vector<std::vector<std::string>> rows = {{"TIER", "TARGET", "KIND", "NODE", "CPUS", "CAPACITY", "FREE",
+                                                 "READ LAT", "WRITE LAT", "READ BW", "WRITE BW", "KTIER", "BACKING"}};
   auto targets = topo.targets();
   for (int tier = 0; tier < topo.tier_count(); ++tier)
     for (auto& t : targets) {
@@ -83,15 +86,14 @@ void print_text(const cxlpool::Topology& topo) {
         backing += t.backing_path();
       }
       Value tier_v = t.attr(CXLPOOL_ATTR_TIER);
-      rows.push_back({std::to_string(tier) + (tier_v.source == CXLPOOL_SOURCE_CONFIG ? " [config]" : ""),
-                      std::string(t.name()), cxlpool_target_kind_str(t.kind()),
-                      t.numa_node() >= 0 ? std::to_string(t.numa_node()) : "-",
-                      t.cpulist().empty() ? (t.cpuless() ? "none" : "-") : std::string(t.cpulist()),
-                      bytes_cell(t.attr(CXLPOOL_ATTR_CAPACITY_BYTES)), bytes_cell(t.attr(CXLPOOL_ATTR_FREE_BYTES)),
-                      ns_cell(t.attr(CXLPOOL_ATTR_READ_LATENCY_NS)), ns_cell(t.attr(CXLPOOL_ATTR_WRITE_LATENCY_NS)),
-                      bw_cell(t.attr(CXLPOOL_ATTR_READ_BANDWIDTH_MBPS)), bw_cell(t.attr(CXLPOOL_ATTR_WRITE_BANDWIDTH_MBPS)),
-                      cell(t.attr(CXLPOOL_ATTR_KERNEL_TIER), std::to_string(t.attr(CXLPOOL_ATTR_KERNEL_TIER).value)),
-                      backing});
+      rows.push_back(
+          {std::to_string(tier) + (tier_v.source == CXLPOOL_SOURCE_CONFIG ? " [config]" : ""), std::string(t.name()),
+           cxlpool_target_kind_str(t.kind()), t.numa_node() >= 0 ? std::to_string(t.numa_node()) : "-",
+           t.cpulist().empty() ? (t.cpuless() ? "none" : "-") : std::string(t.cpulist()),
+           bytes_cell(t.attr(CXLPOOL_ATTR_CAPACITY_BYTES)), bytes_cell(t.attr(CXLPOOL_ATTR_FREE_BYTES)),
+           ns_cell(t.attr(CXLPOOL_ATTR_READ_LATENCY_NS)), ns_cell(t.attr(CXLPOOL_ATTR_WRITE_LATENCY_NS)),
+           bw_cell(t.attr(CXLPOOL_ATTR_READ_BANDWIDTH_MBPS)), bw_cell(t.attr(CXLPOOL_ATTR_WRITE_BANDWIDTH_MBPS)),
+           cell(t.attr(CXLPOOL_ATTR_KERNEL_TIER), std::to_string(t.attr(CXLPOOL_ATTR_KERNEL_TIER).value)), backing});
     }
   print_table(rows);
 
@@ -126,8 +128,9 @@ void print_text(const cxlpool::Topology& topo) {
     std::cout << "\nCXL and DAX devices [sysfs]:\n";
     std::vector<std::vector<std::string>> c = {{"  DEVICE", "TYPE", "SIZE", "NODE", "MODE", "DETAIL"}};
     for (auto& x : comps) {
-      const char* type = x.kind == CXLPOOL_COMPONENT_CXL_MEMDEV ? "cxl memdev"
-                         : x.kind == CXLPOOL_COMPONENT_CXL_REGION ? "cxl region" : "dax";
+      const char* type = x.kind == CXLPOOL_COMPONENT_CXL_MEMDEV   ? "cxl memdev"
+                         : x.kind == CXLPOOL_COMPONENT_CXL_REGION ? "cxl region"
+                                                                  : "dax";
       c.push_back({"  " + std::string(x.name), type, x.size_bytes ? bytes(x.size_bytes) : "-",
                    x.numa_node >= 0 ? std::to_string(x.numa_node) : "-", *x.mode ? x.mode : "-", x.detail});
     }
@@ -143,7 +146,8 @@ void print_text(const cxlpool::Topology& topo) {
   std::cout << "\nkernel tiering state:\n"
             << "  numa_balancing       " << kv(k.numa_balancing, nb) << "\n"
             << "  demotion_enabled     " << kv(k.demotion_enabled, k.demotion_enabled.value ? "true" : "false") << "\n"
-            << "  weighted interleave  " << kv(k.weighted_interleave, k.weighted_interleave.value ? "present" : "absent");
+            << "  weighted interleave  "
+            << kv(k.weighted_interleave, k.weighted_interleave.value ? "present" : "absent");
   if (k.weighted_interleave.value) {
     std::string weights;
     for (auto& t : nodes) {
@@ -152,7 +156,8 @@ void print_text(const cxlpool::Topology& topo) {
     }
     if (!weights.empty()) std::cout << ", weights" << weights;
   }
-  std::cout << "\n  memory tiers         " << kv(k.memory_tier_count, std::to_string(k.memory_tier_count.value)) << "\n";
+  std::cout << "\n  memory tiers         " << kv(k.memory_tier_count, std::to_string(k.memory_tier_count.value))
+            << "\n";
 
   auto warnings = topo.warnings();
   if (!warnings.empty()) {
@@ -177,13 +182,20 @@ int main(int argc, char** argv) {
         }
         return argv[++i];
       };
-      if (a == "--json") json = true;
-      else if (a == "--sysfs-root") config.sysfs_root(need("--sysfs-root"));
-      else if (a == "--procfs-root") config.procfs_root(need("--procfs-root"));
-      else if (a == "--devices") config.devices(need("--devices"));
-      else if (a == "--config") config.config_file(need("--config"));
-      else if (a == "--no-default-device") flags |= CXLPOOL_CONFIG_NO_DEFAULT_DEVICE;
-      else if (a == "--no-hwloc") flags |= CXLPOOL_CONFIG_NO_HWLOC;
+      if (a == "--json")
+        json = true;
+      else if (a == "--sysfs-root")
+        config.sysfs_root(need("--sysfs-root"));
+      else if (a == "--procfs-root")
+        config.procfs_root(need("--procfs-root"));
+      else if (a == "--devices")
+        config.devices(need("--devices"));
+      else if (a == "--config")
+        config.config_file(need("--config"));
+      else if (a == "--no-default-device")
+        flags |= CXLPOOL_CONFIG_NO_DEFAULT_DEVICE;
+      else if (a == "--no-hwloc")
+        flags |= CXLPOOL_CONFIG_NO_HWLOC;
       else if (a == "--help" || a == "-h") {
         std::cout << kUsage;
         return 0;
@@ -197,8 +209,10 @@ int main(int argc, char** argv) {
     }
     if (flags) config.flags(flags);
     cxlpool::Topology topo = cxlpool::Topology::discover(&config);
-    if (json) std::cout << topo.to_json();
-    else print_text(topo);
+    if (json)
+      std::cout << topo.to_json();
+    else
+      print_text(topo);
     return 0;
   } catch (const cxlpool::Error& e) {
     std::cerr << "cxlpool-info: " << e.what() << "\n";

@@ -155,7 +155,8 @@ int main(int argc, char** argv) {
   }
   bool is_elf = false;
   if (is_static_elf(path, is_elf))
-    std::fprintf(stderr, "cxlpool-run: warning: %s is statically linked; LD_PRELOAD has no effect on it\n", path.c_str());
+    std::fprintf(stderr, "cxlpool-run: warning: %s is statically linked; LD_PRELOAD has no effect on it\n",
+                 path.c_str());
   struct stat st {};
   if (stat(path.c_str(), &st) == 0 && (st.st_mode & (S_ISUID | S_ISGID)))
     std::fprintf(stderr,

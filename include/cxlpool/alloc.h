@@ -27,8 +27,7 @@ CXLPOOL_API cxlpool_status_t cxlpool_pool_params_set_name(cxlpool_pool_params_t*
  * naming the bad token. The pool does not keep the topology alive.
  * Statuses: OK, INVALID_ARGUMENT, CONFIG, NOT_FOUND (unknown device), OS, NO_MEMORY. */
 CXLPOOL_API cxlpool_status_t cxlpool_pool_create(const cxlpool_topology_t* topology,
-                                                 const cxlpool_pool_params_t* params,
-                                                 cxlpool_pool_t** out);
+                                                 const cxlpool_pool_params_t* params, cxlpool_pool_t** out);
 /* Releases all memory of the pool; its pointers become invalid. The default pool cannot be
  * destroyed (INVALID_ARGUMENT). NULL: OK. */
 CXLPOOL_API cxlpool_status_t cxlpool_pool_destroy(cxlpool_pool_t* pool);
@@ -81,7 +80,7 @@ typedef struct cxlpool_pointer_info {
   int tier;
   size_t block_size;
   size_t usable_size;
-  int huge;                /* 1 for a block with segments of its own (> 1 MiB) */
+  int huge; /* 1 for a block with segments of its own (> 1 MiB) */
   uint64_t reserved[4];
 } cxlpool_ptr_info_t;
 CXLPOOL_API cxlpool_status_t cxlpool_ptr_info(const void* p, cxlpool_ptr_info_t* out);
@@ -95,8 +94,8 @@ typedef struct cxlpool_stats {
   uint64_t capacity_bytes;
   uint64_t allocations;
   uint64_t frees;
-  uint64_t fallbacks;           /* placed here because the policy's first choice was full */
-  uint64_t failures;            /* NULL + ENOMEM */
+  uint64_t fallbacks; /* placed here because the policy's first choice was full */
+  uint64_t failures;  /* NULL + ENOMEM */
   uint64_t reserved[7];
 } cxlpool_stats_t;
 CXLPOOL_API cxlpool_status_t cxlpool_pool_get_stats(const cxlpool_pool_t* pool, int device, cxlpool_stats_t* out);

@@ -26,10 +26,10 @@ typedef struct cxlpool_backing_caps {
 
 typedef struct cxlpool_backing_usage {
   uint64_t capacity_bytes;
-  uint64_t reserved_bytes;   /* virtual address space reserved (file kinds: file range) */
-  uint64_t committed_bytes;  /* bytes committed (counted once per device offset) */
+  uint64_t reserved_bytes;  /* virtual address space reserved (file kinds: file range) */
+  uint64_t committed_bytes; /* bytes committed (counted once per device offset) */
   uint64_t peak_committed_bytes;
-  uint64_t reservations;     /* live reservations and mappings */
+  uint64_t reservations; /* live reservations and mappings */
   uint64_t reserved[6];
 } cxlpool_backing_usage_t;
 
@@ -43,22 +43,19 @@ CXLPOOL_API cxlpool_status_t cxlpool_backing_open(const cxlpool_topology_t* topo
  * A named shm object created by this backing is unlinked when it is closed. NULL: OK. */
 CXLPOOL_API cxlpool_status_t cxlpool_backing_close(cxlpool_backing_t* backing);
 
-CXLPOOL_API cxlpool_status_t cxlpool_backing_get_caps(const cxlpool_backing_t* backing,
-                                                      cxlpool_backing_caps_t* out);
-CXLPOOL_API cxlpool_status_t cxlpool_backing_get_usage(const cxlpool_backing_t* backing,
-                                                       cxlpool_backing_usage_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_backing_get_caps(const cxlpool_backing_t* backing, cxlpool_backing_caps_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_backing_get_usage(const cxlpool_backing_t* backing, cxlpool_backing_usage_t* out);
 
 /* Reserves size bytes of address space (inaccessible until committed). size is rounded up
  * to the page size; alignment is 0 (page) or a power of two. Anonymous (numa) backings
  * reserve address space only; fd backings also take a range of the device, so the total
  * reserved is limited by capacity. Statuses: OK, INVALID_ARGUMENT, CAPACITY, OS. */
-CXLPOOL_API cxlpool_status_t cxlpool_backing_reserve(cxlpool_backing_t* backing, size_t size,
-                                                     size_t alignment, void** out);
+CXLPOOL_API cxlpool_status_t cxlpool_backing_reserve(cxlpool_backing_t* backing, size_t size, size_t alignment,
+                                                     void** out);
 /* Maps [offset, offset+size) of a shareable device (shm/memfd/file/devdax), e.g. memory that
  * another process wrote. Committed state is shared with other mappings of the same range.
  * Statuses: OK, INVALID_ARGUMENT (unaligned), NOT_SUPPORTED (numa), CAPACITY (past end), OS. */
-CXLPOOL_API cxlpool_status_t cxlpool_backing_map(cxlpool_backing_t* backing, uint64_t offset,
-                                                 size_t size, void** out);
+CXLPOOL_API cxlpool_status_t cxlpool_backing_map(cxlpool_backing_t* backing, uint64_t offset, size_t size, void** out);
 
 enum {
   CXLPOOL_COMMIT_POPULATE = 1u << 0 /* fault the pages in now (placement checked early) */
@@ -66,18 +63,16 @@ enum {
 /* Makes [addr, addr+len) readable and writable and backed by the device. Page-aligned, inside
  * one reservation. Committing committed pages is allowed and not counted twice.
  * Statuses: OK, INVALID_ARGUMENT, NOT_FOUND (not in a reservation), CAPACITY, OS. */
-CXLPOOL_API cxlpool_status_t cxlpool_backing_commit(cxlpool_backing_t* backing, void* addr,
-                                                    size_t len, uint32_t flags);
+CXLPOOL_API cxlpool_status_t cxlpool_backing_commit(cxlpool_backing_t* backing, void* addr, size_t len, uint32_t flags);
 /* Returns the pages' memory to the device and makes them inaccessible; contents are lost
  * (devdax keeps contents, see caps). Statuses: OK, INVALID_ARGUMENT, NOT_FOUND, OS. */
-CXLPOOL_API cxlpool_status_t cxlpool_backing_decommit(cxlpool_backing_t* backing, void* addr,
-                                                      size_t len);
+CXLPOOL_API cxlpool_status_t cxlpool_backing_decommit(cxlpool_backing_t* backing, void* addr, size_t len);
 /* Releases a whole reservation or mapping (addr = what reserve/map returned), decommitting
  * what is committed. Statuses: OK, INVALID_ARGUMENT, NOT_FOUND. */
 CXLPOOL_API cxlpool_status_t cxlpool_backing_release(cxlpool_backing_t* backing, void* addr);
 /* Device offset of an address inside a reservation (for handing to another process). */
-CXLPOOL_API cxlpool_status_t cxlpool_backing_offset_of(const cxlpool_backing_t* backing,
-                                                       const void* addr, uint64_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_backing_offset_of(const cxlpool_backing_t* backing, const void* addr,
+                                                       uint64_t* out);
 /* The file descriptor behind an fd backing (owned by the backing; dup it to keep it).
  * NOT_SUPPORTED for numa backings. */
 CXLPOOL_API cxlpool_status_t cxlpool_backing_fd(const cxlpool_backing_t* backing, int* out);
@@ -85,8 +80,7 @@ CXLPOOL_API cxlpool_status_t cxlpool_backing_fd(const cxlpool_backing_t* backing
 /* NUMA node of each resident page in [addr, addr + pages*page) by a move_pages status
  * query (no migration): out[i] is the node, or a negative errno (-ENOENT: not present).
  * Statuses: OK, INVALID_ARGUMENT, OS. */
-CXLPOOL_API cxlpool_status_t cxlpool_memory_query_nodes(const void* addr, size_t pages,
-                                                        int* out);
+CXLPOOL_API cxlpool_status_t cxlpool_memory_query_nodes(const void* addr, size_t pages, int* out);
 
 #ifdef __cplusplus
 }

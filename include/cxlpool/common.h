@@ -24,16 +24,16 @@ extern "C" {
 /* Status codes. 0 is success, errors are negative. Values are never renumbered. */
 typedef enum cxlpool_status {
   CXLPOOL_OK = 0,
-  CXLPOOL_E_INVALID_ARGUMENT = -1, /* a NULL/out-of-range argument to a cxlpool function */
-  CXLPOOL_E_NO_MEMORY = -2,        /* host memory for cxlpool's own metadata ran out */
-  CXLPOOL_E_CONFIG = -3,           /* bad device/policy configuration string or file */
-  CXLPOOL_E_NOT_FOUND = -4,        /* no such target, device, file or reservation */
-  CXLPOOL_E_CAPACITY = -5,         /* the request exceeds a device's capacity */
-  CXLPOOL_E_OS = -6,               /* a system call failed; see the last error's os_errno */
-  CXLPOOL_E_NOT_SUPPORTED = -7,    /* the operation is not possible on this device or kernel */
-  CXLPOOL_E_BUSY = -8,             /* the object still has live dependents */
-  CXLPOOL_E_PERMISSION = -9,       /* the OS refused access */
-  CXLPOOL_E_INTERNAL = -10,        /* a bug in cxlpool; please report it */
+  CXLPOOL_E_INVALID_ARGUMENT = -1,     /* a NULL/out-of-range argument to a cxlpool function */
+  CXLPOOL_E_NO_MEMORY = -2,            /* host memory for cxlpool's own metadata ran out */
+  CXLPOOL_E_CONFIG = -3,               /* bad device/policy configuration string or file */
+  CXLPOOL_E_NOT_FOUND = -4,            /* no such target, device, file or reservation */
+  CXLPOOL_E_CAPACITY = -5,             /* the request exceeds a device's capacity */
+  CXLPOOL_E_OS = -6,                   /* a system call failed; see the last error's os_errno */
+  CXLPOOL_E_NOT_SUPPORTED = -7,        /* the operation is not possible on this device or kernel */
+  CXLPOOL_E_BUSY = -8,                 /* the object still has live dependents */
+  CXLPOOL_E_PERMISSION = -9,           /* the OS refused access */
+  CXLPOOL_E_INTERNAL = -10,            /* a bug in cxlpool; please report it */
   CXLPOOL_STATUS_MAX_ENUM = 0x7fffffff /* keeps any int a valid value (ABI width) */
 } cxlpool_status_t;
 

@@ -2,8 +2,8 @@
 /* cxlpool public C API umbrella header: include this one. The C++ layer is cxlpool.hpp. */
 #ifndef CXLPOOL_H
 #define CXLPOOL_H
+#include "cxlpool/alloc.h"
+#include "cxlpool/backing.h"
 #include "cxlpool/common.h"
 #include "cxlpool/topology.h"
-#include "cxlpool/backing.h"
-#include "cxlpool/alloc.h"
 #endif

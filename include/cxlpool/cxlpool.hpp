@@ -80,10 +80,18 @@ class Config {
     std::swap(cfg_, o.cfg_);
     return *this;
   }
-  Config& sysfs_root(const std::string& dir) { return detail::check(cxlpool_config_set_sysfs_root(cfg_, dir.c_str())), *this; }
-  Config& procfs_root(const std::string& dir) { return detail::check(cxlpool_config_set_procfs_root(cfg_, dir.c_str())), *this; }
-  Config& devices(const std::string& spec) { return detail::check(cxlpool_config_set_devices(cfg_, spec.c_str())), *this; }
-  Config& config_file(const std::string& path) { return detail::check(cxlpool_config_set_config_file(cfg_, path.c_str())), *this; }
+  Config& sysfs_root(const std::string& dir) {
+    return detail::check(cxlpool_config_set_sysfs_root(cfg_, dir.c_str())), *this;
+  }
+  Config& procfs_root(const std::string& dir) {
+    return detail::check(cxlpool_config_set_procfs_root(cfg_, dir.c_str())), *this;
+  }
+  Config& devices(const std::string& spec) {
+    return detail::check(cxlpool_config_set_devices(cfg_, spec.c_str())), *this;
+  }
+  Config& config_file(const std::string& path) {
+    return detail::check(cxlpool_config_set_config_file(cfg_, path.c_str())), *this;
+  }
   Config& flags(uint32_t f) { return detail::check(cxlpool_config_set_flags(cfg_, f)), *this; }
   const cxlpool_config_t* get() const noexcept { return cfg_; }
 
@@ -216,7 +224,9 @@ class Reservation {
   Reservation(cxlpool_backing_t* b, void* addr, size_t size) noexcept : backing_(b), addr_(addr), size_(size) {}
   ~Reservation() { reset(); }
   Reservation(Reservation&& o) noexcept
-      : backing_(std::exchange(o.backing_, nullptr)), addr_(std::exchange(o.addr_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : backing_(std::exchange(o.backing_, nullptr)),
+        addr_(std::exchange(o.addr_, nullptr)),
+        size_(std::exchange(o.size_, 0)) {}
   Reservation& operator=(Reservation&& o) noexcept {
     if (this != &o) {
       reset();
@@ -383,7 +393,8 @@ class Pool {
     return p;
   }
   void* allocate_nothrow(size_t n, size_t alignment = alignof(std::max_align_t)) noexcept {
-    return alignment <= alignof(std::max_align_t) ? cxlpool_malloc(pool_, n) : cxlpool_aligned_alloc(pool_, alignment, n);
+    return alignment <= alignof(std::max_align_t) ? cxlpool_malloc(pool_, n)
+                                                  : cxlpool_aligned_alloc(pool_, alignment, n);
   }
   static void deallocate(void* p) noexcept { cxlpool_free(p); }
 
@@ -476,8 +487,9 @@ class Allocator {
   T* allocate(size_t n) {
     if (n > std::numeric_limits<size_t>::max() / sizeof(T)) throw std::bad_array_new_length();
     cxlpool_hint_t hint{0, device_};
-    void* p = alignof(T) <= alignof(std::max_align_t) ? cxlpool_malloc_hint(pool_, n * sizeof(T), &hint)
-                                                       : cxlpool_aligned_alloc_hint(pool_, alignof(T), n * sizeof(T), &hint);
+    void* p = alignof(T) <= alignof(std::max_align_t)
+                  ? cxlpool_malloc_hint(pool_, n * sizeof(T), &hint)
+                  : cxlpool_aligned_alloc_hint(pool_, alignof(T), n * sizeof(T), &hint);
     if (!p) throw std::bad_alloc();
     return static_cast<T*>(p);
   }

@@ -50,8 +50,7 @@ typedef struct cxlpool_topology cxlpool_topology_t;
  * is created and the last error names the device, the key and the offending token.
  * Statuses: OK, INVALID_ARGUMENT, CONFIG, NOT_FOUND (e.g. numa:N for a missing node), OS,
  * NO_MEMORY. *out written only on success. */
-CXLPOOL_API cxlpool_status_t cxlpool_topology_discover(const cxlpool_config_t* config,
-                                                       cxlpool_topology_t** out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_discover(const cxlpool_config_t* config, cxlpool_topology_t** out);
 /* Destroys a topology. Backings opened from it stay valid. NULL is ignored. */
 CXLPOOL_API void cxlpool_topology_destroy(cxlpool_topology_t* topology);
 
@@ -63,10 +62,10 @@ typedef enum cxlpool_target_kind {
 } cxlpool_target_kind_t;
 
 typedef enum cxlpool_backing_kind {
-  CXLPOOL_BACKING_NUMA = 1,  /* anonymous memory bound to a node with mbind */
-  CXLPOOL_BACKING_MEMFD = 2, /* anonymous shared memory (memfd); shareable by fd passing */
-  CXLPOOL_BACKING_SHM = 3,   /* named POSIX shared memory (/dev/shm/NAME) */
-  CXLPOOL_BACKING_FILE = 4,  /* a file on any filesystem (tmpfs, hugetlbfs, DAX fs, famfs) */
+  CXLPOOL_BACKING_NUMA = 1,   /* anonymous memory bound to a node with mbind */
+  CXLPOOL_BACKING_MEMFD = 2,  /* anonymous shared memory (memfd); shareable by fd passing */
+  CXLPOOL_BACKING_SHM = 3,    /* named POSIX shared memory (/dev/shm/NAME) */
+  CXLPOOL_BACKING_FILE = 4,   /* a file on any filesystem (tmpfs, hugetlbfs, DAX fs, famfs) */
   CXLPOOL_BACKING_DEVDAX = 5, /* a device-DAX character device */
   CXLPOOL_BACKING_MAX_ENUM = 0x7fffffff
 } cxlpool_backing_kind_t;
@@ -77,7 +76,7 @@ CXLPOOL_API const char* cxlpool_backing_kind_str(cxlpool_backing_kind_t kind);
 
 /* Identity of one target. Strings are owned by the topology. */
 typedef struct cxlpool_target_info {
-  const char* name;               /* "node0", "cxl0", "dax0.0" */
+  const char* name; /* "node0", "cxl0", "dax0.0" */
   cxlpool_target_kind_t kind;
   int numa_node;                  /* node the memory comes from, or -1 */
   int tier;                       /* cxlpool tier, 0 = fastest */
@@ -94,17 +93,17 @@ typedef enum cxlpool_attr {
   CXLPOOL_ATTR_FREE_BYTES = 2,
   CXLPOOL_ATTR_READ_LATENCY_NS = 3,
   CXLPOOL_ATTR_WRITE_LATENCY_NS = 4,
-  CXLPOOL_ATTR_READ_BANDWIDTH_MBPS = 5,  /* MB/s (10^6 bytes per second) */
+  CXLPOOL_ATTR_READ_BANDWIDTH_MBPS = 5, /* MB/s (10^6 bytes per second) */
   CXLPOOL_ATTR_WRITE_BANDWIDTH_MBPS = 6,
-  CXLPOOL_ATTR_KERNEL_TIER = 7,          /* memory_tierN the kernel placed the node in */
-  CXLPOOL_ATTR_TIER = 8,                 /* cxlpool's tier (0 = fastest) */
+  CXLPOOL_ATTR_KERNEL_TIER = 7, /* memory_tierN the kernel placed the node in */
+  CXLPOOL_ATTR_TIER = 8,        /* cxlpool's tier (0 = fastest) */
   CXLPOOL_ATTR_CPU_COUNT = 9,
-  CXLPOOL_ATTR_CPULESS = 10,             /* 0 or 1 */
-  CXLPOOL_ATTR_CXL_BACKED = 11,          /* 1 when a CXL region provides this memory */
+  CXLPOOL_ATTR_CPULESS = 10,    /* 0 or 1 */
+  CXLPOOL_ATTR_CXL_BACKED = 11, /* 1 when a CXL region provides this memory */
   CXLPOOL_ATTR_PAGE_SIZE = 12,
-  CXLPOOL_ATTR_ABSTRACT_DISTANCE = 13,   /* ranking cost; 1000 = local DRAM (docs/topology.md) */
-  CXLPOOL_ATTR_INTERLEAVE_WEIGHT = 14,   /* kernel weighted-interleave weight of the node */
-  CXLPOOL_ATTR_MAX_ENUM = 0x7fffffff     /* any int is a valid value; unknown ones are rejected */
+  CXLPOOL_ATTR_ABSTRACT_DISTANCE = 13, /* ranking cost; 1000 = local DRAM (docs/topology.md) */
+  CXLPOOL_ATTR_INTERLEAVE_WEIGHT = 14, /* kernel weighted-interleave weight of the node */
+  CXLPOOL_ATTR_MAX_ENUM = 0x7fffffff   /* any int is a valid value; unknown ones are rejected */
 } cxlpool_attr_t;
 
 typedef struct cxlpool_attr_value {
@@ -114,26 +113,22 @@ typedef struct cxlpool_attr_value {
 } cxlpool_attr_value_t;
 
 /* Number of targets. Statuses: OK, INVALID_ARGUMENT. */
-CXLPOOL_API cxlpool_status_t cxlpool_topology_target_count(const cxlpool_topology_t* topology,
-                                                           size_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_target_count(const cxlpool_topology_t* topology, size_t* out);
 /* Identity of target index (0 .. count-1). Statuses: OK, INVALID_ARGUMENT, NOT_FOUND. */
-CXLPOOL_API cxlpool_status_t cxlpool_topology_get_target(const cxlpool_topology_t* topology,
-                                                         size_t index, cxlpool_target_info_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_get_target(const cxlpool_topology_t* topology, size_t index,
+                                                         cxlpool_target_info_t* out);
 /* Index of the target named name. Statuses: OK, INVALID_ARGUMENT, NOT_FOUND. */
-CXLPOOL_API cxlpool_status_t cxlpool_topology_find_target(const cxlpool_topology_t* topology,
-                                                          const char* name, size_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_find_target(const cxlpool_topology_t* topology, const char* name,
+                                                          size_t* out);
 /* One attribute of a target with its source. An unknown attribute is not an error: the call
  * succeeds with known = 0. Statuses: OK, INVALID_ARGUMENT (bad attr), NOT_FOUND (index). */
-CXLPOOL_API cxlpool_status_t cxlpool_target_get_attr(const cxlpool_topology_t* topology,
-                                                     size_t index, cxlpool_attr_t attr,
-                                                     cxlpool_attr_value_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_target_get_attr(const cxlpool_topology_t* topology, size_t index,
+                                                     cxlpool_attr_t attr, cxlpool_attr_value_t* out);
 /* SLIT distance between the NUMA nodes behind two targets (known = 0 if either has none). */
-CXLPOOL_API cxlpool_status_t cxlpool_target_get_distance(const cxlpool_topology_t* topology,
-                                                         size_t from, size_t to,
+CXLPOOL_API cxlpool_status_t cxlpool_target_get_distance(const cxlpool_topology_t* topology, size_t from, size_t to,
                                                          cxlpool_attr_value_t* out);
 /* Number of distinct cxlpool tiers (highest tier + 1). */
-CXLPOOL_API cxlpool_status_t cxlpool_topology_tier_count(const cxlpool_topology_t* topology,
-                                                         int* out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_tier_count(const cxlpool_topology_t* topology, int* out);
 
 /* The kernel's own tiering state. */
 typedef struct cxlpool_kernel_state {
@@ -165,23 +160,19 @@ typedef struct cxlpool_component_info {
   uint64_t reserved[4];
 } cxlpool_component_info_t;
 
-CXLPOOL_API cxlpool_status_t cxlpool_topology_component_count(const cxlpool_topology_t* topology,
-                                                              size_t* out);
-CXLPOOL_API cxlpool_status_t cxlpool_topology_get_component(const cxlpool_topology_t* topology,
-                                                            size_t index,
+CXLPOOL_API cxlpool_status_t cxlpool_topology_component_count(const cxlpool_topology_t* topology, size_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_get_component(const cxlpool_topology_t* topology, size_t index,
                                                             cxlpool_component_info_t* out);
 
 /* Warnings a user should read (e.g. numa_balancing=1 with CPU-less nodes). Strings are owned
  * by the topology. */
-CXLPOOL_API cxlpool_status_t cxlpool_topology_warning_count(const cxlpool_topology_t* topology,
-                                                            size_t* out);
-CXLPOOL_API cxlpool_status_t cxlpool_topology_get_warning(const cxlpool_topology_t* topology,
-                                                          size_t index, const char** out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_warning_count(const cxlpool_topology_t* topology, size_t* out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_get_warning(const cxlpool_topology_t* topology, size_t index,
+                                                          const char** out);
 
 /* The whole topology as one JSON document (schema in docs/topology.md). *out is a
  * NUL-terminated string the caller releases with cxlpool_string_free. */
-CXLPOOL_API cxlpool_status_t cxlpool_topology_to_json(const cxlpool_topology_t* topology,
-                                                      char** out);
+CXLPOOL_API cxlpool_status_t cxlpool_topology_to_json(const cxlpool_topology_t* topology, char** out);
 CXLPOOL_API void cxlpool_string_free(char* s);
 
 #ifdef __cplusplus

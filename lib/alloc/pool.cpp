@@ -23,8 +23,8 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstddef>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -42,7 +42,7 @@ namespace {
 
 constexpr int kAddressBits = 47;
 constexpr size_t kPagemapEntries = size_t(1) << (kAddressBits - kSegmentShift);
-constexpr size_t kRegionSegments = 16;                   // 64 MiB regions by default
+constexpr size_t kRegionSegments = 16;  // 64 MiB regions by default
 // Free slices stay committed (reuse without page faults) until a purge pass finds them still
 // free kPurgeDelayNs after the previous pass; beyond kMaxFreeCommitted they go at once.
 constexpr uint64_t kPurgeDelayNs = 100'000'000;
@@ -90,9 +90,9 @@ constexpr unsigned kInlineWords = 8;
 
 struct Segment : SegmentHeader {
   uintptr_t base = 0;
-  uint64_t free_slices = ~uint64_t(0);   // device mutex
-  uint64_t committed_slices = 0;         // device mutex
-  uint64_t purge_mark = 0;               // free and committed at the last purge pass
+  uint64_t free_slices = ~uint64_t(0);  // device mutex
+  uint64_t committed_slices = 0;        // device mutex
+  uint64_t purge_mark = 0;              // free and committed at the last purge pass
   Segment* next_partial = nullptr;
   Segment* prev_partial = nullptr;
   bool in_partial = false;
@@ -181,13 +181,13 @@ class Pool {
   uint32_t generation = 0;
   std::string name;
   Policy policy;
-  int fixed_device = -1;        // single bind rule: the device, no evaluation needed
+  int fixed_device = -1;  // single bind rule: the device, no evaluation needed
   int ndev = 0;
   DeviceState dev[kMaxDevices];
   std::vector<uint8_t> interleave_sequence;  // per-page interleave: device per counter step
   std::atomic<uint64_t> interleave_counter{0};
   std::mutex heaps_mu;
-  Heap* heaps = nullptr;        // every heap ever created (reused after thread exit)
+  Heap* heaps = nullptr;  // every heap ever created (reused after thread exit)
 };
 
 namespace {
@@ -309,15 +309,21 @@ inline Heap* tls_heap(const SegmentHeader* hdr) noexcept {
 void list_push_back(Page*& head, Page*& tail, Page* pg) {
   pg->next = nullptr;
   pg->prev = tail;
-  if (tail) tail->next = pg;
-  else head = pg;
+  if (tail)
+    tail->next = pg;
+  else
+    head = pg;
   tail = pg;
 }
 void list_remove(Page*& head, Page*& tail, Page* pg) {
-  if (pg->prev) pg->prev->next = pg->next;
-  else head = pg->next;
-  if (pg->next) pg->next->prev = pg->prev;
-  else tail = pg->prev;
+  if (pg->prev)
+    pg->prev->next = pg->next;
+  else
+    head = pg->next;
+  if (pg->next)
+    pg->next->prev = pg->prev;
+  else
+    tail = pg->prev;
   pg->next = pg->prev = nullptr;
 }
 // Intrusive doubly linked stacks of pages and huge spans (members next/prev).
@@ -330,8 +336,10 @@ void stack_push(T*& head, T* x) {
 }
 template <class T>
 void stack_remove(T*& head, T* x) {
-  if (x->prev) x->prev->next = x->next;
-  else head = x->next;
+  if (x->prev)
+    x->prev->next = x->next;
+  else
+    head = x->next;
   if (x->next) x->next->prev = x->prev;
   x->next = x->prev = nullptr;
 }
@@ -457,8 +465,10 @@ void partial_add(DeviceState& d, Segment* s) {
 }
 void partial_remove(DeviceState& d, Segment* s) {
   if (!s->in_partial) return;
-  if (s->prev_partial) s->prev_partial->next_partial = s->next_partial;
-  else d.partial = s->next_partial;
+  if (s->prev_partial)
+    s->prev_partial->next_partial = s->next_partial;
+  else
+    d.partial = s->next_partial;
   if (s->next_partial) s->next_partial->prev_partial = s->prev_partial;
   s->in_partial = false;
 }
@@ -899,7 +909,9 @@ const Rule* choose(Pool* pool, Heap* h, size_t size, uint32_t hint, unsigned cls
   for (const Rule& r : pool->policy.rules) {
     switch (r.kind) {
       case RuleKind::kBind:
-      case RuleKind::kPreferred: device = r.devices[0]; return &r;
+      case RuleKind::kPreferred:
+        device = r.devices[0];
+        return &r;
       case RuleKind::kSpill: {
         const DeviceState& near = pool->dev[r.devices[0]];
         bool over = near.resident.load(std::memory_order_relaxed) * 100 >= uint64_t(r.watermark_pct) * near.capacity;
@@ -921,9 +933,11 @@ const Rule* choose(Pool* pool, Heap* h, size_t size, uint32_t hint, unsigned cls
         break;
       case RuleKind::kRatio:
       case RuleKind::kInterleave:
-        if (huge || !h) device = r.kind == RuleKind::kRatio ? next_ratio(pool, r) : next_interleave(pool);
+        if (huge || !h)
+          device = r.kind == RuleKind::kRatio ? next_ratio(pool, r) : next_interleave(pool);
         else {
-          if (h->page_device[cls] < 0) h->page_device[cls] = int8_t(r.kind == RuleKind::kRatio ? next_ratio(pool, r) : next_interleave(pool));
+          if (h->page_device[cls] < 0)
+            h->page_device[cls] = int8_t(r.kind == RuleKind::kRatio ? next_ratio(pool, r) : next_interleave(pool));
           device = h->page_device[cls];
         }
         return &r;
@@ -1007,9 +1021,12 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   }
   int di;
   const Rule* rule = nullptr;
-  if (forced >= 0) di = forced;
-  else if (pool->fixed_device >= 0) di = pool->fixed_device;
-  else rule = choose(pool, h, size, hint, cls, huge, di);
+  if (forced >= 0)
+    di = forced;
+  else if (pool->fixed_device >= 0)
+    di = pool->fixed_device;
+  else
+    rule = choose(pool, h, size, hint, cls, huge, di);
 
   void* p = alloc_on(pool, h, di, request, alignment, cls, huge);
   int used = di;
@@ -1035,13 +1052,14 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   if (!huge && rule && (rule->kind == RuleKind::kRatio || rule->kind == RuleKind::kInterleave)) {
     // Per-page policies move on to the next device when the current page fills up.
     Page* head = h->head[used][cls];
-    if (!head || head->cursor >= head->words ||
-        (head->free_bits[head->cursor] == 0 && !page_has_free(head)))
+    if (!head || head->cursor >= head->words || (head->free_bits[head->cursor] == 0 && !page_has_free(head)))
       h->page_device[cls] = -1;
   }
   HeapCounters& ctr = h->counters[used];
-  if (huge) ctr.huge_allocs.add(1);
-  else ctr.allocs[cls].add(1);
+  if (huge)
+    ctr.huge_allocs.add(1);
+  else
+    ctr.allocs[cls].add(1);
   if (alignment > 16 && alignment <= kSliceSize)
     p = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(p) + alignment - 1) & ~uintptr_t(alignment - 1));
   return p;
@@ -1074,8 +1092,10 @@ inline uint32_t block_index(const Page* pg, uintptr_t a) noexcept {
 
 void retire_if_empty(Heap* h, Page* pg) {
   if (pg->used != 0 || h->head[pg->device][pg->cls] == pg) return;
-  if (pg->state.load(std::memory_order_relaxed) == kFull) stack_remove(h->full[pg->device][pg->cls], pg);
-  else list_remove(h->head[pg->device][pg->cls], h->tail[pg->device][pg->cls], pg);
+  if (pg->state.load(std::memory_order_relaxed) == kFull)
+    stack_remove(h->full[pg->device][pg->cls], pg);
+  else
+    list_remove(h->head[pg->device][pg->cls], h->tail[pg->device][pg->cls], pg);
   release_page(h->pool, pg);
 }
 
@@ -1102,8 +1122,10 @@ void retire_if_empty(Heap* h, Page* pg) {
   uint64_t old = pg->remote_bits[w].fetch_or(bit, std::memory_order_acq_rel);
   if (old & bit) return;  // double free: ignored
   pg->remote_count.fetch_add(1, std::memory_order_release);
-  if (me) me->counters[device].frees[cls].add(1);
-  else seg->pool->dev[device].orphan_frees[cls].fetch_add(1, std::memory_order_relaxed);
+  if (me)
+    me->counters[device].frees[cls].add(1);
+  else
+    seg->pool->dev[device].orphan_frees[cls].fetch_add(1, std::memory_order_relaxed);
   // Tell the owner that a page it may hold as full has free blocks again. If the page was
   // recycled meanwhile this only causes a harmless rescan.
   if (Heap* owner = pg->owner.load(std::memory_order_acquire))
@@ -1142,8 +1164,10 @@ inline void free_small(Segment* seg, void* p) noexcept {
 
 [[gnu::noinline]] void free_huge(HugeSpan* span) noexcept {
   Pool* pool = span->pool;
-  if (Heap* me = tls_heap(pool)) me->counters[span->device].huge_frees.add(1);
-  else pool->dev[span->device].orphan_huge_frees.fetch_add(1, std::memory_order_relaxed);
+  if (Heap* me = tls_heap(pool))
+    me->counters[span->device].huge_frees.add(1);
+  else
+    pool->dev[span->device].orphan_huge_frees.fetch_add(1, std::memory_order_relaxed);
   huge_free(span);
 }
 
@@ -1172,7 +1196,8 @@ Pool* pool_create(const Topology& topo, const PoolOptions& options) {
   pool->name = options.name.empty() ? "pool" : options.name;
   PolicyDevices pd;
   for (size_t t : targets) {
-    if (t >= topo.targets.size()) fail(CXLPOOL_E_NOT_FOUND, "pool: target index " + std::to_string(t) + " out of range");
+    if (t >= topo.targets.size())
+      fail(CXLPOOL_E_NOT_FOUND, "pool: target index " + std::to_string(t) + " out of range");
     for (int j = 0; j < pool->ndev; ++j)
       if (pool->dev[j].target == t)
         fail(CXLPOOL_E_INVALID_ARGUMENT, "pool: device '" + topo.targets[t].name + "' listed twice");
@@ -1320,8 +1345,10 @@ size_t usable_size(const void* p) noexcept {
 bool free_any(void* p) noexcept {
   SegmentHeader* hdr = lookup(p);
   if (!hdr) return false;
-  if (__builtin_expect(hdr->kind == SegKind::kHuge, 0)) free_huge(static_cast<HugeSpan*>(hdr));
-  else free_small(static_cast<Segment*>(hdr), p);
+  if (__builtin_expect(hdr->kind == SegKind::kHuge, 0))
+    free_huge(static_cast<HugeSpan*>(hdr));
+  else
+    free_small(static_cast<Segment*>(hdr), p);
   return true;
 }
 
@@ -1352,7 +1379,8 @@ bool ptr_info(const void* p, PtrInfo* out) noexcept {
   info.tier = hdr->pool->dev[hdr->device].tier;
   info.huge = hdr->kind == SegKind::kHuge;
   info.usable = usable_size(p);
-  if (info.huge) info.block_size = static_cast<HugeSpan*>(hdr)->block;
+  if (info.huge)
+    info.block_size = static_cast<HugeSpan*>(hdr)->block;
   else {
     Page* pg = page_of(static_cast<Segment*>(hdr), reinterpret_cast<uintptr_t>(p));
     if (pg->state.load(std::memory_order_relaxed) == kUnused) return false;
@@ -1495,8 +1523,8 @@ DeviceStats pool_device_stats(const Pool* pool, int di) noexcept {
     free_bytes += f * kClassSizes[c];
   }
   s.frees += d.orphan_huge_frees.load(std::memory_order_relaxed);
-  s.allocated_bytes = (alloc_bytes > free_bytes ? alloc_bytes - free_bytes : 0) +
-                      d.huge_live_bytes.load(std::memory_order_relaxed);
+  s.allocated_bytes =
+      (alloc_bytes > free_bytes ? alloc_bytes - free_bytes : 0) + d.huge_live_bytes.load(std::memory_order_relaxed);
   s.active_bytes = d.active.load(std::memory_order_relaxed);
   s.resident_bytes = d.resident.load(std::memory_order_relaxed);
   s.peak_resident_bytes = d.peak_resident.load(std::memory_order_relaxed);

@@ -27,24 +27,24 @@ struct PoolOptions {
 };
 
 struct DeviceStats {
-  uint64_t allocated_bytes = 0;   // bytes in live blocks (block sizes)
-  uint64_t active_bytes = 0;      // bytes of slices carved into pages or huge spans
-  uint64_t resident_bytes = 0;    // bytes committed on the device by this pool
+  uint64_t allocated_bytes = 0;  // bytes in live blocks (block sizes)
+  uint64_t active_bytes = 0;     // bytes of slices carved into pages or huge spans
+  uint64_t resident_bytes = 0;   // bytes committed on the device by this pool
   uint64_t peak_resident_bytes = 0;
-  uint64_t allocations = 0;       // successful allocations placed on this device
+  uint64_t allocations = 0;  // successful allocations placed on this device
   uint64_t frees = 0;
-  uint64_t fallbacks = 0;         // allocations placed here because the policy's first choice was full
-  uint64_t failures = 0;          // allocations whose policy devices were all full (NULL + ENOMEM)
+  uint64_t fallbacks = 0;  // allocations placed here because the policy's first choice was full
+  uint64_t failures = 0;   // allocations whose policy devices were all full (NULL + ENOMEM)
   uint64_t capacity_bytes = 0;
 };
 
 struct PtrInfo {
   Pool* pool = nullptr;
-  int device = -1;          // index in the pool
-  size_t target = 0;        // topology target index
+  int device = -1;    // index in the pool
+  size_t target = 0;  // topology target index
   int tier = 0;
-  size_t block_size = 0;    // size of the block holding the pointer
-  size_t usable = 0;        // bytes from the pointer to the end of its block
+  size_t block_size = 0;  // size of the block holding the pointer
+  size_t usable = 0;      // bytes from the pointer to the end of its block
   bool huge = false;
 };
 

@@ -14,13 +14,13 @@ namespace cxlpool::detail::alloc {
 
 inline constexpr unsigned kSegmentShift = 22;  // 4 MiB segments
 inline constexpr size_t kSegmentSize = size_t(1) << kSegmentShift;
-inline constexpr unsigned kSliceShift = 16;     // 64 KiB slices
+inline constexpr unsigned kSliceShift = 16;  // 64 KiB slices
 inline constexpr size_t kSliceSize = size_t(1) << kSliceShift;
 inline constexpr unsigned kSlicesPerSegment = unsigned(kSegmentSize / kSliceSize);
 inline constexpr unsigned kNumClasses = 104;
 inline constexpr size_t kMaxClassSize = size_t(1) << 20;
 inline constexpr unsigned kMaxBlocksPerPage = unsigned(kSliceSize / 16);  // 4096
-inline constexpr unsigned kBitmapWords = kMaxBlocksPerPage / 64;        // 64
+inline constexpr unsigned kBitmapWords = kMaxBlocksPerPage / 64;          // 64
 inline constexpr unsigned kReciprocalShift = 42;  // exact floor(off/size) for off < 4 MiB, size <= 1 MiB
 
 inline unsigned size_to_class(size_t n) {

@@ -177,7 +177,8 @@ std::unique_ptr<Backing> Backing::open(const BackingSpec& in) {
   const std::string dev = "device '" + spec.device_name + "'";
   if (spec.kind == CXLPOOL_BACKING_NUMA) {
     if (spec.numa_node < 0) fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": numa backing without a node");
-    if (spec.capacity == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": capacity of node " + std::to_string(spec.numa_node) + " is unknown");
+    if (spec.capacity == 0)
+      fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": capacity of node " + std::to_string(spec.numa_node) + " is unknown");
     return std::unique_ptr<Backing>(new NumaBacking(spec));
   }
 
@@ -185,15 +186,24 @@ std::unique_ptr<Backing> Backing::open(const BackingSpec& in) {
   bool created = false;
   bool unlink_on_close = false;
   switch (spec.kind) {
-    case CXLPOOL_BACKING_MEMFD: fd = os::memfd_create("cxlpool:" + spec.device_name); created = true; break;
-    case CXLPOOL_BACKING_SHM: fd = os::shm_open_owned(spec.path, created); unlink_on_close = created; break;
+    case CXLPOOL_BACKING_MEMFD:
+      fd = os::memfd_create("cxlpool:" + spec.device_name);
+      created = true;
+      break;
+    case CXLPOOL_BACKING_SHM:
+      fd = os::shm_open_owned(spec.path, created);
+      unlink_on_close = created;
+      break;
     case CXLPOOL_BACKING_FILE:
       if (!os::is_directory(os::parent_dir(spec.path)))
         fail(CXLPOOL_E_NOT_FOUND, dev + ": directory of file:" + spec.path + " does not exist");
       fd = os::open_file(spec.path, true, created);
       break;
-    case CXLPOOL_BACKING_DEVDAX: fd = os::open_char_device(spec.path); break;
-    default: fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": unknown backing kind " + std::to_string(int(spec.kind)));
+    case CXLPOOL_BACKING_DEVDAX:
+      fd = os::open_char_device(spec.path);
+      break;
+    default:
+      fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": unknown backing kind " + std::to_string(int(spec.kind)));
   }
   // Undo what this call created if anything below fails: nothing is half-created.
   auto undo = [&] {
@@ -242,14 +252,16 @@ bool Backing::busy() const {
 
 size_t Backing::round_up(size_t n) const {
   size_t ps = caps_.page_size;
-  if (n > SIZE_MAX - ps) fail(CXLPOOL_E_INVALID_ARGUMENT, "device '" + name() + "': size " + std::to_string(n) + " overflows");
+  if (n > SIZE_MAX - ps)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "device '" + name() + "': size " + std::to_string(n) + " overflows");
   return (n + ps - 1) / ps * ps;
 }
 
 void* Backing::reserve(size_t size, size_t alignment, size_t address_span) {
   if (size == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, "device '" + name() + "': reserve of 0 bytes");
   if (alignment != 0 && !is_pow2(alignment))
-    fail(CXLPOOL_E_INVALID_ARGUMENT, "device '" + name() + "': alignment " + std::to_string(alignment) + " is not a power of two");
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         "device '" + name() + "': alignment " + std::to_string(alignment) + " is not a power of two");
   size = round_up(size);
   alignment = std::max(alignment, caps_.page_size);
   size_t span = std::max(size, round_up(address_span));
@@ -268,8 +280,9 @@ void* Backing::map(uint64_t offset, size_t size) {
                                          " is not a multiple of the page size " + std::to_string(caps_.page_size));
   size = round_up(size);
   if (offset > caps_.capacity_bytes || caps_.capacity_bytes - offset < size)
-    fail(CXLPOOL_E_CAPACITY, "device '" + name() + "': range [" + std::to_string(offset) + ", +" + std::to_string(size) +
-                                 ") extends past the capacity " + std::to_string(caps_.capacity_bytes));
+    fail(CXLPOOL_E_CAPACITY, "device '" + name() + "': range [" + std::to_string(offset) + ", +" +
+                                 std::to_string(size) + ") extends past the capacity " +
+                                 std::to_string(caps_.capacity_bytes));
   std::lock_guard<std::mutex> lock(mu_);
   void* addr = create_mapping(offset, size);
   Reservation r{reinterpret_cast<uintptr_t>(addr), size, offset, size, false};
@@ -280,9 +293,9 @@ void* Backing::map(uint64_t offset, size_t size) {
 void Backing::check_range_args(const void* addr, size_t len, const char* op) const {
   auto a = reinterpret_cast<uintptr_t>(addr);
   if (!addr || len == 0 || a % caps_.page_size || len % caps_.page_size)
-    fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(op) + "(" + ptr_str(addr) + ", " + std::to_string(len) + "): device '" +
-                                         name() + "' needs a non-empty range aligned to its page size " +
-                                         std::to_string(caps_.page_size));
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         std::string(op) + "(" + ptr_str(addr) + ", " + std::to_string(len) + "): device '" + name() +
+             "' needs a non-empty range aligned to its page size " + std::to_string(caps_.page_size));
 }
 
 Backing::Reservation& Backing::find(const void* addr, size_t len, const char* op) {
@@ -315,9 +328,9 @@ void Backing::commit(void* addr, size_t len, uint32_t flags) {
   uint64_t offset = r.offset + (reinterpret_cast<uintptr_t>(addr) - r.addr);
   uint64_t added = len - committed_.covered(offset, offset + len);
   if (committed_.total() + added > caps_.capacity_bytes)
-    fail(CXLPOOL_E_CAPACITY, "device '" + name() + "': committing " + format_bytes(added) + " more would exceed its capacity (" +
-                                 format_bytes(committed_.total()) + " of " + format_bytes(caps_.capacity_bytes) +
-                                 " committed)");
+    fail(CXLPOOL_E_CAPACITY, "device '" + name() + "': committing " + format_bytes(added) +
+                                 " more would exceed its capacity (" + format_bytes(committed_.total()) + " of " +
+                                 format_bytes(caps_.capacity_bytes) + " committed)");
   on_commit(addr, len, offset);
   if (flags & CXLPOOL_COMMIT_POPULATE) {
     try {
@@ -344,7 +357,8 @@ void Backing::release(void* addr) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = reservations_.find(reinterpret_cast<uintptr_t>(addr));
   if (it == reservations_.end())
-    fail(CXLPOOL_E_NOT_FOUND, "release(" + ptr_str(addr) + "): not the start of a reservation of device '" + name() + "'");
+    fail(CXLPOOL_E_NOT_FOUND,
+         "release(" + ptr_str(addr) + "): not the start of a reservation of device '" + name() + "'");
   Reservation r = it->second;
   if (r.owns_range) {
     if (committed_.covered(r.offset, r.offset + r.size)) {
@@ -373,7 +387,8 @@ void Backing::release(void* addr) {
 uint64_t Backing::offset_of(const void* addr) const {
   std::lock_guard<std::mutex> lock(mu_);
   const Reservation* r = find_const(addr);
-  if (!r) fail(CXLPOOL_E_NOT_FOUND, "offset_of(" + ptr_str(addr) + "): not inside a reservation of device '" + name() + "'");
+  if (!r)
+    fail(CXLPOOL_E_NOT_FOUND, "offset_of(" + ptr_str(addr) + "): not inside a reservation of device '" + name() + "'");
   return r->offset + (reinterpret_cast<uintptr_t>(addr) - r->addr);
 }
 

@@ -20,9 +20,9 @@ struct BackingSpec {
   std::string device_name;  // for messages
   cxlpool_backing_kind_t kind = CXLPOOL_BACKING_MEMFD;
   int numa_node = -1;
-  std::string path;          // shm name, file path or devdax path
-  uint64_t capacity = 0;     // bytes; 0 = take it from the object (existing file size)
-  size_t page_size = 0;      // 0 = derive (system page, hugetlbfs block, devdax align)
+  std::string path;       // shm name, file path or devdax path
+  uint64_t capacity = 0;  // bytes; 0 = take it from the object (existing file size)
+  size_t page_size = 0;   // 0 = derive (system page, hugetlbfs block, devdax align)
 };
 
 // Static capabilities of a backing kind (before anything is opened).
@@ -59,8 +59,8 @@ class Backing {
   struct Reservation {
     uintptr_t addr = 0;
     size_t size = 0;
-    uint64_t offset = 0;  // device offset of addr (anonymous: the address itself)
-    size_t span = 0;      // address space reserved from addr (>= size)
+    uint64_t offset = 0;     // device offset of addr (anonymous: the address itself)
+    size_t span = 0;         // address space reserved from addr (>= size)
     bool owns_range = true;  // false for map(): the device range belongs to someone else
   };
   explicit Backing(BackingSpec spec);

@@ -98,11 +98,12 @@ cxlpool_status_t cxlpool_config_set_flags(cxlpool_config_t* config, uint32_t fla
     require(config, "cxlpool_config_set_flags", "config is NULL");
     const uint32_t known = CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE | CXLPOOL_CONFIG_NO_HWLOC;
     if (flags & ~known)
-      fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_config_set_flags: unknown flag bits 0x" + [&] {
-        char b[16];
-        snprintf(b, sizeof b, "%x", flags & ~known);
-        return std::string(b);
-      }());
+      fail(
+          CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_config_set_flags: unknown flag bits 0x" + [&] {
+            char b[16];
+            snprintf(b, sizeof b, "%x", flags & ~known);
+            return std::string(b);
+          }());
     auto& o = config->options;
     o.ignore_env |= (flags & CXLPOOL_CONFIG_IGNORE_ENV) != 0;
     o.no_default_device |= (flags & CXLPOOL_CONFIG_NO_DEFAULT_DEVICE) != 0;
@@ -172,23 +173,51 @@ cxlpool_status_t cxlpool_target_get_attr(const cxlpool_topology_t* topology, siz
     const Target& t = target_at(topology, index, "cxlpool_target_get_attr");
     cxlpool_attr_value_t v{};
     switch (attr) {
-      case CXLPOOL_ATTR_CAPACITY_BYTES: v = to_c(t.capacity); break;
-      case CXLPOOL_ATTR_FREE_BYTES: v = to_c(t.free); break;
-      case CXLPOOL_ATTR_READ_LATENCY_NS: v = to_c(t.read_latency_ns); break;
-      case CXLPOOL_ATTR_WRITE_LATENCY_NS: v = to_c(t.write_latency_ns); break;
-      case CXLPOOL_ATTR_READ_BANDWIDTH_MBPS: v = to_c(t.read_bandwidth_mbps); break;
-      case CXLPOOL_ATTR_WRITE_BANDWIDTH_MBPS: v = to_c(t.write_bandwidth_mbps); break;
-      case CXLPOOL_ATTR_KERNEL_TIER: v = to_c(t.kernel_tier); break;
-      case CXLPOOL_ATTR_TIER: v = to_c(t.tier); break;
-      case CXLPOOL_ATTR_CPU_COUNT: v = to_c(t.cpu_count); break;
-      case CXLPOOL_ATTR_CPULESS: v = to_c(t.cpuless); break;
-      case CXLPOOL_ATTR_CXL_BACKED: v = to_c(t.cxl_backed); break;
-      case CXLPOOL_ATTR_PAGE_SIZE:
-        v = {int64_t(t.caps.page_size), t.kind == CXLPOOL_TARGET_DAX ? CXLPOOL_SOURCE_SYSFS : CXLPOOL_SOURCE_COMPUTED, 1};
+      case CXLPOOL_ATTR_CAPACITY_BYTES:
+        v = to_c(t.capacity);
         break;
-      case CXLPOOL_ATTR_ABSTRACT_DISTANCE: v = to_c(t.abstract_distance); break;
-      case CXLPOOL_ATTR_INTERLEAVE_WEIGHT: v = to_c(t.interleave_weight); break;
-      default: fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_target_get_attr: unknown attribute " + std::to_string(int(attr)));
+      case CXLPOOL_ATTR_FREE_BYTES:
+        v = to_c(t.free);
+        break;
+      case CXLPOOL_ATTR_READ_LATENCY_NS:
+        v = to_c(t.read_latency_ns);
+        break;
+      case CXLPOOL_ATTR_WRITE_LATENCY_NS:
+        v = to_c(t.write_latency_ns);
+        break;
+      case CXLPOOL_ATTR_READ_BANDWIDTH_MBPS:
+        v = to_c(t.read_bandwidth_mbps);
+        break;
+      case CXLPOOL_ATTR_WRITE_BANDWIDTH_MBPS:
+        v = to_c(t.write_bandwidth_mbps);
+        break;
+      case CXLPOOL_ATTR_KERNEL_TIER:
+        v = to_c(t.kernel_tier);
+        break;
+      case CXLPOOL_ATTR_TIER:
+        v = to_c(t.tier);
+        break;
+      case CXLPOOL_ATTR_CPU_COUNT:
+        v = to_c(t.cpu_count);
+        break;
+      case CXLPOOL_ATTR_CPULESS:
+        v = to_c(t.cpuless);
+        break;
+      case CXLPOOL_ATTR_CXL_BACKED:
+        v = to_c(t.cxl_backed);
+        break;
+      case CXLPOOL_ATTR_PAGE_SIZE:
+        v = {int64_t(t.caps.page_size), t.kind == CXLPOOL_TARGET_DAX ? CXLPOOL_SOURCE_SYSFS : CXLPOOL_SOURCE_COMPUTED,
+             1};
+        break;
+      case CXLPOOL_ATTR_ABSTRACT_DISTANCE:
+        v = to_c(t.abstract_distance);
+        break;
+      case CXLPOOL_ATTR_INTERLEAVE_WEIGHT:
+        v = to_c(t.interleave_weight);
+        break;
+      default:
+        fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_target_get_attr: unknown attribute " + std::to_string(int(attr)));
     }
     *out = v;
   });

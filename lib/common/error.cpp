@@ -22,11 +22,18 @@ void fail_os(const std::string& what, int err) {
   cxlpool_status_t status = CXLPOOL_E_OS;
   switch (err) {
     case EACCES:
-    case EPERM: status = CXLPOOL_E_PERMISSION; break;
-    case ENOENT: status = CXLPOOL_E_NOT_FOUND; break;
+    case EPERM:
+      status = CXLPOOL_E_PERMISSION;
+      break;
+    case ENOENT:
+      status = CXLPOOL_E_NOT_FOUND;
+      break;
     case ENOMEM:
-    case ENOSPC: status = CXLPOOL_E_CAPACITY; break;
-    default: break;
+    case ENOSPC:
+      status = CXLPOOL_E_CAPACITY;
+      break;
+    default:
+      break;
   }
   throw Failure(status, what + ": " + std::strerror(err), err);
 }

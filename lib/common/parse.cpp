@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 namespace cxlpool::detail {
 
@@ -78,17 +78,27 @@ std::optional<uint64_t> parse_size(std::string_view s) {
   if (!digits) return std::nullopt;
   std::string_view unit = s.substr(i);
   unsigned shift;
-  if (unit.empty() || ieq(unit, "B")) shift = 0;
+  if (unit.empty() || ieq(unit, "B"))
+    shift = 0;
   else {
     char c = char(std::toupper(unit[0]));
     std::string_view rest = unit.substr(1);
     if (!(rest.empty() || ieq(rest, "B") || ieq(rest, "iB"))) return std::nullopt;
     switch (c) {
-      case 'K': shift = 10; break;
-      case 'M': shift = 20; break;
-      case 'G': shift = 30; break;
-      case 'T': shift = 40; break;
-      default: return std::nullopt;
+      case 'K':
+        shift = 10;
+        break;
+      case 'M':
+        shift = 20;
+        break;
+      case 'G':
+        shift = 30;
+        break;
+      case 'T':
+        shift = 40;
+        break;
+      default:
+        return std::nullopt;
     }
   }
   uint64_t v = *digits;
@@ -102,9 +112,12 @@ std::optional<uint64_t> parse_latency_ns(std::string_view s) {
   bool frac;
   if (!split_number_unit(s, n, unit, frac)) return std::nullopt;
   double ns;
-  if (unit == "ns") ns = n;
-  else if (unit == "us") ns = n * 1000.0;
-  else return std::nullopt;
+  if (unit == "ns")
+    ns = n;
+  else if (unit == "us")
+    ns = n * 1000.0;
+  else
+    return std::nullopt;
   if (ns > 1e12) return std::nullopt;
   return uint64_t(std::llround(ns));
 }
@@ -115,10 +128,14 @@ std::optional<uint64_t> parse_bandwidth_mbps(std::string_view s) {
   bool frac;
   if (!split_number_unit(s, n, unit, frac)) return std::nullopt;
   double mbps;
-  if (unit == "MB/s") mbps = n;
-  else if (unit == "GB/s") mbps = n * 1000.0;
-  else if (unit == "TB/s") mbps = n * 1e6;
-  else return std::nullopt;
+  if (unit == "MB/s")
+    mbps = n;
+  else if (unit == "GB/s")
+    mbps = n * 1000.0;
+  else if (unit == "TB/s")
+    mbps = n * 1e6;
+  else
+    return std::nullopt;
   if (mbps > 1e12) return std::nullopt;
   return uint64_t(std::llround(mbps));
 }
@@ -160,15 +177,19 @@ std::string format_bytes(uint64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
   return buf;
 }
 
 std::string format_bandwidth(uint64_t mbps) {
   char buf[32];
-  if (mbps >= 1000) std::snprintf(buf, sizeof buf, "%.1f GB/s", double(mbps) / 1000.0);
-  else std::snprintf(buf, sizeof buf, "%llu MB/s", static_cast<unsigned long long>(mbps));
+  if (mbps >= 1000)
+    std::snprintf(buf, sizeof buf, "%.1f GB/s", double(mbps) / 1000.0);
+  else
+    std::snprintf(buf, sizeof buf, "%llu MB/s", static_cast<unsigned long long>(mbps));
   return buf;
 }
 

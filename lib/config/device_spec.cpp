@@ -4,7 +4,6 @@
 // anywhere rejects the whole input, so nothing is half-created.
 #include "config/device_spec.hpp"
 
-
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "os/os.hpp"
@@ -12,8 +11,8 @@
 namespace cxlpool::detail {
 namespace {
 
-constexpr uint64_t kMaxSize = uint64_t(1) << 50;  // 1 PiB: beyond any device we can map
-constexpr uint64_t kMaxLatencyNs = 100'000'000;   // 100 ms
+constexpr uint64_t kMaxSize = uint64_t(1) << 50;    // 1 PiB: beyond any device we can map
+constexpr uint64_t kMaxLatencyNs = 100'000'000;     // 100 ms
 constexpr uint64_t kMaxBandwidthMbps = 10'000'000;  // 10 TB/s
 constexpr int kMaxTier = 15;
 constexpr int kMaxNode = 1023;
@@ -76,8 +75,8 @@ void parse_backing(DeviceSpec& d, std::string_view v, const std::string& where) 
   } else if (kind == "numa") {
     auto n = has_arg ? parse_u64(arg) : std::nullopt;
     if (!n || *n > kMaxNode)
-      config_error(where, "bad NUMA node " + quote(v) + " (expected numa:N with N in 0.." +
-                              std::to_string(kMaxNode) + ")");
+      config_error(where,
+                   "bad NUMA node " + quote(v) + " (expected numa:N with N in 0.." + std::to_string(kMaxNode) + ")");
     d.backing = CXLPOOL_BACKING_NUMA;
     d.numa_node = int(*n);
   } else if (kind == "file" || kind == "devdax") {
@@ -101,7 +100,9 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
     config_error(origin, "bad device name " + quote(name) +
                              " (1-31 characters: a letter, then letters, digits, '_', '-' or '.')");
   if (reserved_name(name))
-    config_error(origin, "device name " + quote(name) + " is reserved (nodeN and daxX.Y name discovered targets; near, far and tierN are policy words)");
+    config_error(origin,
+                 "device name " + quote(name) +
+                     " is reserved (nodeN and daxX.Y name discovered targets; near, far and tierN are policy words)");
   DeviceSpec d;
   d.name = std::string(name);
   d.origin = origin;
@@ -123,19 +124,25 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
     if (key == "backing" || key == "size" || key == "tier" || key == "read_latency" || key == "write_latency" ||
         key == "read_bandwidth" || key == "write_bandwidth")
       canon = key;
-    else if (key == "latency") canon = "read_latency";
-    else if (key == "read_bw") canon = "read_bandwidth";
-    else if (key == "write_bw") canon = "write_bandwidth";
-    else if (key == "bandwidth") canon = "bandwidth";
-    else if (key.empty()) config_error(dev, "empty key in " + quote(kv));
-    else config_error(dev, "unknown key " + quote(key) + " (valid keys: " + kValidKeys + ")");
+    else if (key == "latency")
+      canon = "read_latency";
+    else if (key == "read_bw")
+      canon = "read_bandwidth";
+    else if (key == "write_bw")
+      canon = "write_bandwidth";
+    else if (key == "bandwidth")
+      canon = "bandwidth";
+    else if (key.empty())
+      config_error(dev, "empty key in " + quote(kv));
+    else
+      config_error(dev, "unknown key " + quote(key) + " (valid keys: " + kValidKeys + ")");
     // "bandwidth" sets both directions, so it collides with either.
     for (auto& [c, spelled] : seen) {
       bool clash = c == canon || (canon == "bandwidth" && (c == "read_bandwidth" || c == "write_bandwidth")) ||
                    (c == "bandwidth" && (canon == "read_bandwidth" || canon == "write_bandwidth"));
       if (clash)
-        config_error(where, spelled == std::string(key) ? "given twice"
-                                                        : "conflicts with " + quote(spelled) + " given earlier");
+        config_error(
+            where, spelled == std::string(key) ? "given twice" : "conflicts with " + quote(spelled) + " given earlier");
     }
     seen.emplace_back(canon, std::string(key));
     if (val.empty()) config_error(where, "empty value");
@@ -144,24 +151,31 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
       parse_backing(d, val, where);
     } else if (canon == "size") {
       auto v = parse_size(val);
-      if (!v) config_error(where, "bad size " + quote(val) + " (expected digits with an optional K, M, G or T suffix, e.g. 4G)");
+      if (!v)
+        config_error(where,
+                     "bad size " + quote(val) + " (expected digits with an optional K, M, G or T suffix, e.g. 4G)");
       if (*v == 0) config_error(where, "size " + quote(val) + " must be greater than zero");
       if (*v > kMaxSize) config_error(where, "size " + quote(val) + " is too large (maximum 1024T)");
       d.size = v;
     } else if (canon == "read_latency" || canon == "write_latency") {
       auto v = parse_latency_ns(val);
       if (!v) config_error(where, "bad latency " + quote(val) + " (expected a number with ns or us, e.g. 250ns)");
-      if (*v == 0 || *v > kMaxLatencyNs) config_error(where, "latency " + quote(val) + " is out of range (1ns..100000us)");
+      if (*v == 0 || *v > kMaxLatencyNs)
+        config_error(where, "latency " + quote(val) + " is out of range (1ns..100000us)");
       (canon == "read_latency" ? d.read_latency_ns : d.write_latency_ns) = v;
     } else if (canon == "bandwidth" || canon == "read_bandwidth" || canon == "write_bandwidth") {
       auto v = parse_bandwidth_mbps(val);
-      if (!v) config_error(where, "bad bandwidth " + quote(val) + " (expected a number with MB/s, GB/s or TB/s, e.g. 30GB/s)");
-      if (*v == 0 || *v > kMaxBandwidthMbps) config_error(where, "bandwidth " + quote(val) + " is out of range (1MB/s..10TB/s)");
+      if (!v)
+        config_error(where,
+                     "bad bandwidth " + quote(val) + " (expected a number with MB/s, GB/s or TB/s, e.g. 30GB/s)");
+      if (*v == 0 || *v > kMaxBandwidthMbps)
+        config_error(where, "bandwidth " + quote(val) + " is out of range (1MB/s..10TB/s)");
       if (canon != "write_bandwidth") d.read_bandwidth_mbps = v;
       if (canon != "read_bandwidth") d.write_bandwidth_mbps = v;
     } else if (canon == "tier") {
       auto v = parse_u64(val);
-      if (!v || *v > uint64_t(kMaxTier)) config_error(where, "bad tier " + quote(val) + " (expected 0.." + std::to_string(kMaxTier) + ")");
+      if (!v || *v > uint64_t(kMaxTier))
+        config_error(where, "bad tier " + quote(val) + " (expected 0.." + std::to_string(kMaxTier) + ")");
       d.tier = int(*v);
     }
   }
@@ -172,8 +186,8 @@ void reject_duplicate_names(const std::vector<DeviceSpec>& devices) {
   for (size_t i = 0; i < devices.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (devices[i].name == devices[j].name)
-        config_error(devices[i].origin, "device " + quote(devices[i].name) + " is declared twice (first at " +
-                                            devices[j].origin + ")");
+        config_error(devices[i].origin,
+                     "device " + quote(devices[i].name) + " is declared twice (first at " + devices[j].origin + ")");
 }
 
 }  // namespace
@@ -229,12 +243,18 @@ std::vector<DeviceSpec> parse_device_file(const std::string& path) {
 
 std::string format_backing(const DeviceSpec& d) {
   switch (d.backing) {
-    case CXLPOOL_BACKING_MEMFD: return "shm";
-    case CXLPOOL_BACKING_SHM: return "shm:" + d.path;
-    case CXLPOOL_BACKING_NUMA: return "numa:" + std::to_string(d.numa_node);
-    case CXLPOOL_BACKING_FILE: return "file:" + d.path;
-    case CXLPOOL_BACKING_DEVDAX: return "devdax:" + d.path;
-    default: break;
+    case CXLPOOL_BACKING_MEMFD:
+      return "shm";
+    case CXLPOOL_BACKING_SHM:
+      return "shm:" + d.path;
+    case CXLPOOL_BACKING_NUMA:
+      return "numa:" + std::to_string(d.numa_node);
+    case CXLPOOL_BACKING_FILE:
+      return "file:" + d.path;
+    case CXLPOOL_BACKING_DEVDAX:
+      return "devdax:" + d.path;
+    default:
+      break;
   }
   return "?";
 }

@@ -7,10 +7,10 @@
 namespace cxlpool::detail {
 namespace {
 constexpr OptionInfo kOptions[] = {
-    {Option::kDevices, "CXLPOOL_DEVICES",
-     "emulated/declared devices: NAME:key=value,...;NAME2:... (docs/config.md)"},
+    {Option::kDevices, "CXLPOOL_DEVICES", "emulated/declared devices: NAME:key=value,...;NAME2:... (docs/config.md)"},
     {Option::kConfigFile, "CXLPOOL_CONFIG", "path of a device file, one device per line, '#' comments"},
-    {Option::kPolicy, "CXLPOOL_POLICY", "placement policy of the default pool (docs/policy.md), e.g. threshold:size=1M,tier=far"},
+    {Option::kPolicy, "CXLPOOL_POLICY",
+     "placement policy of the default pool (docs/policy.md), e.g. threshold:size=1M,tier=far"},
     {Option::kStats, "CXLPOOL_STATS", "interposer: print per-device statistics at exit: 1 (stderr) or a file path"},
 };
 static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");

@@ -19,10 +19,10 @@ uint64_t total_ram_bytes();
 
 // Capabilities of the running kernel, probed once on first use.
 struct KernelCaps {
-  bool madv_populate_write = false;   // MADV_POPULATE_WRITE (5.14+)
+  bool madv_populate_write = false;       // MADV_POPULATE_WRITE (5.14+)
   bool mpol_weighted_interleave = false;  // MPOL_WEIGHTED_INTERLEAVE accepted by mbind (6.9+)
   bool memfd = false;
-  int max_numa_node = 0;              // highest possible node id the kernel accepts in masks
+  int max_numa_node = 0;  // highest possible node id the kernel accepts in masks
 };
 const KernelCaps& kernel_caps();
 

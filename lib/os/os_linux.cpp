@@ -3,9 +3,9 @@
 #include <fcntl.h>
 #include <numaif.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/sysinfo.h>
 #include <sys/vfs.h>
 #include <time.h>
@@ -64,8 +64,7 @@ const KernelCaps& kernel_caps() {
     if (scratch != MAP_FAILED) {
       c.madv_populate_write = madvise(scratch, ps, MADV_POPULATE_WRITE) == 0;
       unsigned long mask = 1;  // node 0 always exists
-      c.mpol_weighted_interleave =
-          syscall(SYS_mbind, scratch, ps, MPOL_WEIGHTED_INTERLEAVE, &mask, 64UL, 0U) == 0;
+      c.mpol_weighted_interleave = syscall(SYS_mbind, scratch, ps, MPOL_WEIGHTED_INTERLEAVE, &mask, 64UL, 0U) == 0;
       munmap(scratch, ps);
     }
     int fd = int(syscall(SYS_memfd_create, "cxlpool-probe", MFD_CLOEXEC));
@@ -115,8 +114,8 @@ void* map_metadata(size_t size, bool noreserve) {
 void map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset) {
   void* p = mmap(addr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, off_t(offset));
   if (p == MAP_FAILED)
-    fail_os("mmap(MAP_SHARED|MAP_FIXED, fd " + std::to_string(fd) + ", offset " + std::to_string(offset) +
-                ", " + std::to_string(size) + " bytes)",
+    fail_os("mmap(MAP_SHARED|MAP_FIXED, fd " + std::to_string(fd) + ", offset " + std::to_string(offset) + ", " +
+                std::to_string(size) + " bytes)",
             errno);
 }
 
@@ -188,8 +187,8 @@ int shm_open_owned(const std::string& name, bool& created) {
     close(fd);
     char mode[8];
     snprintf(mode, sizeof mode, "%03o", unsigned(st.st_mode & 0777));
-    fail(CXLPOOL_E_PERMISSION, "shm object \"" + path + "\" exists but is owned by uid " +
-                                   std::to_string(st.st_uid) + " with mode " + mode +
+    fail(CXLPOOL_E_PERMISSION, "shm object \"" + path + "\" exists but is owned by uid " + std::to_string(st.st_uid) +
+                                   " with mode " + mode +
                                    "; refusing to adopt it (need owner = this user, mode 0600). "
                                    "Remove it or pick another name.");
   }
@@ -246,8 +245,8 @@ bool allocate_range(int fd, uint64_t offset, uint64_t len) {
   if (fallocate(fd, 0, off_t(offset), off_t(len)) == 0) return true;
   int err = errno;
   if (err == EOPNOTSUPP || err == ENODEV) return false;
-  fail_os("fallocate(fd " + std::to_string(fd) + ", offset " + std::to_string(offset) + ", " +
-              std::to_string(len) + " bytes)",
+  fail_os("fallocate(fd " + std::to_string(fd) + ", offset " + std::to_string(offset) + ", " + std::to_string(len) +
+              " bytes)",
           err);
 }
 

@@ -101,13 +101,16 @@ class Parser {
       r.kind = RuleKind::kSpill;
       int near = -1, far = -1;
       for (auto [k, v] : pairs(args, where, false)) {
-        if (k == "near") near = resolve(v, where + ": key 'near'");
-        else if (k == "far") far = resolve(v, where + ": key 'far'");
+        if (k == "near")
+          near = resolve(v, where + ": key 'near'");
+        else if (k == "far")
+          far = resolve(v, where + ": key 'far'");
         else if (k == "watermark") {
           auto p = parse_percent(v);
           if (!p || *p == 0) error(where + ": bad watermark " + quote(v) + " (expected 1%..100%)");
           r.watermark_pct = *p;
-        } else unknown_key(k, "near, far, watermark");
+        } else
+          unknown_key(k, "near, far, watermark");
       }
       if (near < 0 || far < 0 || r.watermark_pct == 0) error(where + ": needs near=, far= and watermark=");
       if (near == far) error(where + ": near and far are the same device");
@@ -126,7 +129,8 @@ class Parser {
         } else if (k == "tier" || k == "device") {
           if (d >= 0) error(where + ": give one of tier= or device=");
           d = resolve(v, where + ": key " + quote(k));
-        } else unknown_key(k, "size, tier, device");
+        } else
+          unknown_key(k, "size, tier, device");
       }
       if (!have_size || d < 0) error(where + ": needs size= and tier= (or device=)");
       r.devices = {d};
@@ -142,7 +146,8 @@ class Parser {
         // Weights proportional to bandwidth, scaled so the smallest is at least 1.
         uint64_t lo = *std::min_element(dev_.read_bandwidth_mbps.begin(), dev_.read_bandwidth_mbps.end());
         for (int i : r.devices)
-          r.weights.push_back(uint32_t(std::clamp<uint64_t>((dev_.read_bandwidth_mbps[i] * 10 + lo / 2) / lo, 1, 1000)));
+          r.weights.push_back(
+              uint32_t(std::clamp<uint64_t>((dev_.read_bandwidth_mbps[i] * 10 + lo / 2) / lo, 1, 1000)));
       } else {
         for (auto [k, v] : pairs(args, where, true)) {
           int i = resolve(k, where);
@@ -180,20 +185,23 @@ class Parser {
   std::string canonical(const Rule& r) const {
     auto n = [&](int i) { return dev_.names[size_t(i)]; };
     switch (r.kind) {
-      case RuleKind::kBind: return "bind:" + n(r.devices[0]);
+      case RuleKind::kBind:
+        return "bind:" + n(r.devices[0]);
       case RuleKind::kPreferred: {
         std::string list;
         for (int d : r.devices) append_item(list, n(d));
         return "preferred:" + list;
       }
       case RuleKind::kSpill:
-        return "spill:near=" + n(r.devices[0]) + ",far=" + n(r.devices[1]) + ",watermark=" +
-               std::to_string(r.watermark_pct) + "%";
-      case RuleKind::kThreshold: return "threshold:size=" + std::to_string(r.min_size) + ",device=" + n(r.devices[0]);
+        return "spill:near=" + n(r.devices[0]) + ",far=" + n(r.devices[1]) +
+               ",watermark=" + std::to_string(r.watermark_pct) + "%";
+      case RuleKind::kThreshold:
+        return "threshold:size=" + std::to_string(r.min_size) + ",device=" + n(r.devices[0]);
       case RuleKind::kRatio:
       case RuleKind::kInterleave: {
         std::string list;
-        for (size_t i = 0; i < r.devices.size(); ++i) append_item(list, n(r.devices[i]) + "=" + std::to_string(r.weights[i]));
+        for (size_t i = 0; i < r.devices.size(); ++i)
+          append_item(list, n(r.devices[i]) + "=" + std::to_string(r.weights[i]));
         return (r.kind == RuleKind::kRatio ? "ratio:" : "interleave:") + list;
       }
       case RuleKind::kHint: {

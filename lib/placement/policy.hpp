@@ -22,12 +22,12 @@ enum : uint32_t { kHintHot = 1, kHintCold = 2, kHintReadMostly = 4, kHintShared 
 
 struct Rule {
   RuleKind kind = RuleKind::kBind;
-  std::vector<int> devices;        // pool device indices; bind/threshold: 1; spill: near, far
-  std::vector<uint32_t> weights;   // ratio/interleave, parallel to devices
-  uint64_t min_size = 0;           // threshold: allocations >= min_size match
-  unsigned watermark_pct = 0;      // spill
+  std::vector<int> devices;               // pool device indices; bind/threshold: 1; spill: near, far
+  std::vector<uint32_t> weights;          // ratio/interleave, parallel to devices
+  uint64_t min_size = 0;                  // threshold: allocations >= min_size match
+  unsigned watermark_pct = 0;             // spill
   int hint_device[4] = {-1, -1, -1, -1};  // hint: device per hint bit (hot, cold, read_mostly, shared)
-  std::vector<int> fallback;       // devices tried, in order, when the chosen one is full
+  std::vector<int> fallback;              // devices tried, in order, when the chosen one is full
 };
 
 struct Policy {

@@ -36,7 +36,8 @@ uintptr_t reserve_once() {
   uintptr_t b = g_base.load(std::memory_order_acquire);
   if (b) return b;
   // Raw system call: the libc wrapper is fine too, but nothing here may allocate.
-  long r = syscall(SYS_mmap, nullptr, kReserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  long r =
+      syscall(SYS_mmap, nullptr, kReserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r == -1 || reinterpret_cast<void*>(r) == MAP_FAILED) return 0;
   uintptr_t expected = 0;
   if (!g_base.compare_exchange_strong(expected, uintptr_t(r))) {
@@ -81,7 +82,8 @@ void* internal_alloc(size_t size, size_t alignment) noexcept {
     }
   }
   char* user = raw + kHeader;
-  if (alignment > 16) user = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(user) + alignment - 1) & ~(alignment - 1));
+  if (alignment > 16)
+    user = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(user) + alignment - 1) & ~(alignment - 1));
   uint64_t hdr[2] = {c, uint64_t(user - raw)};
   std::memcpy(user - kHeader, hdr, kHeader);
   return user;

@@ -75,7 +75,8 @@ void print_stats() {
     }
   }
   char line[512];
-  int n = std::snprintf(line, sizeof line, "cxlpool: pid %d, policy %s\n", int(getpid()), A::pool_policy_text(g_pool).c_str());
+  int n = std::snprintf(line, sizeof line, "cxlpool: pid %d, policy %s\n", int(getpid()),
+                        A::pool_policy_text(g_pool).c_str());
   ssize_t w = write(fd, line, size_t(n));
   n = std::snprintf(line, sizeof line, "%-10s %5s %14s %14s %16s %16s %10s %10s\n", "device", "tier", "allocations",
                     "frees", "live bytes", "peak resident", "fallbacks", "failures");
@@ -388,10 +389,12 @@ __attribute__((visibility("default"))) void* operator new(size_t n, std::align_v
 __attribute__((visibility("default"))) void* operator new[](size_t n, std::align_val_t a) {
   return new_impl(n, size_t(a), false);
 }
-__attribute__((visibility("default"))) void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+__attribute__((visibility("default"))) void* operator new(size_t n, std::align_val_t a,
+                                                          const std::nothrow_t&) noexcept {
   return new_impl(n, size_t(a), true);
 }
-__attribute__((visibility("default"))) void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+__attribute__((visibility("default"))) void* operator new[](size_t n, std::align_val_t a,
+                                                            const std::nothrow_t&) noexcept {
   return new_impl(n, size_t(a), true);
 }
 __attribute__((visibility("default"))) void operator delete(void* p) noexcept { do_free(p); }
@@ -403,10 +406,13 @@ __attribute__((visibility("default"))) void operator delete[](void* p, size_t) n
 __attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t) noexcept { do_free(p); }
 __attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t) noexcept { do_free(p); }
 __attribute__((visibility("default"))) void operator delete(void* p, size_t, std::align_val_t) noexcept { do_free(p); }
-__attribute__((visibility("default"))) void operator delete[](void* p, size_t, std::align_val_t) noexcept { do_free(p); }
+__attribute__((visibility("default"))) void operator delete[](void* p, size_t, std::align_val_t) noexcept {
+  do_free(p);
+}
 __attribute__((visibility("default"))) void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept {
   do_free(p);
 }
-__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept {
+__attribute__((visibility("default"))) void operator delete[](void* p, std::align_val_t,
+                                                              const std::nothrow_t&) noexcept {
   do_free(p);
 }

@@ -33,8 +33,9 @@ std::optional<uint64_t> sysfs_u64(const std::optional<std::string>& s) {
     uint64_t out = 0;
     for (char c : v.substr(2)) {
       int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0'
-              : (c >= 'a' && c <= 'f') ? c - 'a' + 10
-              : (c >= 'A' && c <= 'F') ? c - 'A' + 10 : -1;
+              : (c >= 'a' && c <= 'f')                    ? c - 'a' + 10
+              : (c >= 'A' && c <= 'F')                    ? c - 'A' + 10
+                                                          : -1;
       if (d < 0 || out >> 60) return std::nullopt;
       out = out * 16 + uint64_t(d);
     }
@@ -138,8 +139,10 @@ void discover_kernel_state(const os::FsRoot& sys, const os::FsRoot& proc, Topolo
   if (auto v = sysfs_i64(proc.read("sys/kernel/numa_balancing"))) k.numa_balancing.set(int(*v), CXLPOOL_SOURCE_PROCFS);
   if (auto v = sys.read("kernel/mm/numa/demotion_enabled")) {
     std::string_view s = trim(*v);
-    if (s == "true" || s == "1") k.demotion_enabled.set(true, CXLPOOL_SOURCE_SYSFS);
-    else if (s == "false" || s == "0") k.demotion_enabled.set(false, CXLPOOL_SOURCE_SYSFS);
+    if (s == "true" || s == "1")
+      k.demotion_enabled.set(true, CXLPOOL_SOURCE_SYSFS);
+    else if (s == "false" || s == "0")
+      k.demotion_enabled.set(false, CXLPOOL_SOURCE_SYSFS);
   }
   const std::string wi = "kernel/mm/mempolicy/weighted_interleave";
   k.weighted_interleave.set(sys.exists(wi), CXLPOOL_SOURCE_SYSFS);
@@ -380,11 +383,12 @@ Target make_emulated(const DeviceSpec& s, const Topology& topo, const os::FsRoot
             t.numa_node = dax.target_node;
           }
         if (!t.capacity.known())
-          fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': size of 'devdax:" + s.path +
-                                     "' is not listed under " + sys.path("bus/dax/devices") + "; give size=");
+          fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': size of 'devdax:" + s.path + "' is not listed under " +
+                                     sys.path("bus/dax/devices") + "; give size=");
         break;
       }
-      default: break;
+      default:
+        break;
     }
     // Emulated far memory without declared figures gets the published CXL defaults.
     t.read_latency_ns.set_if_unknown(kDefaultCxlLatencyNs, CXLPOOL_SOURCE_DEFAULT);
@@ -410,11 +414,15 @@ void add_warnings(Topology& topo, bool multi_node_without_hmat) {
       append_item(cpuless_nodes, std::to_string(t.numa_node));
   auto& k = topo.kernel;
   if (!cpuless_nodes.empty() && k.numa_balancing.known() && k.numa_balancing.value == 1)
-    w.push_back("kernel.numa_balancing=1 moves pages toward the CPUs that touch them and will pull pages placed on "
-                "CPU-less node(s) " + cpuless_nodes + " back to CPU nodes; use 0 for static placement or 2 for "
-                "kernel memory tiering (sysctl kernel.numa_balancing=2)");
+    w.push_back(
+        "kernel.numa_balancing=1 moves pages toward the CPUs that touch them and will pull pages placed on "
+        "CPU-less node(s) " +
+        cpuless_nodes +
+        " back to CPU nodes; use 0 for static placement or 2 for "
+        "kernel memory tiering (sysctl kernel.numa_balancing=2)");
   if (k.memory_tiers.size() > 1 && k.demotion_enabled.known() && !k.demotion_enabled.value)
-    w.push_back("the kernel has " + std::to_string(k.memory_tiers.size()) + " memory tiers but demotion is disabled "
+    w.push_back("the kernel has " + std::to_string(k.memory_tiers.size()) +
+                " memory tiers but demotion is disabled "
                 "(/sys/kernel/mm/numa/demotion_enabled=false): reclaim will not demote to slower memory");
   if (multi_node_without_hmat)
     w.push_back("no HMAT latency/bandwidth in sysfs for a multi-node machine: tiers are ranked by SLIT distance");
@@ -441,9 +449,12 @@ Topology discover(const DiscoverOptions& o) {
   Topology topo;
   topo.sysfs_root = o.sysfs_root;
   bool custom_root = o.sysfs_root != "/sys";
-  if (!o.procfs_root.empty()) topo.procfs_root = o.procfs_root;
-  else if (!custom_root) topo.procfs_root = "/proc";
-  else if (os::is_directory(o.sysfs_root + "/../proc")) topo.procfs_root = o.sysfs_root + "/../proc";
+  if (!o.procfs_root.empty())
+    topo.procfs_root = o.procfs_root;
+  else if (!custom_root)
+    topo.procfs_root = "/proc";
+  else if (os::is_directory(o.sysfs_root + "/../proc"))
+    topo.procfs_root = o.sysfs_root + "/../proc";
   os::FsRoot sys(o.sysfs_root), proc(topo.procfs_root);
   if (!os::is_directory(o.sysfs_root))
     fail(CXLPOOL_E_NOT_FOUND, "sysfs root '" + o.sysfs_root + "' is not a directory");
@@ -464,16 +475,20 @@ Topology discover(const DiscoverOptions& o) {
   }
   discover_kernel_state(sys, proc, topo);
   discover_cxl_and_dax(sys, topo);
-  if (o.no_hwloc) topo.hwloc_note = "disabled by configuration";
-  else if (custom_root) topo.hwloc_note = "not used with a custom sysfs root";
-  else apply_hwloc(topo);
+  if (o.no_hwloc)
+    topo.hwloc_note = "disabled by configuration";
+  else if (custom_root)
+    topo.hwloc_note = "not used with a custom sysfs root";
+  else
+    apply_hwloc(topo);
 
   size_t nodes = 0;
   bool any_hmat = false;
   for (auto& t : topo.targets)
     if (t.kind == CXLPOOL_TARGET_NUMA_NODE) {
       ++nodes;
-      any_hmat |= t.read_latency_ns.source == CXLPOOL_SOURCE_HMAT || t.read_bandwidth_mbps.source == CXLPOOL_SOURCE_HMAT;
+      any_hmat |=
+          t.read_latency_ns.source == CXLPOOL_SOURCE_HMAT || t.read_bandwidth_mbps.source == CXLPOOL_SOURCE_HMAT;
     }
 
   for (auto& s : specs) topo.targets.push_back(make_emulated(s, topo, sys));

@@ -2,6 +2,7 @@
 // JSON rendering of a Topology (schema documented in docs/topology.md). Every attribute is
 // an object {"value": ..., "source": "..."} with value null when unknown.
 #include "common/json.hpp"
+
 #include "common/names.hpp"
 #include "topology/model.hpp"
 
@@ -11,38 +12,52 @@ namespace {
 template <class T>
 void attr(JsonWriter& j, const char* name, const Attr<T>& a) {
   j.key(name).begin_object().key("value");
-  if (a.known()) j.value(a.value);
-  else j.null();
+  if (a.known())
+    j.value(a.value);
+  else
+    j.null();
   j.key("source").value(source_name(a.source)).end_object();
 }
 
 template <class T>
 void opt(JsonWriter& j, const char* name, const std::optional<T>& v) {
   j.key(name);
-  if (v) j.value(*v);
-  else j.null();
+  if (v)
+    j.value(*v);
+  else
+    j.null();
 }
 
 }  // namespace
 
 const char* target_kind_str(cxlpool_target_kind_t k) {
   switch (k) {
-    case CXLPOOL_TARGET_NUMA_NODE: return "numa";
-    case CXLPOOL_TARGET_EMULATED: return "emulated";
-    case CXLPOOL_TARGET_DAX: return "dax";
-    default: break;
+    case CXLPOOL_TARGET_NUMA_NODE:
+      return "numa";
+    case CXLPOOL_TARGET_EMULATED:
+      return "emulated";
+    case CXLPOOL_TARGET_DAX:
+      return "dax";
+    default:
+      break;
   }
   return "unknown";
 }
 
 const char* backing_kind_str(cxlpool_backing_kind_t k) {
   switch (k) {
-    case CXLPOOL_BACKING_NUMA: return "numa";
-    case CXLPOOL_BACKING_MEMFD: return "memfd";
-    case CXLPOOL_BACKING_SHM: return "shm";
-    case CXLPOOL_BACKING_FILE: return "file";
-    case CXLPOOL_BACKING_DEVDAX: return "devdax";
-    default: break;
+    case CXLPOOL_BACKING_NUMA:
+      return "numa";
+    case CXLPOOL_BACKING_MEMFD:
+      return "memfd";
+    case CXLPOOL_BACKING_SHM:
+      return "shm";
+    case CXLPOOL_BACKING_FILE:
+      return "file";
+    case CXLPOOL_BACKING_DEVDAX:
+      return "devdax";
+    default:
+      break;
   }
   return "unknown";
 }
@@ -53,8 +68,10 @@ std::string topology_to_json(const Topology& topo) {
   j.key("cxlpool_version").value(version_string());
   j.key("sysfs_root").value(topo.sysfs_root);
   j.key("procfs_root");
-  if (topo.procfs_root.empty()) j.null();
-  else j.value(topo.procfs_root);
+  if (topo.procfs_root.empty())
+    j.null();
+  else
+    j.value(topo.procfs_root);
   j.key("hwloc").begin_object().key("used").value(topo.hwloc_used).key("note").value(topo.hwloc_note).end_object();
   j.key("tier_count").value(topo.tier_count);
 
@@ -64,12 +81,16 @@ std::string topology_to_json(const Topology& topo) {
     j.key("name").value(t.name);
     j.key("kind").value(target_kind_str(t.kind));
     j.key("numa_node");
-    if (t.numa_node >= 0) j.value(t.numa_node);
-    else j.null();
+    if (t.numa_node >= 0)
+      j.value(t.numa_node);
+    else
+      j.null();
     if (!t.origin.empty()) j.key("declared_at").value(t.origin);
     j.key("cpus").begin_object().key("list").value(t.cpulist).key("count");
-    if (t.cpu_count.known()) j.value(t.cpu_count.value);
-    else j.null();
+    if (t.cpu_count.known())
+      j.value(t.cpu_count.value);
+    else
+      j.null();
     j.key("source").value(source_name(t.cpu_count.source)).end_object();
     attr(j, "cpuless", t.cpuless);
     attr(j, "capacity_bytes", t.capacity);
@@ -87,7 +108,8 @@ std::string topology_to_json(const Topology& topo) {
     attr(j, "interleave_weight", t.interleave_weight);
     if (!t.hwloc_subtype.empty()) j.key("hwloc_subtype").value(t.hwloc_subtype);
     j.key("distances").begin_object().key("value");
-    if (t.distances.empty()) j.null();
+    if (t.distances.empty())
+      j.null();
     else {
       j.begin_object();
       for (auto& [node, d] : t.distances) j.key("node" + std::to_string(node)).value(d);
@@ -97,8 +119,10 @@ std::string topology_to_json(const Topology& topo) {
     j.key("backing").begin_object();
     j.key("kind").value(backing_kind_str(t.backing.kind));
     j.key("path");
-    if (t.backing.path.empty()) j.null();
-    else j.value(t.backing.path);
+    if (t.backing.path.empty())
+      j.null();
+    else
+      j.value(t.backing.path);
     j.key("shareable").value(bool(t.caps.shareable));
     j.key("kernel_migratable").value(bool(t.caps.kernel_migratable));
     j.key("decommit_frees_memory").value(bool(t.caps.decommit_frees_memory));
@@ -133,8 +157,10 @@ std::string topology_to_json(const Topology& topo) {
     for (auto& t : r.targets) j.value(t);
     j.end_array();
     j.key("dax_device");
-    if (r.dax_device.empty()) j.null();
-    else j.value(r.dax_device);
+    if (r.dax_device.empty())
+      j.null();
+    else
+      j.value(r.dax_device);
     j.key("source").value("sysfs").end_object();
   }
   j.end_array().end_object();

@@ -43,7 +43,7 @@ struct Target {
   Attr<double> abstract_distance;
   std::string distance_basis;  // which facts produced abstract_distance
   Attr<bool> cxl_backed;
-  std::string cxl_region;      // region providing the memory, when cxl_backed
+  std::string cxl_region;  // region providing the memory, when cxl_backed
   Attr<int> interleave_weight;
   std::string hwloc_subtype;
   std::map<int, int> distances;  // SLIT: node id -> distance
@@ -102,7 +102,7 @@ struct Topology {
 
 struct DiscoverOptions {
   std::string sysfs_root = "/sys";
-  std::string procfs_root;  // empty: "/proc", or <sysfs_root>/../proc for a custom sysfs root
+  std::string procfs_root;                 // empty: "/proc", or <sysfs_root>/../proc for a custom sysfs root
   std::optional<std::string> devices;      // overrides CXLPOOL_DEVICES
   std::optional<std::string> config_file;  // overrides CXLPOOL_CONFIG
   bool ignore_env = false;
@@ -122,10 +122,10 @@ const char* target_kind_str(cxlpool_target_kind_t kind);
 std::string topology_to_json(const Topology& topo);
 
 // Published figures used as labelled defaults (source "default"); see docs/topology.md.
-inline constexpr uint64_t kDefaultCxlLatencyNs = 250;      // Melody (ASPLOS'25): 140-410 ns
+inline constexpr uint64_t kDefaultCxlLatencyNs = 250;        // Melody (ASPLOS'25): 140-410 ns
 inline constexpr uint64_t kDefaultCxlBandwidthMbps = 30000;  // x8 CXL expanders: 18-36 GB/s
-inline constexpr uint64_t kDefaultDramLatencyNs = 100;     // local DDR idle load-to-use
-inline constexpr double kLocalDramDistance = 1000.0;       // abstract distance of local DRAM
-inline constexpr double kTierSpread = 1.25;                // new tier beyond +25% of a tier's first
+inline constexpr uint64_t kDefaultDramLatencyNs = 100;       // local DDR idle load-to-use
+inline constexpr double kLocalDramDistance = 1000.0;         // abstract distance of local DRAM
+inline constexpr double kTierSpread = 1.25;                  // new tier beyond +25% of a tier's first
 
 }  // namespace cxlpool::detail

@@ -38,9 +38,7 @@ bool ratio(const Attr<uint64_t>& r, const Attr<uint64_t>& w, const Attr<uint64_t
   return true;
 }
 
-bool has_cpus(const Target& t) {
-  return t.kind == CXLPOOL_TARGET_NUMA_NODE && t.cpuless.known() && !t.cpuless.value;
-}
+bool has_cpus(const Target& t) { return t.kind == CXLPOOL_TARGET_NUMA_NODE && t.cpuless.known() && !t.cpuless.value; }
 
 }  // namespace
 

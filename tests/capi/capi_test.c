@@ -8,12 +8,12 @@
 #include "cxlpool/cxlpool.h"
 
 static int failures = 0;
-#define EXPECT(cond)                                                  \
-  do {                                                                \
-    if (!(cond)) {                                                    \
+#define EXPECT(cond)                                                            \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
       fprintf(stderr, "%s:%d: EXPECT(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                     \
-    }                                                                 \
+      ++failures;                                                               \
+    }                                                                           \
   } while (0)
 
 int main(void) {
@@ -92,7 +92,9 @@ int main(void) {
   cxlpool_topology_destroy(topo);
   cxlpool_topology_destroy(NULL);
   cxlpool_config_destroy(NULL);
-  if (failures) fprintf(stderr, "%d expectation(s) failed\n", failures);
-  else printf("capi_test: all expectations held\n");
+  if (failures)
+    fprintf(stderr, "%d expectation(s) failed\n", failures);
+  else
+    printf("capi_test: all expectations held\n");
   return failures ? 1 : 0;
 }

@@ -1,8 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Consumer of the installed C API: discover and print the number of targets. */
-#include <stdio.h>
-
 #include <cxlpool/cxlpool.h>
+#include <stdio.h>
 
 int main(void) {
   cxlpool_topology_t* topo = NULL;

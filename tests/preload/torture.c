@@ -7,8 +7,8 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +65,7 @@ static void* forker(void* arg) {
 static pthread_key_t key;
 static void key_destructor(void* p) {
   free(p);
-  free(malloc(100));  /* allocate inside a TSD destructor */
+  free(malloc(100)); /* allocate inside a TSD destructor */
 }
 static __thread char* tls_block;
 static void* short_thread(void* arg) {
@@ -73,7 +73,7 @@ static void* short_thread(void* arg) {
   pthread_setspecific(key, malloc(64));
   tls_block = malloc(128);
   free(tls_block);
-  return malloc(32);  /* freed by the joiner: a cross-thread free */
+  return malloc(32); /* freed by the joiner: a cross-thread free */
 }
 
 int main(int argc, char** argv) {

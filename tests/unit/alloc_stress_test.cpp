@@ -52,10 +52,10 @@ void check_and_free(void* block) {
 
 size_t pick_size(std::mt19937_64& rng) {
   uint64_t r = rng() % 1000;
-  if (r < 900) return 24 + rng() % 240;       // small (>= 24: the cookie and the last byte never overlap)
-  if (r < 990) return 256 + rng() % 16000;    // medium
-  if (r < 999) return 16384 + rng() % 200000; // large classes
-  return (1 + rng() % 3) << 20;               // huge
+  if (r < 900) return 24 + rng() % 240;        // small (>= 24: the cookie and the last byte never overlap)
+  if (r < 990) return 256 + rng() % 16000;     // medium
+  if (r < 999) return 16384 + rng() % 200000;  // large classes
+  return (1 + rng() % 3) << 20;                // huge
 }
 
 void worker(cxlpool_pool_t* pool, std::atomic<void*>* transfer, uint64_t ops, uint64_t seed) {
@@ -74,7 +74,8 @@ void worker(cxlpool_pool_t* pool, std::atomic<void*>* transfer, uint64_t ops, ui
     } else {
       size_t k = rng() % mine.size();
       void* got = transfer[rng() % kTransfer].exchange(mine[k]);
-      if (got) mine[k] = got;  // freed later by this thread: a cross-thread free
+      if (got)
+        mine[k] = got;  // freed later by this thread: a cross-thread free
       else {
         mine[k] = mine.back();
         mine.pop_back();

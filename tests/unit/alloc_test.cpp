@@ -27,12 +27,17 @@ struct Fixture {
   Fixture() {
     cxlpool_config_t* c = nullptr;
     REQUIRE(cxlpool_config_create(&c) == CXLPOOL_OK);
-    std::string devices = "cxlA:backing=shm,size=512M,latency=300ns,bandwidth=10GB/s;"
-                          "cxlB:backing=shm,size=256M,latency=500ns,bandwidth=5GB/s;"
-                          "small:backing=shm,size=16M;"
-                          "shm0:backing=shm:" + shm_name + ",size=256M;"
-                          "file0:backing=file:" + dir.path() + "/pool,size=256M;"
-                          "n0:backing=numa:0,size=256M";
+    std::string devices =
+        "cxlA:backing=shm,size=512M,latency=300ns,bandwidth=10GB/s;"
+        "cxlB:backing=shm,size=256M,latency=500ns,bandwidth=5GB/s;"
+        "small:backing=shm,size=16M;"
+        "shm0:backing=shm:" +
+        shm_name +
+        ",size=256M;"
+        "file0:backing=file:" +
+        dir.path() +
+        "/pool,size=256M;"
+        "n0:backing=numa:0,size=256M";
     cxlpool_config_set_devices(c, devices.c_str());
     cxlpool_config_set_flags(c, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC);
     REQUIRE(cxlpool_topology_discover(c, &topo) == CXLPOOL_OK);
@@ -285,7 +290,7 @@ TEST_CASE("spill: near until the watermark, then far", "[unit]") {
   }
   cxlpool_stats_t small{};
   cxlpool_pool_get_stats(pool, 0, &small);
-  CHECK(small.resident_bytes >= 8 * kMiB);           // reached the watermark ...
+  CHECK(small.resident_bytes >= 8 * kMiB);             // reached the watermark ...
   CHECK(small.resident_bytes <= 8 * kMiB + 1 * kMiB);  // ... and stopped within one page of it
   CHECK(on_small <= small.resident_bytes);
   for (void* p : v) cxlpool_free(p);

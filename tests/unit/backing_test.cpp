@@ -59,8 +59,9 @@ bool all_zero(const void* p, size_t n) {
 TEST_CASE("every backing kind: reserve, commit, touch, verify, decommit, release", "[unit][numa]") {
   ScratchDir dir;
   const std::string shm = unique("cxlpool-test-rw");
-  auto topo = topology_with("mf:backing=shm,size=64M;sh:backing=shm:" + shm + ",size=64M;fl:backing=file:" + dir.path() +
-                            "/pool,size=64M;dz:backing=devdax:/dev/zero,size=64M;n0:backing=numa:0,size=64M");
+  auto topo =
+      topology_with("mf:backing=shm,size=64M;sh:backing=shm:" + shm + ",size=64M;fl:backing=file:" + dir.path() +
+                    "/pool,size=64M;dz:backing=devdax:/dev/zero,size=64M;n0:backing=numa:0,size=64M");
   for (const char* name : {"mf", "sh", "fl", "dz", "n0", "node0"}) {
     INFO("device " << name);
     auto target = topo.find(name);

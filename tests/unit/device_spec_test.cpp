@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The device grammar (CXLPOOL_DEVICES / CXLPOOL_CONFIG): every bad input is rejected with a
 // CONFIG error whose message names the offending token; good inputs round-trip.
+#include "config/device_spec.hpp"
+
 #include <fstream>
 
 #include "common/error.hpp"
-#include "config/device_spec.hpp"
 #include "test_support.hpp"
 #include "topology/model.hpp"
 
@@ -141,8 +142,10 @@ TEST_CASE("config files: one device per line, comments, line numbers in errors",
   } catch (const Failure& f) {
     CHECK(std::string(f.what()).find("my.conf:3: device 'slow': key 'size': bad size '7Z'") != std::string::npos);
   }
-  CHECK_THROWS_WITH(parse_device_lines("a:size=1G;b:size=1G\n", "f"), Catch::Contains("f:1") && Catch::Contains("one device per line"));
-  CHECK_THROWS_WITH(parse_device_lines("a:size=1G\na:size=2G\n", "f"), Catch::Contains("f:2") && Catch::Contains("declared twice"));
+  CHECK_THROWS_WITH(parse_device_lines("a:size=1G;b:size=1G\n", "f"),
+                    Catch::Contains("f:1") && Catch::Contains("one device per line"));
+  CHECK_THROWS_WITH(parse_device_lines("a:size=1G\na:size=2G\n", "f"),
+                    Catch::Contains("f:2") && Catch::Contains("declared twice"));
 }
 
 TEST_CASE("unreadable config files are config errors naming the path", "[unit]") {

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Value parsers, interval set and JSON writer: the small pieces every grammar relies on.
+#include "common/parse.hpp"
+
 #include <catch2/catch.hpp>
 
 #include "common/interval_set.hpp"
 #include "common/json.hpp"
-#include "common/parse.hpp"
 
 using namespace cxlpool::detail;
 

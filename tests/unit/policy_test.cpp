@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The placement policy grammar: good policies resolve devices and round-trip; bad ones are
 // rejected naming the offending token.
-#include "common/error.hpp"
 #include "placement/policy.hpp"
+
+#include "common/error.hpp"
 #include "test_support.hpp"
 
 using namespace cxlpool::detail;

@@ -17,7 +17,8 @@ int main(int argc, char** argv) {
   size_t index = 0;
   cxlpool_backing_t* b = NULL;
   void* p = NULL;
-  if (cxlpool_topology_discover(NULL, &topo) != CXLPOOL_OK || cxlpool_topology_find_target(topo, argv[1], &index) != CXLPOOL_OK ||
+  if (cxlpool_topology_discover(NULL, &topo) != CXLPOOL_OK ||
+      cxlpool_topology_find_target(topo, argv[1], &index) != CXLPOOL_OK ||
       cxlpool_backing_open(topo, index, &b) != CXLPOOL_OK || cxlpool_backing_map(b, 0, bytes, &p) != CXLPOOL_OK ||
       cxlpool_backing_commit(b, p, bytes, 0) != CXLPOOL_OK) {
     fprintf(stderr, "shm_peer: %s\n", cxlpool_last_error_message());

@@ -18,11 +18,11 @@ inline std::string fixture(const std::string& tree) { return std::string(CXLPOOL
 
 // A visible skip: CTest reports the test as skipped (SKIP_REGULAR_EXPRESSION), and with
 // CXLPOOL_REQUIRE_ALL_TESTS=ON it is a failure instead.
-#define CXLPOOL_SKIP(reason)                                              \
-  do {                                                                    \
+#define CXLPOOL_SKIP(reason)                                                  \
+  do {                                                                        \
     if (CXLPOOL_REQUIRE_ALL_TESTS) FAIL("required test skipped: " << reason); \
-    std::printf("CXLPOOL-SKIP: %s\n", std::string(reason).c_str());      \
-    return;                                                               \
+    std::printf("CXLPOOL-SKIP: %s\n", std::string(reason).c_str());           \
+    return;                                                                   \
   } while (0)
 
 class ScratchDir {
@@ -42,12 +42,16 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) setenv(name_.c_str(), old_->c_str(), 1);
-    else unsetenv(name_.c_str());
+    if (old_)
+      setenv(name_.c_str(), old_->c_str(), 1);
+    else
+      unsetenv(name_.c_str());
   }
 
  private:

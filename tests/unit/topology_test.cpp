@@ -172,8 +172,8 @@ TEST_CASE("CXL memdevs, regions and DAX devices", "[unit]") {
 }
 
 TEST_CASE("declared devices: numa:N inherits the node, declared figures are config", "[unit]") {
-  Topology t = load("cpuless-hmat", true,
-                    "slow1:backing=numa:1,tier=3;cxl9:backing=shm,size=1G,latency=400ns,bandwidth=10GB/s");
+  Topology t =
+      load("cpuless-hmat", true, "slow1:backing=numa:1,tier=3;cxl9:backing=shm,size=1G,latency=400ns,bandwidth=10GB/s");
   CHECK_FALSE(t.default_device);
   const Target& far = get(t, "slow1");
   CHECK(far.kind == CXLPOOL_TARGET_EMULATED);

@@ -104,8 +104,8 @@ int main() {
           blocks.push_back(p);
         }
         double ratio = double(on[0]) / double(on[1]);
-        check(ratio > 2.94 && ratio < 3.06, "weighted interleave 3:1 over 10,000 pages: " + std::to_string(on[0]) + ":" +
-                                                std::to_string(on[1]) + " by move_pages (within 2%)");
+        check(ratio > 2.94 && ratio < 3.06, "weighted interleave 3:1 over 10,000 pages: " + std::to_string(on[0]) +
+                                                ":" + std::to_string(on[1]) + " by move_pages (within 2%)");
         check(mismatched == 0, "ptr_info agrees with the kernel for every page");
         for (void* p : blocks) cxlpool::Pool::deallocate(p);
       }
