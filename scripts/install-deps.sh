@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake pkg-config binutils python3 clang-format  # toolchain, nm, test scripts, style check
+  build-essential cmake pkg-config binutils python3 clang-format clang-tidy  # toolchain, nm, tests, style, lint
   libnuma-dev numactl                                   # mbind/move_pages, numactl for checks
   libhwloc-dev                                          # memory attributes
   libboost-dev                                          # Boost.Interprocess (shared pools)

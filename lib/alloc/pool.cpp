@@ -146,7 +146,7 @@ struct alignas(64) Heap {
   Page* tail[kMaxDevices][kNumClasses] = {};
   Page* full[kMaxDevices][kNumClasses] = {};
   std::atomic<uint8_t> full_dirty[kMaxDevices][kNumClasses] = {};
-  int8_t page_device[kNumClasses];  // per-page policies: device of the current page per class
+  int16_t page_device[kNumClasses];  // per-page policies: device of the current page per class
   HeapCounters counters[kMaxDevices];
 };
 
@@ -937,7 +937,7 @@ const Rule* choose(Pool* pool, Heap* h, size_t size, uint32_t hint, unsigned cls
           device = r.kind == RuleKind::kRatio ? next_ratio(pool, r) : next_interleave(pool);
         else {
           if (h->page_device[cls] < 0)
-            h->page_device[cls] = int8_t(r.kind == RuleKind::kRatio ? next_ratio(pool, r) : next_interleave(pool));
+            h->page_device[cls] = int16_t(r.kind == RuleKind::kRatio ? next_ratio(pool, r) : next_interleave(pool));
           device = h->page_device[cls];
         }
         return &r;
@@ -1038,7 +1038,7 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
         used = fb;
         h->counters[fb].fallbacks.add(1);
         if (rule->kind == RuleKind::kRatio || rule->kind == RuleKind::kInterleave) {
-          if (!huge) h->page_device[cls] = int8_t(fb);
+          if (!huge) h->page_device[cls] = int16_t(fb);
         }
         break;
       }

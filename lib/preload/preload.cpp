@@ -25,13 +25,14 @@
 #include "preload/internal_heap.hpp"
 #include "topology/model.hpp"
 
-extern "C" {
+// glibc's own entry points (exported by libc.so.6), for pointers cxlpool did not allocate.
+extern "C" {  // NOLINTBEGIN(bugprone-reserved-identifier)
 void* __libc_malloc(size_t);
 void __libc_free(void*);
 void* __libc_calloc(size_t, size_t);
 void* __libc_realloc(void*, size_t);
 void* __libc_memalign(size_t, size_t);
-}
+}  // NOLINTEND(bugprone-reserved-identifier)
 
 namespace cxlpool::detail::preload {
 namespace {
