@@ -155,7 +155,7 @@ typedef struct cxlpool_component_info {
   const char* name;    /* "mem0", "region0", "dax0.0" */
   uint64_t size_bytes; /* 0 when unknown */
   int numa_node;       /* memdev: device proximity; dax: target node; -1 when none */
-  const char* mode;    /* memdev: ""; region: "ram"/"pmem"; dax: "devdax"/"system-ram" */
+  const char* mode;    /* memdev: ""; region: "ram"/"pmem"; dax: "devdax", "system-ram" or "unbound" */
   const char* detail;  /* one human-readable line of the rest */
   uint64_t reserved[4];
 } cxlpool_component_info_t;

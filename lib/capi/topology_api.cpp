@@ -35,8 +35,8 @@ void build_components(cxlpool_topology& t) {
   for (auto& d : t.model.dax_devices) {
     std::string detail = "driver " + (d.driver.empty() ? std::string("none") : d.driver) + ", align " +
                          (d.align ? std::to_string(*d.align) : std::string("?"));
-    t.components.push_back(C{CXLPOOL_COMPONENT_DAX, d.name, d.driver == "kmem" ? "system-ram" : "devdax", detail,
-                             d.size.value_or(0), d.target_node});
+    const char* mode = d.driver == "kmem" ? "system-ram" : d.driver == "device_dax" ? "devdax" : "unbound";
+    t.components.push_back(C{CXLPOOL_COMPONENT_DAX, d.name, mode, detail, d.size.value_or(0), d.target_node});
   }
 }
 

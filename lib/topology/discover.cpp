@@ -221,9 +221,16 @@ void discover_cxl_and_dax(const os::FsRoot& sys, Topology& topo) {
   for (auto& t : topo.targets)
     if (t.kind == CXLPOOL_TARGET_NUMA_NODE && !t.cxl_backed.known() && sys.exists("bus/cxl"))
       t.cxl_backed.set(false, CXLPOOL_SOURCE_SYSFS);
-  // DAX devices still in device-DAX mode are mappable targets of their own.
+  // DAX devices bound to device_dax are mappable targets of their own; kmem ones are system
+  // RAM (a node); unbound ones cannot be opened (ENXIO) and are only listed.
   for (auto& dax : topo.dax_devices) {
-    if (dax.driver == "kmem") continue;
+    if (dax.driver != "device_dax") {
+      if (dax.driver != "kmem")
+        topo.warnings.push_back("DAX device " + dax.name +
+                                " has no driver: bind it to device_dax (devdax mode) "
+                                "or kmem (system RAM) to use it");
+      continue;
+    }
     Target t;
     t.name = dax.name;
     t.kind = CXLPOOL_TARGET_DAX;

@@ -171,7 +171,8 @@ std::string topology_to_json(const Topology& topo) {
     opt(j, "size_bytes", d.size);
     opt(j, "align", d.align);
     j.key("target_node").value(d.target_node).key("driver").value(d.driver);
-    j.key("mode").value(d.driver == "kmem" ? "system-ram" : "devdax").key("source").value("sysfs").end_object();
+    const char* mode = d.driver == "kmem" ? "system-ram" : d.driver == "device_dax" ? "devdax" : "unbound";
+    j.key("mode").value(mode).key("source").value("sysfs").end_object();
   }
   j.end_array();
 

@@ -35,6 +35,25 @@ section info-table "$INFO"
 echo 0 > /proc/sys/kernel/numa_balancing
 echo never > /sys/kernel/mm/transparent_hugepage/enabled
 has checks && section vm-checks "$CHECKS"
+if has dax; then
+  # A soft-reserved range (memmap=...!...) becomes a device-DAX device through dax_hmem: test
+  # the devdax backing on it, then online it as system RAM with kmem (a CPU-less node).
+  modprobe device_dax
+  modprobe dax_hmem
+  # Kernels since 6.3 type hmem devices for kmem, so device_dax needs a dynamic id to take them.
+  for d in /sys/bus/dax/devices/*; do
+    [ -e "$d/driver" ] || echo "${d##*/}" > /sys/bus/dax/drivers/device_dax/new_id 2>/dev/null ||
+      echo "${d##*/}" > /sys/bus/dax/drivers/device_dax/bind
+  done
+  section dax-info-json "$INFO" --json
+  section devdax-checks "$CHECKS" devdax
+  dev=$(ls /sys/bus/dax/devices | head -n 1)
+  echo online_movable > /sys/devices/system/memory/auto_online_blocks
+  modprobe kmem
+  echo "$dev" > /sys/bus/dax/drivers/device_dax/unbind
+  echo "$dev" > /sys/bus/dax/drivers/kmem/new_id 2>/dev/null || echo "$dev" > /sys/bus/dax/drivers/kmem/bind
+  section kmem-info-json "$INFO" --json
+fi
 has backing && section backing-test "$BACKING_TEST" --reporter compact
 echo "=== CXLPOOL-VM DONE"
 sync

@@ -3,9 +3,11 @@
 # Builds the guest initramfs: static busybox, guest-init.sh as /init, and the project's own
 # binaries (cxlpool-info, vm_checks, the backing test suite) with their shared libraries,
 # each at its build-tree path so RUNPATHs resolve unchanged inside the guest.
-# Usage: make-initramfs.sh BUILD_DIR OUT.cpio.gz
+# With CACHE_DIR (fetch-kernels.sh), the DAX modules (device_dax, dax_hmem, kmem) of every
+# cached kernel are added, uncompressed, with their dependencies and a modules.dep.
+# Usage: make-initramfs.sh BUILD_DIR OUT.cpio.gz [CACHE_DIR]
 set -euo pipefail
-build=$(cd "$1" && pwd) out=$2
+build=$(cd "$1" && pwd) out=$2 cache=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
@@ -32,6 +34,29 @@ for b in "$info" "$checks" "$backing" "$peer"; do
   [ -x "$b" ] || { echo "make-initramfs: missing $b (build first)" >&2; exit 1; }
   copy "$b"
 done
+if [ -n "$cache" ]; then
+  for kver_file in "$cache"/kver-*; do
+    [ -f "$kver_file" ] || continue
+    label=${kver_file##*/kver-}
+    kver=$(cat "$kver_file")
+    kroot=$cache/kpkg-$label
+    [ -d "$kroot/lib/modules/$kver" ] || continue
+    [ -f "$kroot/lib/modules/$kver/modules.dep" ] || depmod -b "$kroot" "$kver"
+    for m in device_dax dax_hmem kmem; do
+      modprobe -C /dev/null -d "$kroot" -S "$kver" --show-depends "$m" 2>/dev/null | awk '/^insmod/{print $2}' |
+        while read -r ko; do
+          rel=${ko#"$kroot"}
+          mkdir -p "$root$(dirname "$rel")"
+          cp "$ko" "$root$rel"
+        done
+    done
+    find "$root/lib/modules/$kver" -name '*.ko.xz' -exec xz -d {} + 2>/dev/null || true
+    for f in modules.order modules.builtin modules.builtin.modinfo; do
+      [ -f "$kroot/lib/modules/$kver/$f" ] && cp "$kroot/lib/modules/$kver/$f" "$root/lib/modules/$kver/"
+    done
+    depmod -b "$root" "$kver"
+  done
+fi
 cat > "$root/cxlpool/paths" <<PATHS
 INFO=$info
 CHECKS=$checks

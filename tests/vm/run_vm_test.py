@@ -22,6 +22,9 @@ TOPOLOGIES = {
     "tier3": {"nodes": [("0-1", "1G"), (None, "1G"), (None, "1G")], "dist": {(0, 1): 20, (0, 2): 30, (1, 2): 30},
               "hmat": [(0, 100, "20G"), (1, 200, "10G"), (2, 500, "2G")]},
     "nohmat2": {"nodes": [("0-1", "1G"), (None, "1G")], "dist": {(0, 1): 20}, "hmat": []},
+    # node1's range (the 1 GiB above 4 GiB) marked soft-reserved: dax_hmem makes it /dev/dax0.0.
+    "dax2": {"nodes": [("0-1", "2G"), (None, "1G")], "dist": {(0, 1): 20},
+             "hmat": [(0, 100, "20G"), (1, 300, "5G")], "append": "memmap=1G%0x100000000-1+0xefffffff"},
 }
 
 
@@ -45,7 +48,7 @@ def qemu_command(topo, kernel, initrd, plan):
         cmd += ["-numa", f"hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-latency,latency={lat}",
                 "-numa", f"hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-bandwidth,bandwidth={bw}"]
     cmd += ["-kernel", kernel, "-initrd", initrd,
-            "-append", f"console=ttyS0 panic=-1 quiet loglevel=3 cxlpool.plan={plan}",
+            "-append", f"console=ttyS0 panic=-1 quiet loglevel=3 cxlpool.plan={plan} {spec.get('append', '')}",
             "-nographic", "-no-reboot", "-net", "none"]
     return cmd
 
@@ -92,7 +95,7 @@ def targets_of(doc):
     return {t["name"]: t for t in doc["targets"]}
 
 
-def check_hmat2(c, doc, kernel):
+def check_hmat2(c, doc, kernel, sec=None):
     t = targets_of(doc)
     n0, n1 = t.get("node0"), t.get("node1")
     c(n0 is not None and n1 is not None, "node0 and node1 are targets")
@@ -117,7 +120,7 @@ def check_hmat2(c, doc, kernel):
         c(same_kernel_tier, "6.1: the kernel keeps both nodes in one memory tier (cxlpool still ranks them)")
 
 
-def check_tier3(c, doc, kernel):
+def check_tier3(c, doc, kernel, sec=None):
     t = targets_of(doc)
     tiers = [t[n]["tier"]["value"] for n in ("node0", "node1", "node2") if n in t]
     c(len(tiers) == 3 and tiers[0] < tiers[1] < tiers[2], f"three nodes in three rising tiers: {tiers}")
@@ -126,7 +129,7 @@ def check_tier3(c, doc, kernel):
       "latencies sourced hmat")
 
 
-def check_nohmat2(c, doc, kernel):
+def check_nohmat2(c, doc, kernel, sec=None):
     t = targets_of(doc)
     n0, n1 = t["node0"], t["node1"]
     c(n1["cpuless"]["value"] is True, "node1 is CPU-less")
@@ -145,7 +148,33 @@ def check_nohmat2(c, doc, kernel):
     c(probe.failed > 0, f"the HMAT assertions reject this guest ({probe.failed} of {probe.failed + probe.passed} fail)")
 
 
-CHECKS = {"hmat2": check_hmat2, "tier3": check_tier3, "nohmat2": check_nohmat2}
+def check_dax2(c, doc, kernel, sec):
+    daxdoc = parse_json(sec["dax-info-json"][0]) if "dax-info-json" in sec else {"targets": []}
+    t = targets_of(daxdoc)
+    c("node1" not in t, "before kmem: the soft-reserved range is not a NUMA memory target")
+    dax = t.get("dax0.0")
+    c(dax is not None and dax["kind"] == "dax", "dax0.0 is a device-DAX target")
+    if dax:
+        c(dax["capacity_bytes"]["value"] == 1 << 30 and dax["capacity_bytes"]["source"] == "sysfs",
+          "dax0.0 capacity 1 GiB from sysfs")
+        c(dax["backing"]["kind"] == "devdax" and dax["backing"]["path"] == "/dev/dax0.0" and
+          dax["backing"]["page_size"] == 2 << 20, "devdax backing /dev/dax0.0 with 2 MiB pages")
+    c("devdax-checks" in sec and sec["devdax-checks"][1] == 0, "devdax backing checks on the real device")
+    if "devdax-checks" in sec:
+        print("\n".join(l for l in sec["devdax-checks"][0].splitlines() if l.startswith(("ok", "FAIL", "vm_checks"))))
+    kmem = parse_json(sec["kmem-info-json"][0]) if "kmem-info-json" in sec else None
+    c(kmem is not None, "cxlpool-info after onlining the device with kmem")
+    if kmem:
+        k = targets_of(kmem)
+        n1 = k.get("node1")
+        c(n1 is not None and n1["cpuless"]["value"] is True and n1["capacity_bytes"]["value"] > (900 << 20),
+          "after kmem: node1 is a CPU-less memory node of about 1 GiB")
+        c("dax0.0" not in k, "after kmem: dax0.0 is system RAM, not a devdax target")
+        if n1:
+            c(n1["tier"]["value"] > k["node0"]["tier"]["value"], "after kmem: node1 ranks in a slower tier")
+
+
+CHECKS = {"hmat2": check_hmat2, "tier3": check_tier3, "nohmat2": check_nohmat2, "dax2": check_dax2}
 
 
 def main():
@@ -215,7 +244,7 @@ def main():
         print("---- guest cxlpool-info ----\n" + table[0] + "\n----------------------------")
         with open(os.path.join(a.log_dir, f"{name}.info.txt"), "w") as f:
             f.write(table[0] + "\n")
-    planned = {"checks": "vm-checks", "backing": "backing-test"}
+    planned = {"checks": "vm-checks", "backing": "backing-test", "dax": "dax-info-json"}
     for s in ["info-json", "info-table"] + [planned[p] for p in a.plan.split(",") if p in planned]:
         c(s in sec and sec[s][1] == 0, f"guest section {s} exited 0")
         if s in sec and s not in ("info-json", "info-table") and sec[s][1] != 0:
@@ -229,7 +258,7 @@ def main():
         except ValueError as e:
             c(False, f"guest cxlpool-info --json is valid JSON ({e})")
     if doc is not None:
-        CHECKS[a.topology](c, doc, a.kernel)
+        CHECKS[a.topology](c, doc, a.kernel, sec)
     print(f"vm {name}: {c.passed} passed, {c.failed} failed")
     sys.exit(1 if c.failed else 0)
 

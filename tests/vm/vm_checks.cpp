@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,9 +38,72 @@ void placement(const cxlpool::Topology& topo, const cxlpool::Target& t, int expe
   check(on == nodes.size(), std::string(t.name()) + ": " + std::to_string(on) + "/" + std::to_string(nodes.size()) +
                                 " pages on node " + std::to_string(expected_node) + " (move_pages status query)");
 }
+// A real device-DAX device (dax_hmem over a soft-reserved range): the devdax backing with its
+// 2 MiB granule, a second mapping of the same device range, contents kept across decommit,
+// capacity, and the allocator's clear refusal of pages larger than 64 KiB.
+int devdax_checks() {
+  constexpr size_t kMiB = size_t(1) << 20;
+  cxlpool::Config plain;
+  plain.flags(CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE);
+  auto topo = cxlpool::Topology::discover(&plain);
+  std::optional<cxlpool::Target> dax;
+  for (auto& t : topo.targets())
+    if (t.kind() == CXLPOOL_TARGET_DAX) dax = t;
+  check(dax.has_value(), "a device-DAX target is discovered");
+  if (!dax) return 1;
+  auto b = cxlpool::Backing::open(topo, *dax);
+  auto caps = b.caps();
+  check(caps.kind == CXLPOOL_BACKING_DEVDAX && caps.page_size == 2 * kMiB && !caps.decommit_frees_memory,
+        std::string(dax->name()) + ": devdax backing, 2 MiB granule, decommit keeps memory");
+  auto r = b.reserve(8 * kMiB);
+  r.commit();
+  auto* c = static_cast<unsigned char*>(r.data());
+  for (size_t i = 0; i < 8 * kMiB; ++i) c[i] = static_cast<unsigned char>(i * 31 + 7);
+  bool same = true;
+  for (size_t i = 0; i < 8 * kMiB; i += 4093) same &= c[i] == static_cast<unsigned char>(i * 31 + 7);
+  check(same, "8 MiB written and read back through the devdax mapping");
+  auto m = b.map(r.device_offset(), 8 * kMiB);
+  m.commit();
+  auto* c2 = static_cast<unsigned char*>(m.data());
+  bool mirrored = c2[12345] == c[12345] && c2[8 * kMiB - 1] == c[8 * kMiB - 1];
+  c2[777] = 0x5a;
+  check(mirrored && c[777] == 0x5a, "a second mapping of the same device range sees the same bytes");
+  unsigned char before = c[2 * kMiB + 5];
+  r.decommit(2 * kMiB, 2 * kMiB);
+  r.commit(2 * kMiB, 2 * kMiB);
+  check(c[2 * kMiB + 5] == before, "devdax keeps contents across decommit/commit (caps say so)");
+  cxlpool_status_t st = CXLPOOL_OK;
+  try {
+    b.reserve(size_t(4) << 30);
+  } catch (const cxlpool::Error& e) {
+    st = e.status();
+  }
+  check(st == CXLPOOL_E_CAPACITY, "reserving past the device's capacity fails with CAPACITY");
+  m.reset();
+  r.reset();
+  check(b.usage().reservations == 0 && b.usage().committed_bytes == 0, "everything released");
+  try {
+    cxlpool::Pool::create(topo, {std::string(dax->name()), ""});
+    check(false, "a pool on 2 MiB pages is refused");
+  } catch (const cxlpool::Error& e) {
+    check(e.status() == CXLPOOL_E_NOT_SUPPORTED && std::string(e.what()).find("64 KiB") != std::string::npos,
+          std::string("a pool on 2 MiB pages is refused clearly: ") + e.what());
+  }
+  std::printf("vm_checks: %d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "devdax") {
+    try {
+      return devdax_checks();
+    } catch (const cxlpool::Error& e) {
+      check(false, std::string("cxlpool error: ") + e.what());
+      return 1;
+    }
+  }
   try {
     cxlpool::Config plain;
     plain.flags(CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE);
