@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Internal heap of the interposer (see internal_heap.hpp). Blocks carry a 16-byte header with
-// their class; memory comes from a 4 GiB reserved, lazily touched mapping made with a raw
+// their class; memory comes from a 1 GiB reserved, lazily touched mapping made with a raw
 // mmap system call, and is never returned (the heap only holds cxlpool's own metadata).
 #include "preload/internal_heap.hpp"
 
@@ -15,8 +15,8 @@
 namespace cxlpool::detail::preload {
 namespace {
 
-constexpr size_t kReserve = size_t(4) << 30;
-constexpr unsigned kMinShift = 4, kClasses = 28;  // 16 B .. 2 GiB
+constexpr size_t kReserve = size_t(1) << 30;      // address space; touched only as used
+constexpr unsigned kMinShift = 4, kClasses = 27;  // 16 B .. 1 GiB
 constexpr size_t kHeader = 16;
 
 std::atomic<uintptr_t> g_base{0};

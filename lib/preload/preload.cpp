@@ -147,7 +147,12 @@ void initialise() {
       return;
     }
   } catch (const std::exception& e) {
-    problem = e.what();
+    problem = e.what();  // e.g. std::bad_alloc from the internal heap
+  }
+  if (!g_pool) {
+    say("cxlpool: %s; the interposer passes allocations to glibc", problem.empty() ? "no pool" : problem.c_str());
+    g_state.store(kPassthrough, std::memory_order_release);
+    return;
   }
   if (!problem.empty()) say("cxlpool: %s; running with default placement", problem.c_str());
   if (const char* stats = option_value(Option::kStats))
