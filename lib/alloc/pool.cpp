@@ -429,6 +429,15 @@ void give_back_segment(DeviceState& d, size_t ri, uintptr_t base) noexcept {
   }
 }
 
+// What free() needs to find a block's pool, heap and device from the page map.
+void init_header(SegmentHeader* h, Pool* pool, int di, SegKind kind) {
+  h->pool = pool;
+  h->pool_index = pool->index;
+  h->pool_generation = pool->generation;
+  h->device = uint8_t(di);
+  h->kind = kind;
+}
+
 Segment* new_segment(Pool* pool, int di) {
   DeviceState& d = pool->dev[di];
   size_t ri = 0;
@@ -440,11 +449,7 @@ Segment* new_segment(Pool* pool, int di) {
     give_back_segment(d, ri, base);
     throw;
   }
-  seg->pool = pool;
-  seg->pool_index = pool->index;
-  seg->pool_generation = pool->generation;
-  seg->device = uint8_t(di);
-  seg->kind = SegKind::kSmall;
+  init_header(seg, pool, di, SegKind::kSmall);
   seg->base = base;
   seg->region = ri;
   for (unsigned i = 0; i < kSlicesPerSegment; ++i) {
@@ -833,11 +838,7 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) {
         d.backing->release(base);
         throw;
       }
-      span->pool = pool;
-      span->pool_index = pool->index;
-      span->pool_generation = pool->generation;
-      span->device = uint8_t(di);
-      span->kind = SegKind::kHuge;
+      init_header(span, pool, di, SegKind::kHuge);
       span->base = reinterpret_cast<uintptr_t>(base);
       span->segments = n;
       span->block = device_bytes;
