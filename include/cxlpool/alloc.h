@@ -23,6 +23,22 @@ CXLPOOL_API cxlpool_status_t cxlpool_pool_params_set_devices(cxlpool_pool_params
 CXLPOOL_API cxlpool_status_t cxlpool_pool_params_set_policy(cxlpool_pool_params_t* params, const char* policy);
 CXLPOOL_API cxlpool_status_t cxlpool_pool_params_set_name(cxlpool_pool_params_t* params, const char* name);
 
+/* What a child made by fork() (without exec) gets of a pool's memory.
+ *  PRIVATE (default): its own copy of every block, exactly as with malloc: nothing the parent
+ *    or the child writes afterwards reaches the other, on every kind of device.
+ *  SHARED: the same memory: blocks allocated before fork() are shared, and writes by either
+ *    process are seen by the other. The child cannot allocate from the inherited pool
+ *    (NULL + ENOMEM) and its frees of inherited blocks are ignored: the heap belongs to the
+ *    parent. */
+typedef enum cxlpool_sharing {
+  CXLPOOL_SHARING_PRIVATE = 0,
+  CXLPOOL_SHARING_SHARED = 1,
+  CXLPOOL_SHARING_MAX_ENUM = 0x7fffffff
+} cxlpool_sharing_t;
+#define CXLPOOL_HAVE_SHARING 1
+/* Statuses: OK, INVALID_ARGUMENT (NULL params or an unknown mode). */
+CXLPOOL_API cxlpool_status_t cxlpool_pool_params_set_sharing(cxlpool_pool_params_t* params, cxlpool_sharing_t sharing);
+
 /* Creates a pool. params may be NULL for defaults. A bad policy fails with CXLPOOL_E_CONFIG
  * naming the bad token. The pool does not keep the topology alive.
  * Statuses: OK, INVALID_ARGUMENT, CONFIG, NOT_FOUND (unknown device), OS, NO_MEMORY. */
@@ -66,9 +82,11 @@ CXLPOOL_API void* cxlpool_aligned_alloc_hint(cxlpool_pool_t* pool, size_t alignm
  * *out is written only on success. */
 CXLPOOL_API int cxlpool_posix_memalign(cxlpool_pool_t* pool, void** out, size_t alignment, size_t size);
 /* Frees a pointer of any cxlpool pool. NULL is ignored; so are pointers cxlpool did not
- * allocate (they are counted, never parsed). Preserves errno. */
+ * allocate. A pointer inside a block (not its start) and a second free of a block never
+ * release anything: they are ignored and counted (cxlpool_stats_t invalid_frees and
+ * double_frees), in every order of frees by the owning and other threads. Preserves errno. */
 CXLPOOL_API void cxlpool_free(void* p);
-/* Bytes usable at p (>= the size asked for); 0 for NULL and foreign pointers. */
+/* Bytes usable at p (>= the size asked for); 0 for NULL, foreign and interior pointers. */
 CXLPOOL_API size_t cxlpool_usable_size(const void* p);
 
 /* Where a pointer lives. Statuses: OK, INVALID_ARGUMENT, NOT_FOUND (not a cxlpool pointer). */
@@ -94,9 +112,13 @@ typedef struct cxlpool_stats {
   uint64_t capacity_bytes;
   uint64_t allocations;
   uint64_t frees;
-  uint64_t fallbacks; /* placed here because the policy's first choice was full */
-  uint64_t failures;  /* NULL + ENOMEM */
-  uint64_t reserved[7];
+  uint64_t fallbacks;              /* placed here because the policy's first choice was full */
+  uint64_t failures;               /* NULL + ENOMEM */
+  uint64_t device_committed_bytes; /* committed on the device by every pool and backing of the
+                                      process (device = -1: summed over the pool's devices) */
+  uint64_t double_frees;           /* frees of blocks already free: ignored, counted here */
+  uint64_t invalid_frees;          /* frees of pointers inside a block, not at its start: ignored */
+  uint64_t reserved[4];
 } cxlpool_stats_t;
 CXLPOOL_API cxlpool_status_t cxlpool_pool_get_stats(const cxlpool_pool_t* pool, int device, cxlpool_stats_t* out);
 /* Pool statistics as JSON; release with cxlpool_string_free. */

@@ -340,14 +340,19 @@ class MemoryResource final : public std::pmr::memory_resource {
   cxlpool_hint_t hint_;
 };
 
+// Parameters of Pool::create (a namespace-level struct so its defaults work in default
+// arguments of Pool's own members).
+struct PoolParams {
+  std::string devices;  // comma-separated target names; empty: every target
+  std::string policy;   // docs/policy.md; empty: bind:near
+  std::string name;
+  cxlpool_sharing_t sharing = CXLPOOL_SHARING_PRIVATE;  // what a fork() child gets (alloc.h)
+};
+
 // A pool of tiered memory (RAII). Movable, not copyable.
 class Pool {
  public:
-  struct Params {
-    std::string devices;  // comma-separated target names; empty: every target
-    std::string policy;   // docs/policy.md; empty: bind:near
-    std::string name;
-  };
+  using Params = PoolParams;
   // Throws cxlpool::Error (CXLPOOL_E_CONFIG names a bad policy token).
   static Pool create(const Topology& topo, const Params& params = {}) {
     std::error_code ec;
@@ -362,6 +367,7 @@ class Pool {
     if (!params.devices.empty()) st = cxlpool_pool_params_set_devices(pp, params.devices.c_str());
     if (st == CXLPOOL_OK) st = cxlpool_pool_params_set_policy(pp, params.policy.c_str());
     if (st == CXLPOOL_OK && !params.name.empty()) st = cxlpool_pool_params_set_name(pp, params.name.c_str());
+    if (st == CXLPOOL_OK) st = cxlpool_pool_params_set_sharing(pp, params.sharing);
     cxlpool_pool_t* pool = nullptr;
     if (st == CXLPOOL_OK) st = cxlpool_pool_create(topo.get(), pp, &pool);
     cxlpool_pool_params_destroy(pp);

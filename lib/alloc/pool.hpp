@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// Pools and the tiered allocator. A pool owns one backing per device it uses and carves
-// their address space into 4 MiB segments of 64 KiB slices; pages of one size class live in
-// runs of slices; requests above 1 MiB get whole segments. Threads allocate from their own
-// heap without locks; frees from other threads go through per-page atomic bitmaps. All
-// allocator metadata (segment and page descriptors, free bitmaps) lives in anonymous DRAM
-// mappings, never in the device memory itself. Design notes: docs/allocator.md.
+// Pools and the tiered allocator: the internal API the C ABI and the interposer use. A pool
+// borrows its devices from the process's device registry (one Device per target, shared by
+// every pool) and carves their address space into 4 MiB segments of 64 KiB slices; pages of
+// one size class live in runs of slices; requests above 1 MiB get whole segments. Threads
+// allocate from their own heap without locks; frees from other threads go through per-page
+// atomic bitmaps. All allocator metadata lives in DRAM, never in device memory. Nothing here
+// throws on an allocation path. Design: docs/allocator.md; file map: docs/architecture.md.
 #pragma once
 
 #include <cstddef>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "device/device.hpp"
 #include "topology/model.hpp"
 
 namespace cxlpool::detail::alloc {
@@ -24,6 +26,7 @@ struct PoolOptions {
   std::vector<size_t> targets;  // topology target indices; empty = every target, in tier order
   std::string policy;           // placement policy text (docs/policy.md); empty = bind:near
   std::string name;
+  Sharing sharing = Sharing::kPrivate;  // what a forked child gets: copies, or the same memory
 };
 
 struct DeviceStats {
@@ -36,6 +39,9 @@ struct DeviceStats {
   uint64_t fallbacks = 0;  // allocations placed here because the policy's first choice was full
   uint64_t failures = 0;   // allocations whose policy devices were all full (NULL + ENOMEM)
   uint64_t capacity_bytes = 0;
+  uint64_t device_committed_bytes = 0;  // committed on the device by every pool and backing
+  uint64_t double_frees = 0;            // frees of blocks already free: ignored
+  uint64_t invalid_frees = 0;           // frees of pointers that start no block: ignored
 };
 
 struct PtrInfo {
@@ -54,23 +60,43 @@ void pool_destroy(Pool* pool) noexcept;
 // process default pool and the interposer's. A bad policy is CXLPOOL_E_CONFIG naming the
 // variable and the token.
 Pool* pool_create_from_environment(const Topology& topo, const std::string& name);
+// Applies process-wide options from the environment (CXLPOOL_PURGE_DELAY_MS). Throws
+// Failure(CXLPOOL_E_CONFIG) naming the variable and the token; nothing changes then.
+void configure_from_environment();
 
 // The malloc contract: NULL with errno = ENOMEM on failure; hint: CXLPOOL_HINT_* bits;
 // device >= 0 overrides the policy for this call.
 void* pool_malloc(Pool* pool, size_t size, uint32_t hint = 0, int device = -1) noexcept;
 void* pool_aligned(Pool* pool, size_t alignment, size_t size, uint32_t hint = 0, int device = -1) noexcept;
 void* pool_realloc(Pool* pool, void* p, size_t size) noexcept;
-// Frees any pointer of any pool. Returns false (and does nothing) for foreign pointers.
+// Frees a block of any pool. Returns false (and does nothing) for pointers outside every
+// cxlpool arena; an interior pointer or a second free of a block is counted and ignored.
 bool free_any(void* p) noexcept;
-// Usable bytes from p to the end of its block; 0 for foreign pointers.
+// free() from a context that may have interrupted this thread inside the allocator (a signal
+// handler): small blocks go through the lock-free remote path; a huge block is left
+// allocated, because freeing it takes a lock the interrupted code may hold.
+bool free_any_reentrant(void* p) noexcept;
+// Usable bytes of the block p starts; 0 for foreign and interior pointers.
 size_t usable_size(const void* p) noexcept;
 bool owns(const void* p) noexcept;
+// The block holding p (p may point inside it).
 bool ptr_info(const void* p, PtrInfo* out) noexcept;
-// Returns empty pages and cached spans to the devices; bytes decommitted.
+// Returns empty pages, free slices and cached spans to the devices; bytes decommitted.
 uint64_t pool_trim(Pool* pool) noexcept;
 
-// pthread_atfork handlers (installed by the interposer): prepare takes every allocator lock
-// in a fixed order; parent and child release them.
+// Purging: free committed memory goes back to its device once idle for about twice this
+// delay (a short-lived purger thread runs while anything is pending); 0 purges at once.
+void set_purge_delay_ms(uint64_t ms) noexcept;
+uint64_t purge_delay_ms() noexcept;
+// The interposer marks threads that run inside cxlpool (the purger) so their own
+// allocations go to its internal heap.
+void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept;
+
+// pthread_atfork handlers (installed by the C ABI and by the interposer, never both for one
+// copy of the allocator): prepare takes every allocator and device lock in the order written
+// at the top of fork.cpp; parent and child release them; the child first gets its own copy of
+// private memory that the kernel does not copy-on-write, and its inherited shared pools
+// become read/write views it cannot allocate from.
 void fork_prepare() noexcept;
 void fork_parent() noexcept;
 void fork_child() noexcept;
@@ -82,6 +108,7 @@ int pool_device_tier(const Pool* pool, int device) noexcept;
 int pool_find_device(const Pool* pool, const std::string& name) noexcept;
 const std::string& pool_policy_text(const Pool* pool) noexcept;
 const std::string& pool_name(const Pool* pool) noexcept;
+Sharing pool_sharing(const Pool* pool) noexcept;
 DeviceStats pool_device_stats(const Pool* pool, int device) noexcept;
 std::string pool_stats_json(const Pool* pool);
 

@@ -7,6 +7,7 @@
 
 #include "alloc/pool.hpp"
 #include "capi/capi_guard.hpp"
+#include "capi/fork_handlers.hpp"
 #include "capi/handles.hpp"
 #include "common/parse.hpp"
 #include "cxlpool/alloc.h"
@@ -17,6 +18,7 @@ namespace A = cxlpool::detail::alloc;
 struct cxlpool_pool_params {
   std::string devices, policy, name;
   bool has_devices = false;
+  cxlpool_sharing_t sharing = CXLPOOL_SHARING_PRIVATE;
 };
 
 namespace {
@@ -31,6 +33,8 @@ std::string g_default_error;
 
 void create_default_pool() {
   g_default_status = guarded([] {
+    install_fork_handlers();
+    A::configure_from_environment();
     Topology topo = discover(DiscoverOptions{});
     g_default_pool = A::pool_create_from_environment(topo, "default");
   });
@@ -54,6 +58,9 @@ void add(cxlpool_stats_t& t, const A::DeviceStats& s) {
   t.frees += s.frees;
   t.fallbacks += s.fallbacks;
   t.failures += s.failures;
+  t.device_committed_bytes += s.device_committed_bytes;
+  t.double_frees += s.double_frees;
+  t.invalid_frees += s.invalid_frees;
 }
 
 void check_device(const cxlpool_pool_t* pool, int device, const char* fn) {
@@ -97,14 +104,27 @@ cxlpool_status_t cxlpool_pool_params_set_name(cxlpool_pool_params_t* params, con
   });
 }
 
+cxlpool_status_t cxlpool_pool_params_set_sharing(cxlpool_pool_params_t* params, cxlpool_sharing_t sharing) {
+  return guarded([&] {
+    require(params, "cxlpool_pool_params_set_sharing", "params is NULL");
+    if (sharing != CXLPOOL_SHARING_PRIVATE && sharing != CXLPOOL_SHARING_SHARED)
+      fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pool_params_set_sharing: unknown sharing mode " +
+                                           std::to_string(int(sharing)) +
+                                           " (CXLPOOL_SHARING_PRIVATE or CXLPOOL_SHARING_SHARED)");
+    params->sharing = sharing;
+  });
+}
+
 cxlpool_status_t cxlpool_pool_create(const cxlpool_topology_t* topology, const cxlpool_pool_params_t* params,
                                      cxlpool_pool_t** out) {
   return guarded([&] {
     require(topology && out, "cxlpool_pool_create", "topology or out is NULL");
+    install_fork_handlers();
     A::PoolOptions o;
     if (params) {
       o.policy = params->policy;
       o.name = params->name;
+      o.sharing = params->sharing == CXLPOOL_SHARING_SHARED ? Sharing::kShared : Sharing::kPrivate;
       if (params->has_devices) {
         const auto& ts = topology->model.targets;
         for (auto name : split(params->devices, ',')) {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "backing/backing.hpp"
+#include "device/device.hpp"
 #include "topology/model.hpp"
 
 struct cxlpool_config {
@@ -24,6 +24,8 @@ struct cxlpool_topology {
   std::vector<Component> components;  // flattened inventory for the C getters
 };
 
+// A raw backing: a borrowed Device and the ledger client its reservations are counted under.
 struct cxlpool_backing {
-  std::unique_ptr<cxlpool::detail::Backing> impl;
+  std::shared_ptr<cxlpool::detail::Device> device;
+  int client = 0;
 };

@@ -18,7 +18,7 @@ constexpr int kMaxTier = 15;
 constexpr int kMaxNode = 1023;
 
 const char* const kValidKeys =
-    "backing, size, latency, read_latency, write_latency, bandwidth, read_bandwidth, write_bandwidth, tier";
+    "backing, size, latency, read_latency, write_latency, bandwidth, read_bandwidth, write_bandwidth, tier, fork";
 
 std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -122,7 +122,7 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
     const std::string where = dev + ": key " + quote(key);
     std::string canon;
     if (key == "backing" || key == "size" || key == "tier" || key == "read_latency" || key == "write_latency" ||
-        key == "read_bandwidth" || key == "write_bandwidth")
+        key == "read_bandwidth" || key == "write_bandwidth" || key == "fork")
       canon = key;
     else if (key == "latency")
       canon = "read_latency";
@@ -177,8 +177,13 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
       if (!v || *v > uint64_t(kMaxTier))
         config_error(where, "bad tier " + quote(val) + " (expected 0.." + std::to_string(kMaxTier) + ")");
       d.tier = int(*v);
+    } else if (canon == "fork") {
+      if (val != "cow" && val != "copy") config_error(where, "bad fork mode " + quote(val) + " (expected cow or copy)");
+      d.fork_copy = val == "copy";
     }
   }
+  if (d.fork_copy && !*d.fork_copy && d.backing == CXLPOOL_BACKING_DEVDAX)
+    config_error(dev + ": key 'fork'", "'cow' is impossible on devdax (device-DAX cannot be mapped privately)");
   return d;
 }
 
@@ -196,7 +201,7 @@ bool DeviceSpec::operator==(const DeviceSpec& o) const {
   return name == o.name && backing == o.backing && numa_node == o.numa_node && path == o.path && size == o.size &&
          read_latency_ns == o.read_latency_ns && write_latency_ns == o.write_latency_ns &&
          read_bandwidth_mbps == o.read_bandwidth_mbps && write_bandwidth_mbps == o.write_bandwidth_mbps &&
-         tier == o.tier;
+         tier == o.tier && fork_copy == o.fork_copy;
 }
 
 std::vector<DeviceSpec> parse_device_list(std::string_view text, const std::string& origin) {
@@ -267,6 +272,7 @@ std::string format_device(const DeviceSpec& d) {
   if (d.read_bandwidth_mbps) s += ",read_bandwidth=" + std::to_string(*d.read_bandwidth_mbps) + "MB/s";
   if (d.write_bandwidth_mbps) s += ",write_bandwidth=" + std::to_string(*d.write_bandwidth_mbps) + "MB/s";
   if (d.tier) s += ",tier=" + std::to_string(*d.tier);
+  if (d.fork_copy) s += std::string(",fork=") + (*d.fork_copy ? "copy" : "cow");
   return s;
 }
 

@@ -24,7 +24,8 @@ struct DeviceSpec {
   std::optional<uint64_t> read_latency_ns, write_latency_ns;
   std::optional<uint64_t> read_bandwidth_mbps, write_bandwidth_mbps;
   std::optional<int> tier;
-  std::string origin;  // where it was declared, e.g. "CXLPOOL_DEVICES" or "/etc/cxlpool.conf:3"
+  std::optional<bool> fork_copy;  // fork=copy (true) or fork=cow (false); unset: the kind's default
+  std::string origin;             // where it was declared, e.g. "CXLPOOL_DEVICES" or "/etc/cxlpool.conf:3"
 
   bool operator==(const DeviceSpec& o) const;
 };

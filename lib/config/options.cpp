@@ -12,6 +12,8 @@ constexpr OptionInfo kOptions[] = {
     {Option::kPolicy, "CXLPOOL_POLICY",
      "placement policy of the default pool (docs/policy.md), e.g. threshold:size=1M,tier=far"},
     {Option::kStats, "CXLPOOL_STATS", "interposer: print per-device statistics at exit: 1 (stderr) or a file path"},
+    {Option::kPurgeDelayMs, "CXLPOOL_PURGE_DELAY_MS",
+     "free memory returns to its device after being idle about twice this long (default 250; 0: at once)"},
 };
 static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");
 }  // namespace

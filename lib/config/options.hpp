@@ -6,10 +6,11 @@
 namespace cxlpool::detail {
 
 enum class Option {
-  kDevices,     // CXLPOOL_DEVICES
-  kConfigFile,  // CXLPOOL_CONFIG
-  kPolicy,      // CXLPOOL_POLICY
-  kStats,       // CXLPOOL_STATS
+  kDevices,       // CXLPOOL_DEVICES
+  kConfigFile,    // CXLPOOL_CONFIG
+  kPolicy,        // CXLPOOL_POLICY
+  kStats,         // CXLPOOL_STATS
+  kPurgeDelayMs,  // CXLPOOL_PURGE_DELAY_MS
   kCount
 };
 

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: MIT
-// Linux implementation of the OS seam (os.hpp): mmap/mbind/move_pages/memfd/shm/fallocate.
+// Linux implementation of the cold half of the OS seam (os.hpp): memfd, O_TMPFILE, devdax,
+// file checks, metadata mappings, move_pages queries. Hot paths use prim_linux.cpp.
 #include <fcntl.h>
 #include <numaif.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysinfo.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +21,7 @@
 
 #include "common/error.hpp"
 #include "os/os.hpp"
+#include "os/prim.hpp"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -72,15 +76,18 @@ const KernelCaps& kernel_caps() {
     if (fd >= 0) close(fd);
     // The kernel accepts node masks up to MAX_NUMNODES; find the possible-node maximum.
     c.max_numa_node = 0;
-    if (FILE* f = fopen("/sys/devices/system/node/possible", "re")) {
+    int pfd = open("/sys/devices/system/node/possible", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (pfd >= 0) {
       char buf[256] = "";
-      if (fgets(buf, sizeof buf, f)) {
+      ssize_t n = read(pfd, buf, sizeof buf - 1);
+      close(pfd);
+      if (n > 0) {
+        buf[n] = 0;
         const char* last = strrchr(buf, '-');
         const char* comma = strrchr(buf, ',');
         if (comma && (!last || comma > last)) last = comma;
         c.max_numa_node = atoi(last ? last + 1 : buf);
       }
-      fclose(f);
     }
     return c;
   }();
@@ -88,70 +95,27 @@ const KernelCaps& kernel_caps() {
 }
 
 void* reserve_address_space(size_t size, size_t alignment) {
-  size_t ps = page_size();
-  if (alignment < ps) alignment = ps;
-  size_t span = size + alignment - ps;
-  if (span < size) fail(CXLPOOL_E_INVALID_ARGUMENT, "reserve: size " + std::to_string(size) + " overflows");
-  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) fail_os("mmap(PROT_NONE, " + std::to_string(span) + " bytes)", errno);
-  uintptr_t base = reinterpret_cast<uintptr_t>(p);
-  uintptr_t aligned = (base + alignment - 1) & ~(uintptr_t(alignment) - 1);
-  if (aligned > base) munmap(p, aligned - base);
-  size_t tail = (base + span) - (aligned + size);
-  if (tail) munmap(reinterpret_cast<void*>(aligned + size), tail);
-  return reinterpret_cast<void*>(aligned);
+  void* p = nullptr;
+  if (int err = prim::reserve(size, alignment, &p))
+    fail_os("mmap(PROT_NONE, " + std::to_string(size) + " bytes, aligned to " + std::to_string(alignment) + ")", err);
+  return p;
 }
 
 void unmap(void* addr, size_t size) noexcept { munmap(addr, size); }
 
-void* map_metadata(size_t size, bool noreserve) {
+void* try_map_metadata(size_t size, bool noreserve) noexcept {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0);
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
-  if (p == MAP_FAILED) fail_os("mmap(metadata, " + std::to_string(size) + " bytes)", errno);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void* map_metadata(size_t size, bool noreserve) {
+  void* p = try_map_metadata(size, noreserve);
+  if (!p) fail_os("mmap(metadata, " + std::to_string(size) + " bytes)", errno);
   return p;
 }
 
-void map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset) {
-  void* p = mmap(addr, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, off_t(offset));
-  if (p == MAP_FAILED)
-    fail_os("mmap(MAP_SHARED|MAP_FIXED, fd " + std::to_string(fd) + ", offset " + std::to_string(offset) + ", " +
-                std::to_string(size) + " bytes)",
-            errno);
-}
-
 void advise_hugepages(void* addr, size_t size) noexcept { madvise(addr, size, MADV_HUGEPAGE); }
-
-void protect_rw(void* addr, size_t size) {
-  if (mprotect(addr, size, PROT_READ | PROT_WRITE) != 0) fail_os("mprotect(RW, " + range(addr, size) + ")", errno);
-}
-
-void protect_none(void* addr, size_t size) {
-  if (mprotect(addr, size, PROT_NONE) != 0) fail_os("mprotect(NONE, " + range(addr, size) + ")", errno);
-}
-
-void discard(void* addr, size_t size) {
-  if (madvise(addr, size, MADV_DONTNEED) != 0) fail_os("madvise(DONTNEED, " + range(addr, size) + ")", errno);
-}
-
-void populate_write(void* addr, size_t size) {
-  if (kernel_caps().madv_populate_write) {
-    if (madvise(addr, size, MADV_POPULATE_WRITE) == 0) return;
-    int err = errno;
-    if (err == ENOMEM || err == EFAULT || err == EHWPOISON)
-      fail_os("madvise(POPULATE_WRITE, " + range(addr, size) + ")", err);
-  }
-  // Older kernels: write one byte per page (the pages are freshly committed, so zero).
-  volatile char* p = static_cast<volatile char*>(addr);
-  for (size_t off = 0; off < size; off += page_size()) p[off] = p[off];
-}
-
-void bind_to_node(void* addr, size_t size, int node) {
-  size_t bits = size_t(std::max(kernel_caps().max_numa_node, node)) + 1;
-  std::vector<unsigned long> mask((bits + 63) / 64 + 1, 0);
-  mask[size_t(node) / 64] |= 1UL << (unsigned(node) % 64);
-  if (mbind(addr, size, MPOL_BIND, mask.data(), mask.size() * 64, 0) != 0)
-    fail_os("mbind(MPOL_BIND, node " + std::to_string(node) + ", " + range(addr, size) + ")", errno);
-}
 
 void query_page_nodes(const void* addr, size_t pages, int* out) {
   std::vector<void*> ptrs(pages);
@@ -167,56 +131,67 @@ int memfd_create(const std::string& name) {
   return fd;
 }
 
-int shm_open_owned(const std::string& name, bool& created) {
-  std::string path = "/" + name;
-  int fd = shm_open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd >= 0) {
-    created = true;
-    return fd;
+std::string pseudo_filesystem(const std::string& path) {
+  struct statfs sfs {};
+  if (statfs(path.c_str(), &sfs) != 0) return "";
+  switch (static_cast<unsigned long>(sfs.f_type)) {
+    case 0x9fa0:
+      return "proc";
+    case 0x62656572:
+      return "sysfs";
+    case 0x1cd1:
+      return "devpts";
+    case 0x27e0eb:
+      return "cgroup";
+    case 0x63677270:
+      return "cgroup2";
+    case 0x64626720:
+      return "debugfs";
+    case 0x74726163:
+      return "tracefs";
+    case 0x73636673:
+      return "securityfs";
+    case 0xcafe4a11:
+      return "bpf";
+    case 0x6165676c:
+      return "pstore";
+    case 0x62656570:
+      return "configfs";
+    case 0x65735543:
+      return "fusectl";
+    case 0xf97cff8c:
+      return "selinuxfs";
+    case 0x42494e4d:
+      return "binfmt_misc";
+    default:
+      return "";
   }
-  if (errno != EEXIST) fail_os("shm_open(\"" + path + "\", O_CREAT|O_EXCL)", errno);
-  fd = shm_open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
-  if (fd < 0) fail_os("shm_open(\"" + path + "\")", errno);
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    close(fd);
-    fail_os("fstat(shm \"" + path + "\")", err);
-  }
-  if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
-    close(fd);
-    char mode[8];
-    snprintf(mode, sizeof mode, "%03o", unsigned(st.st_mode & 0777));
-    fail(CXLPOOL_E_PERMISSION, "shm object \"" + path + "\" exists but is owned by uid " + std::to_string(st.st_uid) +
-                                   " with mode " + mode +
-                                   "; refusing to adopt it (need owner = this user, mode 0600). "
-                                   "Remove it or pick another name.");
-  }
-  created = false;
-  return fd;
 }
 
-void shm_unlink(const std::string& name) noexcept { ::shm_unlink(("/" + name).c_str()); }
-void unlink_file(const std::string& path) noexcept { ::unlink(path.c_str()); }
-
-int open_file(const std::string& path, bool create, bool& created) {
-  created = false;
-  if (create) {
-    int fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+int open_tmpfile(const std::string& dir, const std::string& what) {
+  std::string pseudo = pseudo_filesystem(dir);
+  if (!pseudo.empty())
+    fail(CXLPOOL_E_CONFIG, what + ": " + dir + " is on a " + pseudo + " pseudo filesystem, which cannot hold memory");
+  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  int err = errno;
+  if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL) fail_os(what + ": open(\"" + dir + "\", O_TMPFILE)", err);
+  // No O_TMPFILE on this filesystem: a unique name, created exclusively and unlinked at once.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    struct timespec ts {};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    char name[96];
+    snprintf(name, sizeof name, "/.cxlpool-%d-%lx-%d", prim::process_id(), static_cast<unsigned long>(ts.tv_nsec),
+             attempt);
+    std::string path = dir + name;
+    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd >= 0) {
-      created = true;
+      ::unlink(path.c_str());
       return fd;
     }
-    if (errno != EEXIST) fail_os("open(\"" + path + "\", O_CREAT|O_EXCL)", errno);
+    if (errno != EEXIST) fail_os(what + ": open(\"" + path + "\", O_CREAT|O_EXCL)", errno);
   }
-  int fd = open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) fail_os("open(\"" + path + "\", O_RDWR)", errno);
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    fail(CXLPOOL_E_INVALID_ARGUMENT, "\"" + path + "\" is not a regular file");
-  }
-  return fd;
+  fail(CXLPOOL_E_OS, what + ": cannot create a private file in " + dir);
 }
 
 int open_char_device(const std::string& path) {
@@ -226,35 +201,21 @@ int open_char_device(const std::string& path) {
   return fd;
 }
 
-void close_fd(int fd) noexcept {
-  if (fd >= 0) close(fd);
+void lock_exclusive(int fd, const std::string& what) {
+  if (flock(fd, LOCK_EX | LOCK_NB) == 0) return;
+  int err = errno;
+  if (err == EWOULDBLOCK)
+    fail(CXLPOOL_E_BUSY, what + " is locked by another process (flock); a device belongs to one process");
+  fail_os(what + ": flock(LOCK_EX)", err);
 }
 
-uint64_t fd_size(int fd) {
-  struct stat st {};
-  if (fstat(fd, &st) != 0) fail_os("fstat(fd " + std::to_string(fd) + ")", errno);
-  return uint64_t(st.st_size);
+void close_fd(int fd) noexcept {
+  if (fd >= 0) close(fd);
 }
 
 void truncate_fd(int fd, uint64_t size) {
   if (ftruncate(fd, off_t(size)) != 0)
     fail_os("ftruncate(fd " + std::to_string(fd) + ", " + std::to_string(size) + ")", errno);
-}
-
-bool allocate_range(int fd, uint64_t offset, uint64_t len) {
-  if (fallocate(fd, 0, off_t(offset), off_t(len)) == 0) return true;
-  int err = errno;
-  if (err == EOPNOTSUPP || err == ENODEV) return false;
-  fail_os("fallocate(fd " + std::to_string(fd) + ", offset " + std::to_string(offset) + ", " + std::to_string(len) +
-              " bytes)",
-          err);
-}
-
-bool punch_hole(int fd, uint64_t offset, uint64_t len) {
-  if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(len)) == 0) return true;
-  int err = errno;
-  if (err == EOPNOTSUPP || err == ENODEV) return false;
-  fail_os("fallocate(PUNCH_HOLE, fd " + std::to_string(fd) + ", offset " + std::to_string(offset) + ")", err);
 }
 
 size_t fd_page_size(int fd) {
@@ -269,6 +230,37 @@ uint64_t fs_free_bytes(const std::string& path) {
   struct statvfs sv {};
   if (statvfs(path.c_str(), &sv) != 0) return 0;
   return uint64_t(sv.f_bavail) * sv.f_frsize;
+}
+
+std::string path_kind(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return "";
+  switch (st.st_mode & S_IFMT) {
+    case S_IFREG:
+      return "regular file";
+    case S_IFDIR:
+      return "directory";
+    case S_IFIFO:
+      return "FIFO";
+    case S_IFCHR:
+      return "character device";
+    case S_IFBLK:
+      return "block device";
+    case S_IFSOCK:
+      return "socket";
+    case S_IFLNK:
+      return "symbolic link";
+    default:
+      return "special file";
+  }
+}
+
+bool path_owner(const std::string& path, unsigned& uid, unsigned& mode) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return false;
+  uid = unsigned(st.st_uid);
+  mode = unsigned(st.st_mode & 07777);
+  return true;
 }
 
 std::string read_text_file(const std::string& path) {
@@ -302,6 +294,19 @@ std::string read_text_file(const std::string& path) {
 bool is_char_device(const std::string& path) {
   struct stat st {};
   return stat(path.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+std::string char_device_subsystem(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISCHR(st.st_mode)) return "";
+  char link[128];
+  snprintf(link, sizeof link, "/sys/dev/char/%u:%u/subsystem", major(st.st_rdev), minor(st.st_rdev));
+  char target[512];
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0) return "";
+  target[n] = 0;
+  const char* slash = strrchr(target, '/');
+  return slash ? slash + 1 : target;
 }
 
 std::string parent_dir(const std::string& path) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Internal heap of the interposer (see internal_heap.hpp). Blocks carry a 16-byte header with
-// their class; memory comes from a 1 GiB reserved, lazily touched mapping made with a raw
-// mmap system call, and is never returned (the heap only holds cxlpool's own metadata).
+// their class; memory comes from one reserved, lazily touched mapping made with a raw mmap
+// system call (1 GiB, or 1/16 of what RLIMIT_AS leaves, at least 16 MiB), and is never
+// returned (the heap only holds cxlpool's own metadata).
 #include "preload/internal_heap.hpp"
 
 #include <sys/mman.h>
@@ -12,38 +13,52 @@
 #include <cstdint>
 #include <cstring>
 
+#include "os/prim.hpp"
+
 namespace cxlpool::detail::preload {
 namespace {
 
-constexpr size_t kReserve = size_t(1) << 30;      // address space; touched only as used
+constexpr size_t kMaxReserve = size_t(1) << 30;  // address space; touched only as used
+constexpr size_t kMinReserve = size_t(16) << 20;
 constexpr unsigned kMinShift = 4, kClasses = 27;  // 16 B .. 1 GiB
 constexpr size_t kHeader = 16;
 
 std::atomic<uintptr_t> g_base{0};
+size_t g_size = 0;
 std::atomic_flag g_lock = ATOMIC_FLAG_INIT;
+thread_local bool tls_holding __attribute__((tls_model("initial-exec"))) = false;
 uintptr_t g_next = 0, g_end = 0;
 void* g_free[kClasses] = {};
 
-struct Lock {
-  Lock() {
-    while (g_lock.test_and_set(std::memory_order_acquire)) {
-    }
+// The spinlock; false when this thread holds it already (re-entered from a signal handler).
+bool acquire() noexcept {
+  if (tls_holding) return false;
+  while (g_lock.test_and_set(std::memory_order_acquire)) {
   }
-  ~Lock() { g_lock.clear(std::memory_order_release); }
-};
+  tls_holding = true;
+  return true;
+}
+void release() noexcept {
+  tls_holding = false;
+  g_lock.clear(std::memory_order_release);
+}
 
 uintptr_t reserve_once() {
   uintptr_t b = g_base.load(std::memory_order_acquire);
   if (b) return b;
+  size_t headroom = os::prim::address_space_headroom();
+  size_t size = headroom == SIZE_MAX ? kMaxReserve : headroom / 16;
+  if (size > kMaxReserve) size = kMaxReserve;
+  if (size < kMinReserve) size = kMinReserve;
   // Raw system call: the libc wrapper is fine too, but nothing here may allocate.
-  long r =
-      syscall(SYS_mmap, nullptr, kReserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  long r = syscall(SYS_mmap, nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r == -1 || reinterpret_cast<void*>(r) == MAP_FAILED) return 0;
   uintptr_t expected = 0;
   if (!g_base.compare_exchange_strong(expected, uintptr_t(r))) {
-    syscall(SYS_munmap, r, kReserve);
+    syscall(SYS_munmap, r, size);
     return expected;
   }
+  g_size = size;
   return uintptr_t(r);
 }
 
@@ -66,21 +81,23 @@ void* internal_alloc(size_t size, size_t alignment) noexcept {
   unsigned c = class_of(need ? need : 1);
   size_t block = size_t(1) << (c + kMinShift);
   char* raw;
-  {
-    Lock lock;
-    if (!g_next) {
-      g_next = base;
-      g_end = base + kReserve;
-    }
-    if (g_free[c]) {
-      raw = static_cast<char*>(g_free[c]);
-      std::memcpy(&g_free[c], raw, sizeof(void*));
-    } else {
-      if (g_end - g_next < block + kHeader) return nullptr;
-      raw = reinterpret_cast<char*>(g_next);
-      g_next += block + kHeader;
-    }
+  if (!acquire()) return nullptr;
+  if (!g_next) {
+    g_next = base;
+    g_end = base + g_size;
   }
+  if (g_free[c]) {
+    raw = static_cast<char*>(g_free[c]);
+    std::memcpy(&g_free[c], raw, sizeof(void*));
+  } else {
+    if (g_end - g_next < block + kHeader) {
+      release();
+      return nullptr;
+    }
+    raw = reinterpret_cast<char*>(g_next);
+    g_next += block + kHeader;
+  }
+  release();
   char* user = raw + kHeader;
   if (alignment > 16)
     user = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(user) + alignment - 1) & ~(alignment - 1));
@@ -92,7 +109,7 @@ void* internal_alloc(size_t size, size_t alignment) noexcept {
 bool internal_owns(const void* p) noexcept {
   uintptr_t base = g_base.load(std::memory_order_acquire);
   auto a = reinterpret_cast<uintptr_t>(p);
-  return base && a >= base && a < base + kReserve;
+  return base && a >= base && a < base + g_size;
 }
 
 size_t internal_usable_size(const void* p) noexcept {
@@ -107,15 +124,17 @@ void internal_lock() noexcept {
 }
 void internal_unlock() noexcept { g_lock.clear(std::memory_order_release); }
 
-void internal_free(void* p) noexcept {
+bool internal_free(void* p) noexcept {
   uint64_t hdr[2];
   std::memcpy(hdr, static_cast<char*>(p) - kHeader, kHeader);
   char* raw = static_cast<char*>(p) - hdr[1];
   unsigned c = unsigned(hdr[0]);
-  if (c >= kClasses) return;
-  Lock lock;
+  if (c >= kClasses) return true;
+  if (!acquire()) return false;
   std::memcpy(raw, &g_free[c], sizeof(void*));
   g_free[c] = raw;
+  release();
+  return true;
 }
 
 }  // namespace cxlpool::detail::preload

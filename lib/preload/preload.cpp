@@ -22,6 +22,7 @@
 #include "alloc/pool.hpp"
 #include "common/error.hpp"
 #include "config/options.hpp"
+#include "os/prim.hpp"
 #include "preload/internal_heap.hpp"
 #include "topology/model.hpp"
 
@@ -51,6 +52,8 @@ struct Busy {
   Busy() { ++tls_busy; }
   ~Busy() { --tls_busy; }
 };
+void enter_internal() noexcept { ++tls_busy; }
+void leave_internal() noexcept { --tls_busy; }
 
 // One diagnostic line on stderr, without allocating.
 void say(const char* fmt, const char* a = "", const char* b = "") {
@@ -79,16 +82,18 @@ void print_stats() {
   int n = std::snprintf(line, sizeof line, "cxlpool: pid %d, policy %s\n", int(getpid()),
                         A::pool_policy_text(g_pool).c_str());
   ssize_t w = write(fd, line, size_t(n));
-  n = std::snprintf(line, sizeof line, "%-10s %5s %14s %14s %16s %16s %10s %10s\n", "device", "tier", "allocations",
-                    "frees", "live bytes", "peak resident", "fallbacks", "failures");
+  n = std::snprintf(line, sizeof line, "%-10s %5s %14s %14s %16s %16s %10s %10s %12s %13s\n", "device", "tier",
+                    "allocations", "frees", "live bytes", "peak resident", "fallbacks", "failures", "double frees",
+                    "invalid frees");
   w = write(fd, line, size_t(n));
   for (int d = 0; d < A::pool_device_count(g_pool); ++d) {
     A::DeviceStats s = A::pool_device_stats(g_pool, d);
-    n = std::snprintf(line, sizeof line, "%-10s %5d %14llu %14llu %16llu %16llu %10llu %10llu\n",
+    n = std::snprintf(line, sizeof line, "%-10s %5d %14llu %14llu %16llu %16llu %10llu %10llu %12llu %13llu\n",
                       A::pool_device_name(g_pool, d).c_str(), A::pool_device_tier(g_pool, d),
                       (unsigned long long)s.allocations, (unsigned long long)s.frees,
                       (unsigned long long)s.allocated_bytes, (unsigned long long)s.peak_resident_bytes,
-                      (unsigned long long)s.fallbacks, (unsigned long long)s.failures);
+                      (unsigned long long)s.fallbacks, (unsigned long long)s.failures,
+                      (unsigned long long)s.double_frees, (unsigned long long)s.invalid_frees);
     w = write(fd, line, size_t(n));
   }
   (void)w;
@@ -112,28 +117,36 @@ void atfork_child() {
 }
 
 // Builds the pool from the environment; on a configuration error says so once and falls back
-// to default placement. Runs with tls_busy set: everything it allocates is internal.
-void initialise() {
+// to default placement. Runs with tls_busy set: everything it allocates is internal. Nothing
+// it meets (bad settings, no address space under RLIMIT_AS, a FIFO as CXLPOOL_CONFIG, a device
+// another process holds) may abort the program: the worst case is glibc's malloc.
+void initialise() noexcept {
   Busy busy;
   std::string problem;
   try {
-    // No hwloc here: it would add tens of milliseconds to every program's start, and sysfs
-    // already carries the HMAT figures.
-    DiscoverOptions env;
-    env.no_hwloc = true;
-    Topology topo = discover(env);
     try {
-      g_pool = A::pool_create_from_environment(topo, "preload");
+      A::configure_from_environment();
     } catch (const Failure& f) {
-      if (f.status() != CXLPOOL_E_CONFIG) throw;
-      problem = f.what();  // a bad CXLPOOL_POLICY: default placement on the same devices
-      A::PoolOptions o;
-      o.name = "preload";
-      g_pool = A::pool_create(topo, o);
+      problem = f.what();  // a bad process option: defaults for it
     }
-  } catch (const Failure& f) {
-    if (problem.empty()) problem = f.what();
-    try {  // the environment's devices are unusable: the machine's own targets
+    try {
+      // No hwloc here: it would add tens of milliseconds to every program's start, and sysfs
+      // already carries the HMAT figures.
+      DiscoverOptions env;
+      env.no_hwloc = true;
+      Topology topo = discover(env);
+      try {
+        g_pool = A::pool_create_from_environment(topo, "preload");
+      } catch (const Failure& f) {
+        if (f.status() != CXLPOOL_E_CONFIG) throw;
+        if (problem.empty()) problem = f.what();  // a bad CXLPOOL_POLICY: default placement, same devices
+        A::PoolOptions o;
+        o.name = "preload";
+        g_pool = A::pool_create(topo, o);
+      }
+    } catch (const Failure& f) {
+      if (problem.empty()) problem = f.what();
+      // The environment's devices are unusable: the machine's own targets.
       DiscoverOptions plain;
       plain.ignore_env = true;
       plain.no_hwloc = true;
@@ -141,13 +154,16 @@ void initialise() {
       A::PoolOptions o;
       o.name = "preload";
       g_pool = A::pool_create(topo, o);
-    } catch (const std::exception& e2) {
-      say("cxlpool: %s; the interposer passes allocations to glibc (%s)", problem.c_str(), e2.what());
-      g_state.store(kPassthrough, std::memory_order_release);
-      return;
     }
   } catch (const std::exception& e) {
-    problem = e.what();  // e.g. std::bad_alloc from the internal heap
+    if (problem.empty())
+      problem = e.what();
+    else
+      problem += std::string("; then: ") + e.what();
+    g_pool = nullptr;
+  } catch (...) {
+    if (problem.empty()) problem = "unknown error";
+    g_pool = nullptr;
   }
   if (!g_pool) {
     say("cxlpool: %s; the interposer passes allocations to glibc", problem.empty() ? "no pool" : problem.c_str());
@@ -160,6 +176,7 @@ void initialise() {
       std::snprintf(g_stats_target, sizeof g_stats_target, "%s", stats);
       std::atexit(print_stats);
     }
+  A::set_internal_scope_hooks(enter_internal, leave_internal);
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   g_state.store(kReady, std::memory_order_release);
 }
@@ -182,9 +199,10 @@ inline int state() {
 
 void* do_malloc(size_t n) {
   if (__builtin_expect(tls_busy != 0, 0)) {
+    // Inside cxlpool already (its own allocations, or a signal handler that interrupted it):
+    // the internal heap, or glibc's malloc when that is full or this thread holds its lock.
     void* p = internal_alloc(n ? n : 1);
-    if (!p) errno = ENOMEM;
-    return p;
+    return p ? p : __libc_malloc(n);
   }
   if (__builtin_expect(state() != kReady, 0)) return __libc_malloc(n);
   Busy busy;
@@ -194,8 +212,7 @@ void* do_malloc(size_t n) {
 void* do_aligned(size_t alignment, size_t n) {
   if (__builtin_expect(tls_busy != 0, 0)) {
     void* p = internal_alloc(n ? n : 1, alignment);
-    if (!p) errno = ENOMEM;
-    return p;
+    return p ? p : __libc_memalign(alignment, n);
   }
   if (state() != kReady) return __libc_memalign(alignment, n);
   Busy busy;
@@ -217,10 +234,13 @@ void* memalign_like(size_t alignment, size_t n) {
 void do_free(void* p) {
   if (!p) return;
   if (internal_owns(p)) {
-    internal_free(p);
+    internal_free(p);  // refused (the block leaks) only when re-entered under the heap's lock
     return;
   }
-  {
+  if (__builtin_expect(tls_busy != 0, 0)) {
+    // Re-entered (a signal handler interrupted this thread inside cxlpool): lock-free only.
+    if (A::free_any_reentrant(p)) return;
+  } else {
     Busy busy;
     if (A::free_any(p)) return;
   }

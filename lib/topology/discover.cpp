@@ -321,6 +321,48 @@ void set_emulated_performance(Target& t, const DeviceSpec* s) {
   if (s && s->write_bandwidth_mbps) t.write_bandwidth_mbps.set(*s->write_bandwidth_mbps, src);
 }
 
+// Checks that need the machine and do not depend on discovered targets: a device must hold
+// one segment, named devices need a size, a private file device never uses an existing file
+// and needs a directory on a filesystem that can hold memory, devdax must be device-DAX.
+void validate_emulated(const DeviceSpec& s, const std::string& dev) {
+  if (s.size && *s.size < kMinDeviceBytes)
+    fail(CXLPOOL_E_CONFIG, dev + ": key 'size': " + format_bytes(*s.size) + " cannot hold one " +
+                               format_bytes(kMinDeviceBytes) + " allocator segment (the smallest device)");
+  if ((s.backing == CXLPOOL_BACKING_SHM || s.backing == CXLPOOL_BACKING_FILE) && !s.size)
+    fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': '" + format_backing(s) +
+                               "' needs size= (cxlpool creates the device's memory itself and never sizes it "
+                               "from an existing object)");
+  if (s.backing == CXLPOOL_BACKING_FILE || s.backing == CXLPOOL_BACKING_SHM) {
+    std::string named = s.backing == CXLPOOL_BACKING_FILE ? s.path : "/dev/shm/" + s.path;
+    std::string dir = os::parent_dir(named);
+    if (!os::is_directory(dir))
+      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': directory of '" + format_backing(s) + "' does not exist");
+    std::string pseudo = os::pseudo_filesystem(dir);
+    if (!pseudo.empty())
+      fail(CXLPOOL_E_CONFIG,
+           dev + ": key 'backing': " + dir + " is on a " + pseudo + " pseudo filesystem, which cannot hold memory");
+    std::string kind = os::path_kind(named);
+    if (!kind.empty())
+      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': " + named + " exists (" + kind +
+                                 ") and was not created by cxlpool; cxlpool never uses or changes existing "
+                                 "files: remove it or choose another " +
+                                 (s.backing == CXLPOOL_BACKING_SHM ? "name" : "path"));
+  }
+  if (s.backing == CXLPOOL_BACKING_DEVDAX) {
+    std::string kind = os::path_kind(s.path);
+    if (kind != "character device" && kind != "symbolic link")
+      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': '" + format_backing(s) + "' is " +
+                                 (kind.empty() ? std::string("missing") : "a " + kind) +
+                                 ", not a device-DAX character device");
+    std::string subsystem = os::char_device_subsystem(s.path);
+    if (subsystem != "dax")
+      fail(CXLPOOL_E_CONFIG,
+           dev + ": key 'backing': '" + format_backing(s) + "' is a " +
+               (subsystem.empty() ? std::string("character device of unknown kind") : "'" + subsystem + "' device") +
+               ", not device-DAX memory (/sys/dev/char/*/subsystem must be dax)");
+  }
+}
+
 Target make_emulated(const DeviceSpec& s, const Topology& topo, const os::FsRoot& sys) {
   const std::string dev = s.origin + ": device '" + s.name + "'";
   Target t;
@@ -330,6 +372,8 @@ Target make_emulated(const DeviceSpec& s, const Topology& topo, const os::FsRoot
   t.backing.device_name = s.name;
   t.backing.kind = s.backing;
   t.backing.path = s.path;
+  if (s.fork_copy) t.backing.fork_mode = *s.fork_copy ? ForkMode::kCopy : ForkMode::kCopyOnWrite;
+  validate_emulated(s, dev);
   set_emulated_performance(t, &s);
   if (s.tier) t.tier.set(*s.tier, CXLPOOL_SOURCE_CONFIG);
 
@@ -375,10 +419,6 @@ Target make_emulated(const DeviceSpec& s, const Topology& topo, const os::FsRoot
     switch (s.backing) {
       case CXLPOOL_BACKING_MEMFD:
         if (!s.size) t.capacity.set(default_device_size(topo), CXLPOOL_SOURCE_DEFAULT);
-        break;
-      case CXLPOOL_BACKING_FILE:
-        if (!os::is_directory(os::parent_dir(s.path)))
-          fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': directory of 'file:" + s.path + "' does not exist");
         break;
       case CXLPOOL_BACKING_DEVDAX: {
         // /dev/daxX.Y: size and alignment from sysfs when the kernel lists the device.

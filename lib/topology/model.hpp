@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backing/backing.hpp"
+#include "backing/backing_spec.hpp"
 #include "config/device_spec.hpp"
 #include "cxlpool/topology.h"
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
-// Backings through the public C++ layer: allocate, touch, verify, release on every kind;
-// capacity limits; a named shm device seen by a second process; numa placement verified
-// with move_pages status queries; bad arguments.
+// Backings and devices through the public C++ layer: allocate, touch, verify, release on every
+// kind; capacity limits shared by everything on one device; named devices that belong to one
+// process and never touch an existing file; sharing by descriptor; descriptors the program
+// closes; numa placement verified with move_pages status queries; bad arguments.
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,6 +12,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <functional>
+#include <vector>
 
 #include "cxlpool/cxlpool.hpp"
 #include "test_support.hpp"
@@ -47,6 +52,42 @@ bool check_fill(const void* p, size_t n) {
     if (c[i] != static_cast<unsigned char>((i * 7 + 3) & 0xff)) return false;
   return true;
 }
+std::string read_file(const std::string& path) {
+  std::string out;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  std::fclose(f);
+  return out;
+}
+// Runs device_peer with args and CXLPOOL_DEVICES=devices; its exit status.
+int run_peer(const std::string& devices, std::vector<std::string> args, int keep_fd = -1) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("CXLPOOL_DEVICES", devices.c_str(), 1);
+    if (keep_fd >= 0) fcntl(keep_fd, F_SETFD, 0);
+    std::string peer = std::string(CXLPOOL_TEST_BINARY_DIR) + "/device_peer";
+    std::vector<char*> argv{peer.data()};
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(peer.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+cxlpool_status_t discover_status(const std::string& devices, std::string* message) {
+  try {
+    topology_with(devices);
+  } catch (const cxlpool::Error& e) {
+    *message = e.what();
+    return e.status();
+  }
+  return CXLPOOL_OK;
+}
 bool all_zero(const void* p, size_t n) {
   auto* c = static_cast<const unsigned char*>(p);
   for (size_t i = 0; i < n; ++i)
@@ -59,10 +100,9 @@ bool all_zero(const void* p, size_t n) {
 TEST_CASE("every backing kind: reserve, commit, touch, verify, decommit, release", "[unit][numa]") {
   ScratchDir dir;
   const std::string shm = unique("cxlpool-test-rw");
-  auto topo =
-      topology_with("mf:backing=shm,size=64M;sh:backing=shm:" + shm + ",size=64M;fl:backing=file:" + dir.path() +
-                    "/pool,size=64M;dz:backing=devdax:/dev/zero,size=64M;n0:backing=numa:0,size=64M");
-  for (const char* name : {"mf", "sh", "fl", "dz", "n0", "node0"}) {
+  auto topo = topology_with("mf:backing=shm,size=64M;sh:backing=shm:" + shm +
+                            ",size=64M;fl:backing=file:" + dir.path() + "/pool,size=64M;n0:backing=numa:0,size=64M");
+  for (const char* name : {"mf", "sh", "fl", "n0", "node0"}) {
     INFO("device " << name);
     auto target = topo.find(name);
     REQUIRE(target);
@@ -87,13 +127,16 @@ TEST_CASE("every backing kind: reserve, commit, touch, verify, decommit, release
       CHECK(check_fill(r.data(), 4 * kMiB));
       CHECK(backing.usage().peak_committed_bytes == 8 * kMiB);
       CHECK(backing.usage().reservations == 1);
+      // A private named device never appears under its name, not even while it is in use.
+      CHECK_FALSE(std::filesystem::exists("/dev/shm/" + shm));
+      CHECK(std::filesystem::is_empty(dir.path()));
     }
     auto u = backing.usage();
     CHECK(u.committed_bytes == 0);
     CHECK(u.reserved_bytes == 0);
     CHECK(u.reservations == 0);
   }
-  CHECK_FALSE(std::filesystem::exists("/dev/shm/" + shm));  // created by us, unlinked on close
+  CHECK_FALSE(std::filesystem::exists("/dev/shm/" + shm));
 }
 
 TEST_CASE("capacity: over-asking fails clearly and changes nothing", "[unit][numa]") {
@@ -128,7 +171,7 @@ TEST_CASE("capacity: over-asking fails clearly and changes nothing", "[unit][num
       FAIL("over-commit accepted");
     } catch (const cxlpool::Error& e) {
       CHECK(e.status() == CXLPOOL_E_CAPACITY);
-      CHECK(std::string(e.what()).find("exceed its capacity") != std::string::npos);
+      CHECK(std::string(e.what()).find("exceed the capacity") != std::string::npos);
     }
     CHECK(b.usage().committed_bytes == 12 * kMiB);
     r.decommit(0, 8 * kMiB);
@@ -137,29 +180,55 @@ TEST_CASE("capacity: over-asking fails clearly and changes nothing", "[unit][num
   }
 }
 
-TEST_CASE("a named shm device shows the same contents to a second process", "[unit]") {
-  const std::string name = unique("cxlpool-test-peer");
-  const std::string spec = "pool:backing=shm:" + name + ",size=8M";
-  auto topo = topology_with(spec);
-  auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+TEST_CASE("one device per process: two backings on one named device share its ranges and capacity", "[unit]") {
+  ScratchDir dir;
+  const std::string shm = unique("cxlpool-test-two");
+  auto topo = topology_with("sh:backing=shm:" + shm + ",size=16M;fl:backing=file:" + dir.path() + "/f,size=16M");
+  for (const char* name : {"sh", "fl"}) {
+    INFO("device " << name);
+    auto a = cxlpool::Backing::open(topo, *topo.find(name));
+    auto b = cxlpool::Backing::open(topo, *topo.find(name));
+    auto ra = a.reserve(8 * kMiB), rb = b.reserve(8 * kMiB);
+    CHECK(ra.device_offset() != rb.device_offset());  // disjoint device ranges
+    ra.commit();
+    rb.commit();
+    std::memset(ra.data(), 0xaa, ra.size());
+    std::memset(rb.data(), 0xbb, rb.size());
+    auto* ca = static_cast<unsigned char*>(ra.data());
+    auto* cb = static_cast<unsigned char*>(rb.data());
+    CHECK(std::all_of(ca, ca + ra.size(), [](unsigned char c) { return c == 0xaa; }));
+    CHECK(std::all_of(cb, cb + rb.size(), [](unsigned char c) { return c == 0xbb; }));
+    CHECK(a.usage().committed_bytes == 16 * kMiB);  // one ledger: both backings' commits
+    CHECK(status_of([&] { a.reserve(4 * kMiB); }) == CXLPOOL_E_CAPACITY);
+  }
+}
+
+TEST_CASE("a named device in use is refused to a second process, naming the holder's pid", "[unit]") {
+  ScratchDir dir;
+  const std::string shm = unique("cxlpool-test-busy");
+  for (std::string spec :
+       {"pool:backing=shm:" + shm + ",size=8M", "pool:backing=file:" + dir.path() + "/heap,size=8M"}) {
+    INFO(spec);
+    auto topo = topology_with(spec);
+    auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+    CHECK(run_peer(spec, {"busy", "pool", std::to_string(getpid())}) == 0);
+  }
+  // Released with its last user: the next process gets it.
+  auto topo = topology_with("pool:backing=shm:" + shm + ",size=8M");
+  { auto b = cxlpool::Backing::open(topo, *topo.find("pool")); }
+  auto again = cxlpool::Backing::open(topo, *topo.find("pool"));
+  CHECK(again.caps().capacity_bytes == 8 * kMiB);
+}
+
+TEST_CASE("a backing's memory is shared with another process through its descriptor", "[unit]") {
+  auto topo = topology_with("mf:backing=shm,size=8M");
+  auto b = cxlpool::Backing::open(topo, *topo.find("mf"));
   auto r = b.reserve(1 * kMiB);
-  CHECK(r.device_offset() == 0);
   r.commit();
   fill(r.data(), r.size());
-
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    setenv("CXLPOOL_DEVICES", spec.c_str(), 1);
-    std::string peer = std::string(CXLPOOL_TEST_BINARY_DIR) + "/shm_peer";
-    std::string bytes = std::to_string(kMiB);
-    execl(peer.c_str(), peer.c_str(), "pool", bytes.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  int fd = -1;
+  REQUIRE(cxlpool_backing_fd(b.get(), &fd) == CXLPOOL_OK);
+  CHECK(run_peer("", {"fd", std::to_string(fd), std::to_string(r.device_offset()), std::to_string(kMiB)}, fd) == 0);
   CHECK(static_cast<unsigned char*>(r.data())[0] == 0x5a);  // the peer's write is visible here
 }
 
@@ -178,7 +247,6 @@ TEST_CASE("numa backing on node 0: pages verified with move_pages status queries
   nodes = cxlpool::query_nodes(r.data(), 4);
   CHECK(nodes[0] == -ENOENT);  // decommitted pages are gone
 }
-
 TEST_CASE("bad arguments are rejected with the right status", "[unit]") {
   auto topo = topology_with("mf:backing=shm,size=16M;n0:backing=numa:0,size=16M");
   auto b = cxlpool::Backing::open(topo, *topo.find("mf"));
@@ -213,33 +281,99 @@ TEST_CASE("bad arguments are rejected with the right status", "[unit]") {
   CHECK(fd >= 0);
 }
 
-TEST_CASE("shm objects owned by others or open to others are not adopted", "[unit]") {
+TEST_CASE("existing objects are never used or changed, whoever owns them", "[unit]") {
+  ScratchDir dir;
+  const std::string text = "a user's data, not cxlpool's\n";
+  const std::string path = dir.path() + "/v.txt";
+  { std::ofstream(path) << text; }
   const std::string name = unique("cxlpool-test-squat");
-  int fd = shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+  int fd = shm_open(("/" + name).c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);  // even one of ours
   REQUIRE(fd >= 0);
-  fchmod(fd, 0644);
+  REQUIRE(write(fd, text.data(), text.size()) == ssize_t(text.size()));
   close(fd);
-  auto topo = topology_with("sq:backing=shm:" + name + ",size=4M");
-  CHECK(status_of([&] { cxlpool::Backing::open(topo, *topo.find("sq")); }) == CXLPOOL_E_PERMISSION);
-  CHECK(std::string(cxlpool_last_error_message()).find("refusing to adopt") != std::string::npos);
+  std::string message;
+  CHECK(discover_status("v:backing=file:" + path + ",size=64M", &message) == CXLPOOL_E_CONFIG);
+  CHECK(message.find(path) != std::string::npos);
+  CHECK(message.find("was not created by cxlpool") != std::string::npos);
+  CHECK(discover_status("v:backing=shm:" + name + ",size=64M", &message) == CXLPOOL_E_CONFIG);
+  CHECK(message.find("/dev/shm/" + name) != std::string::npos);
+  CHECK(read_file(path) == text);
+  CHECK(read_file("/dev/shm/" + name) == text);
   shm_unlink(("/" + name).c_str());
+
+  if (geteuid() != 0) CXLPOOL_SKIP("another user's file needs root to create");
+  struct passwd* nobody = getpwnam("nobody");
+  REQUIRE(nobody);
+  const std::string theirs = dir.path() + "/theirs";
+  { std::ofstream(theirs) << text; }
+  REQUIRE(chown(theirs.c_str(), nobody->pw_uid, nobody->pw_gid) == 0);
+  REQUIRE(chmod(theirs.c_str(), 0666) == 0);
+  CHECK(discover_status("t:backing=file:" + theirs + ",size=64M", &message) == CXLPOOL_E_CONFIG);
+  CHECK(message.find(theirs) != std::string::npos);
+  struct stat st {};
+  REQUIRE(stat(theirs.c_str(), &st) == 0);
+  CHECK(read_file(theirs) == text);
+  CHECK(st.st_uid == nobody->pw_uid);
+  CHECK((st.st_mode & 0777) == 0666);
 }
 
-TEST_CASE("file backings: existing files, empty files, nothing half-created", "[unit]") {
+TEST_CASE("devices that cannot hold memory are rejected at discovery, naming the reason", "[unit]") {
+  std::string message;
+  CHECK(discover_status("tiny:backing=shm,size=2M", &message) == CXLPOOL_E_CONFIG);
+  INFO(message);
+  CHECK(message.find("cannot hold one") != std::string::npos);
+  CHECK(discover_status("null:backing=devdax:/dev/null,size=64M", &message) == CXLPOOL_E_CONFIG);
+  CHECK(message.find("not device-DAX") != std::string::npos);
+  CHECK(discover_status("mem:backing=file:/proc/self/mem,size=64M", &message) == CXLPOOL_E_CONFIG);
+  CHECK(message.find("proc pseudo filesystem") != std::string::npos);
+  CHECK(discover_status("nosize:backing=shm:" + unique("cxlpool-test-nosize"), &message) == CXLPOOL_E_CONFIG);
+  CHECK(message.find("needs size=") != std::string::npos);
+}
+
+TEST_CASE("a descriptor the program closes or reuses never receives device memory", "[unit]") {
   ScratchDir dir;
-  const std::string path = dir.path() + "/existing";
-  int fd = open(path.c_str(), O_CREAT | O_RDWR, 0600);
-  REQUIRE(ftruncate(fd, 8 * kMiB) == 0);
-  close(fd);
-  auto topo = topology_with("ex:backing=file:" + path + ";empty:backing=file:" + dir.path() + "/new");
-  auto b = cxlpool::Backing::open(topo, *topo.find("ex"));
-  CHECK(b.caps().capacity_bytes == 8 * kMiB);  // taken from the file
-  try {
-    cxlpool::Backing::open(topo, *topo.find("empty"));
-    FAIL("opened an empty file without size");
-  } catch (const cxlpool::Error& e) {
-    CHECK(e.status() == CXLPOOL_E_CONFIG);
-    CHECK(std::string(e.what()).find("no size=") != std::string::npos);
+  for (std::string spec :
+       {std::string("mf:backing=shm,size=32M"), "mf:backing=file:" + dir.path() + "/heap,size=32M"}) {
+    INFO(spec);
+    auto topo = topology_with(spec);
+    auto b = cxlpool::Backing::open(topo, *topo.find("mf"));
+    auto r1 = b.reserve(4 * kMiB);
+    r1.commit();
+    fill(r1.data(), r1.size());
+    int fd = -1;
+    REQUIRE(cxlpool_backing_fd(b.get(), &fd) == CXLPOOL_OK);
+    // The program closes "its" descriptors and opens a file of its own on the same number.
+    const std::string mine = dir.path() + "/mine";
+    close(fd);
+    int own = open(mine.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+    REQUIRE(own >= 0);
+    if (own != fd) {
+      REQUIRE(dup2(own, fd) == fd);
+      close(own);
+    }
+    REQUIRE(write(fd, "mine", 4) == 4);
+    auto r2 = b.reserve(4 * kMiB);  // new storage, never the program's file
+    r2.commit();
+    std::memset(r2.data(), 0x77, r2.size());
+    r2.decommit();
+    CHECK(check_fill(r1.data(), r1.size()));  // earlier memory keeps its mapping
+    close(fd);
+    CHECK(read_file(mine) == "mine");
   }
-  CHECK_FALSE(std::filesystem::exists(dir.path() + "/new"));  // the failed open removed what it created
+}
+
+TEST_CASE("raw backing memory is shared with a forked child", "[unit]") {
+  auto topo = topology_with("mf:backing=shm,size=8M");
+  auto b = cxlpool::Backing::open(topo, *topo.find("mf"));
+  auto r = b.reserve(1 * kMiB);
+  r.commit();
+  std::memset(r.data(), 1, r.size());
+  pid_t pid = fork();
+  if (pid == 0) {
+    static_cast<unsigned char*>(r.data())[100] = 42;
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(static_cast<unsigned char*>(r.data())[100] == 42);
 }

@@ -1,0 +1,196 @@
+// SPDX-License-Identifier: MIT
+// The malloc paths: the fast path (a compiled route, the thread's heap, a free block on the
+// current page), the slow path (the rule chain, refill, lazy commit, fallbacks to the rule's
+// other devices), aligned allocation (always a block start: a size class whose size is a
+// multiple of the alignment, or a huge span), realloc and free.
+#include <cstring>
+
+#include "alloc/fast.hpp"
+
+namespace cxlpool::detail::alloc {
+
+namespace {
+
+inline Heap* heap_of(Pool* pool) noexcept {
+  Heap* h = tls_heap(pool);
+  return h ? h : heap_slow(pool);
+}
+
+// The smallest class at least size bytes whose blocks all start aligned (pages start 64 KiB
+// aligned, so a block size that is a multiple of the alignment is enough); kNumClasses when
+// none (a huge span then).
+unsigned aligned_class(size_t size, size_t alignment) noexcept {
+  unsigned c = size_to_class(size < alignment ? alignment : size);
+  while (c < kNumClasses && class_to_size(c) % alignment) ++c;
+  return c;
+}
+
+// Slow path of a small allocation on device di: refill, lazy commit.
+void* alloc_block_slow(Heap* h, int di, unsigned cls) noexcept {
+  Page* pg = refill(h, di, cls);
+  if (!pg) return nullptr;
+  uint32_t c = pg->cursor;
+  uint64_t w = pg->free_bits[c];
+  unsigned bit = unsigned(__builtin_ctzll(w));
+  uintptr_t p = pg->start + ((uintptr_t(c) << 6) + bit) * pg->block_size;
+  if (p + pg->block_size > pg->commit_end && !extend_commit(h->pool, pg, p + pg->block_size)) return nullptr;
+  store_bits(&pg->free_bits[c], w & (w - 1));
+  ++pg->used;
+  return reinterpret_cast<void*>(p);
+}
+
+void* alloc_on(Pool* pool, Heap* h, int di, size_t size, size_t alignment, unsigned cls, bool huge) noexcept {
+  if (huge) return huge_alloc(pool, di, size, alignment);
+  void* p = alloc_block(h, di, cls);
+  return p ? p : alloc_block_slow(h, di, cls);
+}
+
+void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int forced) noexcept {
+  if (pool->detached) {  // a shared pool inherited across fork(): the parent's heap state
+    errno = ENOMEM;
+    return nullptr;
+  }
+  bool huge = size > kMaxClassSize || alignment > kSliceSize;
+  unsigned cls = 0;
+  if (!huge) {
+    cls = alignment > 16 ? aligned_class(size, alignment) : size_to_class(size);
+    huge = cls >= kNumClasses;
+    if (huge) cls = 0;
+  }
+  Heap* h = heap_of(pool);
+  if (!h) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  int di;
+  const Rule* rule = nullptr;
+  if (forced >= 0) {
+    di = forced;
+  } else {
+    if (!huge && pool->routes[cls].kind == RouteKind::kPerPage) {
+      // Per-page policies move on to the next device when the current page fills up.
+      int16_t cur = h->page_device[cls];
+      if (cur >= 0) {
+        Page* head = h->head[cur][cls];
+        if (!head || !page_has_free(head)) h->page_device[cls] = -1;
+      }
+    }
+    di = choose(pool, h, size, hint, cls, huge, &rule);
+  }
+  void* p = alloc_on(pool, h, di, size, alignment, cls, huge);
+  int used = di;
+  if (!p && rule) {
+    for (int fb : rule->fallback) {
+      if (fb == di) continue;
+      p = alloc_on(pool, h, fb, size, alignment, cls, huge);
+      if (p) {
+        used = fb;
+        h->counters[fb].fallbacks.add(1);
+        if (!huge && (rule->kind == RuleKind::kRatio || rule->kind == RuleKind::kInterleave))
+          h->page_device[cls] = int16_t(fb);
+        break;
+      }
+    }
+  }
+  if (!p) {
+    h->counters[di].failures.add(1);
+    errno = ENOMEM;
+    return nullptr;
+  }
+  HeapCounters& ctr = h->counters[used];
+  if (huge)
+    ctr.huge_allocs.add(1);
+  else
+    ctr.allocs[cls].add(1);
+  return p;
+}
+
+[[gnu::noinline]] void* pool_malloc_slow(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
+  if (size > (size_t(1) << 46)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return allocate(pool, size, 0, hint, device);
+}
+
+}  // namespace
+
+void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
+  // Fast path: a hint-less class-size request, the thread's heap ready, the class's route
+  // decided without the rule chain, a page with a free block.
+  if (__builtin_expect(device < 0 && hint == 0 && size <= kMaxClassSize, 1)) {
+    if (Heap* h = tls_heap(pool)) {
+      unsigned cls = size_to_class(size);
+      const ClassRoute& rt = pool->routes[cls];
+      int di = -1;
+      if (__builtin_expect(rt.kind == RouteKind::kFixed, 1))
+        di = size >= rt.split ? rt.above : rt.below;
+      else if (rt.kind == RouteKind::kSpill)
+        di = rt.watched->load(std::memory_order_relaxed) >= rt.limit ? rt.above : rt.below;
+      else if (rt.kind == RouteKind::kPerPage)
+        di = h->page_device[cls];
+      if (di >= 0)
+        if (void* p = alloc_block(h, di, cls)) {
+          h->counters[di].allocs[cls].add(1);
+          return p;
+        }
+    }
+  }
+  return pool_malloc_slow(pool, size, hint, device);
+}
+
+void* pool_aligned(Pool* pool, size_t alignment, size_t size, uint32_t hint, int device) noexcept {
+  if (alignment == 0 || (alignment & (alignment - 1))) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  if (size > (size_t(1) << 46) || alignment > (size_t(1) << 40)) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  return allocate(pool, size, alignment, hint, device);
+}
+
+bool free_any(void* p) noexcept {
+  SegmentHeader* hdr = pagemap_lookup(p);
+  if (!hdr) return false;
+  if (__builtin_expect(hdr->kind == ArenaKind::kHeapSmall, 1))
+    free_small(static_cast<Segment*>(hdr), p);
+  else
+    g_arena_ops[size_t(hdr->kind)]->free(hdr, p);
+  return true;
+}
+
+bool free_any_reentrant(void* p) noexcept {
+  SegmentHeader* hdr = pagemap_lookup(p);
+  if (!hdr) return false;
+  if (hdr->kind == ArenaKind::kHeapSmall) {
+    auto* seg = static_cast<Segment*>(hdr);
+    const BlockRef b = locate_block(seg, reinterpret_cast<uintptr_t>(p));
+    if (!b.valid)
+      count_invalid_free(seg, nullptr);
+    else
+      remote_free(seg, b.pg, nullptr, b.word, b.w, b.bit);  // lock-free, counted without a heap
+  }
+  // A huge block stays allocated: freeing it takes a lock the interrupted code may hold.
+  return true;
+}
+
+void* pool_realloc(Pool* pool, void* p, size_t size) noexcept {
+  if (!p) return pool_malloc(pool, size);
+  size_t usable = usable_size(p);
+  if (usable == 0) {  // not the start of a live block of ours
+    errno = EINVAL;
+    return nullptr;
+  }
+  // Stay in place when the block fits and is not more than twice too big.
+  if (size <= usable && (size >= usable / 2 || usable <= 16)) return p;
+  SegmentHeader* hdr = pagemap_lookup(p);
+  void* q = pool_malloc(hdr->pool, size);
+  if (!q) return nullptr;
+  std::memcpy(q, p, std::min(size, usable));
+  free_any(p);
+  return q;
+}
+
+}  // namespace cxlpool::detail::alloc

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+// The allocator's fast paths, inline so the C entry points (and the interposer) get them
+// without a call: the thread's heap lookup, taking a block from the current page, and the
+// owner-thread free. Everything slower is out of line in the other files.
+#pragma once
+
+#include <array>
+
+#include "alloc/internal.hpp"
+
+namespace cxlpool::detail::alloc {
+
+struct TlsEntry {
+  Heap* heap;
+  uint32_t generation;
+};
+// One initial-exec TLS pointer per thread (no __tls_get_addr call on the hot path) to a
+// block holding the thread's heap of every pool, mapped on the thread's first allocation.
+struct ThreadState {
+  TlsEntry heaps[kMaxPools];
+};
+extern thread_local ThreadState* tls_state __attribute__((tls_model("initial-exec")));
+
+inline Heap* tls_heap(const Pool* pool) noexcept {
+  ThreadState* ts = tls_state;
+  if (__builtin_expect(!ts, 0)) return nullptr;
+  const TlsEntry& e = ts->heaps[pool->index];
+  return e.generation == pool->generation ? e.heap : nullptr;
+}
+
+inline Heap* tls_heap(const SegmentHeader* hdr) noexcept {
+  ThreadState* ts = tls_state;
+  if (__builtin_expect(!ts, 0)) return nullptr;
+  const TlsEntry& e = ts->heaps[hdr->pool_index];
+  return e.generation == hdr->pool_generation ? e.heap : nullptr;
+}
+
+// Class tables for computations off the page descriptor.
+inline constexpr auto kReciprocals = [] {
+  std::array<uint64_t, kNumClasses> r{};
+  for (unsigned c = 0; c < kNumClasses; ++c) r[c] = class_reciprocal(c);
+  return r;
+}();
+inline constexpr auto kClassSizes = [] {
+  std::array<uint32_t, kNumClasses> r{};
+  for (unsigned c = 0; c < kNumClasses; ++c) r[c] = uint32_t(class_to_size(c));
+  return r;
+}();
+inline constexpr auto kInlineBitmap = [] {
+  std::array<bool, kNumClasses> r{};
+  for (unsigned c = 0; c < kNumClasses; ++c) r[c] = (class_capacity(c) + 63) / 64 <= kInlineWords;
+  return r;
+}();
+
+// A block of class cls from the heap's current page on device di, or nullptr.
+inline void* alloc_block(Heap* h, int di, unsigned cls) noexcept {
+  Page* pg = h->head[di][cls];
+  if (__builtin_expect(pg != nullptr, 1)) {
+    uint32_t c = pg->cursor;
+    if (__builtin_expect(c < pg->words, 1)) {
+      uint64_t w = pg->free_bits[c];
+      if (__builtin_expect(w != 0, 1)) {
+        unsigned bit = unsigned(__builtin_ctzll(w));
+        uintptr_t p = pg->start + ((uintptr_t(c) << 6) + bit) * pg->block_size;
+        if (__builtin_expect(p + pg->block_size <= pg->commit_end, 1)) {
+          store_bits(&pg->free_bits[c], w & (w - 1));
+          ++pg->used;
+          return reinterpret_cast<void*>(p);
+        }
+      }
+    }
+  }
+  return nullptr;
+}
+
+// Out-of-line parts of a small free.
+void local_free_followup(Heap* me, Page* pg) noexcept;
+void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_t w, uint64_t bit) noexcept;
+void count_invalid_free(Segment* seg, Heap* me) noexcept;
+void count_double_free(Segment* seg, Heap* me) noexcept;
+
+// Where a small block's free bit lives. valid is false for a pointer that starts no live
+// block (inside a block, or in a slice that holds no page: end is 0 there).
+struct BlockRef {
+  Page* pg;
+  uint64_t* word;  // the owner's free-bitmap word
+  uint32_t w;
+  uint64_t bit;
+  uint8_t slot, cls;
+  bool valid;
+};
+
+inline BlockRef locate_block(Segment* seg, uintptr_t a) noexcept {
+  // The slot, class and block index come from the segment header, so the bitmap word and the
+  // page descriptor are two independent loads (their cache misses overlap).
+  const Segment::SliceInfo si = seg->slice[(a - seg->base) >> kSliceShift];
+  const uintptr_t start = seg->base + (uintptr_t(si.slot) << kSliceShift);
+  const uint32_t idx = uint32_t(((a - start) * kReciprocals[si.cls]) >> kReciprocalShift);
+  const uint32_t w = idx >> 6;
+  Page* pg = &seg->pages[si.slot];
+  uint64_t* word = kInlineBitmap[si.cls] ? &pg->inline_bits[w] : &seg->local_bits[si.slot][w];
+  // Only the first byte of a live block frees it.
+  bool valid = a < pg->end && a == start + uintptr_t(idx) * kClassSizes[si.cls];
+  return {pg, word, w, uint64_t(1) << (idx & 63), si.slot, si.cls, valid};
+}
+
+// The free fast path: kept small so it inlines into cxlpool_free and many frees fit the
+// out-of-order window at once (their cache misses overlap).
+inline void free_small(Segment* seg, void* p) noexcept {
+  const BlockRef b = locate_block(seg, reinterpret_cast<uintptr_t>(p));
+  Heap* me = tls_heap(static_cast<const SegmentHeader*>(seg));
+  if (__builtin_expect(!b.valid, 0)) {
+    count_invalid_free(seg, me);
+    return;
+  }
+  if (__builtin_expect(b.pg->owner.load(std::memory_order_relaxed) != me || !me, 0)) {
+    remote_free(seg, b.pg, me, b.word, b.w, b.bit);
+    return;
+  }
+  uint64_t old = *b.word;
+  // Free already, here or by another thread (its bit waits in the remote bitmap): a double
+  // free, counted and ignored, so the block is never handed out twice.
+  if (__builtin_expect((old & b.bit) || (seg->remote_bits[b.slot][b.w].load(std::memory_order_relaxed) & b.bit), 0)) {
+    count_double_free(seg, me);
+    return;
+  }
+  store_bits(b.word, old | b.bit);
+  // Counter addresses come from the segment header and the class table, never from the page
+  // descriptor: otherwise every free's counter update would wait for that free's page miss,
+  // and the next free for it (store forwarding), serializing the misses.
+  me->counters[seg->device].frees[b.cls].add(1);
+  if (__builtin_expect(--b.pg->used == 0 || b.pg->state.load(std::memory_order_relaxed) == kFull, 0))
+    local_free_followup(me, b.pg);
+}
+
+}  // namespace cxlpool::detail::alloc

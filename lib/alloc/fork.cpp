@@ -1,0 +1,77 @@
+// SPDX-License-Identifier: MIT
+// fork(): every lock the allocator and the device layer take, held across fork() so the
+// child never inherits a lock held by a thread that does not exist there. The lock order
+// (every path that holds two of these takes them in this order):
+//
+//   1. g_registry_mu (the pool registry)
+//   2. per pool, in registry order: each PoolDevice::mu, in device order
+//   3. per pool: heaps_mu
+//   4. the device registry's lock (device/registry.cpp), then each Device's lock
+//   5. the segment descriptor arena
+//
+// (the interposer takes its init lock before 1 and its internal heap's lock after 5). In the
+// child, before anything runs: private memory the kernel does not copy-on-write gets its own
+// copy (device/registry.cpp), shared pools become views the child cannot allocate from, and
+// the pages of threads that do not exist in the child are abandoned so it can reuse them.
+#include "alloc/fast.hpp"
+#include "device/registry.hpp"
+
+namespace cxlpool::detail::alloc {
+
+void fork_prepare() noexcept {
+  g_registry_mu.lock();
+  for (auto& e : g_registry) {
+    if (!e.pool) continue;
+    for (int di = 0; di < e.pool->ndev; ++di) e.pool->dev[di].mu.lock();
+    e.pool->heaps_mu.lock();
+  }
+  registry::fork_prepare();
+  meta_lock_for_fork();
+}
+
+namespace {
+void unlock_pools() noexcept {
+  meta_unlock_after_fork();
+  for (int i = kMaxPools - 1; i >= 0; --i) {
+    Pool* pool = g_registry[i].pool;
+    if (!pool) continue;
+    pool->heaps_mu.unlock();
+    for (int di = pool->ndev - 1; di >= 0; --di) pool->dev[di].mu.unlock();
+  }
+  g_registry_mu.unlock();
+}
+}  // namespace
+
+void fork_parent() noexcept {
+  registry::fork_parent();
+  unlock_pools();
+}
+
+void fork_child() noexcept {
+  registry::fork_child();
+  unlock_pools();
+  purger_reset_after_fork();
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  for (auto& e : g_registry) {
+    Pool* pool = e.pool;
+    if (!pool) continue;
+    if (pool->sharing == Sharing::kShared) {
+      // The blocks stay shared with the parent, but the heap state is the parent's: a child
+      // that allocated here would hand out blocks the parent hands out too.
+      pool->detached = true;
+      forget_thread_heap(pool);
+      continue;
+    }
+    Heap* mine = current_heap_of(pool);
+    Heap* others[64];
+    int n = 0;
+    {
+      std::lock_guard<std::mutex> hlock(pool->heaps_mu);
+      for (Heap* h = pool->heaps; h && n < 64; h = h->next_in_pool)
+        if (h->live && h != mine) others[n++] = h;
+    }
+    for (int i = 0; i < n; ++i) abandon_heap(others[i]);  // threads of the parent only
+  }
+}
+
+}  // namespace cxlpool::detail::alloc

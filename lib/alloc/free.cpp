@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: MIT
+// free() and pointer queries for every arena kind: the page map finds a pointer's arena, its
+// kind picks the ops (the small-block fast path is inline in fast.hpp). Interior pointers
+// and double frees never release a block: they are counted per device and ignored, in every
+// order of local and remote frees.
+#include "alloc/fast.hpp"
+#include "common/intrusive_list.hpp"
+
+namespace cxlpool::detail::alloc {
+
+namespace {
+
+void retire_if_empty(Heap* h, Page* pg) noexcept {
+  if (pg->used != 0 || h->head[pg->device][pg->cls] == pg) return;
+  if (pg->state.load(std::memory_order_relaxed) == kFull)
+    list_remove(h->full[pg->device][pg->cls], pg);
+  else
+    queue_remove(h->head[pg->device][pg->cls], h->tail[pg->device][pg->cls], pg);
+  release_page(h->pool, pg);
+}
+
+inline Page* page_of(Segment* seg, uintptr_t a) noexcept {
+  return &seg->pages[seg->slice[(a - seg->base) >> kSliceShift].slot];
+}
+
+// The start of the live block of a small segment that p points into, or 0.
+uintptr_t block_start(Segment* seg, uintptr_t a) noexcept {
+  Page* pg = page_of(seg, a);
+  if (pg->state.load(std::memory_order_relaxed) == kUnused || a < pg->start || a >= pg->end) return 0;
+  uint32_t idx = uint32_t(((a - pg->start) * pg->reciprocal) >> kReciprocalShift);
+  return pg->start + uintptr_t(idx) * pg->block_size;
+}
+
+void small_free(SegmentHeader* hdr, void* p) noexcept { free_small(static_cast<Segment*>(hdr), p); }
+
+size_t small_usable_size(SegmentHeader* hdr, const void* p) noexcept {
+  auto* seg = static_cast<Segment*>(hdr);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  if (block_start(seg, a) != a) return 0;
+  return page_of(seg, a)->block_size;
+}
+
+bool small_info(SegmentHeader* hdr, const void* p, PtrInfo* out) noexcept {
+  auto* seg = static_cast<Segment*>(hdr);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  uintptr_t start = block_start(seg, a);
+  if (!start) return false;
+  Page* pg = page_of(seg, a);
+  out->block_size = pg->block_size;
+  out->usable = start + pg->block_size - a;
+  out->huge = false;
+  return true;
+}
+
+}  // namespace
+
+const ArenaOps kSmallOps = {small_free, small_usable_size, small_info};
+const ArenaOps* const g_arena_ops[size_t(ArenaKind::kCount)] = {&kSmallOps, &kHugeOps};
+
+void local_free_followup(Heap* me, Page* pg) noexcept {
+  if (pg->state.load(std::memory_order_relaxed) == kFull) {
+    list_remove(me->full[pg->device][pg->cls], pg);
+    pg->state.store(kActive, std::memory_order_relaxed);
+    queue_push_back(me->head[pg->device][pg->cls], me->tail[pg->device][pg->cls], pg);
+  }
+  if (pg->used == 0) retire_if_empty(me, pg);
+}
+
+void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_t w, uint64_t bit) noexcept {
+  // Read the page's fields before publishing the free: once the bit is visible the owner may
+  // collect it, find the page empty and recycle it for another class.
+  const uint8_t device = pg->device, cls = pg->cls;
+  // Free already on the owner's side (freed there first): a double free. The owner may be
+  // writing that word concurrently; a relaxed read is enough, as only a block that is free
+  // now can have its bit set.
+  if (load_bits(local_word) & bit) {
+    count_double_free(seg, me);
+    return;
+  }
+  uint64_t old = pg->remote_bits[w].fetch_or(bit, std::memory_order_acq_rel);
+  if (old & bit) {  // freed remotely already and not folded in yet
+    count_double_free(seg, me);
+    return;
+  }
+  pg->remote_count.fetch_add(1, std::memory_order_release);
+  if (me)
+    me->counters[device].frees[cls].add(1);
+  else
+    seg->pool->dev[device].orphan_frees[cls].fetch_add(1, std::memory_order_relaxed);
+  // Tell the owner that a page it may hold as full has free blocks again. If the page was
+  // recycled meanwhile this only causes a harmless rescan.
+  if (Heap* owner = pg->owner.load(std::memory_order_acquire))
+    owner->full_dirty[device][cls].store(1, std::memory_order_release);
+}
+
+void count_invalid_free(Segment* seg, Heap* me) noexcept {
+  if (me)
+    me->counters[seg->device].invalid_frees.add(1);
+  else
+    seg->pool->dev[seg->device].orphan_invalid_frees.fetch_add(1, std::memory_order_relaxed);
+}
+
+void count_double_free(Segment* seg, Heap* me) noexcept {
+  if (me)
+    me->counters[seg->device].double_frees.add(1);
+  else
+    seg->pool->dev[seg->device].orphan_double_frees.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool owns(const void* p) noexcept { return pagemap_lookup(p) != nullptr; }
+
+size_t usable_size(const void* p) noexcept {
+  SegmentHeader* hdr = pagemap_lookup(p);
+  if (!hdr) return 0;
+  return g_arena_ops[size_t(hdr->kind)]->usable_size(hdr, p);
+}
+
+bool ptr_info(const void* p, PtrInfo* out) noexcept {
+  SegmentHeader* hdr = pagemap_lookup(p);
+  if (!hdr) return false;
+  PtrInfo info;
+  if (!g_arena_ops[size_t(hdr->kind)]->info(hdr, p, &info)) return false;
+  info.pool = hdr->pool;
+  info.device = hdr->device;
+  info.target = hdr->pool->dev[hdr->device].target;
+  info.tier = hdr->pool->dev[hdr->device].tier;
+  *out = info;
+  return true;
+}
+
+}  // namespace cxlpool::detail::alloc

@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: MIT
+// Thread heaps: each thread has one heap per pool, found through one initial-exec TLS
+// pointer. A heap owns pages per (device, class): a list of pages with free blocks and a
+// stack of full ones. A thread that exits abandons its pages to the pool; other threads adopt
+// abandoned pages with free blocks before carving new ones, and retire the empty ones.
+#include <pthread.h>
+
+#include <cstring>
+
+#include "alloc/fast.hpp"
+#include "common/intrusive_list.hpp"
+
+namespace cxlpool::detail::alloc {
+
+thread_local ThreadState* tls_state __attribute__((tls_model("initial-exec"))) = nullptr;
+
+namespace {
+
+pthread_key_t g_exit_key;
+std::once_flag g_exit_key_once;
+
+void thread_exit(void*) {
+  ThreadState* ts = tls_state;
+  if (!ts) return;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mu);
+    for (int i = 0; i < kMaxPools; ++i) {
+      TlsEntry& e = ts->heaps[i];
+      if (e.heap && g_registry[i].pool && g_registry[i].generation == e.generation) abandon_heap(e.heap);
+    }
+  }
+  tls_state = nullptr;
+  meta_delete(ts);
+}
+
+// Adopts an abandoned page of (di, cls) with free blocks; retires empty ones.
+Page* adopt(Heap* h, int di, unsigned cls) noexcept {
+  Pool* pool = h->pool;
+  PoolDevice& d = pool->dev[di];
+  Page* found = nullptr;
+  Page* empty[kAdoptScan];
+  int nempty = 0;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    Page* pg = d.abandoned[cls];
+    for (int scanned = 0; pg && scanned < kAdoptScan && !found; ++scanned) {
+      Page* next = pg->next;
+      collect_remote(d, pg);
+      if (pg->used == 0) {
+        list_remove(d.abandoned[cls], pg);
+        empty[nempty++] = pg;
+      } else {
+        pg->cursor = 0;
+        if (page_has_free(pg)) {
+          list_remove(d.abandoned[cls], pg);
+          found = pg;
+        }
+      }
+      pg = next;
+    }
+  }
+  for (int i = 0; i < nempty; ++i) release_page(pool, empty[i]);
+  if (found) {
+    found->owner.store(h, std::memory_order_release);
+    found->state.store(kActive, std::memory_order_relaxed);
+    queue_push_back(h->head[di][cls], h->tail[di][cls], found);
+  }
+  return found;
+}
+
+}  // namespace
+
+Heap* heap_slow(Pool* pool) noexcept {
+  std::call_once(g_exit_key_once, [] { pthread_key_create(&g_exit_key, thread_exit); });
+  Heap* h = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool->heaps_mu);
+    for (Heap* x = pool->heaps; x; x = x->next_in_pool)
+      if (!x->live) {
+        h = x;
+        break;
+      }
+    if (!h) {
+      h = meta_new<Heap>();
+      if (!h) return nullptr;
+      h->pool = pool;
+      h->next_in_pool = pool->heaps;
+      pool->heaps = h;
+    }
+    h->live = true;
+    std::memset(h->page_device, -1, sizeof h->page_device);
+  }
+  if (!tls_state) {
+    tls_state = meta_new<ThreadState>();
+    if (!tls_state) {
+      std::lock_guard<std::mutex> lock(pool->heaps_mu);
+      h->live = false;
+      return nullptr;
+    }
+  }
+  tls_state->heaps[pool->index] = {h, pool->generation};
+  pthread_setspecific(g_exit_key, reinterpret_cast<void*>(1));
+  return h;
+}
+
+Heap* current_heap_of(const Pool* pool) noexcept { return tls_heap(pool); }
+
+void forget_thread_heap(const Pool* pool) noexcept {
+  if (tls_state) tls_state->heaps[pool->index] = {nullptr, 0};
+}
+
+void abandon_heap(Heap* h) noexcept {
+  Pool* pool = h->pool;
+  for (int di = 0; di < pool->ndev; ++di) {
+    PoolDevice& d = pool->dev[di];
+    std::lock_guard<std::mutex> lock(d.mu);
+    for (unsigned c = 0; c < kNumClasses; ++c) {
+      for (Page** list : {&h->head[di][c], &h->full[di][c]}) {
+        while (Page* pg = *list) {
+          *list = pg->next;
+          pg->owner.store(nullptr, std::memory_order_release);
+          pg->state.store(kAbandoned, std::memory_order_relaxed);
+          list_push(d.abandoned[c], pg);
+        }
+      }
+      h->tail[di][c] = nullptr;
+      h->full_dirty[di][c].store(0, std::memory_order_relaxed);
+    }
+  }
+  std::lock_guard<std::mutex> lock(pool->heaps_mu);
+  h->live = false;
+}
+
+Page* refill(Heap* h, int di, unsigned cls) noexcept {
+  Page*& head = h->head[di][cls];
+  Page*& tail = h->tail[di][cls];
+  while (Page* pg = head) {
+    if (page_has_free(pg)) return pg;
+    queue_remove(head, tail, pg);
+    pg->state.store(kFull, std::memory_order_relaxed);
+    list_push(h->full[di][cls], pg);
+  }
+  if (h->full_dirty[di][cls].load(std::memory_order_relaxed) &&
+      h->full_dirty[di][cls].exchange(0, std::memory_order_acquire)) {
+    Page* pg = h->full[di][cls];
+    while (pg) {
+      Page* next = pg->next;
+      if (pg->remote_count.load(std::memory_order_acquire) > 0) {
+        collect_remote(h->pool->dev[di], pg);
+        list_remove(h->full[di][cls], pg);
+        pg->state.store(kActive, std::memory_order_relaxed);
+        queue_push_back(head, tail, pg);
+      }
+      pg = next;
+    }
+    while (Page* p2 = head) {
+      if (page_has_free(p2)) return p2;
+      queue_remove(head, tail, p2);
+      p2->state.store(kFull, std::memory_order_relaxed);
+      list_push(h->full[di][cls], p2);
+    }
+  }
+  if (Page* pg = adopt(h, di, cls)) return pg;
+  Page* pg = new_page(h->pool, di, cls);
+  if (!pg) return nullptr;
+  pg->owner.store(h, std::memory_order_release);
+  pg->state.store(kActive, std::memory_order_relaxed);
+  queue_push_back(head, tail, pg);
+  return pg;
+}
+
+}  // namespace cxlpool::detail::alloc

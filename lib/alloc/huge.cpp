@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: MIT
+// Huge blocks: requests above 1 MiB (or aligned beyond a slice) get a reservation of their
+// own — whole segments of address space, of which only the bytes needed (64 KiB granules)
+// are device memory. A few freed spans stay cached (committed) for reuse until a purge pass
+// finds them idle.
+#include "alloc/fast.hpp"
+#include "common/intrusive_list.hpp"
+
+namespace cxlpool::detail::alloc {
+
+void huge_release_span(Pool* pool, PoolDevice& d, HugeSpan* span) noexcept {
+  pagemap_set(span->base, span->segments, nullptr);
+  d.resident.fetch_sub(span->committed, std::memory_order_relaxed);
+  d.device->release(reinterpret_cast<void*>(span->base), int(pool->index), nullptr);
+  meta_delete(span);
+}
+
+void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
+  PoolDevice& d = pool->dev[di];
+  size_t extra = alignment > kSegmentSize ? alignment - kSegmentSize : 0;
+  if (size > (size_t(1) << 46) || extra > (size_t(1) << 46)) return nullptr;
+  size_t bytes = size + extra;
+  size_t n = (bytes + kSegmentSize - 1) / kSegmentSize;
+  size_t device_bytes = (bytes + kSliceSize - 1) & ~(kSliceSize - 1);
+  std::lock_guard<std::mutex> lock(d.mu);
+  HugeSpan* span = nullptr;
+  for (HugeSpan* c = d.huge_cache; c; c = c->next)
+    if (c->segments == n && c->block >= device_bytes) {
+      span = c;
+      list_remove(d.huge_cache, c);
+      --d.huge_cache_count;
+      d.huge_cache_bytes -= span->committed;
+      break;
+    }
+  if (!span) {
+    void* base = nullptr;
+    if (d.device->reserve(device_bytes, kSegmentSize, n * kSegmentSize, pool->sharing, int(pool->index), &base,
+                          nullptr))
+      return nullptr;
+    span = meta_new<HugeSpan>();
+    if (!span) {
+      d.device->release(base, int(pool->index), nullptr);
+      return nullptr;
+    }
+    span->kind = ArenaKind::kHeapHuge;
+    span->pool = pool;
+    span->pool_index = pool->index;
+    span->pool_generation = pool->generation;
+    span->device = uint8_t(di);
+    span->base = reinterpret_cast<uintptr_t>(base);
+    span->segments = n;
+    span->block = device_bytes;
+    if (!pagemap_set(span->base, n, span)) {
+      d.device->release(base, int(pool->index), nullptr);
+      meta_delete(span);
+      return nullptr;
+    }
+  }
+  if (span->committed < device_bytes) {
+    if (!device_commit(pool, d, span->base + span->committed, size_t(device_bytes - span->committed))) {
+      span->cached = true;  // consistent: keep it for a later request
+      span->cached_at = d.purge_passes;
+      list_push(d.huge_cache, span);
+      ++d.huge_cache_count;
+      d.huge_cache_bytes += span->committed;
+      return nullptr;
+    }
+    span->committed = device_bytes;
+  }
+  span->cached = false;
+  list_push(d.huge_live, span);
+  d.active.fetch_add(span->block, std::memory_order_relaxed);
+  d.huge_live_bytes.fetch_add(span->block, std::memory_order_relaxed);
+  uintptr_t p = span->base;
+  if (alignment > kSegmentSize) p = (p + alignment - 1) & ~uintptr_t(alignment - 1);
+  span->user = p;
+  return reinterpret_cast<void*>(p);
+}
+
+namespace {
+
+void huge_free(SegmentHeader* hdr, void* p) noexcept {
+  ErrnoGuard keep_errno;
+  auto* span = static_cast<HugeSpan*>(hdr);
+  Pool* pool = span->pool;
+  PoolDevice& d = pool->dev[span->device];
+  Heap* me = tls_heap(pool);
+  bool cache = false;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    if (span->cached || reinterpret_cast<uintptr_t>(p) != span->user) {
+      // Already free, or not the pointer handed out: counted and ignored.
+      bool twice = span->cached && reinterpret_cast<uintptr_t>(p) == span->user;
+      if (me)
+        (twice ? me->counters[span->device].double_frees : me->counters[span->device].invalid_frees).add(1);
+      else
+        (twice ? d.orphan_double_frees : d.orphan_invalid_frees).fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    if (me)
+      me->counters[span->device].huge_frees.add(1);
+    else
+      d.orphan_huge_frees.fetch_add(1, std::memory_order_relaxed);
+    list_remove(d.huge_live, span);
+    d.active.fetch_sub(span->block, std::memory_order_relaxed);
+    d.huge_live_bytes.fetch_sub(span->block, std::memory_order_relaxed);
+    if (purge_delay_ms() && d.huge_cache_count < kHugeCacheEntries &&
+        d.huge_cache_bytes + span->committed <= kHugeCacheBytes) {
+      span->cached = true;
+      span->cached_at = d.purge_passes;
+      list_push(d.huge_cache, span);
+      ++d.huge_cache_count;
+      d.huge_cache_bytes += span->committed;
+      cache = true;
+    } else {
+      huge_release_span(pool, d, span);
+    }
+  }
+  if (cache) purge_soon(pool, d);
+}
+
+size_t huge_usable_size(SegmentHeader* hdr, const void* p) noexcept {
+  auto* span = static_cast<HugeSpan*>(hdr);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  if (span->cached || a != span->user) return 0;
+  return span->base + span->block - a;
+}
+
+bool huge_info(SegmentHeader* hdr, const void* p, PtrInfo* out) noexcept {
+  auto* span = static_cast<HugeSpan*>(hdr);
+  auto a = reinterpret_cast<uintptr_t>(p);
+  if (span->cached || a < span->base || a >= span->base + span->block) return false;
+  out->block_size = span->block - (span->user - span->base);
+  out->usable = span->base + span->block - a;
+  out->huge = true;
+  return true;
+}
+
+}  // namespace
+
+const ArenaOps kHugeOps = {huge_free, huge_usable_size, huge_info};
+
+}  // namespace cxlpool::detail::alloc

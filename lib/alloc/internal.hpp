@@ -1,0 +1,83 @@
+// SPDX-License-Identifier: MIT
+// Functions the allocator's files call in each other, grouped by the file that defines them.
+// Nothing here throws: failures are nullptr / false / a status.
+#pragma once
+
+#include <new>
+
+#include "alloc/types.hpp"
+#include "os/os.hpp"
+
+namespace cxlpool::detail::alloc {
+
+// ---- meta.cpp: metadata memory (DRAM, never device memory) ----------------------------------
+Segment* segment_new() noexcept;
+void segment_delete(Segment* s) noexcept;
+template <class T>
+T* meta_new() noexcept {
+  void* p = os::try_map_metadata(sizeof(T));
+  return p ? new (p) T() : nullptr;
+}
+template <class T>
+void meta_delete(T* p) noexcept {
+  p->~T();
+  os::unmap(p, sizeof(T));
+}
+void meta_lock_for_fork() noexcept;
+void meta_unlock_after_fork() noexcept;
+
+// ---- segment.cpp: regions, segments, commit/decommit of slices, purge passes ---------------
+bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
+void device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
+bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsigned count) noexcept;
+void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noexcept;
+Segment* new_segment(Pool* pool, int di) noexcept;  // pool device mutex held
+void partial_add(PoolDevice& d, Segment* s) noexcept;
+void partial_remove(PoolDevice& d, Segment* s) noexcept;
+void free_segment(Pool* pool, PoolDevice& d, Segment* s) noexcept;  // empty segment back to its region
+void release_regions(Pool* pool, PoolDevice& d) noexcept;
+// One purge pass over a pool device (mutex held): decommits slices and cached huge spans that
+// were idle at the previous pass too. Returns true while something is left to purge later.
+bool purge_pass(Pool* pool, PoolDevice& d) noexcept;
+// A retired page or cached span left free committed memory: purge it within the delay.
+void purge_soon(Pool* pool, PoolDevice& d) noexcept;
+
+// ---- page.cpp: pages of one size class --------------------------------------------------------
+Page* new_page(Pool* pool, int di, unsigned cls) noexcept;
+void release_page(Pool* pool, Page* pg) noexcept;
+void collect_remote(PoolDevice& d, Page* pg) noexcept;
+bool page_has_free(Page* pg) noexcept;
+bool extend_commit(Pool* pool, Page* pg, uintptr_t upto) noexcept;
+
+// ---- heap.cpp: thread heaps, abandonment and adoption -----------------------------------------
+Heap* heap_slow(Pool* pool) noexcept;
+void abandon_heap(Heap* h) noexcept;
+Page* refill(Heap* h, int di, unsigned cls) noexcept;
+Heap* current_heap_of(const Pool* pool) noexcept;  // the calling thread's heap, if any
+void forget_thread_heap(const Pool* pool) noexcept;
+
+// ---- huge.cpp: blocks with address space of their own -----------------------------------------
+void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept;
+void huge_release_span(Pool* pool, PoolDevice& d, HugeSpan* span) noexcept;
+extern const ArenaOps kHugeOps;
+
+// ---- placement.cpp: compiled routes and the rule chain -----------------------------------------
+void compile_routes(Pool* pool);
+// The first-choice device of an allocation the fast path could not route, and its rule.
+int choose(Pool* pool, Heap* h, size_t size, uint32_t hint, unsigned cls, bool huge, const Rule** rule) noexcept;
+
+// ---- free.cpp -----------------------------------------------------------------------------------
+extern const ArenaOps kSmallOps;
+
+// ---- pool.cpp: the pool registry ---------------------------------------------------------------
+struct RegistryEntry {
+  Pool* pool = nullptr;
+  uint32_t generation = 0;
+};
+extern std::mutex g_registry_mu;
+extern RegistryEntry g_registry[kMaxPools];
+
+// ---- fork.cpp ------------------------------------------------------------------------------------
+void purger_reset_after_fork() noexcept;
+
+}  // namespace cxlpool::detail::alloc

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+// Pages: a run of slices holding blocks of one size class, with a free bitmap kept by the
+// owning thread and a remote bitmap other threads set with an atomic OR. Carving a page from
+// a segment, retiring an empty one, folding remote frees in (double frees are masked out
+// and counted, never freed twice), and growing a multi-slice page's commit.
+#include <algorithm>
+
+#include "alloc/internal.hpp"
+
+namespace cxlpool::detail::alloc {
+
+namespace {
+int find_run(uint64_t free_mask, unsigned k) {
+  uint64_t m = free_mask;
+  for (unsigned i = 1; i < k && m; ++i) m &= free_mask >> i;
+  return m ? __builtin_ctzll(m) : -1;
+}
+}  // namespace
+
+Page* new_page(Pool* pool, int di, unsigned cls) noexcept {
+  PoolDevice& d = pool->dev[di];
+  const unsigned k = class_slices(cls);
+  const size_t bsize = class_to_size(cls);
+  std::lock_guard<std::mutex> lock(d.mu);
+  Segment* seg = nullptr;
+  int first = -1;
+  // Free slices that are still committed first: no page faults, no commit.
+  for (int pass = 0; pass < 2 && !seg; ++pass)
+    for (Segment* s = d.partial; s; s = s->next_partial)
+      if ((first = find_run(pass == 0 ? s->free_slices & s->committed_slices : s->free_slices, k)) >= 0) {
+        seg = s;
+        break;
+      }
+  if (!seg) {
+    seg = new_segment(pool, di);
+    if (!seg) return nullptr;
+    partial_add(d, seg);
+    first = 0;
+  }
+  // Commit what the first block needs (multi-slice pages grow their commit lazily).
+  unsigned need = unsigned((bsize + kSliceSize - 1) >> kSliceShift);
+  uint64_t reused = 0;
+  for (unsigned i = 0; i < k; ++i) reused += seg->committed_slices >> (first + i) & 1;
+  if (!commit_slices(pool, d, seg, unsigned(first), std::min(need, k))) return nullptr;
+  d.free_committed -= std::min<uint64_t>(d.free_committed, reused << kSliceShift);
+  uint64_t mask = run_mask(unsigned(first), k);
+  seg->purge_mark &= ~mask;
+  seg->free_slices &= ~mask;
+  if (!seg->free_slices) partial_remove(d, seg);
+  for (unsigned i = 0; i < k; ++i) seg->slice[first + i] = {uint8_t(first), uint8_t(cls)};
+  d.active.fetch_add(uint64_t(k) << kSliceShift, std::memory_order_relaxed);
+
+  Page* pg = &seg->pages[first];
+  pg->start = seg->base + (uintptr_t(first) << kSliceShift);
+  pg->block_size = uint32_t(bsize);
+  pg->capacity = class_capacity(cls);
+  pg->end = pg->start + uintptr_t(pg->capacity) * bsize;
+  uintptr_t committed = pg->start;
+  for (unsigned i = 0; i < k && (seg->committed_slices >> (first + i) & 1); ++i) committed += kSliceSize;
+  pg->commit_end = committed;
+  pg->reciprocal = class_reciprocal(cls);
+  pg->words = (pg->capacity + 63) / 64;
+  pg->free_bits = pg->words <= kInlineWords ? pg->inline_bits : seg->local_bits[first];
+  pg->used = 0;
+  pg->cursor = 0;
+  pg->cls = uint8_t(cls);
+  pg->device = uint8_t(di);
+  pg->first_slice = uint8_t(first);
+  pg->slices = uint8_t(k);
+  for (uint32_t w = 0; w < pg->words; ++w) {
+    uint32_t bits = std::min<uint32_t>(64, pg->capacity - w * 64);
+    store_bits(&pg->free_bits[w], bits == 64 ? ~uint64_t(0) : ((uint64_t(1) << bits) - 1));
+    pg->remote_bits[w].store(0, std::memory_order_relaxed);
+  }
+  pg->remote_count.store(0, std::memory_order_relaxed);
+  return pg;
+}
+
+void release_page(Pool* pool, Page* pg) noexcept {
+  ErrnoGuard keep_errno;
+  PoolDevice& d = pool->dev[pg->device];
+  Segment* seg = pg->segment;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    uint64_t mask = run_mask(pg->first_slice, pg->slices);
+    seg->free_slices |= mask;
+    partial_add(d, seg);
+    d.active.fetch_sub(uint64_t(pg->slices) << kSliceShift, std::memory_order_relaxed);
+    d.free_committed += uint64_t(__builtin_popcountll(seg->committed_slices & mask)) << kSliceShift;
+    pg->state.store(kUnused, std::memory_order_relaxed);
+    pg->end = 0;
+    pg->owner.store(nullptr, std::memory_order_relaxed);
+    uint64_t delay_ns = purge_delay_ms() * 1'000'000;
+    if (delay_ns == 0 || d.free_committed > kMaxFreeCommitted)
+      decommit_slices(pool, d, seg, seg->committed_slices & mask);
+    if (delay_ns && os::coarse_now_ns() - d.last_purge_ns >= delay_ns) purge_pass(pool, d);
+    if (!d.free_committed) return;
+  }
+  purge_soon(pool, d);
+}
+
+void collect_remote(PoolDevice& d, Page* pg) noexcept {
+  if (pg->remote_count.load(std::memory_order_acquire) <= 0) return;
+  int32_t freed = 0, doubles = 0;
+  for (uint32_t w = 0; w < pg->words; ++w) {
+    if (!pg->remote_bits[w].load(std::memory_order_relaxed)) continue;
+    uint64_t x = pg->remote_bits[w].exchange(0, std::memory_order_acq_rel);
+    // A block freed remotely while it was free locally was freed twice (a race in the
+    // program): it stays free once, and the second free is not counted as one.
+    uint64_t twice = x & pg->free_bits[w];
+    x &= ~twice;
+    store_bits(&pg->free_bits[w], pg->free_bits[w] | x);
+    freed += __builtin_popcountll(x);
+    doubles += __builtin_popcountll(twice);
+  }
+  pg->used -= uint32_t(freed);
+  pg->remote_count.fetch_sub(freed + doubles, std::memory_order_acq_rel);
+  if (doubles) d.late_double_frees[pg->cls].fetch_add(uint64_t(doubles), std::memory_order_relaxed);
+}
+
+bool page_has_free(Page* pg) noexcept {
+  for (uint32_t w = pg->cursor; w < pg->words; ++w)
+    if (pg->free_bits[w]) {
+      pg->cursor = w;
+      return true;
+    }
+  collect_remote(pg->segment->pool->dev[pg->device], pg);
+  for (uint32_t w = 0; w < pg->words; ++w)
+    if (pg->free_bits[w]) {
+      pg->cursor = w;
+      return true;
+    }
+  pg->cursor = pg->words;
+  return false;
+}
+
+bool extend_commit(Pool* pool, Page* pg, uintptr_t upto) noexcept {
+  PoolDevice& d = pool->dev[pg->device];
+  std::lock_guard<std::mutex> lock(d.mu);
+  Segment* seg = pg->segment;
+  unsigned from = unsigned((pg->commit_end - seg->base) >> kSliceShift);
+  unsigned to = unsigned((upto - seg->base + kSliceSize - 1) >> kSliceShift);
+  if (!commit_slices(pool, d, seg, from, to - from)) return false;
+  pg->commit_end = seg->base + (uintptr_t(to) << kSliceShift);
+  return true;
+}
+
+}  // namespace cxlpool::detail::alloc

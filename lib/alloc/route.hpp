@@ -1,0 +1,27 @@
+// SPDX-License-Identifier: MIT
+// A policy compiled for malloc's fast path: one route per size class, decided once at pool
+// creation for plain (hint-less) allocations. Only decisions that depend on state are left
+// for the allocation itself, and those cost one load:
+//   kFixed    device = size >= split ? above : below   (bind, preferred, threshold; split 0: always above)
+//   kSpill    device = *watched >= limit ? above : below (spill: the near device's committed bytes)
+//   kPerPage  device = the thread's current page device for the class (ratio, interleave)
+//   kEvaluate walk the rule chain (more than one threshold splits the class)
+// Calls with hints, forced devices and blocks above 1 MiB always walk the chain.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+namespace cxlpool::detail::alloc {
+
+enum class RouteKind : uint8_t { kFixed, kSpill, kPerPage, kEvaluate };
+
+struct ClassRoute {
+  RouteKind kind = RouteKind::kEvaluate;
+  int8_t below = 0, above = 0;
+  uint32_t split = 0;
+  uint64_t limit = 0;
+  const std::atomic<uint64_t>* watched = nullptr;
+};
+
+}  // namespace cxlpool::detail::alloc

@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: MIT
+// Regions and segments of a pool device, commit/decommit of slices with accounting, and
+// purging: free slices stay committed (reuse without page faults) until a purge pass finds
+// them idle at two passes in a row. Passes run on page retirement when the delay has passed
+// and, while anything is left to purge, on a short-lived purger thread, so memory a program
+// freed returns within about twice the delay even if it never calls malloc again.
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+
+#include "alloc/internal.hpp"
+#include "common/intrusive_list.hpp"
+#include "os/prim.hpp"
+
+namespace cxlpool::detail::alloc {
+
+namespace {
+std::atomic<uint64_t> g_purge_delay_ns{250'000'000};
+void (*g_enter_internal)() noexcept = nullptr;
+void (*g_leave_internal)() noexcept = nullptr;
+}  // namespace
+
+void set_purge_delay_ms(uint64_t ms) noexcept { g_purge_delay_ns.store(ms * 1'000'000, std::memory_order_relaxed); }
+uint64_t purge_delay_ms() noexcept { return g_purge_delay_ns.load(std::memory_order_relaxed) / 1'000'000; }
+void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept {
+  g_enter_internal = enter;
+  g_leave_internal = leave;
+}
+
+bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept {
+  if (d.device->commit(reinterpret_cast<void*>(addr), len, false, int(pool->index), nullptr) != CXLPOOL_OK)
+    return false;
+  uint64_t now = d.resident.fetch_add(len, std::memory_order_relaxed) + len;
+  uint64_t peak = d.peak_resident.load(std::memory_order_relaxed);
+  while (now > peak && !d.peak_resident.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  return true;
+}
+
+void device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept {
+  ErrnoGuard keep_errno;
+  if (d.device->decommit(reinterpret_cast<void*>(addr), len, int(pool->index), nullptr) != CXLPOOL_OK)
+    return;  // the range stays committed and counted
+  d.resident.fetch_sub(len, std::memory_order_relaxed);
+}
+
+// Commits slices [first, first+count) of a segment that are not committed yet (mutex held).
+bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsigned count) noexcept {
+  unsigned i = first, end = first + count;
+  while (i < end) {
+    if (seg->committed_slices >> i & 1) {
+      ++i;
+      continue;
+    }
+    unsigned j = i;
+    while (j < end && !(seg->committed_slices >> j & 1)) ++j;
+    if (!device_commit(pool, d, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift)) return false;
+    seg->committed_slices |= run_mask(i, j - i);
+    i = j;
+  }
+  return true;
+}
+
+// Decommits the free committed slices of a segment selected by mask (mutex held).
+void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noexcept {
+  for (unsigned i = 0; i < kSlicesPerSegment;) {
+    if (!(mask >> i & 1)) {
+      ++i;
+      continue;
+    }
+    unsigned j = i;
+    while (j < kSlicesPerSegment && (mask >> j & 1)) ++j;
+    device_decommit(pool, d, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift);
+    uint64_t run = run_mask(i, j - i);
+    seg->committed_slices &= ~run;
+    seg->purge_mark &= ~run;
+    d.free_committed -= std::min<uint64_t>(d.free_committed, uint64_t(j - i) << kSliceShift);
+    i = j;
+  }
+}
+
+namespace {
+
+// Reserves a new region for small segments (mutex held); its index, or -1. fd devices get
+// regions of at most 1/8 of their capacity so huge blocks still find device offsets; under
+// an RLIMIT_AS, regions shrink to a small share of what is left.
+long new_region(Pool* pool, PoolDevice& d) noexcept {
+  size_t want = kRegionSegments;
+  if (d.device->caps().kind != CXLPOOL_BACKING_NUMA) {
+    uint64_t cap = d.capacity, reserved = d.device->reserved_bytes();
+    uint64_t left = (cap - std::min(cap, reserved)) / kSegmentSize;
+    want = std::min<size_t>(want, std::max<uint64_t>(1, cap / 8 / kSegmentSize));
+    want = std::max<size_t>(1, std::min<size_t>(want, left));
+  }
+  size_t headroom = os::prim::address_space_headroom();
+  if (headroom != SIZE_MAX) want = std::clamp<size_t>(headroom / 32 / kSegmentSize, 1, want);
+  void* base = nullptr;
+  if (d.device->reserve(want * kSegmentSize, kSegmentSize, 0, pool->sharing, int(pool->index), &base, nullptr))
+    return -1;
+  Region r;
+  r.base = reinterpret_cast<uintptr_t>(base);
+  r.segments = want;
+  try {
+    d.regions.push_back(r);
+  } catch (...) {
+    d.device->release(base, int(pool->index), nullptr);
+    return -1;
+  }
+  return long(d.regions.size() - 1);
+}
+
+// A free segment slot in some region, reserving a new region if needed (mutex held).
+uintptr_t take_segment(Pool* pool, PoolDevice& d, size_t& region_out) noexcept {
+  for (size_t ri = 0; ri < d.regions.size(); ++ri) {
+    Region& r = d.regions[ri];
+    for (size_t s = 0; s < r.segments; ++s)
+      if (!(r.used >> s & 1)) {
+        r.used |= uint64_t(1) << s;
+        region_out = ri;
+        return r.base + s * kSegmentSize;
+      }
+  }
+  long ri = new_region(pool, d);
+  if (ri < 0) return 0;
+  d.regions[size_t(ri)].used |= 1;
+  region_out = size_t(ri);
+  return d.regions[size_t(ri)].base;
+}
+
+void give_back_segment(Pool* pool, PoolDevice& d, size_t ri, uintptr_t base) noexcept {
+  Region& r = d.regions[ri];
+  r.used &= ~(uint64_t(1) << ((base - r.base) / kSegmentSize));
+  if (!r.used) {  // the whole region is free: return its address space and device range
+    d.device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);
+    r.segments = 0;
+  }
+}
+
+}  // namespace
+
+Segment* new_segment(Pool* pool, int di) noexcept {
+  PoolDevice& d = pool->dev[di];
+  size_t ri = 0;
+  uintptr_t base = take_segment(pool, d, ri);
+  if (!base) return nullptr;
+  Segment* seg = segment_new();
+  if (!seg) {
+    give_back_segment(pool, d, ri, base);
+    return nullptr;
+  }
+  seg->kind = ArenaKind::kHeapSmall;
+  seg->pool = pool;
+  seg->pool_index = pool->index;
+  seg->pool_generation = pool->generation;
+  seg->device = uint8_t(di);
+  seg->base = base;
+  seg->region = ri;
+  for (unsigned i = 0; i < kSlicesPerSegment; ++i) {
+    seg->pages[i].segment = seg;
+    seg->pages[i].remote_bits = seg->remote_bits[i];
+  }
+  if (!pagemap_set(base, 1, seg)) {
+    segment_delete(seg);
+    give_back_segment(pool, d, ri, base);
+    return nullptr;
+  }
+  return seg;
+}
+
+void partial_add(PoolDevice& d, Segment* s) noexcept {
+  if (s->in_partial) return;
+  s->prev_partial = nullptr;
+  s->next_partial = d.partial;
+  if (d.partial) d.partial->prev_partial = s;
+  d.partial = s;
+  s->in_partial = true;
+}
+
+void partial_remove(PoolDevice& d, Segment* s) noexcept {
+  if (!s->in_partial) return;
+  if (s->prev_partial)
+    s->prev_partial->next_partial = s->next_partial;
+  else
+    d.partial = s->next_partial;
+  if (s->next_partial) s->next_partial->prev_partial = s->prev_partial;
+  s->in_partial = false;
+}
+
+void free_segment(Pool* pool, PoolDevice& d, Segment* s) noexcept {
+  decommit_slices(pool, d, s, s->committed_slices);
+  partial_remove(d, s);
+  pagemap_set(s->base, 1, nullptr);
+  give_back_segment(pool, d, s->region, s->base);
+  segment_delete(s);
+}
+
+void release_regions(Pool* pool, PoolDevice& d) noexcept {
+  for (Region& r : d.regions) {
+    if (!r.segments) continue;
+    for (size_t s = 0; s < r.segments; ++s) {
+      SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(r.base + s * kSegmentSize));
+      if (!hdr) continue;
+      pagemap_set(r.base + s * kSegmentSize, 1, nullptr);
+      segment_delete(static_cast<Segment*>(hdr));
+    }
+    d.device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);
+    r.segments = 0;
+  }
+  d.regions.clear();
+  d.partial = nullptr;
+}
+
+bool purge_pass(Pool* pool, PoolDevice& d) noexcept {
+  d.last_purge_ns = os::coarse_now_ns();
+  ++d.purge_passes;
+  bool pending = false;
+  for (Segment* s = d.partial; s;) {
+    Segment* next = s->next_partial;
+    uint64_t idle = s->free_slices & s->committed_slices;
+    decommit_slices(pool, d, s, idle & s->purge_mark);
+    s->purge_mark = s->free_slices & s->committed_slices;
+    if (s->free_slices == ~uint64_t(0) && !s->committed_slices)
+      free_segment(pool, d, s);  // nothing left in it: give its address space back too
+    else
+      pending |= s->purge_mark != 0;
+    s = next;
+  }
+  for (HugeSpan* span = d.huge_cache; span;) {
+    HugeSpan* next = span->next;
+    if (span->cached_at + 1 < d.purge_passes) {
+      d.huge_cache_bytes -= span->committed;
+      --d.huge_cache_count;
+      list_remove(d.huge_cache, span);
+      huge_release_span(pool, d, span);
+    } else {
+      pending = true;
+    }
+    span = next;
+  }
+  return pending;
+}
+
+namespace {
+
+std::atomic<bool> g_purger_running{false};
+std::atomic<bool> g_purge_requested{false};
+
+// One pass over every pool device of every pool; true while something is left.
+bool purge_everything() noexcept {
+  bool pending = false;
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  for (auto& e : g_registry) {
+    if (!e.pool || e.pool->detached) continue;
+    for (int di = 0; di < e.pool->ndev; ++di) {
+      PoolDevice& d = e.pool->dev[di];
+      std::lock_guard<std::mutex> dlock(d.mu);
+      pending |= purge_pass(e.pool, d);
+    }
+  }
+  return pending;
+}
+
+void* purger_main(void*) {
+  if (g_enter_internal) g_enter_internal();  // the interposer: our own allocations are internal
+  for (;;) {
+    g_purge_requested.store(false, std::memory_order_relaxed);
+    uint64_t ns = g_purge_delay_ns.load(std::memory_order_relaxed);
+    struct timespec ts {
+      time_t(ns / 1'000'000'000), long(ns % 1'000'000'000)
+    };
+    while (nanosleep(&ts, &ts) != 0) {
+    }
+    if (purge_everything() || g_purge_requested.load(std::memory_order_acquire)) continue;
+    g_purger_running.store(false, std::memory_order_release);
+    // A request that arrived after the check above found the purger still running.
+    if (g_purge_requested.load(std::memory_order_acquire) && !g_purger_running.exchange(true)) continue;
+    break;
+  }
+  if (g_leave_internal) g_leave_internal();
+  return nullptr;
+}
+
+}  // namespace
+
+void purge_soon(Pool*, PoolDevice&) noexcept {
+  if (g_purge_delay_ns.load(std::memory_order_relaxed) == 0) return;  // purged at retirement
+  g_purge_requested.store(true, std::memory_order_release);
+  if (g_purger_running.load(std::memory_order_acquire) || g_purger_running.exchange(true)) return;
+  pthread_attr_t attr;
+  pthread_t tid;
+  bool started = false;
+  if (pthread_attr_init(&attr) == 0) {
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, size_t(64) << 10);
+    started = pthread_create(&tid, &attr, purger_main, nullptr) == 0;
+    pthread_attr_destroy(&attr);
+  }
+  if (!started) g_purger_running.store(false, std::memory_order_release);  // retirements purge inline
+}
+
+void purger_reset_after_fork() noexcept {
+  g_purger_running.store(false, std::memory_order_relaxed);  // the purger thread is not in the child
+  g_purge_requested.store(false, std::memory_order_relaxed);
+}
+
+}  // namespace cxlpool::detail::alloc

@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: MIT
+// The private heap's data structures and tunables, shared by the allocator's files:
+//
+//   pool device (a borrowed Device)  regions reserved from it, 4 MiB aligned
+//   region                           up to 64 segments of 4 MiB
+//   segment (small)                  64 slices of 64 KiB; a page is a run of slices of one class
+//   huge span                        whole segments of address space for one block above 1 MiB
+//
+// Every structure here lives in DRAM (metadata mappings), never in device memory. Which lock
+// guards what is written at each field; the lock order is at the top of fork.cpp.
+#pragma once
+
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "alloc/pagemap.hpp"
+#include "alloc/pool.hpp"
+#include "alloc/route.hpp"
+#include "alloc/size_class.hpp"
+#include "device/device.hpp"
+#include "placement/policy.hpp"
+
+namespace cxlpool::detail::alloc {
+
+inline constexpr size_t kRegionSegments = 16;              // 64 MiB regions when address space allows
+inline constexpr uint64_t kMaxFreeCommitted = 1ull << 30;  // free committed bytes per pool device beyond
+                                                           // which retired pages are decommitted at once
+inline constexpr size_t kHugeCacheEntries = 4;
+inline constexpr uint64_t kHugeCacheBytes = 64ull << 20;
+inline constexpr int kAdoptScan = 8;
+inline constexpr unsigned kInlineWords = 8;
+
+enum PageState : uint8_t { kUnused, kActive, kFull, kAbandoned };
+
+struct Heap;
+struct Segment;
+
+// Owner-written bitmap words that other threads may read (double-free checks): relaxed
+// atomic accesses, which compile to plain loads and stores.
+inline uint64_t load_bits(const uint64_t* w) noexcept { return __atomic_load_n(w, __ATOMIC_RELAXED); }
+inline void store_bits(uint64_t* w, uint64_t v) noexcept { __atomic_store_n(w, v, __ATOMIC_RELAXED); }
+
+struct alignas(64) Page {
+  // First cache line: everything malloc and free touch.
+  std::atomic<Heap*> owner{nullptr};
+  uint64_t* free_bits = nullptr;
+  uintptr_t start = 0, commit_end = 0, end = 0;
+  uint32_t block_size = 0, used = 0, cursor = 0, words = 0;
+  std::atomic<uint8_t> state{kUnused};  // owner writes; others only read (relaxed)
+  uint8_t cls = 0, device = 0, first_slice = 0, slices = 0;
+  // Second line: the free bitmap of pages with at most 512 blocks (most classes), next to the
+  // hot line so a free touches one adjacent pair of lines.
+  alignas(64) uint64_t inline_bits[kInlineWords] = {};
+  // Third line: slow paths.
+  uint64_t reciprocal = 0;
+  uint32_t capacity = 0;
+  std::atomic<int32_t> remote_count{0};
+  std::atomic<uint64_t>* remote_bits = nullptr;
+  Page* next = nullptr;
+  Page* prev = nullptr;
+  Segment* segment = nullptr;
+};
+static_assert(offsetof(Page, inline_bits) == 64, "hot page fields fit one cache line");
+
+struct Segment : SegmentHeader {
+  uintptr_t base = 0;
+  uint64_t free_slices = ~uint64_t(0);  // pool device mutex
+  uint64_t committed_slices = 0;        // pool device mutex
+  uint64_t purge_mark = 0;              // free and committed at the last purge pass
+  Segment* next_partial = nullptr;
+  Segment* prev_partial = nullptr;
+  bool in_partial = false;
+  size_t region = 0;
+  // Per slice: the page (slot = its first slice) and its size class, so free() can find the
+  // block's bitmap word without first loading the page descriptor.
+  struct SliceInfo {
+    uint8_t slot, cls;
+  } slice[kSlicesPerSegment] = {};
+  Page pages[kSlicesPerSegment];
+  uint64_t local_bits[kSlicesPerSegment][kBitmapWords];
+  std::atomic<uint64_t> remote_bits[kSlicesPerSegment][kBitmapWords];
+};
+
+// A block above 1 MiB (or aligned beyond a slice): a reservation of its own, `segments`
+// segments of address space of which the first `block` bytes are device memory.
+struct HugeSpan : SegmentHeader {
+  uintptr_t base = 0;
+  uintptr_t user = 0;  // the pointer handed out (base, or aligned inside the span)
+  size_t segments = 0;
+  size_t block = 0;        // device bytes mapped from base
+  uint64_t committed = 0;  // bytes committed from base
+  uint64_t cached_at = 0;  // purge pass count when it entered the cache
+  bool cached = false;
+  HugeSpan* next = nullptr;  // live list or cache list of the pool device
+  HugeSpan* prev = nullptr;
+};
+
+struct Region {
+  uintptr_t base = 0;
+  size_t segments = 0;  // 0 once released
+  uint64_t used = 0;    // bit per segment (regions of <= 64 segments)
+};
+
+// Single-writer counters readable by other threads (relaxed atomics, no RMW on the hot path).
+struct Counter {
+  std::atomic<uint64_t> v{0};
+  void add(uint64_t n) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+  uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
+};
+
+// Per pool device, counted by size class (one counter per malloc and per free; bytes derived).
+struct HeapCounters {
+  Counter allocs[kNumClasses], frees[kNumClasses];
+  Counter huge_allocs, huge_frees, fallbacks, failures, double_frees, invalid_frees;
+};
+
+struct alignas(64) Heap {
+  Pool* pool = nullptr;
+  bool live = false;  // pool heaps_mu
+  Heap* next_in_pool = nullptr;
+  Page* head[kMaxDevices][kNumClasses] = {};
+  Page* tail[kMaxDevices][kNumClasses] = {};
+  Page* full[kMaxDevices][kNumClasses] = {};
+  std::atomic<uint8_t> full_dirty[kMaxDevices][kNumClasses] = {};
+  int16_t page_device[kNumClasses];  // per-page routes: device of the current page per class
+  HeapCounters counters[kMaxDevices];
+};
+
+// A pool's use of one device: everything here is per pool, the Device is shared.
+struct PoolDevice {
+  std::shared_ptr<Device> device;
+  std::string name;
+  size_t target = 0;
+  int tier = 0;
+  uint64_t capacity = 0;
+  uint64_t read_bandwidth = 0;
+  std::mutex mu;  // everything below that is not atomic
+  std::vector<Region> regions;
+  Segment* partial = nullptr;
+  Page* abandoned[kNumClasses] = {};
+  HugeSpan* huge_cache = nullptr;
+  HugeSpan* huge_live = nullptr;
+  size_t huge_cache_count = 0;
+  uint64_t huge_cache_bytes = 0;
+  uint64_t free_committed = 0;  // bytes of free but committed slices
+  uint64_t purge_passes = 0;    // passes run over this pool device
+  uint64_t last_purge_ns = 0;
+  std::atomic<uint64_t> resident{0}, peak_resident{0}, active{0};
+  std::atomic<uint64_t> orphan_frees[kNumClasses] = {};  // frees by threads without a heap
+  // Remote frees found to be double frees only when folded in (they were counted as frees).
+  std::atomic<uint64_t> late_double_frees[kNumClasses] = {};
+  std::atomic<uint64_t> orphan_huge_frees{0}, orphan_double_frees{0}, orphan_invalid_frees{0};
+  std::atomic<uint64_t> huge_live_bytes{0};
+};
+
+class Pool {
+ public:
+  uint32_t index = 0;
+  uint32_t generation = 0;
+  std::string name;
+  Policy policy;
+  Sharing sharing = Sharing::kPrivate;
+  bool detached = false;  // a shared pool inherited by a fork child: no allocation here
+  ClassRoute routes[kNumClasses];
+  int ndev = 0;
+  PoolDevice dev[kMaxDevices];
+  std::vector<uint8_t> interleave_sequence;  // per-page interleave: device per counter step
+  std::atomic<uint64_t> interleave_counter{0};
+  std::mutex heaps_mu;
+  Heap* heaps = nullptr;  // every heap ever created (reused after thread exit)
+};
+
+// free() must not change errno; the system calls of its slow paths could.
+struct ErrnoGuard {
+  int saved = errno;
+  ~ErrnoGuard() { errno = saved; }
+};
+
+inline uint64_t run_mask(unsigned first, unsigned count) {
+  return (count == 64 ? ~uint64_t(0) : ((uint64_t(1) << count) - 1)) << first;
+}
+
+}  // namespace cxlpool::detail::alloc

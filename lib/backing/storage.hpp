@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+// Storage: one place where a device's bytes live in this process — anonymous memory bound to
+// a NUMA node, or one file descriptor (memfd, an unnamed file in a shm/file device's
+// directory, a device-DAX character device) with a first-fit allocator of its offsets. Every
+// descriptor is created by cxlpool itself (O_TMPFILE, memfd, O_EXCL), kept at a high number,
+// and its identity is checked before each mmap, so a program that closes or reuses descriptor
+// numbers can never make cxlpool map one of the program's own files.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backing/backing_spec.hpp"
+#include "common/interval_set.hpp"
+#include "os/prim.hpp"
+
+namespace cxlpool::detail {
+
+class Storage {
+ public:
+  // Opens the storage of spec for this process (cold path; throws Failure naming the device).
+  // fork_copy: fresh storage for a forked child's copy of a private range; a device-DAX
+  // device cannot be duplicated, so the child's copy goes to a memfd (kept in DRAM).
+  static std::shared_ptr<Storage> create(const BackingSpec& spec, bool fork_copy = false);
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  bool anonymous() const { return fd_ < 0 && !lost_; }
+  int fd() const { return fd_; }
+  int numa_node() const { return numa_node_; }
+  uint64_t size() const { return size_; }
+  const std::string& description() const { return description_; }
+
+  // Maps [offset, offset+len) of the storage over addr (PROT_NONE), privately (kernel
+  // copy-on-write) or shared. Anonymous storage ignores offset and binds to its node.
+  // Returns 0 or an errno; EBADF when the descriptor was closed or replaced by the program
+  // (the storage is then marked lost and maps nothing any more).
+  int map(void* addr, size_t len, uint64_t offset, bool shared) noexcept;
+
+  // First-fit allocation of offsets (fd storage). Returns 0, or ENOSPC with the largest free
+  // range in *largest.
+  int take_range(size_t size, size_t alignment, uint64_t* offset, uint64_t* largest) noexcept;
+  void give_back_range(uint64_t offset, size_t size) noexcept;
+  // Marks [offset, offset+size) as taken (a fork child's copy keeps its offsets).
+  void take_exact(uint64_t offset, size_t size) noexcept;
+
+  // The program closed or replaced the descriptor: new reservations need a fresh storage.
+  bool lost() const { return lost_; }
+  // Offsets committed through any mapping of this storage (addresses for anonymous storage),
+  // kept by the device under its lock.
+  IntervalSet committed;
+  // A fork child's view of the parent's storage: no new reservations here.
+  bool retired() const { return retired_; }
+  void retire() { retired_ = true; }
+
+ private:
+  Storage() = default;
+  int check_identity() noexcept;
+
+  int fd_ = -1;
+  os::prim::FileId id_{};
+  int numa_node_ = -1;
+  uint64_t size_ = 0;
+  size_t page_size_ = 0;
+  bool lost_ = false;
+  bool retired_ = false;
+  std::string description_;            // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
+  std::map<uint64_t, uint64_t> free_;  // start -> end of free offset ranges
+};
+
+}  // namespace cxlpool::detail

@@ -1,0 +1,527 @@
+// SPDX-License-Identifier: MIT
+// Device: claim and storages of one target, its reservations and capacity ledger, and its
+// fork semantics (see device.hpp and docs/backing.md).
+#include "device/device.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "common/parse.hpp"
+#include "os/os.hpp"
+#include "os/prim.hpp"
+
+namespace cxlpool::detail {
+namespace {
+
+// The message of the last cold failure inside a noexcept device operation (storage creation),
+// for describe(); one per thread, no allocation when it is read.
+thread_local char tls_message[320];
+
+void remember(const std::exception& e) noexcept { std::snprintf(tls_message, sizeof tls_message, "%s", e.what()); }
+
+cxlpool_status_t set(DeviceError* err, cxlpool_status_t status, int os_errno, const char* call, uint64_t detail = 0) {
+  if (err) {
+    err->status = status;
+    err->os_errno = os_errno;
+    err->call = call;
+    err->detail = detail;
+  }
+  return status;
+}
+
+cxlpool_status_t status_of_errno(int e) {
+  switch (e) {
+    case ENOMEM:
+      return CXLPOOL_E_NO_MEMORY;
+    case EACCES:
+    case EPERM:
+      return CXLPOOL_E_PERMISSION;
+    case ENOSPC:
+    case EFAULT:
+      return CXLPOOL_E_CAPACITY;
+    default:
+      return CXLPOOL_E_OS;
+  }
+}
+
+bool is_pow2(size_t v) { return v && !(v & (v - 1)); }
+
+std::string hex(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+// Identity of a named device for its claim: the same object however its path is spelled.
+std::string claim_identity(const BackingSpec& spec) {
+  switch (spec.kind) {
+    case CXLPOOL_BACKING_SHM:
+      return "shm:/" + spec.path;
+    case CXLPOOL_BACKING_FILE: {
+      // The directory's real path: the same file however its path is spelled.
+      std::string dir = os::parent_dir(spec.path), base = spec.path.substr(spec.path.find_last_of('/') + 1);
+      if (char* real = realpath(dir.c_str(), nullptr)) {
+        dir = real;
+        free(real);
+      }
+      return "file:" + dir + "/" + base;
+    }
+    case CXLPOOL_BACKING_DEVDAX: {
+      std::string canon = spec.path;
+      if (char* real = realpath(spec.path.c_str(), nullptr)) {
+        canon = real;
+        free(real);
+      }
+      return "devdax:" + canon;
+    }
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
+  const std::string dev = "device '" + spec_.device_name + "'";
+  if (spec_.capacity == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": capacity is unknown or 0");
+  if (spec_.kind == CXLPOOL_BACKING_NUMA && spec_.numa_node < 0)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": numa backing without a node");
+  std::string named;
+  if (spec_.kind == CXLPOOL_BACKING_SHM) named = "/dev/shm/" + spec_.path;
+  if (spec_.kind == CXLPOOL_BACKING_FILE) named = spec_.path;
+  if (!named.empty()) {
+    // The name itself is never created, opened or written: a private device lives in an
+    // unnamed file. Something already there is not ours, so refuse rather than guess.
+    std::string kind = os::path_kind(named);
+    if (!kind.empty()) {
+      unsigned uid = 0, mode = 0;
+      os::path_owner(named, uid, mode);
+      char owner[64];
+      std::snprintf(owner, sizeof owner, " (owner uid %u, mode %04o)", uid, mode);
+      fail(CXLPOOL_E_PERMISSION, dev + ": " + named + " exists (" + kind + owner +
+                                     ") and was not created by cxlpool for this device; cxlpool never uses or "
+                                     "changes existing files. Remove it or choose another " +
+                                     (spec_.kind == CXLPOOL_BACKING_SHM ? "name" : "path"));
+    }
+  }
+  std::string identity = claim_identity(spec_);
+  if (!identity.empty()) {
+    std::string what = spec_.kind == CXLPOOL_BACKING_SHM    ? "shm:" + spec_.path
+                       : spec_.kind == CXLPOOL_BACKING_FILE ? "file:" + spec_.path
+                                                            : "devdax:" + spec_.path;
+    claim_ = std::make_unique<DeviceClaim>(identity, spec_.device_name, what);
+  }
+  private_storage_ = Storage::create(spec_);
+  if (spec_.kind == CXLPOOL_BACKING_FILE && spec_.page_size == 0)
+    spec_.page_size = os::fd_page_size(private_storage_->fd());
+  if (spec_.kind == CXLPOOL_BACKING_DEVDAX) shared_storage_ = private_storage_;  // one device, one offset space
+  caps_ = describe_backing(spec_);
+  fork_mode_ = effective_fork_mode(spec_);
+  ledger_.capacity = caps_.capacity_bytes;
+}
+
+Device::~Device() {
+  for (auto& [a, r] : reservations_) os::prim::unmap(reinterpret_cast<void*>(r.addr), r.span);
+}
+
+bool Device::mapped_shared(const Reservation& r) const {
+  if (r.sharing == Sharing::kShared) return true;
+  if (r.storage->anonymous()) return false;
+  return fork_mode_ == ForkMode::kCopy;
+}
+
+Device::Reservation* Device::find(const void* addr, size_t len) noexcept {
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  auto it = reservations_.upper_bound(a);
+  if (it == reservations_.begin()) return nullptr;
+  --it;
+  Reservation& r = it->second;
+  if (a >= r.addr && a - r.addr < r.size && len <= r.size - (a - r.addr)) return &r;
+  return nullptr;
+}
+
+const Device::Reservation* Device::find_const(const void* addr) const noexcept {
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  auto it = reservations_.upper_bound(a);
+  if (it == reservations_.begin()) return nullptr;
+  --it;
+  const Reservation& r = it->second;
+  return a - r.addr < r.size ? &r : nullptr;
+}
+
+cxlpool_status_t Device::storage_for(Sharing sharing, std::shared_ptr<Storage>& out, DeviceError* err) noexcept {
+  std::shared_ptr<Storage>& slot = sharing == Sharing::kPrivate ? private_storage_ : shared_storage_;
+  if (slot && !slot->lost() && !slot->retired()) {
+    out = slot;
+    return CXLPOOL_OK;
+  }
+  if (spec_.kind == CXLPOOL_BACKING_DEVDAX && !forked_child_ && slot && slot->lost()) {
+    std::snprintf(tls_message, sizeof tls_message,
+                  "device '%s': the program closed cxlpool's descriptor of devdax:%s; the device cannot be "
+                  "reopened while its memory is mapped",
+                  spec_.device_name.c_str(), spec_.path.c_str());
+    return set(err, CXLPOOL_E_OS, EBADF, "devdax descriptor");
+  }
+  try {
+    // A fresh storage: after fork (the parent keeps the old one), or because the program
+    // closed our descriptor. Device-DAX cannot be duplicated: a child's memory is a memfd.
+    bool fresh_copy = forked_child_ && spec_.kind == CXLPOOL_BACKING_DEVDAX;
+    slot = Storage::create(spec_, fresh_copy);
+    if (spec_.kind == CXLPOOL_BACKING_DEVDAX && forked_child_) {
+      // One memfd for both sharing modes in the child, as the device had one offset space.
+      private_storage_ = slot;
+      shared_storage_ = slot;
+    }
+  } catch (const std::exception& e) {
+    remember(e);
+    return set(err, CXLPOOL_E_OS, errno, "opening storage");
+  }
+  out = slot;
+  return CXLPOOL_OK;
+}
+
+void Device::account(Storage&, uint64_t added, uint64_t removed, int client) noexcept {
+  if (added) {
+    uint64_t now = ledger_.committed.fetch_add(added, std::memory_order_relaxed) + added;
+    uint64_t peak = ledger_.peak.load(std::memory_order_relaxed);
+    while (now > peak && !ledger_.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+    if (client >= 0 && client < kMaxLedgerClients)
+      ledger_.by_client[client].fetch_add(added, std::memory_order_relaxed);
+  }
+  if (removed) {
+    ledger_.committed.fetch_sub(removed, std::memory_order_relaxed);
+    if (client >= 0 && client < kMaxLedgerClients) {
+      uint64_t cur = ledger_.by_client[client].load(std::memory_order_relaxed);
+      ledger_.by_client[client].store(cur >= removed ? cur - removed : 0, std::memory_order_relaxed);
+    }
+  }
+}
+
+cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sharing sharing, int client, void** out,
+                                 DeviceError* err) noexcept {
+  const size_t ps = caps_.page_size;
+  if (size == 0 || (alignment && !is_pow2(alignment)) || size > (size_t(1) << 50) || span > (size_t(1) << 50))
+    return set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "reserve");
+  size = (size + ps - 1) / ps * ps;
+  span = std::max(size, (span + ps - 1) / ps * ps);
+  alignment = std::max(alignment, ps);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    std::shared_ptr<Storage> st;
+    if (cxlpool_status_t s = storage_for(sharing, st, err)) return s;
+    uint64_t offset = 0, largest = 0;
+    if (!st->anonymous()) {
+      int e = st->take_range(size, std::min<size_t>(alignment, size_t(2) << 20), &offset, &largest);
+      if (e == ENOSPC) return set(err, CXLPOOL_E_CAPACITY, 0, "device range", largest);
+      if (e) return set(err, CXLPOOL_E_NO_MEMORY, e, "device range");
+    }
+    void* addr = nullptr;
+    if (int e = os::prim::reserve(span, alignment, &addr)) {
+      if (!st->anonymous()) st->give_back_range(offset, size);
+      return set(err, e == ENOMEM ? CXLPOOL_E_NO_MEMORY : CXLPOOL_E_OS, e, "mmap(PROT_NONE)");
+    }
+    Reservation r;
+    r.addr = reinterpret_cast<uintptr_t>(addr);
+    r.size = size;
+    r.span = span;
+    r.offset = st->anonymous() ? r.addr : offset;
+    r.storage = st;
+    r.sharing = sharing;
+    r.client = client;
+    int e = st->map(addr, size, offset, mapped_shared(r));
+    if (e) {
+      os::prim::unmap(addr, span);
+      if (!st->anonymous() || st->lost()) st->give_back_range(offset, size);
+      if (e == EBADF && st->lost() && attempt == 0) continue;  // the program closed our fd: fresh storage
+      return set(err, e == ENOMEM ? CXLPOOL_E_NO_MEMORY : CXLPOOL_E_OS, e, st->anonymous() ? "mbind" : "mmap(fd)");
+    }
+    try {
+      reservations_.emplace(r.addr, r);
+    } catch (...) {
+      os::prim::unmap(addr, span);
+      if (!st->anonymous()) st->give_back_range(offset, size);
+      return set(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "reservation table");
+    }
+    reserved_bytes_ += size;
+    *out = addr;
+    return CXLPOOL_OK;
+  }
+  return set(err, CXLPOOL_E_OS, EBADF, "mmap(fd)");
+}
+
+cxlpool_status_t Device::map_range(uint64_t offset, size_t size, int client, void** out, DeviceError* err) noexcept {
+  const size_t ps = caps_.page_size;
+  if (size == 0 || offset % ps) return set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "map");
+  if (spec_.kind == CXLPOOL_BACKING_NUMA) return set(err, CXLPOOL_E_NOT_SUPPORTED, 0, "map");
+  size = (size + ps - 1) / ps * ps;
+  if (offset > caps_.capacity_bytes || caps_.capacity_bytes - offset < size)
+    return set(err, CXLPOOL_E_CAPACITY, 0, "map past the end", caps_.capacity_bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<Storage> st;
+  if (cxlpool_status_t s = storage_for(Sharing::kShared, st, err)) return s;
+  void* addr = nullptr;
+  if (int e = os::prim::reserve(size, ps, &addr)) return set(err, CXLPOOL_E_NO_MEMORY, e, "mmap(PROT_NONE)");
+  if (int e = st->map(addr, size, offset, true)) {
+    os::prim::unmap(addr, size);
+    return set(err, CXLPOOL_E_OS, e, "mmap(fd)");
+  }
+  Reservation r;
+  r.addr = reinterpret_cast<uintptr_t>(addr);
+  r.size = r.span = size;
+  r.offset = offset;
+  r.storage = st;
+  r.sharing = Sharing::kShared;
+  r.owns_range = false;
+  r.client = client;
+  try {
+    reservations_.emplace(r.addr, r);
+  } catch (...) {
+    os::prim::unmap(addr, size);
+    return set(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "reservation table");
+  }
+  *out = addr;
+  return CXLPOOL_OK;
+}
+
+cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int client, DeviceError* err) noexcept {
+  const size_t ps = caps_.page_size;
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  if (!addr || len == 0 || a % ps || len % ps) return set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "commit");
+  std::lock_guard<std::mutex> lock(mu_);
+  Reservation* r = find(addr, len);
+  if (!r) return set(err, CXLPOOL_E_NOT_FOUND, 0, "commit");
+  Storage& st = *r->storage;
+  uint64_t off = r->offset + (a - r->addr);
+  uint64_t added = len - st.committed.covered(off, off + len);
+  if (committed() + added > ledger_.capacity) return set(err, CXLPOOL_E_CAPACITY, 0, "capacity", committed());
+  if (int e = os::prim::protect(addr, len, true)) return set(err, status_of_errno(e), e, "mprotect(RW)");
+  bool shared_fd = mapped_shared(*r) && !st.anonymous() && !r->inherited;
+  // Memory on a size-limited filesystem (a tmpfs, a disk) is allocated now, so a full one is
+  // CAPACITY here instead of SIGBUS at the first touch. memfd and device-DAX cannot run out.
+  bool must_populate = populate || (shared_fd && added == len && spec_.kind != CXLPOOL_BACKING_MEMFD &&
+                                    spec_.kind != CXLPOOL_BACKING_DEVDAX && !st.lost());
+  if (must_populate) {
+    int e = os::prim::populate_write(addr, len);
+    if (e == EINVAL && !populate) e = 0;  // kernels before 5.14: no early check
+    if (e) {
+      if (added == len) {
+        if (shared_fd) os::prim::advise_remove(addr, len);
+        os::prim::advise_dontneed(addr, len);
+        os::prim::protect(addr, len, false);
+      }
+      return set(err, status_of_errno(e), e, "madvise(POPULATE_WRITE)");
+    }
+  }
+  try {
+    st.committed.insert(off, off + len);
+  } catch (...) {
+    return set(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "committed-range table");
+  }
+  account(st, added, 0, client);
+  return CXLPOOL_OK;
+}
+
+cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceError* err) noexcept {
+  const size_t ps = caps_.page_size;
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  if (!addr || len == 0 || a % ps || len % ps) return set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "decommit");
+  std::lock_guard<std::mutex> lock(mu_);
+  Reservation* r = find(addr, len);
+  if (!r) return set(err, CXLPOOL_E_NOT_FOUND, 0, "decommit");
+  Storage& st = *r->storage;
+  // Shared memory this process owns is freed in the storage (MADV_REMOVE: the file's pages);
+  // private copies and a fork child's view of the parent's shared memory only leave this
+  // mapping. Device-DAX memory stays (caps: decommit_frees_memory = 0).
+  bool remove = mapped_shared(*r) && !r->inherited && caps_.decommit_frees_memory && r->owns_range;
+  int e = remove ? os::prim::advise_remove(addr, len) : EINVAL;
+  if (e) e = os::prim::advise_dontneed(addr, len);
+  if (e) return set(err, CXLPOOL_E_OS, e, "madvise(DONTNEED)");
+  if ((e = os::prim::protect(addr, len, false))) return set(err, CXLPOOL_E_OS, e, "mprotect(NONE)");
+  uint64_t off = r->offset + (a - r->addr);
+  uint64_t removed = 0;
+  try {
+    removed = st.committed.erase(off, off + len);
+  } catch (...) {
+    removed = 0;  // the range stays counted; only accounting is conservative
+  }
+  account(st, 0, removed, client);
+  return CXLPOOL_OK;
+}
+
+cxlpool_status_t Device::release(void* addr, int client, DeviceError* err) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = reservations_.find(reinterpret_cast<uintptr_t>(addr));
+  if (it == reservations_.end()) return set(err, CXLPOOL_E_NOT_FOUND, 0, "release");
+  Reservation r = it->second;
+  Storage& st = *r.storage;
+  uint64_t removed = 0;
+  try {
+    if (r.owns_range) {
+      if (st.committed.covered(r.offset, r.offset + r.size)) {
+        bool remove = mapped_shared(r) && !r.inherited && caps_.decommit_frees_memory;
+        if (remove) os::prim::advise_remove(addr, r.size);
+      }
+      removed = st.committed.erase(r.offset, r.offset + r.size);
+    } else {
+      // A mapping of a device range: keep the data, forget offsets that no other live
+      // reservation of the same storage still covers.
+      IntervalSet orphaned;
+      orphaned.insert(r.offset, r.offset + r.size);
+      for (auto& [x, other] : reservations_)
+        if (x != r.addr && other.storage.get() == &st) orphaned.erase(other.offset, other.offset + other.size);
+      orphaned.for_each([&](uint64_t lo, uint64_t hi) { removed += st.committed.erase(lo, hi); });
+    }
+  } catch (...) {
+  }
+  account(st, 0, removed, client);
+  os::prim::unmap(addr, r.span);
+  if (r.owns_range) {
+    if (!st.anonymous()) st.give_back_range(r.offset, r.size);
+    reserved_bytes_ -= r.size;
+  }
+  reservations_.erase(it);
+  return CXLPOOL_OK;
+}
+
+cxlpool_status_t Device::offset_of(const void* addr, uint64_t* out) const noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Reservation* r = find_const(addr);
+  if (!r) return CXLPOOL_E_NOT_FOUND;
+  *out = r->offset + (reinterpret_cast<uintptr_t>(addr) - r->addr);
+  return CXLPOOL_OK;
+}
+
+int Device::shared_fd() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<Storage> st;
+  DeviceError err;
+  if (storage_for(Sharing::kShared, st, &err)) fail(err.status, tls_message);
+  return st->fd();
+}
+
+size_t Device::reservations_of(int client) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (auto& [a, r] : reservations_) n += r.client == client;
+  return n;
+}
+
+uint64_t Device::reserved_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reserved_bytes_;
+}
+
+size_t Device::reservation_count() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return reservations_.size();
+}
+
+std::string Device::describe(const char* op, const void* addr, size_t len, const DeviceError& err) const {
+  std::string where = std::string(op) + "(" + hex(addr) + ", " + std::to_string(len) + "): device '" + name() + "'";
+  switch (err.status) {
+    case CXLPOOL_E_INVALID_ARGUMENT:
+      return where + " needs a non-empty range aligned to its page size " + std::to_string(caps_.page_size) +
+             " (and a power-of-two alignment)";
+    case CXLPOOL_E_NOT_FOUND:
+      return where + ": range is not inside one reservation";
+    case CXLPOOL_E_CAPACITY:
+      if (std::strcmp(err.call, "device range") == 0)
+        return where + ": no free device range of that size (largest free: " + format_bytes(err.detail) + " of " +
+               format_bytes(caps_.capacity_bytes) + ")";
+      if (std::strcmp(err.call, "capacity") == 0)
+        return where + ": committing it would exceed the capacity (" + format_bytes(err.detail) + " of " +
+               format_bytes(caps_.capacity_bytes) + " committed)";
+      if (std::strcmp(err.call, "map past the end") == 0)
+        return where + ": range extends past the capacity " + std::to_string(caps_.capacity_bytes);
+      return where + ": the filesystem holding it is full (" + err.call + ": " + std::strerror(err.os_errno) + ")";
+    case CXLPOOL_E_NOT_SUPPORTED:
+      return where + ": needs a shareable backing; numa memory is private anonymous memory";
+    default:
+      if (std::strcmp(err.call, "opening storage") == 0 || std::strcmp(err.call, "devdax descriptor") == 0)
+        return tls_message;
+      return where + ": " + err.call + ": " + (err.os_errno ? std::strerror(err.os_errno) : "failed");
+  }
+}
+
+bool Device::fork_needs_copy() const noexcept {
+  if (fork_mode_ != ForkMode::kCopy) return false;
+  for (auto& [a, r] : reservations_)
+    if (r.sharing == Sharing::kPrivate && !r.storage->anonymous() &&
+        r.storage->committed.covered(r.offset, r.offset + r.size))
+      return true;
+  return false;
+}
+
+int Device::copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh) noexcept {
+  Storage& old = *r.storage;
+  // Copy every committed range through our (still shared) mapping into the fresh storage at
+  // the same offsets, then map the fresh storage over the whole reservation.
+  int e = 0;
+  IntervalSet mine;
+  try {
+    mine.insert(r.offset, r.offset + r.size);
+    IntervalSet gaps = mine;
+    old.committed.for_each([&](uint64_t lo, uint64_t hi) { gaps.erase(lo, hi); });
+    IntervalSet committed = mine;
+    gaps.for_each([&](uint64_t lo, uint64_t hi) { committed.erase(lo, hi); });
+    committed.for_each([&](uint64_t lo, uint64_t hi) {
+      if (!e) e = os::prim::pwrite_all(fresh->fd(), reinterpret_cast<void*>(r.addr + (lo - r.offset)), hi - lo, lo);
+    });
+    if (e) return e;
+    if ((e = fresh->map(reinterpret_cast<void*>(r.addr), r.size, r.offset, true))) return e;
+    committed.for_each([&](uint64_t lo, uint64_t hi) {
+      if (!e) e = os::prim::protect(reinterpret_cast<void*>(r.addr + (lo - r.offset)), hi - lo, true);
+      if (!e) {
+        fresh->committed.insert(lo, hi);
+        old.committed.erase(lo, hi);
+      }
+    });
+  } catch (...) {
+    return ENOMEM;
+  }
+  if (!e) fresh->take_exact(r.offset, r.size);
+  r.storage = fresh;
+  return e;
+}
+
+bool Device::child_after_fork(char* message, size_t message_size) noexcept {
+  forked_child_ = true;
+  std::shared_ptr<Storage> fresh;
+  for (auto& [a, r] : reservations_) {
+    if (r.sharing == Sharing::kShared) {
+      r.inherited = true;  // the parent's memory as much as ours: never free it in the storage
+      continue;
+    }
+    if (fork_mode_ != ForkMode::kCopy || r.storage->anonymous()) continue;  // kernel copy-on-write
+    if (!fresh) {
+      try {
+        fresh = Storage::create(spec_, /*fork_copy=*/true);
+      } catch (const std::exception& e) {
+        std::snprintf(message, message_size, "device '%s': cannot open storage for the child's copy: %s",
+                      spec_.device_name.c_str(), e.what());
+        return false;
+      }
+    }
+    if (int e = copy_to_fresh(r, fresh)) {
+      std::snprintf(message, message_size, "device '%s': copying %zu bytes for the child failed: %s",
+                    spec_.device_name.c_str(), r.size, std::strerror(e));
+      return false;
+    }
+  }
+  // New reservations in the child never share a storage with the parent: the parent keeps
+  // using its storages and may write any offset the child would consider free.
+  if (shared_storage_) shared_storage_->retire();
+  if (fork_mode_ == ForkMode::kCopy && private_storage_) private_storage_->retire();
+  if (fresh) {
+    private_storage_ = fresh;
+    if (spec_.kind == CXLPOOL_BACKING_DEVDAX) shared_storage_ = fresh;
+  }
+  return true;
+}
+
+}  // namespace cxlpool::detail

@@ -1,0 +1,138 @@
+// SPDX-License-Identifier: MIT
+// A Device: one topology target opened once per process (see registry.hpp), shared by every
+// pool and raw backing that uses it. It owns the target's storages, every reservation made
+// on it, and one capacity ledger (committed bytes counted once per storage offset, with
+// per-client attribution), and it implements the target's fork semantics. All operations on
+// allocation paths are noexcept and return a status; messages are built only by the cold
+// describe() helper.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backing/backing_spec.hpp"
+#include "backing/claim.hpp"
+#include "backing/storage.hpp"
+#include "common/interval_set.hpp"
+#include "cxlpool/common.h"
+
+namespace cxlpool::detail {
+
+// Ledger clients: pools use their index (0..63), raw backings 64..127.
+inline constexpr int kMaxLedgerClients = 128;
+inline constexpr int kFirstRawClient = 64;
+
+// Whose memory a reservation is across fork(): kPrivate ranges follow the device's fork
+// mode (the child gets a copy); kShared ranges stay shared with forked children (raw
+// backings, shared pools).
+enum class Sharing : uint8_t { kPrivate, kShared };
+
+// What went wrong in a noexcept operation, for describe().
+struct DeviceError {
+  cxlpool_status_t status = CXLPOOL_OK;
+  int os_errno = 0;
+  const char* call = "";  // the primitive that failed, e.g. "mmap", "madvise(POPULATE_WRITE)"
+  uint64_t detail = 0;    // e.g. the largest free range on a capacity failure
+};
+
+struct Ledger {
+  uint64_t capacity = 0;
+  std::atomic<uint64_t> committed{0};
+  std::atomic<uint64_t> peak{0};
+  std::atomic<uint64_t> by_client[kMaxLedgerClients] = {};
+};
+
+class Device {
+ public:
+  // Opens spec for this process: claims a named device (BUSY naming the holder's pid) and
+  // opens its private storage. Throws Failure. Use Registry::acquire, not this.
+  explicit Device(const BackingSpec& spec);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const BackingSpec& spec() const { return spec_; }
+  // The spec the device was opened with, before derived values (a file's page size) were
+  // filled in: what the registry matches later requests against.
+  const BackingSpec& requested_spec() const { return requested_; }
+  const std::string& name() const { return spec_.device_name; }
+  const cxlpool_backing_caps_t& caps() const { return caps_; }
+  ForkMode fork_mode() const { return fork_mode_; }
+  Ledger& ledger() { return ledger_; }
+  const Ledger& ledger() const { return ledger_; }
+  uint64_t committed() const { return ledger_.committed.load(std::memory_order_relaxed); }
+
+  // Reserves size bytes (rounded up to the page size) of the device at an address aligned
+  // to alignment; span > size reserves that much address space of which only the first
+  // size bytes are device memory. Inaccessible until committed.
+  // Statuses: OK, INVALID_ARGUMENT, CAPACITY (no device range), NO_MEMORY (address space), OS.
+  cxlpool_status_t reserve(size_t size, size_t alignment, size_t span, Sharing sharing, int client, void** out,
+                           DeviceError* err) noexcept;
+  // Maps an existing range of the device's shared storage (raw backings).
+  cxlpool_status_t map_range(uint64_t offset, size_t size, int client, void** out, DeviceError* err) noexcept;
+  // Makes [addr, addr+len) readable/writable and backed; populate faults it in now. Committing
+  // committed pages is allowed and not counted twice. Statuses: OK, INVALID_ARGUMENT,
+  // NOT_FOUND (not inside one reservation), CAPACITY, OS.
+  cxlpool_status_t commit(void* addr, size_t len, bool populate, int client, DeviceError* err) noexcept;
+  // Returns the pages' memory and makes them inaccessible.
+  cxlpool_status_t decommit(void* addr, size_t len, int client, DeviceError* err) noexcept;
+  // Releases a whole reservation (addr = what reserve/map_range returned).
+  cxlpool_status_t release(void* addr, int client, DeviceError* err) noexcept;
+  cxlpool_status_t offset_of(const void* addr, uint64_t* out) const noexcept;
+
+  // The descriptor of the shared storage (raw backings hand it to other processes); -1 for
+  // anonymous (numa) devices. Throws Failure when the storage cannot be opened.
+  int shared_fd();
+  size_t reservations_of(int client) const;
+  uint64_t reserved_bytes() const;
+  size_t reservation_count() const;
+  // Human-readable account of a failed operation, naming the device.
+  std::string describe(const char* op, const void* addr, size_t len, const DeviceError& err) const;
+
+  // fork(): prepare locks the device; parent/child unlock. In the child, before unlocking,
+  // child_after_fork() gives every private copy-mode range its own copy and retires storages
+  // the parent keeps using. Returns false (with a message) when the copy failed.
+  void lock_for_fork() { mu_.lock(); }
+  void unlock_after_fork() { mu_.unlock(); }
+  bool child_after_fork(char* message, size_t message_size) noexcept;
+  // True when fork() must wait for a child's copy (private copy-mode memory is committed).
+  bool fork_needs_copy() const noexcept;
+
+ private:
+  struct Reservation {
+    uintptr_t addr = 0;
+    size_t size = 0;  // device bytes mapped from addr
+    size_t span = 0;  // address space reserved from addr (>= size)
+    uint64_t offset = 0;
+    std::shared_ptr<Storage> storage;
+    Sharing sharing = Sharing::kPrivate;
+    bool owns_range = true;  // false for map_range(): the range belongs to the device
+    bool inherited = false;  // a shared range a fork child inherited: the parent's memory too
+    int client = 0;
+  };
+  bool mapped_shared(const Reservation& r) const;
+  Reservation* find(const void* addr, size_t len) noexcept;
+  const Reservation* find_const(const void* addr) const noexcept;
+  cxlpool_status_t storage_for(Sharing sharing, std::shared_ptr<Storage>& out, DeviceError* err) noexcept;
+  void account(Storage& s, uint64_t added, uint64_t removed, int client) noexcept;
+  int copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh) noexcept;
+
+  BackingSpec requested_;
+  BackingSpec spec_;
+  cxlpool_backing_caps_t caps_{};
+  ForkMode fork_mode_ = ForkMode::kCopyOnWrite;
+  std::unique_ptr<DeviceClaim> claim_;
+  mutable std::mutex mu_;
+  std::shared_ptr<Storage> private_storage_;  // private ranges
+  std::shared_ptr<Storage> shared_storage_;   // shared ranges; lazily opened
+  std::map<uintptr_t, Reservation> reservations_;
+  uint64_t reserved_bytes_ = 0;
+  bool forked_child_ = false;
+  Ledger ledger_;
+};
+
+}  // namespace cxlpool::detail

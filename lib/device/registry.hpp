@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: MIT
+// The process's device registry: each target is opened once per process and shared by every
+// pool and raw backing that uses it (refcounted; closed with its last user). Also the device
+// half of fork(): lock every device, give a forked child its own copies, and make the parent
+// wait for copies that must be taken before it writes again.
+#pragma once
+
+#include <memory>
+
+#include "device/device.hpp"
+
+namespace cxlpool::detail::registry {
+
+// The open Device for spec, opening it on first use. A named device already open in this
+// process under a different configuration is CXLPOOL_E_BUSY. Throws Failure.
+std::shared_ptr<Device> acquire(const BackingSpec& spec);
+
+// fork() handlers, called by the allocator's handlers in its lock order (alloc/fork.cpp).
+void fork_prepare() noexcept;
+void fork_parent() noexcept;
+void fork_child() noexcept;
+
+}  // namespace cxlpool::detail::registry

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// The OS seam's core: every primitive the allocator, the device layer and fork handling need
+// on their hot and failure paths. noexcept, no allocation, no formatting: each returns 0 or an
+// errno value (cf. mimalloc's prim.h). The throwing, message-building wrappers for cold paths
+// are in os.hpp.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cxlpool::os::prim {
+
+// ---- Address space -------------------------------------------------------------------------
+// Reserves size bytes of inaccessible address space (PROT_NONE, MAP_NORESERVE) aligned to
+// alignment (a power of two). ENOMEM when the address space (or RLIMIT_AS) is exhausted.
+int reserve(size_t size, size_t alignment, void** out) noexcept;
+int unmap(void* addr, size_t size) noexcept;
+// Replaces [addr, addr+size) by a PROT_NONE mapping: anonymous (private, or shared memory
+// that a forked child keeps sharing), or of fd at offset (MAP_PRIVATE: written pages are
+// process-private copies; MAP_SHARED: writes go to the file).
+int map_anonymous_fixed(void* addr, size_t size, bool shared) noexcept;
+int map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset, bool shared) noexcept;
+int protect(void* addr, size_t size, bool read_write) noexcept;
+int advise_dontneed(void* addr, size_t size) noexcept;  // drops this mapping's pages
+int advise_remove(void* addr, size_t size) noexcept;    // also frees the file pages (MADV_REMOVE)
+// Faults the range in for writing (MADV_POPULATE_WRITE); EFAULT where a write would SIGBUS
+// (a full tmpfs or hugetlbfs), ENOMEM without memory, EINVAL on kernels before 5.14.
+int populate_write(void* addr, size_t size) noexcept;
+// mbind(MPOL_BIND) of the range to one node; EINVAL for a node the kernel does not know.
+int bind_node(void* addr, size_t size, int node) noexcept;
+
+// ---- Descriptors ---------------------------------------------------------------------------
+struct FileId {
+  uint64_t dev = 0, ino = 0;
+  bool operator==(const FileId& o) const { return dev == o.dev && ino == o.ino; }
+};
+// Identity of what fd refers to now; EBADF when fd is closed.
+int file_id(int fd, FileId* out) noexcept;
+// Moves fd to a descriptor number near the top of RLIMIT_NOFILE (close-on-exec), where a
+// program's own descriptors rarely go; returns the new number (fd is closed) or fd itself
+// when no higher slot is free.
+int move_fd_high(int fd) noexcept;
+void close_fd(int fd) noexcept;
+// Writes len bytes from buf at file offset off (loops over short writes).
+int pwrite_all(int fd, const void* buf, size_t len, uint64_t off) noexcept;
+
+// A close-on-exec pipe; one byte through it is how fork's child tells its parent it is done.
+int pipe_cloexec(int fds[2]) noexcept;
+void read_byte(int fd) noexcept;  // waits for one byte or end of file (EINTR retried)
+void write_byte(int fd) noexcept;
+
+// ---- Processes ----------------------------------------------------------------------------
+int process_id() noexcept;
+// Bytes of address space still available under RLIMIT_AS (SIZE_MAX when unlimited).
+size_t address_space_headroom() noexcept;
+// Writes a line to stderr with write(2): usable where nothing may allocate.
+void write_stderr(const char* text) noexcept;
+[[noreturn]] void exit_now(int status) noexcept;  // _exit: no atexit handlers, no flushing
+
+}  // namespace cxlpool::os::prim

@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: MIT
+// Linux implementation of the core primitives (prim.hpp): raw system calls, no allocation,
+// errno values returned instead of thrown.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+
+#include "os/prim.hpp"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MPOL_BIND
+#define MPOL_BIND 2
+#endif
+
+namespace cxlpool::os::prim {
+
+namespace {
+size_t system_page() noexcept {
+  static const size_t ps = size_t(sysconf(_SC_PAGESIZE));
+  return ps;
+}
+}  // namespace
+
+int reserve(size_t size, size_t alignment, void** out) noexcept {
+  size_t ps = system_page();
+  if (alignment < ps) alignment = ps;
+  if (size == 0 || (alignment & (alignment - 1))) return EINVAL;
+  size_t span = size + alignment - ps;
+  if (span < size) return ENOMEM;
+  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return errno;
+  auto base = reinterpret_cast<uintptr_t>(p);
+  uintptr_t aligned = (base + alignment - 1) & ~(uintptr_t(alignment) - 1);
+  if (aligned > base) munmap(p, aligned - base);
+  size_t tail = (base + span) - (aligned + size);
+  if (tail) munmap(reinterpret_cast<void*>(aligned + size), tail);
+  *out = reinterpret_cast<void*>(aligned);
+  return 0;
+}
+
+int unmap(void* addr, size_t size) noexcept { return munmap(addr, size) == 0 ? 0 : errno; }
+
+int map_anonymous_fixed(void* addr, size_t size, bool shared) noexcept {
+  int flags = (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
+  return mmap(addr, size, PROT_NONE, flags, -1, 0) == MAP_FAILED ? errno : 0;
+}
+
+int map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset, bool shared) noexcept {
+  int flags = (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_FIXED | (shared ? 0 : MAP_NORESERVE);
+  return mmap(addr, size, PROT_NONE, flags, fd, off_t(offset)) == MAP_FAILED ? errno : 0;
+}
+
+int protect(void* addr, size_t size, bool read_write) noexcept {
+  return mprotect(addr, size, read_write ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 ? 0 : errno;
+}
+
+int advise_dontneed(void* addr, size_t size) noexcept { return madvise(addr, size, MADV_DONTNEED) == 0 ? 0 : errno; }
+int advise_remove(void* addr, size_t size) noexcept { return madvise(addr, size, MADV_REMOVE) == 0 ? 0 : errno; }
+int populate_write(void* addr, size_t size) noexcept {
+  return madvise(addr, size, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+}
+
+int bind_node(void* addr, size_t size, int node) noexcept {
+  constexpr int kMaxNodes = 4096;  // the kernel's MAX_NUMNODES on the largest configurations
+  if (node < 0 || node >= kMaxNodes) return EINVAL;
+  unsigned long mask[kMaxNodes / 64 + 1] = {};
+  mask[unsigned(node) / 64] |= 1UL << (unsigned(node) % 64);
+  // The mask length the kernel accepts is bounded by its own MAX_NUMNODES; pass just enough
+  // words for this node (plus one: the length is "maxnode" = highest bit + 1, inclusive).
+  unsigned long maxnode = (unsigned long)(node / 64 + 1) * 64 + 1;
+  long r = syscall(SYS_mbind, addr, size, MPOL_BIND, mask, maxnode, 0U);
+  return r == 0 ? 0 : errno;
+}
+
+int file_id(int fd, FileId* out) noexcept {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return errno;
+  out->dev = uint64_t(st.st_dev);
+  out->ino = uint64_t(st.st_ino);
+  return 0;
+}
+
+int move_fd_high(int fd) noexcept {
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur < 64) return fd;
+  // Well above what programs open themselves, below the limit; F_DUPFD takes the lowest free
+  // number at or above the hint.
+  long hint = long(rl.rlim_cur) - 32;
+  if (hint > INT_MAX - 1) hint = INT_MAX - 1;
+  if (hint <= fd) return fd;
+  int high = fcntl(fd, F_DUPFD_CLOEXEC, int(hint));
+  if (high < 0) return fd;
+  close(fd);
+  return high;
+}
+
+void close_fd(int fd) noexcept {
+  if (fd >= 0) close(fd);
+}
+
+int pwrite_all(int fd, const void* buf, size_t len, uint64_t off) noexcept {
+  const char* p = static_cast<const char*>(buf);
+  while (len) {
+    ssize_t n = pwrite(fd, p, len, off_t(off));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;
+    p += n;
+    off += uint64_t(n);
+    len -= size_t(n);
+  }
+  return 0;
+}
+
+int pipe_cloexec(int fds[2]) noexcept { return pipe2(fds, O_CLOEXEC) == 0 ? 0 : errno; }
+
+void read_byte(int fd) noexcept {
+  char c;
+  while (read(fd, &c, 1) < 0 && errno == EINTR) {
+  }
+}
+
+void write_byte(int fd) noexcept {
+  char c = 1;
+  while (write(fd, &c, 1) < 0 && errno == EINTR) {
+  }
+}
+
+int process_id() noexcept { return int(syscall(SYS_getpid)); }
+
+size_t address_space_headroom() noexcept {
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  // /proc/self/statm: first field is the total program size in pages.
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return size_t(rl.rlim_cur) / 2;  // unknown use: assume half is taken
+  char buf[128];
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0) return size_t(rl.rlim_cur) / 2;
+  buf[n] = 0;
+  uint64_t pages = 0;
+  for (const char* c = buf; *c >= '0' && *c <= '9'; ++c) pages = pages * 10 + uint64_t(*c - '0');
+  uint64_t used = pages * system_page();
+  return used >= rl.rlim_cur ? 0 : size_t(rl.rlim_cur - used);
+}
+
+void write_stderr(const char* text) noexcept {
+  size_t len = std::strlen(text);
+  while (len) {
+    ssize_t n = write(2, text, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text += n;
+    len -= size_t(n);
+  }
+}
+
+void exit_now(int status) noexcept { _exit(status); }
+
+}  // namespace cxlpool::os::prim

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* A second process for the device-ownership tests (C, public API only):
+ *   device_peer busy DEVICE          opens DEVICE (from CXLPOOL_DEVICES) and expects BUSY naming
+ *                                    the holder's pid (argv[3]); exit 0 when it does
+ *   device_peer fd FD OFFSET BYTES   maps an inherited descriptor (cxlpool_backing_fd) directly,
+ *                                    checks the byte pattern (i * 7 + 3) & 0xff written by the
+ *                                    first process, then writes 0x5a to the first byte */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cxlpool/cxlpool.h"
+
+static int busy(const char* device, const char* holder) {
+  cxlpool_topology_t* topo = NULL;
+  size_t index = 0;
+  cxlpool_backing_t* b = NULL;
+  if (cxlpool_topology_discover(NULL, &topo) != CXLPOOL_OK ||
+      cxlpool_topology_find_target(topo, device, &index) != CXLPOOL_OK) {
+    fprintf(stderr, "device_peer: %s\n", cxlpool_last_error_message());
+    return 3;
+  }
+  cxlpool_status_t st = cxlpool_backing_open(topo, index, &b);
+  const char* msg = cxlpool_last_error_message();
+  cxlpool_topology_destroy(topo);
+  if (st != CXLPOOL_E_BUSY) {
+    fprintf(stderr, "device_peer: expected BUSY, got %d (%s)\n", (int)st, msg);
+    return 4;
+  }
+  char pid[32];
+  snprintf(pid, sizeof pid, "pid %s", holder);
+  if (!strstr(msg, pid) || !strstr(msg, device)) {
+    fprintf(stderr, "device_peer: BUSY message lacks '%s' or the device: %s\n", pid, msg);
+    return 5;
+  }
+  printf("device_peer: refused as expected: %s\n", msg);
+  return 0;
+}
+
+static int by_fd(int fd, size_t offset, size_t bytes) {
+  unsigned char* c = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
+  if (c == MAP_FAILED) {
+    perror("device_peer: mmap");
+    return 3;
+  }
+  for (size_t i = 0; i < bytes; ++i)
+    if (c[i] != (unsigned char)((i * 7 + 3) & 0xff)) {
+      fprintf(stderr, "device_peer: byte %zu is %u\n", i, c[i]);
+      return 4;
+    }
+  c[0] = 0x5a;
+  printf("device_peer: %zu bytes verified\n", bytes);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc == 4 && strcmp(argv[1], "busy") == 0) return busy(argv[2], argv[3]);
+  if (argc == 5 && strcmp(argv[1], "fd") == 0)
+    return by_fd(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 10), (size_t)strtoull(argv[4], NULL, 10));
+  fprintf(stderr, "usage: device_peer busy DEVICE PID | device_peer fd FD OFFSET BYTES\n");
+  return 2;
+}
