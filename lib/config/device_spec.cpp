@@ -241,7 +241,8 @@ std::vector<DeviceSpec> parse_device_file(const std::string& path) {
   try {
     text = os::read_text_file(path);
   } catch (const Failure& f) {
-    fail(CXLPOOL_E_CONFIG, "config file " + quote(path) + " (CXLPOOL_CONFIG): " + f.what());
+    // read_text_file's messages name the path and what is wrong with it.
+    fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_CONFIG: ") + f.what());
   }
   return parse_device_lines(text, path);
 }

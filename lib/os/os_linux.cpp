@@ -264,17 +264,31 @@ bool path_owner(const std::string& path, unsigned& uid, unsigned& mode) {
 }
 
 std::string read_text_file(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: open() of a FIFO would wait for a writer forever; O_NOCTTY: a tty must not
+  // become our controlling terminal. Only a regular file is then read.
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
   if (fd < 0) fail_os("open(\"" + path + "\")", errno);
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
     close(fd);
-    fail(CXLPOOL_E_INVALID_ARGUMENT, "\"" + path + "\" is not a regular file");
+    fail_os("fstat(\"" + path + "\")", err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    const char* kind = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISDIR(st.st_mode)  ? "a directory"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a special file";
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "'" + path + "' is " + kind + ", not a regular file");
   }
   std::string out;
   char buf[8192];
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int err = errno;
       close(fd);
@@ -284,7 +298,7 @@ std::string read_text_file(const std::string& path) {
     out.append(buf, size_t(n));
     if (out.size() > (16u << 20)) {
       close(fd);
-      fail(CXLPOOL_E_INVALID_ARGUMENT, "\"" + path + "\" is larger than 16 MiB");
+      fail(CXLPOOL_E_INVALID_ARGUMENT, "'" + path + "' is larger than 16 MiB");
     }
   }
   close(fd);

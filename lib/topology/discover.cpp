@@ -4,6 +4,8 @@
 // emulated devices; then ranking and warnings. Every attribute records its source.
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <iterator>
 
 #include "common/error.hpp"
 #include "common/parse.hpp"
@@ -25,10 +27,50 @@ namespace {
 
 constexpr const char* kNodeDir = "devices/system/node";
 
+// Plausibility limits for what sysfs/procfs say (docs/topology.md, "Plausibility checks"). A
+// value outside them comes from broken firmware tables or a hostile tree; it is reported as a
+// warning naming the file and the raw text, and left unknown so it is never shown, ranked or
+// sized on as a fact.
+// 2^52 bytes (4 PiB) is the architectural physical-address limit of x86-64 and arm64: no node,
+// DAX device or CXL region can be larger. It also keeps sums over nodes far from overflow.
+constexpr uint64_t kMaxPhysicalBytes = uint64_t(1) << 52;
+constexpr uint64_t kMaxLatencyNs = 10'000'000'000;  // 10 s: far beyond any memory, even over a fabric
+constexpr uint64_t kMaxBandwidthMbps = 10'000'000;  // 10 TB/s: above any memory interface built
+constexpr int kMaxCpuId = 65535;                    // NR_CPUS is at most 8192 today; room to grow
+constexpr int kMaxNodeId = 1023;                    // MAX_NUMNODES: NODES_SHIFT is at most 10
+constexpr uint64_t kLocalDistance = 10;             // SLIT: a node's distance to itself
+constexpr uint64_t kMaxDistance = 254;              // SLIT: 255 means unreachable
+constexpr uint64_t kUnreachable = 255;
+constexpr uint64_t kMaxInterleaveWeight = 255;  // u8; writing 0 restores the default, so 0 is never read
+constexpr uint64_t kMinDaxAlign = 4096;         // device-DAX aligns to at least a page
+constexpr size_t kMaxRawShown = 40;             // raw text quoted in a warning
+
+// Text quoted in a warning: bytes outside printable ASCII (and the backslash and quote) become
+// \xNN, and at most max bytes of the input are shown, so a warning is one short readable line
+// whatever a file holds.
+std::string printable(std::string_view raw, size_t max) {
+  std::string out;
+  size_t shown = 0;
+  for (unsigned char c : raw) {
+    if (shown++ == max) {
+      out += "...(" + std::to_string(raw.size()) + " bytes)";
+      break;
+    }
+    if (c >= 0x20 && c < 0x7f && c != '\\' && c != '\'') {
+      out += char(c);
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 // sysfs numbers: decimal, or hex with 0x (CXL sizes and serials).
-std::optional<uint64_t> sysfs_u64(const std::optional<std::string>& s) {
-  if (!s) return std::nullopt;
-  std::string_view v = trim(*s);
+std::optional<uint64_t> sysfs_u64(std::string_view v) {
+  v = trim(v);
   if (v.size() > 2 && v[0] == '0' && (v[1] == 'x' || v[1] == 'X')) {
     uint64_t out = 0;
     for (char c : v.substr(2)) {
@@ -44,56 +86,218 @@ std::optional<uint64_t> sysfs_u64(const std::optional<std::string>& s) {
   return parse_u64(v);
 }
 
-std::optional<int64_t> sysfs_i64(const std::optional<std::string>& s) {
-  if (!s) return std::nullopt;
-  std::string_view v = trim(*s);
+std::optional<int64_t> sysfs_i64(std::string_view v) {
+  v = trim(v);
   bool neg = !v.empty() && v[0] == '-';
   auto u = parse_u64(neg ? v.substr(1) : v);
   if (!u || *u > uint64_t(INT64_MAX)) return std::nullopt;
   return neg ? -int64_t(*u) : int64_t(*u);
 }
 
-// "Node 0 MemTotal:       24576000 kB" -> bytes of the named field.
-std::optional<uint64_t> meminfo_field(const std::string& text, const std::string& field) {
+// A kernel id list ("0-3,8,10-11") whose ids are all at most max_id, sorted and unique; nullopt
+// on any deviation. Ranges are merged before they are expanded, so hostile text (a megabyte of
+// "0-65535,") costs one pass and the result holds at most max_id + 1 ids.
+std::optional<std::vector<int>> bounded_id_list(std::string_view s, int max_id) {
+  std::vector<int> out;
+  s = trim(s);
+  if (s.empty()) return out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto piece : split(s, ',')) {
+    auto dash = piece.find('-');
+    auto lo = parse_u64(piece.substr(0, dash));
+    auto hi = dash == std::string_view::npos ? lo : parse_u64(piece.substr(dash + 1));
+    if (!lo || !hi || *lo > *hi || *hi > uint64_t(max_id)) return std::nullopt;
+    ranges.emplace_back(*lo, *hi);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t next = 0;  // lowest id not yet in out
+  for (auto [lo, hi] : ranges) {
+    for (uint64_t v = std::max(lo, next); v <= hi; ++v) out.push_back(int(v));
+    next = std::max(next, hi + 1);
+  }
+  return out;
+}
+
+// Sorted unique ids back to the kernel's list format ("0-3,8").
+std::string format_id_list(const std::vector<int>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    append_item(out, j == i ? std::to_string(ids[i]) : std::to_string(ids[i]) + "-" + std::to_string(ids[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
+bool is_power_of_two(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// A short identifier as sysfs prints them (driver names, region modes, decoder names).
+bool is_identifier(std::string_view s, size_t max_len) {
+  if (s.empty() || s.size() > max_len) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+// Reads files of one tree (sysfs or procfs) for discovery. Absent files are simply unknown;
+// files that exist but are refused or hold implausible values become warnings.
+class TreeReader {
+ public:
+  TreeReader(const os::FsRoot& fs, std::vector<std::string>& warnings) : fs_(fs), warnings_(warnings) {}
+  const os::FsRoot& fs() const { return fs_; }
+
+  std::optional<std::string> text(const std::string& rel) {
+    std::string refused;
+    auto v = fs_.read(rel, &refused);
+    if (!v && !refused.empty()) warnings_.push_back(where(rel) + " " + refused + "; treated as unknown");
+    return v;
+  }
+
+  // "<path>: implausible <what> '<raw>' (<why>); treated as unknown"
+  void implausible(const std::string& rel, std::string_view raw, const std::string& why,
+                   std::string_view what = "value") {
+    warnings_.push_back(where(rel) + ": implausible " + std::string(what) + " '" + printable(raw, kMaxRawShown) +
+                        "' (" + why + "); treated as unknown");
+  }
+
+  // An unsigned number (decimal, or hex with 0x) in [lo, hi]; range says what is accepted.
+  std::optional<uint64_t> number(const std::string& rel, uint64_t lo, uint64_t hi, const std::string& range) {
+    auto raw = text(rel);
+    if (!raw) return std::nullopt;
+    auto v = sysfs_u64(*raw);
+    if (!v) {
+      implausible(rel, *raw, "not a non-negative integer; expected " + range);
+    } else if (*v < lo || *v > hi) {
+      implausible(rel, *raw, "expected " + range);
+      v.reset();
+    }
+    return v;
+  }
+
+  std::optional<int64_t> signed_number(const std::string& rel, int64_t lo, int64_t hi, const std::string& range) {
+    auto raw = text(rel);
+    if (!raw) return std::nullopt;
+    auto v = sysfs_i64(*raw);
+    if (!v || *v < lo || *v > hi) {
+      implausible(rel, *raw, "expected " + range);
+      return std::nullopt;
+    }
+    return v;
+  }
+
+  std::optional<std::vector<int>> id_list(const std::string& rel, int max_id, const char* what) {
+    auto raw = text(rel);
+    if (!raw) return std::nullopt;
+    auto ids = bounded_id_list(*raw, max_id);
+    if (!ids) implausible(rel, *raw, std::string("not a list of ") + what + " ids 0.." + std::to_string(max_id));
+    return ids;
+  }
+
+ private:
+  std::string where(const std::string& rel) const { return printable(fs_.path(rel), PATH_MAX); }
+
+  const os::FsRoot& fs_;
+  std::vector<std::string>& warnings_;
+};
+
+// "Node 0 MemTotal:       24576000 kB" -> bytes of the named field, at most kMaxPhysicalBytes;
+// raw receives the field's text for messages. A missing field is unknown without a warning.
+std::optional<uint64_t> meminfo_field(TreeReader& r, const std::string& rel, const std::string& text,
+                                      const std::string& field, std::string& raw) {
   for (std::string_view line : split(text, '\n')) {
     auto pos = line.find(field + ":");
     if (pos == std::string_view::npos) continue;
     std::string_view rest = trim(line.substr(pos + field.size() + 1));
-    auto sp = rest.find(' ');
-    auto kb = parse_u64(rest.substr(0, sp));
-    if (!kb) return std::nullopt;
+    raw = std::string(rest);
+    auto kb = parse_u64(rest.substr(0, rest.find(' ')));
+    if (!kb) {
+      r.implausible(rel, rest, "not a non-negative number of kB", field);
+      return std::nullopt;
+    }
+    // Compared in kB so that a value whose byte count overflows 64 bits is caught too.
+    if (*kb > kMaxPhysicalBytes / 1024) {
+      r.implausible(rel, rest, "above 4 PiB, the physical address limit", field);
+      return std::nullopt;
+    }
     return *kb * 1024;
   }
   return std::nullopt;
 }
 
-std::vector<int> node_ids(const os::FsRoot& sys) {
+std::vector<int> node_ids(TreeReader& r) {
+  if (auto ids = r.id_list(std::string(kNodeDir) + "/online", kMaxNodeId, "node")) return *ids;
   std::vector<int> ids;
-  if (auto online = sys.read(std::string(kNodeDir) + "/online"))
-    if (auto parsed = parse_id_list(*online)) return *parsed;
-  for (auto& e : sys.list(kNodeDir))
-    if (e.size() > 4 && e.compare(0, 4, "node") == 0)
-      if (auto id = parse_u64(std::string_view(e).substr(4))) ids.push_back(int(*id));
+  for (auto& e : r.fs().list(kNodeDir)) {
+    if (e.size() <= 4 || e.compare(0, 4, "node") != 0) continue;
+    auto id = parse_u64(std::string_view(e).substr(4));
+    if (!id) continue;
+    if (*id > uint64_t(kMaxNodeId))
+      r.implausible(std::string(kNodeDir) + "/" + e, e, "node id above " + std::to_string(kMaxNodeId), "node");
+    else
+      ids.push_back(int(*id));
+  }
   std::sort(ids.begin(), ids.end());
   return ids;
 }
 
-void read_hmat(const os::FsRoot& sys, const std::string& node_dir, Target& t) {
+void read_hmat(TreeReader& r, const std::string& node_dir, Target& t) {
   const std::string base = node_dir + "/access0/initiators/";
-  auto get = [&](const char* file, Attr<uint64_t>& attr) {
-    auto v = sysfs_u64(sys.read(base + file));
-    if (v && *v > 0) attr.set(*v, CXLPOOL_SOURCE_HMAT);
+  auto get = [&](const char* file, Attr<uint64_t>& attr, uint64_t max, const char* range) {
+    if (auto v = r.number(base + file, 1, max, range)) attr.set(*v, CXLPOOL_SOURCE_HMAT);
   };
-  get("read_latency", t.read_latency_ns);
-  get("write_latency", t.write_latency_ns);
-  get("read_bandwidth", t.read_bandwidth_mbps);
-  get("write_bandwidth", t.write_bandwidth_mbps);
+  get("read_latency", t.read_latency_ns, kMaxLatencyNs, "latency 1 ns .. 10 s");
+  get("write_latency", t.write_latency_ns, kMaxLatencyNs, "latency 1 ns .. 10 s");
+  get("read_bandwidth", t.read_bandwidth_mbps, kMaxBandwidthMbps, "bandwidth 1 MB/s .. 10 TB/s");
+  get("write_bandwidth", t.write_bandwidth_mbps, kMaxBandwidthMbps, "bandwidth 1 MB/s .. 10 TB/s");
 }
 
-void discover_nodes(const os::FsRoot& sys, Topology& topo) {
-  std::vector<int> ids = node_ids(sys);
-  std::optional<std::vector<int>> has_memory;
-  if (auto hm = sys.read(std::string(kNodeDir) + "/has_memory")) has_memory = parse_id_list(*hm);
+// One SLIT row ("10 21 ...", one entry per online node). Entries must be 10..254 and the
+// node's own 10; a row breaking that, or with a non-number or the wrong entry count, is
+// unknown as a whole (its scale or its columns cannot be trusted). 255 (unreachable) leaves
+// only that entry unknown.
+void read_distances(TreeReader& r, const std::string& rel, int id, const std::vector<int>& ids, Target& t) {
+  auto raw = r.text(rel);
+  if (!raw) return;
+  std::map<int, int> row;
+  size_t i = 0;
+  std::string bad, unreachable;
+  for (auto piece : split(trim(*raw), ' ')) {
+    if (piece.empty()) continue;
+    if (i >= ids.size()) {
+      bad = "more entries than the " + std::to_string(ids.size()) + " online nodes";
+      break;
+    }
+    int node = ids[i++];
+    auto d = parse_u64(piece);
+    if (!d) {
+      bad = "entry for node" + std::to_string(node) + " is not a number";
+    } else if (node == id && *d != kLocalDistance) {
+      bad = "distance to itself must be 10";
+    } else if (*d == kUnreachable) {
+      append_item(unreachable, "node" + std::to_string(node));
+      continue;
+    } else if (*d < kLocalDistance || *d > kMaxDistance) {
+      bad = "entry for node" + std::to_string(node) + " outside 10..254";
+    }
+    if (!bad.empty()) break;
+    row[node] = int(*d);
+  }
+  if (bad.empty() && i != ids.size())
+    bad = std::to_string(i) + " entries for " + std::to_string(ids.size()) + " online nodes";
+  if (!bad.empty()) {
+    r.implausible(rel, *raw, bad, "SLIT row");
+    return;
+  }
+  if (!unreachable.empty()) r.implausible(rel, *raw, "255 = unreachable: " + unreachable, "SLIT entries");
+  t.distances = std::move(row);
+  if (!t.distances.empty()) t.distance_source = CXLPOOL_SOURCE_SLIT;
+}
+
+void discover_nodes(TreeReader& r, Topology& topo) {
+  const os::FsRoot& sys = r.fs();
+  std::vector<int> ids = node_ids(r);
+  std::optional<std::vector<int>> has_memory = r.id_list(std::string(kNodeDir) + "/has_memory", kMaxNodeId, "node");
   for (int id : ids) {
     const std::string dir = std::string(kNodeDir) + "/node" + std::to_string(id);
     if (!sys.exists(dir)) continue;
@@ -101,31 +305,32 @@ void discover_nodes(const os::FsRoot& sys, Topology& topo) {
     t.name = "node" + std::to_string(id);
     t.kind = CXLPOOL_TARGET_NUMA_NODE;
     t.numa_node = id;
-    if (auto cpus = sys.read(dir + "/cpulist")) {
-      t.cpulist = std::string(trim(*cpus));
-      if (auto list = parse_id_list(t.cpulist)) {
-        t.cpu_count.set(int64_t(list->size()), CXLPOOL_SOURCE_SYSFS);
-        t.cpuless.set(list->empty(), CXLPOOL_SOURCE_SYSFS);
-      }
+    if (auto list = r.id_list(dir + "/cpulist", kMaxCpuId, "CPU")) {
+      t.cpulist = format_id_list(*list);
+      t.cpu_count.set(int64_t(list->size()), CXLPOOL_SOURCE_SYSFS);
+      t.cpuless.set(list->empty(), CXLPOOL_SOURCE_SYSFS);
     }
-    if (auto mi = sys.read(dir + "/meminfo")) {
-      if (auto v = meminfo_field(*mi, "MemTotal")) t.capacity.set(*v, CXLPOOL_SOURCE_SYSFS);
-      if (auto v = meminfo_field(*mi, "MemFree")) t.free.set(*v, CXLPOOL_SOURCE_SYSFS);
+    const std::string meminfo = dir + "/meminfo";
+    if (auto mi = r.text(meminfo)) {
+      std::string total_raw, free_raw;
+      auto total = meminfo_field(r, meminfo, *mi, "MemTotal", total_raw);
+      auto free = meminfo_field(r, meminfo, *mi, "MemFree", free_raw);
+      if (total && free && *free > *total) {
+        // One of the two is wrong and nothing says which.
+        r.implausible(meminfo, free_raw,
+                      "exceeds MemTotal '" + printable(total_raw, kMaxRawShown) + "', so neither is trusted",
+                      "MemFree");
+        total.reset();
+        free.reset();
+      }
+      if (total) t.capacity.set(*total, CXLPOOL_SOURCE_SYSFS);
+      if (free) t.free.set(*free, CXLPOOL_SOURCE_SYSFS);
     }
     bool memory = has_memory ? std::binary_search(has_memory->begin(), has_memory->end(), id)
                              : (t.capacity.known() && t.capacity.value > 0);
     if (!memory) continue;  // a CPU-only node offers no memory target
-    if (auto dist = sys.read(dir + "/distance")) {
-      size_t i = 0;
-      for (auto piece : split(trim(*dist), ' ')) {
-        if (piece.empty()) continue;
-        auto d = parse_u64(piece);
-        if (d && i < ids.size()) t.distances[ids[i]] = int(*d);
-        ++i;
-      }
-      if (!t.distances.empty()) t.distance_source = CXLPOOL_SOURCE_SLIT;
-    }
-    read_hmat(sys, dir, t);
+    read_distances(r, dir + "/distance", id, ids, t);
+    read_hmat(r, dir, t);
     t.backing.device_name = t.name;
     t.backing.kind = CXLPOOL_BACKING_NUMA;
     t.backing.numa_node = id;
@@ -134,21 +339,26 @@ void discover_nodes(const os::FsRoot& sys, Topology& topo) {
   }
 }
 
-void discover_kernel_state(const os::FsRoot& sys, const os::FsRoot& proc, Topology& topo) {
+void discover_kernel_state(TreeReader& r, TreeReader& proc, Topology& topo) {
+  const os::FsRoot& sys = r.fs();
   KernelState& k = topo.kernel;
-  if (auto v = sysfs_i64(proc.read("sys/kernel/numa_balancing"))) k.numa_balancing.set(int(*v), CXLPOOL_SOURCE_PROCFS);
-  if (auto v = sys.read("kernel/mm/numa/demotion_enabled")) {
+  if (auto v = proc.number("sys/kernel/numa_balancing", 0, 3, "0..3"))
+    k.numa_balancing.set(int(*v), CXLPOOL_SOURCE_PROCFS);
+  const std::string demotion = "kernel/mm/numa/demotion_enabled";
+  if (auto v = r.text(demotion)) {
     std::string_view s = trim(*v);
     if (s == "true" || s == "1")
       k.demotion_enabled.set(true, CXLPOOL_SOURCE_SYSFS);
     else if (s == "false" || s == "0")
       k.demotion_enabled.set(false, CXLPOOL_SOURCE_SYSFS);
+    else
+      r.implausible(demotion, *v, "expected true or false");
   }
   const std::string wi = "kernel/mm/mempolicy/weighted_interleave";
   k.weighted_interleave.set(sys.exists(wi), CXLPOOL_SOURCE_SYSFS);
   for (auto& t : topo.targets) {
     if (t.kind != CXLPOOL_TARGET_NUMA_NODE) continue;
-    if (auto w = sysfs_u64(sys.read(wi + "/node" + std::to_string(t.numa_node))))
+    if (auto w = r.number(wi + "/node" + std::to_string(t.numa_node), 1, kMaxInterleaveWeight, "weight 1..255"))
       t.interleave_weight.set(int(*w), CXLPOOL_SOURCE_SYSFS);
   }
   const std::string mt = "devices/virtual/memory_tiering";
@@ -156,10 +366,13 @@ void discover_kernel_state(const os::FsRoot& sys, const os::FsRoot& proc, Topolo
   for (auto& e : sys.list(mt)) {
     if (e.compare(0, 11, "memory_tier") != 0) continue;
     auto id = parse_u64(std::string_view(e).substr(11));
-    if (!id) continue;
-    auto nodes_text = sys.read(mt + "/" + e + "/nodelist");
-    if (!nodes_text) nodes_text = sys.read(mt + "/" + e + "/nodes");
-    auto nodes = nodes_text ? parse_id_list(*nodes_text) : std::nullopt;
+    if (!id || *id > uint64_t(INT_MAX)) {
+      r.implausible(mt + "/" + e, e, "tier id is not a number 0.." + std::to_string(INT_MAX), "memory tier");
+      continue;
+    }
+    auto nodes = r.id_list(mt + "/" + e + "/nodelist", kMaxNodeId, "node");
+    if (!nodes && !sys.exists(mt + "/" + e + "/nodelist"))
+      nodes = r.id_list(mt + "/" + e + "/nodes", kMaxNodeId, "node");
     if (!nodes) continue;
     k.memory_tiers[int(*id)] = *nodes;
     for (int n : *nodes)
@@ -168,53 +381,103 @@ void discover_kernel_state(const os::FsRoot& sys, const os::FsRoot& proc, Topolo
   }
 }
 
-void discover_cxl_and_dax(const os::FsRoot& sys, Topology& topo) {
+// "dax3.1": the only names device-DAX gives its devices; the name becomes the path /dev/<name>.
+bool is_dax_name(std::string_view s) {
+  auto dot = s.find('.');
+  return s.size() > 3 && s.compare(0, 3, "dax") == 0 && dot != std::string_view::npos &&
+         parse_u64(s.substr(3, dot - 3)) && parse_u64(s.substr(dot + 1));
+}
+
+constexpr const char* kSizeRange = "0 .. 4 PiB, the physical address limit";
+// The interleave ways CXL decoders support (CXL 3.0: 1, 2, 4, 8, 16 and 3, 6, 12).
+constexpr uint64_t kInterleaveWays[] = {1, 2, 3, 4, 6, 8, 12, 16};
+constexpr const char* kWaysRange = "1, 2, 3, 4, 6, 8, 12 or 16";
+
+void discover_cxl_and_dax(TreeReader& r, Topology& topo) {
+  const os::FsRoot& sys = r.fs();
+  const std::string node_range = "-1.." + std::to_string(kMaxNodeId);
   const std::string dax_dir = "bus/dax/devices";
   for (auto& e : sys.list(dax_dir)) {
     const std::string d = dax_dir + "/" + e;
+    if (!is_dax_name(e)) {
+      r.implausible(d, e, "not a daxX.Y name", "DAX device name");
+      continue;
+    }
     DaxDevice dev;
     dev.name = e;
-    dev.size = sysfs_u64(sys.read(d + "/size"));
-    dev.align = sysfs_u64(sys.read(d + "/align"));
-    if (auto tn = sysfs_i64(sys.read(d + "/target_node"))) dev.target_node = int(*tn);
-    if (auto drv = sys.link_basename(d + "/driver")) dev.driver = *drv;
+    dev.size = r.number(d + "/size", 0, kMaxPhysicalBytes, kSizeRange);
+    dev.align = r.number(d + "/align", kMinDaxAlign, kMaxPhysicalBytes, "a power of two, 4 KiB .. 4 PiB");
+    if (dev.align && !is_power_of_two(*dev.align)) {
+      r.implausible(d + "/align", std::to_string(*dev.align), "not a power of two");
+      dev.align.reset();
+    }
+    if (auto tn = r.signed_number(d + "/target_node", -1, kMaxNodeId, node_range)) dev.target_node = int(*tn);
+    if (auto drv = sys.link_basename(d + "/driver")) {
+      if (is_identifier(*drv, 64))
+        dev.driver = *drv;
+      else
+        r.implausible(d + "/driver", *drv, "not a driver name", "driver link");
+    }
     topo.dax_devices.push_back(dev);
   }
   const std::string cxl_dir = "bus/cxl/devices";
   for (auto& e : sys.list(cxl_dir)) {
     const std::string d = cxl_dir + "/" + e;
-    if (e.compare(0, 3, "mem") == 0 && sysfs_u64(std::string(e.substr(3)))) {
+    if (e.compare(0, 3, "mem") == 0 && parse_u64(std::string_view(e).substr(3))) {
       CxlMemdev m;
       m.name = e;
-      m.ram_bytes = sysfs_u64(sys.read(d + "/ram/size"));
-      m.pmem_bytes = sysfs_u64(sys.read(d + "/pmem/size"));
-      if (auto s = sys.read(d + "/serial")) m.serial = std::string(trim(*s));
-      if (auto n = sysfs_i64(sys.read(d + "/numa_node"))) m.numa_node = int(*n);
+      m.ram_bytes = r.number(d + "/ram/size", 0, kMaxPhysicalBytes, kSizeRange);
+      m.pmem_bytes = r.number(d + "/pmem/size", 0, kMaxPhysicalBytes, kSizeRange);
+      if (auto s = r.text(d + "/serial")) {
+        if (sysfs_u64(*s))
+          m.serial = std::string(trim(*s));
+        else
+          r.implausible(d + "/serial", *s, "not a number", "serial");
+      }
+      if (auto n = r.signed_number(d + "/numa_node", -1, kMaxNodeId, node_range)) m.numa_node = int(*n);
       topo.memdevs.push_back(m);
-    } else if (e.compare(0, 6, "region") == 0 && sysfs_u64(std::string(e.substr(6)))) {
-      CxlRegion r;
-      r.name = e;
-      if (auto m = sys.read(d + "/mode")) r.mode = std::string(trim(*m));
-      r.size = sysfs_u64(sys.read(d + "/size"));
-      r.interleave_ways = sysfs_u64(sys.read(d + "/interleave_ways"));
-      for (uint64_t i = 0; r.interleave_ways && i < *r.interleave_ways && i < 64; ++i)
-        if (auto t = sys.read(d + "/target" + std::to_string(i))) r.targets.push_back(std::string(trim(*t)));
+    } else if (e.compare(0, 6, "region") == 0 && parse_u64(std::string_view(e).substr(6))) {
+      CxlRegion reg;
+      reg.name = e;
+      if (auto m = r.text(d + "/mode")) {
+        if (is_identifier(trim(*m), 16))
+          reg.mode = std::string(trim(*m));
+        else
+          r.implausible(d + "/mode", *m, "not a region mode", "mode");
+      }
+      reg.size = r.number(d + "/size", 0, kMaxPhysicalBytes, kSizeRange);
+      const std::string ways = d + "/interleave_ways";
+      reg.interleave_ways = r.number(ways, 1, 16, kWaysRange);
+      if (reg.interleave_ways && std::find(std::begin(kInterleaveWays), std::end(kInterleaveWays),
+                                           *reg.interleave_ways) == std::end(kInterleaveWays)) {
+        r.implausible(ways, std::to_string(*reg.interleave_ways), std::string("expected ") + kWaysRange);
+        reg.interleave_ways.reset();
+      }
+      for (uint64_t i = 0; reg.interleave_ways && i < *reg.interleave_ways; ++i) {
+        const std::string target = d + "/target" + std::to_string(i);
+        auto t = r.text(target);
+        if (!t || trim(*t).empty()) continue;  // a position not yet assigned
+        if (is_identifier(trim(*t), 32))
+          reg.targets.push_back(std::string(trim(*t)));
+        else
+          r.implausible(target, *t, "not a decoder name", "target");
+      }
       for (auto& sub : sys.list(d)) {
         if (sub.compare(0, 10, "dax_region") != 0) continue;
         for (auto& dx : sys.list(d + "/" + sub))
-          if (dx.compare(0, 3, "dax") == 0 && dx.find('.') != std::string::npos) r.dax_device = dx;
+          if (is_dax_name(dx)) reg.dax_device = dx;
       }
-      topo.regions.push_back(r);
+      topo.regions.push_back(reg);
     }
   }
   // A CXL region whose DAX device was onlined as system RAM (kmem) provides a node's memory.
-  for (auto& r : topo.regions) {
+  for (auto& reg : topo.regions) {
     for (auto& dax : topo.dax_devices) {
-      if (dax.name != r.dax_device || dax.driver != "kmem" || dax.target_node < 0) continue;
+      if (dax.name != reg.dax_device || dax.driver != "kmem" || dax.target_node < 0) continue;
       for (auto& t : topo.targets)
         if (t.kind == CXLPOOL_TARGET_NUMA_NODE && t.numa_node == dax.target_node) {
           t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);
-          t.cxl_region = r.name;
+          t.cxl_region = reg.name;
         }
     }
   }
@@ -237,10 +500,10 @@ void discover_cxl_and_dax(const os::FsRoot& sys, Topology& topo) {
     t.numa_node = dax.target_node;
     t.cpuless.set(true, CXLPOOL_SOURCE_SYSFS);
     if (dax.size) t.capacity.set(*dax.size, CXLPOOL_SOURCE_SYSFS);
-    for (auto& r : topo.regions)
-      if (r.dax_device == dax.name) {
+    for (auto& reg : topo.regions)
+      if (reg.dax_device == dax.name) {
         t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);
-        t.cxl_region = r.name;
+        t.cxl_region = reg.name;
       }
     t.backing.device_name = t.name;
     t.backing.kind = CXLPOOL_BACKING_DEVDAX;
@@ -262,14 +525,22 @@ void apply_hwloc(Topology& topo) {
   for (auto& f : r.nodes) {
     for (auto& t : topo.targets) {
       if (t.kind != CXLPOOL_TARGET_NUMA_NODE || t.numa_node != f.os_index) continue;
-      auto fill = [](Attr<uint64_t>& a, const std::optional<uint64_t>& v) {
-        if (v && *v > 0) a.set_if_unknown(*v, CXLPOOL_SOURCE_HWLOC);
+      // hwloc reads the same firmware tables, so its figures get the same limits; 0 means
+      // hwloc has no figure.
+      auto fill = [&](Attr<uint64_t>& a, const std::optional<uint64_t>& v, uint64_t max, const char* what) {
+        if (!v || *v == 0 || a.known()) return;
+        if (*v > max)
+          topo.warnings.push_back("hwloc: implausible " + std::string(what) + " '" + std::to_string(*v) + "' for " +
+                                  t.name + "; treated as unknown");
+        else
+          a.set(*v, CXLPOOL_SOURCE_HWLOC);
       };
-      fill(t.read_latency_ns, f.read_latency_ns ? f.read_latency_ns : f.latency_ns);
-      fill(t.write_latency_ns, f.write_latency_ns);
-      fill(t.read_bandwidth_mbps, f.read_bandwidth_mbps ? f.read_bandwidth_mbps : f.bandwidth_mbps);
-      fill(t.write_bandwidth_mbps, f.write_bandwidth_mbps);
-      fill(t.capacity, f.capacity_bytes);
+      fill(t.read_latency_ns, f.read_latency_ns ? f.read_latency_ns : f.latency_ns, kMaxLatencyNs, "read latency");
+      fill(t.write_latency_ns, f.write_latency_ns, kMaxLatencyNs, "write latency");
+      fill(t.read_bandwidth_mbps, f.read_bandwidth_mbps ? f.read_bandwidth_mbps : f.bandwidth_mbps, kMaxBandwidthMbps,
+           "read bandwidth");
+      fill(t.write_bandwidth_mbps, f.write_bandwidth_mbps, kMaxBandwidthMbps, "write bandwidth");
+      fill(t.capacity, f.capacity_bytes, kMaxPhysicalBytes, "capacity");
       t.hwloc_subtype = f.subtype;
     }
   }
@@ -506,7 +777,8 @@ Topology discover(const DiscoverOptions& o) {
   if (!os::is_directory(o.sysfs_root))
     fail(CXLPOOL_E_NOT_FOUND, "sysfs root '" + o.sysfs_root + "' is not a directory");
 
-  discover_nodes(sys, topo);
+  TreeReader sys_reader(sys, topo.warnings), proc_reader(proc, topo.warnings);
+  discover_nodes(sys_reader, topo);
   if (topo.targets.empty()) {
     // Kernels without CONFIG_NUMA expose no node directory: the machine is one node.
     Target t;
@@ -520,8 +792,8 @@ Topology discover(const DiscoverOptions& o) {
     topo.targets.push_back(t);
     topo.warnings.push_back("no NUMA nodes under " + sys.path(kNodeDir) + ": assuming one node");
   }
-  discover_kernel_state(sys, proc, topo);
-  discover_cxl_and_dax(sys, topo);
+  discover_kernel_state(sys_reader, proc_reader, topo);
+  discover_cxl_and_dax(sys_reader, topo);
   if (o.no_hwloc)
     topo.hwloc_note = "disabled by configuration";
   else if (custom_root)
