@@ -156,6 +156,8 @@ std::optional<std::vector<int>> parse_id_list(std::string_view s) {
     auto lo = parse_u64(piece.substr(0, dash));
     auto hi = dash == std::string_view::npos ? lo : parse_u64(piece.substr(dash + 1));
     if (!lo || !hi || *lo > *hi || *hi > 1u << 20) return std::nullopt;
+    // Bounded in total, not only per range: "0-1000000," repeated must not run for hours.
+    if (out.size() + (*hi - *lo + 1) > (1u << 20)) return std::nullopt;
     for (uint64_t v = *lo; v <= *hi; ++v) out.push_back(int(v));
   }
   std::sort(out.begin(), out.end());

@@ -45,6 +45,9 @@ TEST_CASE("percent and id lists", "[unit]") {
   CHECK(parse_id_list("0-2,5") == std::vector<int>{0, 1, 2, 5});
   CHECK(parse_id_list("") == std::vector<int>{});
   CHECK_FALSE(parse_id_list("3-1").has_value());
+  std::string many;
+  for (int i = 0; i < 4; ++i) many += "0-1000000,";
+  CHECK_FALSE(parse_id_list(many + "0").has_value());  // bounded in total, at once
   CHECK_FALSE(parse_id_list("a").has_value());
 }
 
