@@ -154,10 +154,14 @@ void* pool_aligned(Pool* pool, size_t alignment, size_t size, uint32_t hint, int
 bool free_any(void* p) noexcept {
   SegmentHeader* hdr = pagemap_lookup(p);
   if (!hdr) return false;
-  if (__builtin_expect(hdr->kind == ArenaKind::kHeapSmall, 1))
+  if (__builtin_expect(hdr->kind == ArenaKind::kHeapSmall, 1)) {
     free_small(static_cast<Segment*>(hdr), p);
-  else
-    g_arena_ops[size_t(hdr->kind)]->free(hdr, p);
+    return true;
+  }
+  // Address space we gave back counts as ours: a free there is a late second free, ignored.
+  // (Something mapped there since, a thread stack say, must not reach glibc's free either;
+  // the one loss is a block glibc itself placed there, which then leaks.)
+  g_arena_ops[size_t(hdr->kind)]->free(hdr, p);
   return true;
 }
 

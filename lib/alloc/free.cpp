@@ -52,10 +52,17 @@ bool small_info(SegmentHeader* hdr, const void* p, PtrInfo* out) noexcept {
   return true;
 }
 
+// Frees of blocks whose memory was already given back: late second frees, ignored.
+std::atomic<uint64_t> g_released_frees{0};
+void released_free(SegmentHeader*, void*) noexcept { g_released_frees.fetch_add(1, std::memory_order_relaxed); }
+size_t released_usable_size(SegmentHeader*, const void*) noexcept { return 0; }
+bool released_info(SegmentHeader*, const void*, PtrInfo*) noexcept { return false; }
+const ArenaOps kReleasedOps = {released_free, released_usable_size, released_info};
+
 }  // namespace
 
 const ArenaOps kSmallOps = {small_free, small_usable_size, small_info};
-const ArenaOps* const g_arena_ops[size_t(ArenaKind::kCount)] = {&kSmallOps, &kHugeOps};
+const ArenaOps* const g_arena_ops[size_t(ArenaKind::kCount)] = {&kSmallOps, &kHugeOps, &kReleasedOps};
 
 void local_free_followup(Heap* me, Page* pg) noexcept {
   if (pg->state.load(std::memory_order_relaxed) == kFull) {
@@ -107,7 +114,10 @@ void count_double_free(Segment* seg, Heap* me) noexcept {
     seg->pool->dev[seg->device].orphan_double_frees.fetch_add(1, std::memory_order_relaxed);
 }
 
-bool owns(const void* p) noexcept { return pagemap_lookup(p) != nullptr; }
+bool owns(const void* p) noexcept {
+  SegmentHeader* hdr = pagemap_lookup(p);
+  return hdr && hdr->kind != ArenaKind::kReleased;
+}
 
 size_t usable_size(const void* p) noexcept {
   SegmentHeader* hdr = pagemap_lookup(p);

@@ -9,7 +9,7 @@
 namespace cxlpool::detail::alloc {
 
 void huge_release_span(Pool* pool, PoolDevice& d, HugeSpan* span) noexcept {
-  pagemap_set(span->base, span->segments, nullptr);
+  pagemap_release(span->base, span->segments);
   d.resident.fetch_sub(span->committed, std::memory_order_relaxed);
   d.device->release(reinterpret_cast<void*>(span->base), int(pool->index), nullptr);
   meta_delete(span);

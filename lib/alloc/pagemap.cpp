@@ -8,6 +8,7 @@
 namespace cxlpool::detail::alloc {
 
 std::atomic<PagemapLeaf*> g_pagemap_root[size_t(1) << kRootBits];
+SegmentHeader g_released_header{ArenaKind::kReleased, 0, 0, 0, nullptr};
 
 namespace {
 PagemapLeaf* leaf_for(uintptr_t a) noexcept {
@@ -35,5 +36,7 @@ bool pagemap_set(uintptr_t base, size_t segments, SegmentHeader* h) noexcept {
   }
   return true;
 }
+
+void pagemap_release(uintptr_t base, size_t segments) noexcept { pagemap_set(base, segments, &g_released_header); }
 
 }  // namespace cxlpool::detail::alloc

@@ -16,7 +16,9 @@
 
 namespace cxlpool::detail::alloc {
 
-enum class ArenaKind : uint8_t { kHeapSmall, kHeapHuge, kCount };
+// kReleased marks address space an arena gave back: a late (double) free of a pointer
+// there is recognised instead of being passed to glibc as foreign.
+enum class ArenaKind : uint8_t { kHeapSmall, kHeapHuge, kReleased, kCount };
 
 struct SegmentHeader {
   ArenaKind kind = ArenaKind::kHeapSmall;
@@ -53,8 +55,11 @@ inline SegmentHeader* pagemap_lookup(const void* p) noexcept {
   return (*leaf)[(a >> kMapShift) & ((size_t(1) << kLeafBits) - 1)].load(std::memory_order_acquire);
 }
 
-// Points [base, base + segments * 4 MiB) at h (nullptr clears). Creating a leaf can fail
-// (no memory for 32 KiB of metadata): false, and nothing changed.
+// Points [base, base + segments * 4 MiB) at h. Creating a leaf can fail (no memory for
+// 32 KiB of metadata): false, and nothing changed.
 bool pagemap_set(uintptr_t base, size_t segments, SegmentHeader* h) noexcept;
+// Marks a range an arena gave back (kReleased).
+void pagemap_release(uintptr_t base, size_t segments) noexcept;
+extern SegmentHeader g_released_header;
 
 }  // namespace cxlpool::detail::alloc

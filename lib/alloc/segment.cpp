@@ -190,7 +190,7 @@ void partial_remove(PoolDevice& d, Segment* s) noexcept {
 void free_segment(Pool* pool, PoolDevice& d, Segment* s) noexcept {
   decommit_slices(pool, d, s, s->committed_slices);
   partial_remove(d, s);
-  pagemap_set(s->base, 1, nullptr);
+  pagemap_release(s->base, 1);
   give_back_segment(pool, d, s->region, s->base);
   segment_delete(s);
 }
@@ -200,8 +200,8 @@ void release_regions(Pool* pool, PoolDevice& d) noexcept {
     if (!r.segments) continue;
     for (size_t s = 0; s < r.segments; ++s) {
       SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(r.base + s * kSegmentSize));
-      if (!hdr) continue;
-      pagemap_set(r.base + s * kSegmentSize, 1, nullptr);
+      if (!hdr || hdr->kind != ArenaKind::kHeapSmall) continue;
+      pagemap_release(r.base + s * kSegmentSize, 1);
       segment_delete(static_cast<Segment*>(hdr));
     }
     d.device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);

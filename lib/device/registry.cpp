@@ -84,7 +84,12 @@ void fork_parent() noexcept {
     // the storage this process writes. If fork() failed, nobody else holds the write end and
     // the read returns at once.
     os::prim::close_fd(g_fork_pipe[1]);
-    os::prim::read_byte(g_fork_pipe[0]);
+    // A child that cannot finish (stopped by a debugger, say) must not hang its parent for
+    // ever; after a minute the parent goes on and says so.
+    if (!os::prim::read_byte(g_fork_pipe[0], 60'000))
+      os::prim::write_stderr(
+          "cxlpool: fork: the child has not finished copying private memory after 60 s; the parent continues "
+          "(its writes may reach the child's view of that memory)\n");
     os::prim::close_fd(g_fork_pipe[0]);
     g_fork_pipe[0] = g_fork_pipe[1] = -1;
   }

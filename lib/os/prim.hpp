@@ -48,7 +48,8 @@ int pwrite_all(int fd, const void* buf, size_t len, uint64_t off) noexcept;
 
 // A close-on-exec pipe; one byte through it is how fork's child tells its parent it is done.
 int pipe_cloexec(int fds[2]) noexcept;
-void read_byte(int fd) noexcept;  // waits for one byte or end of file (EINTR retried)
+// Waits up to timeout_ms for one byte or end of file; false on timeout.
+bool read_byte(int fd, int timeout_ms) noexcept;
 void write_byte(int fd) noexcept;
 
 // ---- Processes ----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 // Linux implementation of the core primitives (prim.hpp): raw system calls, no allocation,
 // errno values returned instead of thrown.
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -126,9 +127,18 @@ int pwrite_all(int fd, const void* buf, size_t len, uint64_t off) noexcept {
 
 int pipe_cloexec(int fds[2]) noexcept { return pipe2(fds, O_CLOEXEC) == 0 ? 0 : errno; }
 
-void read_byte(int fd) noexcept {
-  char c;
-  while (read(fd, &c, 1) < 0 && errno == EINTR) {
+bool read_byte(int fd, int timeout_ms) noexcept {
+  struct pollfd p {
+    fd, POLLIN, 0
+  };
+  for (;;) {
+    int r = poll(&p, 1, timeout_ms);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    char c;
+    while (read(fd, &c, 1) < 0 && errno == EINTR) {
+    }
+    return true;
   }
 }
 

@@ -100,17 +100,22 @@ void print_stats() {
   if (fd != 2) close(fd);
 }
 
+// The handlers run as "inside cxlpool": what they allocate (a fork child opening storage for
+// its copy) must come from the internal heap, never from the pools whose locks they hold.
 void atfork_prepare() {
+  Busy busy;
   pthread_mutex_lock(&g_init_mu);
   A::fork_prepare();
   internal_lock();
 }
 void atfork_parent() {
+  Busy busy;
   internal_unlock();
   A::fork_parent();
   pthread_mutex_unlock(&g_init_mu);
 }
 void atfork_child() {
+  Busy busy;
   internal_unlock();
   A::fork_child();
   pthread_mutex_unlock(&g_init_mu);
