@@ -19,7 +19,8 @@ struct TlsEntry {
 struct ThreadState {
   TlsEntry heaps[kMaxPools];
 };
-extern thread_local ThreadState* tls_state __attribute__((tls_model("initial-exec")));
+// constinit: no dynamic initialisation, so no TLS wrapper call on the hot path.
+extern constinit thread_local ThreadState* tls_state __attribute__((tls_model("initial-exec")));
 
 inline Heap* tls_heap(const Pool* pool) noexcept {
   ThreadState* ts = tls_state;
@@ -120,7 +121,9 @@ inline void free_small(Segment* seg, void* p) noexcept {
   uint64_t old = *b.word;
   // Free already, here or by another thread (its bit waits in the remote bitmap): a double
   // free, counted and ignored, so the block is never handed out twice.
-  if (__builtin_expect((old & b.bit) || (seg->remote_bits[b.slot][b.w].load(std::memory_order_relaxed) & b.bit), 0)) {
+  if (__builtin_expect((old & b.bit) || ((seg->remote_pending.load(std::memory_order_relaxed) >> b.slot & 1) &&
+                                         (seg->remote_bits[b.slot][b.w].load(std::memory_order_relaxed) & b.bit)),
+                       0)) {
     count_double_free(seg, me);
     return;
   }

@@ -77,6 +77,7 @@ void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_
   // Read the page's fields before publishing the free: once the bit is visible the owner may
   // collect it, find the page empty and recycle it for another class.
   const uint8_t device = pg->device, cls = pg->cls;
+  const uint64_t slot_bit = uint64_t(1) << (pg - seg->pages);
   // Free already on the owner's side (freed there first): a double free. The owner may be
   // writing that word concurrently; a relaxed read is enough, as only a block that is free
   // now can have its bit set.
@@ -89,7 +90,8 @@ void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_
     count_double_free(seg, me);
     return;
   }
-  pg->remote_count.fetch_add(1, std::memory_order_release);
+  pg->remote_count.fetch_add(1, std::memory_order_seq_cst);
+  seg->remote_pending.fetch_or(slot_bit, std::memory_order_seq_cst);
   if (me)
     me->counters[device].frees[cls].add(1);
   else

@@ -12,7 +12,7 @@
 
 namespace cxlpool::detail::alloc {
 
-thread_local ThreadState* tls_state __attribute__((tls_model("initial-exec"))) = nullptr;
+constinit thread_local ThreadState* tls_state __attribute__((tls_model("initial-exec"))) = nullptr;
 
 namespace {
 

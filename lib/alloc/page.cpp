@@ -73,6 +73,7 @@ Page* new_page(Pool* pool, int di, unsigned cls) noexcept {
     pg->remote_bits[w].store(0, std::memory_order_relaxed);
   }
   pg->remote_count.store(0, std::memory_order_relaxed);
+  seg->remote_pending.fetch_and(~(uint64_t(1) << first), std::memory_order_relaxed);
   return pg;
 }
 
@@ -114,7 +115,15 @@ void collect_remote(PoolDevice& d, Page* pg) noexcept {
     doubles += __builtin_popcountll(twice);
   }
   pg->used -= uint32_t(freed);
-  pg->remote_count.fetch_sub(freed + doubles, std::memory_order_acq_rel);
+  if (pg->remote_count.fetch_sub(freed + doubles, std::memory_order_seq_cst) == freed + doubles) {
+    // Nothing pending any more: clear the page's hint, then look again, as a remote free may
+    // have counted itself between the two (it sets the hint after counting).
+    Segment* seg = pg->segment;
+    const uint64_t bit = uint64_t(1) << pg->first_slice;
+    seg->remote_pending.fetch_and(~bit, std::memory_order_seq_cst);
+    if (pg->remote_count.load(std::memory_order_seq_cst) > 0)
+      seg->remote_pending.fetch_or(bit, std::memory_order_seq_cst);
+  }
   if (doubles) d.late_double_frees[pg->cls].fetch_add(uint64_t(doubles), std::memory_order_relaxed);
 }
 

@@ -70,6 +70,11 @@ static_assert(offsetof(Page, inline_bits) == 64, "hot page fields fit one cache 
 
 struct Segment : SegmentHeader {
   uintptr_t base = 0;
+  // Bit per page slot: the page may hold remote frees not folded in yet. In the cache line
+  // free() loads anyway, so the owner's double-free check reads the remote bitmap only when
+  // one of these is set. Set by remote frees; cleared (then re-checked) when a page's remote
+  // count drops to zero.
+  std::atomic<uint64_t> remote_pending{0};
   uint64_t free_slices = ~uint64_t(0);  // pool device mutex
   uint64_t committed_slices = 0;        // pool device mutex
   uint64_t purge_mark = 0;              // free and committed at the last purge pass
