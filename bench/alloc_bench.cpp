@@ -5,6 +5,7 @@
 //   memkind       memkind_malloc(MEMKIND_DEFAULT) through dlopen of libmemkind.so.0
 //   cxlpool-near  cxlpool_malloc on a pool bound to the near tier (node0)
 //   cxlpool-far   cxlpool_malloc on a pool bound to an emulated far device (memfd)
+//   cxlpool       cxlpool_malloc on a pool over node0 and the far device with --policy=POLICY
 // Workloads: hot 64 B malloc+free; 1M objects of 16-512 B freed in shuffled order; a
 // 2-thread producer/consumer with cross-thread frees; realloc growth; large blocks 64 KiB-4 MiB.
 // Refuses to run from a non-Release build.
@@ -49,7 +50,7 @@ void* mk_alloc(size_t n) { return mk_malloc(*g_memkind_default, n); }
 void mk_release(void* p) { mk_free(*g_memkind_default, p); }
 void* mk_resize(void* p, size_t n) { return mk_realloc(*g_memkind_default, p, n); }
 
-bool setup(const std::string& which) {
+bool setup(const std::string& which, const std::string& policy) {
   if (which == "system") {
     g = {&std::malloc, &std::free, &std::realloc};
     return true;
@@ -68,7 +69,7 @@ bool setup(const std::string& which) {
     g = {&mk_alloc, &mk_release, &mk_resize};
     return true;
   }
-  if (which == "cxlpool-near" || which == "cxlpool-far") {
+  if (which == "cxlpool-near" || which == "cxlpool-far" || which == "cxlpool") {
     cxlpool_config_t* c = nullptr;
     cxlpool_topology_t* topo = nullptr;
     cxlpool_pool_params_t* p = nullptr;
@@ -77,7 +78,10 @@ bool setup(const std::string& which) {
     cxlpool_config_set_flags(c, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC);
     bool ok = cxlpool_topology_discover(c, &topo) == CXLPOOL_OK;
     cxlpool_pool_params_create(&p);
-    cxlpool_pool_params_set_devices(p, which == "cxlpool-near" ? "node0" : "cxlfar");
+    cxlpool_pool_params_set_devices(p, which == "cxlpool-near"  ? "node0"
+                                       : which == "cxlpool-far" ? "cxlfar"
+                                                                : "node0,cxlfar");
+    if (which == "cxlpool") cxlpool_pool_params_set_policy(p, policy.c_str());
     ok = ok && cxlpool_pool_create(topo, p, &g_pool) == CXLPOOL_OK;
     if (!ok) std::fprintf(stderr, "alloc_bench: %s\n", cxlpool_last_error_message());
     cxlpool_pool_params_destroy(p);
@@ -86,7 +90,7 @@ bool setup(const std::string& which) {
     g = {&cx_alloc, &cx_free, &cx_realloc};
     return ok;
   }
-  std::fprintf(stderr, "alloc_bench: unknown allocator '%s' (system, memkind, cxlpool-near, cxlpool-far)\n",
+  std::fprintf(stderr, "alloc_bench: unknown allocator '%s' (system, memkind, cxlpool-near, cxlpool-far, cxlpool)\n",
                which.c_str());
   return false;
 }
@@ -217,19 +221,22 @@ int main(int argc, char** argv) {
                  *CXLPOOL_BENCH_BUILD_TYPE ? CXLPOOL_BENCH_BUILD_TYPE : "unspecified");
     return 2;
   }
-  std::string which = "system";
+  std::string which = "system", policy = "bind:near";
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     if (std::strncmp(argv[i], "--allocator=", 12) == 0)
       which = argv[i] + 12;
+    else if (std::strncmp(argv[i], "--policy=", 9) == 0)
+      policy = argv[i] + 9;
     else
       rest.push_back(argv[i]);
   }
-  if (!setup(which)) return 1;
+  if (!setup(which, policy)) return 1;
   int n = int(rest.size());
   benchmark::Initialize(&n, rest.data());
   if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 1;
   benchmark::AddCustomContext("allocator", which);
+  if (which == "cxlpool") benchmark::AddCustomContext("policy", policy);
   if (const char* pre = std::getenv("LD_PRELOAD")) benchmark::AddCustomContext("ld_preload", pre);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -469,8 +469,17 @@ int Device::copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh)
     old.committed.for_each([&](uint64_t lo, uint64_t hi) { gaps.erase(lo, hi); });
     IntervalSet committed = mine;
     gaps.for_each([&](uint64_t lo, uint64_t hi) { committed.erase(lo, hi); });
+    // In the kernel where both are files (no page faults on either side); through our
+    // mapping where the source cannot be read as a file (device-DAX).
+    bool in_kernel = old.fd() >= 0 && spec_.kind != CXLPOOL_BACKING_DEVDAX;
     committed.for_each([&](uint64_t lo, uint64_t hi) {
-      if (!e) e = os::prim::pwrite_all(fresh->fd(), reinterpret_cast<void*>(r.addr + (lo - r.offset)), hi - lo, lo);
+      if (e) return;
+      if (in_kernel) {
+        e = os::prim::copy_range(old.fd(), fresh->fd(), lo, hi - lo);
+        if (!e) return;
+        in_kernel = false;  // not between these two: copy through the mapping from here on
+      }
+      e = os::prim::pwrite_all(fresh->fd(), reinterpret_cast<void*>(r.addr + (lo - r.offset)), hi - lo, lo);
     });
     if (e) return e;
     if ((e = fresh->map(reinterpret_cast<void*>(r.addr), r.size, r.offset, true))) return e;

@@ -45,6 +45,9 @@ int move_fd_high(int fd) noexcept;
 void close_fd(int fd) noexcept;
 // Writes len bytes from buf at file offset off (loops over short writes).
 int pwrite_all(int fd, const void* buf, size_t len, uint64_t off) noexcept;
+// Copies [off, off+len) of in_fd to the same offsets of out_fd inside the kernel
+// (copy_file_range); EXDEV/EINVAL/EOPNOTSUPP where the two files cannot (device-DAX).
+int copy_range(int in_fd, int out_fd, uint64_t off, size_t len) noexcept;
 
 // A close-on-exec pipe; one byte through it is how fork's child tells its parent it is done.
 int pipe_cloexec(int fds[2]) noexcept;

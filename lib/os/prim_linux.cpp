@@ -148,6 +148,20 @@ void write_byte(int fd) noexcept {
   }
 }
 
+int copy_range(int in_fd, int out_fd, uint64_t off, size_t len) noexcept {
+  loff_t in = loff_t(off), out = loff_t(off);
+  while (len) {
+    ssize_t n = copy_file_range(in_fd, &in, out_fd, &out, len, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EIO;
+    len -= size_t(n);
+  }
+  return 0;
+}
+
 int process_id() noexcept { return int(syscall(SYS_getpid)); }
 
 size_t address_space_headroom() noexcept {

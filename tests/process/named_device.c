@@ -174,6 +174,10 @@ static int hold(size_t mib) {
   size_t wrong = 0;
   for (size_t i = 0; i < n; ++i) wrong += !intact(&b[i], i);
   printf("hold: %zu blocks, %zu changed by someone else: %s\n", n, wrong, wrong ? "WRONG" : "ok");
+  for (size_t i = 0; i < n; ++i) cxlpool_free(b[i].p);
+  free(b);
+  cxlpool_pool_destroy(pool);
+  cxlpool_topology_destroy(topo);
   return wrong || n != mib + 1024 ? 1 : 0;
 }
 
@@ -185,12 +189,19 @@ static int try_pool(size_t mib) {
   if (st != CXLPOOL_OK) return 0;
   st = make_pool(topo, &pool);
   printf("pool=%d %s\n", (int)st, st == CXLPOOL_OK ? "" : cxlpool_last_error_message());
-  if (st != CXLPOOL_OK) return 0;
+  if (st != CXLPOOL_OK) {
+    cxlpool_topology_destroy(topo);
+    return 0;
+  }
   size_t n = 0;
   block_t* b = write_blocks(pool, mib, &n);
   size_t wrong = 0;
   for (size_t i = 0; i < n; ++i) wrong += !intact(&b[i], i);
   printf("wrote %zu blocks, %zu wrong\n", n, wrong);
+  for (size_t i = 0; i < n; ++i) cxlpool_free(b[i].p);
+  free(b);
+  cxlpool_pool_destroy(pool);
+  cxlpool_topology_destroy(topo);
   return 0;
 }
 
