@@ -3,6 +3,8 @@
 // own — whole segments of address space, of which only the bytes needed (64 KiB granules)
 // are device memory. A few freed spans stay cached (committed) for reuse until a purge pass
 // finds them idle.
+#include <algorithm>
+
 #include "alloc/fast.hpp"
 #include "common/intrusive_list.hpp"
 
@@ -21,7 +23,8 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
   if (size > (size_t(1) << 46) || extra > (size_t(1) << 46)) return nullptr;
   size_t bytes = size + extra;
   size_t n = (bytes + kSegmentSize - 1) / kSegmentSize;
-  size_t device_bytes = (bytes + kSliceSize - 1) & ~(kSliceSize - 1);
+  const size_t granule = std::max(kSliceSize, d.page_size);
+  size_t device_bytes = (bytes + granule - 1) & ~(granule - 1);
   std::lock_guard<std::mutex> lock(d.mu);
   HugeSpan* span = nullptr;
   for (HugeSpan* c = d.huge_cache; c; c = c->next)

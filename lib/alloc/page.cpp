@@ -44,7 +44,7 @@ Page* new_page(Pool* pool, int di, unsigned cls) noexcept {
   if (!commit_slices(pool, d, seg, unsigned(first), std::min(need, k))) return nullptr;
   d.free_committed -= std::min<uint64_t>(d.free_committed, reused << kSliceShift);
   uint64_t mask = run_mask(unsigned(first), k);
-  seg->purge_mark &= ~mask;
+  seg->purge_mark &= d.coarse ? 0 : ~mask;
   seg->free_slices &= ~mask;
   if (!seg->free_slices) partial_remove(d, seg);
   for (unsigned i = 0; i < k; ++i) seg->slice[first + i] = {uint8_t(first), uint8_t(cls)};
@@ -87,7 +87,7 @@ void release_page(Pool* pool, Page* pg) noexcept {
     seg->free_slices |= mask;
     partial_add(d, seg);
     d.active.fetch_sub(uint64_t(pg->slices) << kSliceShift, std::memory_order_relaxed);
-    d.free_committed += uint64_t(__builtin_popcountll(seg->committed_slices & mask)) << kSliceShift;
+    if (!d.coarse) d.free_committed += uint64_t(__builtin_popcountll(seg->committed_slices & mask)) << kSliceShift;
     pg->state.store(kUnused, std::memory_order_relaxed);
     pg->end = 0;
     pg->owner.store(nullptr, std::memory_order_relaxed);
@@ -95,7 +95,7 @@ void release_page(Pool* pool, Page* pg) noexcept {
     if (delay_ns == 0 || d.free_committed > kMaxFreeCommitted)
       decommit_slices(pool, d, seg, seg->committed_slices & mask);
     if (delay_ns && os::coarse_now_ns() - d.last_purge_ns >= delay_ns) purge_pass(pool, d);
-    if (!d.free_committed) return;
+    if (!d.free_committed && !(d.coarse && seg->free_slices == ~uint64_t(0))) return;
   }
   purge_soon(pool, d);
 }

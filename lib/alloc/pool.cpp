@@ -78,9 +78,11 @@ Pool* pool_create(const Topology& topo, const PoolOptions& options) {
     PoolDevice& d = pool->dev[i];
     d.device = registry::acquire(topo.targets[d.target].backing);
     d.capacity = d.device->caps().capacity_bytes;
-    if (d.device->caps().page_size > kSliceSize)
-      fail(CXLPOOL_E_NOT_SUPPORTED, "pool: device '" + d.name + "' has " + std::to_string(d.device->caps().page_size) +
-                                        "-byte pages; the allocator needs pages of at most 64 KiB");
+    d.page_size = d.device->caps().page_size;
+    d.coarse = d.page_size > kSliceSize;
+    if (d.page_size > kSegmentSize || (d.page_size & (d.page_size - 1)))
+      fail(CXLPOOL_E_NOT_SUPPORTED, "pool: device '" + d.name + "' has " + std::to_string(d.page_size) +
+                                        "-byte pages; the allocator needs a power of two of at most 4 MiB");
   }
   for (const Rule& r : pool->policy.rules)
     if (r.kind == RuleKind::kInterleave) pool->interleave_sequence = interleave_sequence(r);

@@ -46,7 +46,14 @@ void device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noex
 }
 
 // Commits slices [first, first+count) of a segment that are not committed yet (mutex held).
+// A coarse device commits the whole segment the first time.
 bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsigned count) noexcept {
+  if (d.coarse) {
+    if (seg->committed_slices == ~uint64_t(0)) return true;
+    if (!device_commit(pool, d, seg->base, kSegmentSize)) return false;
+    seg->committed_slices = ~uint64_t(0);
+    return true;
+  }
   unsigned i = first, end = first + count;
   while (i < end) {
     if (seg->committed_slices >> i & 1) {
@@ -62,8 +69,17 @@ bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsi
   return true;
 }
 
-// Decommits the free committed slices of a segment selected by mask (mutex held).
+// Decommits the free committed slices of a segment selected by mask (mutex held). A coarse
+// device decommits only a whole segment (mask all ones, from free_segment).
 void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noexcept {
+  if (d.coarse) {
+    if (mask == ~uint64_t(0) && seg->committed_slices == ~uint64_t(0)) {
+      device_decommit(pool, d, seg->base, kSegmentSize);
+      seg->committed_slices = 0;
+    }
+    seg->purge_mark = 0;
+    return;
+  }
   for (unsigned i = 0; i < kSlicesPerSegment;) {
     if (!(mask >> i & 1)) {
       ++i;
@@ -188,7 +204,7 @@ void partial_remove(PoolDevice& d, Segment* s) noexcept {
 }
 
 void free_segment(Pool* pool, PoolDevice& d, Segment* s) noexcept {
-  decommit_slices(pool, d, s, s->committed_slices);
+  decommit_slices(pool, d, s, d.coarse ? ~uint64_t(0) : s->committed_slices);
   partial_remove(d, s);
   pagemap_release(s->base, 1);
   give_back_segment(pool, d, s->region, s->base);
@@ -217,6 +233,15 @@ bool purge_pass(Pool* pool, PoolDevice& d) noexcept {
   bool pending = false;
   for (Segment* s = d.partial; s;) {
     Segment* next = s->next_partial;
+    if (d.coarse) {
+      // Whole segments only: one that stayed empty for a pass goes back to its region.
+      if (s->free_slices == ~uint64_t(0) && s->purge_mark)
+        free_segment(pool, d, s);
+      else if (s->free_slices == ~uint64_t(0))
+        pending = (s->purge_mark = 1) != 0;
+      s = next;
+      continue;
+    }
     uint64_t idle = s->free_slices & s->committed_slices;
     decommit_slices(pool, d, s, idle & s->purge_mark);
     s->purge_mark = s->free_slices & s->committed_slices;

@@ -145,6 +145,10 @@ struct PoolDevice {
   int tier = 0;
   uint64_t capacity = 0;
   uint64_t read_bandwidth = 0;
+  // Pages larger than a slice (device-DAX at 2 MiB): whole segments are committed at once and
+  // stay committed until the segment is freed (device-DAX memory is not returned anyway).
+  bool coarse = false;
+  size_t page_size = 0;
   std::mutex mu;  // everything below that is not atomic
   std::vector<Region> regions;
   Segment* partial = nullptr;

@@ -29,7 +29,7 @@ copy() { # a binary and every shared library it loads, at the same absolute path
 info=$build/tools/cxlpool-info
 checks=$build/tests/vm/vm_checks
 backing=$build/tests/backing_test
-peer=$build/tests/shm_peer
+peer=$build/tests/device_peer
 for b in "$info" "$checks" "$backing" "$peer"; do
   [ -x "$b" ] || { echo "make-initramfs: missing $b (build first)" >&2; exit 1; }
   copy "$b"
