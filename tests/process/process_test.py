@@ -839,6 +839,20 @@ def mode_bad_free():
                 info(head(r.err, 4))
 
 
+# ---- G: malloc from signal handlers -----------------------------------------------------------------
+def mode_signal_malloc():
+    require_preload()
+    prog = exe("process_signal_malloc")
+    for policy in (None, "bind:far"):
+        where = f"policy {policy or 'default'}"
+        r = run(cxl([prog, "300000"], policy), timeout=120)
+        check(r.returncode == 0 and "corrupted 0" in r.out,
+              f"SIGALRM every 50 us, its handler mallocs and frees while main does [{where}]: "
+              f"{r.out.strip() or '-'} ({r.describe()})")
+        if r.returncode:
+            info(head(r.err, 4))
+
+
 MODES = {
     "fork-capi": mode_fork_capi,
     "fork-preload": mode_fork_preload,
@@ -851,6 +865,7 @@ MODES = {
     "fifo-config": mode_fifo_config,
     "idle-rss": mode_idle_rss,
     "bad-free": mode_bad_free,
+    "signal-malloc": mode_signal_malloc,
 }
 
 if args.mode not in MODES:
