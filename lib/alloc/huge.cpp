@@ -45,11 +45,7 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
       d.device->release(base, int(pool->index), nullptr);
       return nullptr;
     }
-    span->kind = ArenaKind::kHeapHuge;
-    span->pool = pool;
-    span->pool_index = pool->index;
-    span->pool_generation = pool->generation;
-    span->device = uint8_t(di);
+    init_header(span, pool, di, ArenaKind::kHeapHuge);
     span->base = reinterpret_cast<uintptr_t>(base);
     span->segments = n;
     span->block = device_bytes;

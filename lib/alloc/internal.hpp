@@ -26,6 +26,15 @@ void meta_delete(T* p) noexcept {
 void meta_lock_for_fork() noexcept;
 void meta_unlock_after_fork() noexcept;
 
+// What free() needs to find a block's arena, pool, heap and home device from the page map.
+inline void init_header(SegmentHeader* h, Pool* pool, int di, ArenaKind kind) noexcept {
+  h->kind = kind;
+  h->pool = pool;
+  h->pool_index = pool->index;
+  h->pool_generation = pool->generation;
+  h->device = uint8_t(di);
+}
+
 // ---- segment.cpp: regions, segments, commit/decommit of slices, purge passes ---------------
 bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
 void device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;

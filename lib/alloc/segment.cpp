@@ -165,11 +165,7 @@ Segment* new_segment(Pool* pool, int di) noexcept {
     give_back_segment(pool, d, ri, base);
     return nullptr;
   }
-  seg->kind = ArenaKind::kHeapSmall;
-  seg->pool = pool;
-  seg->pool_index = pool->index;
-  seg->pool_generation = pool->generation;
-  seg->device = uint8_t(di);
+  init_header(seg, pool, di, ArenaKind::kHeapSmall);
   seg->base = base;
   seg->region = ri;
   for (unsigned i = 0; i < kSlicesPerSegment; ++i) {

@@ -79,7 +79,7 @@ std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy
     throw;
   }
   s->fd_ = os::prim::move_fd_high(fd);
-  s->free_.emplace(0, spec.capacity);
+  s->free_.insert(0, spec.capacity);
   return s;
 }
 
@@ -107,62 +107,39 @@ int Storage::map(void* addr, size_t len, uint64_t offset, bool shared) noexcept 
 
 int Storage::take_range(size_t size, size_t alignment, uint64_t* offset, uint64_t* largest) noexcept {
   if (alignment < page_size_) alignment = page_size_;
-  for (auto it = free_.begin(); it != free_.end(); ++it) {
-    uint64_t start = (it->first + alignment - 1) & ~uint64_t(alignment - 1);
-    if (start >= it->second || it->second - start < size) continue;
-    uint64_t lo = it->first, hi = it->second;
-    try {
-      free_.erase(it);
-      if (lo < start) free_.emplace(lo, start);
-      if (start + size < hi) free_.emplace(start + size, hi);
-    } catch (...) {
-      return ENOMEM;
-    }
-    *offset = start;
-    return 0;
+  uint64_t found = 0, best = 0;
+  bool ok = free_.find_if([&](uint64_t lo, uint64_t hi) {
+    uint64_t start = (lo + alignment - 1) & ~uint64_t(alignment - 1);
+    best = std::max(best, hi - lo);
+    if (start >= hi || hi - start < size) return false;
+    found = start;
+    return true;
+  });
+  if (!ok) {
+    *largest = best;
+    return ENOSPC;
   }
-  uint64_t best = 0;
-  for (auto& [lo, hi] : free_) best = std::max(best, hi - lo);
-  *largest = best;
-  return ENOSPC;
+  try {
+    free_.erase(found, found + size);
+  } catch (...) {
+    return ENOMEM;  // splitting a range needs one map node
+  }
+  *offset = found;
+  return 0;
 }
 
-void Storage::take_exact(uint64_t offset, size_t size) noexcept {
-  uint64_t end = offset + size;
-  auto it = free_.upper_bound(offset);
-  if (it != free_.begin()) --it;
-  while (it != free_.end() && it->first < end) {
-    uint64_t lo = it->first, hi = it->second;
-    if (hi <= offset) {
-      ++it;
-      continue;
-    }
-    it = free_.erase(it);
-    try {
-      if (lo < offset) free_.emplace(lo, offset);
-      if (hi > end) free_.emplace(end, hi);
-    } catch (...) {
-    }
+bool Storage::take_exact(uint64_t offset, size_t size) noexcept {
+  try {
+    free_.erase(offset, offset + size);
+    return true;
+  } catch (...) {
+    return false;  // out of host memory for one map node
   }
 }
 
 void Storage::give_back_range(uint64_t offset, size_t size) noexcept {
-  uint64_t start = offset, end = offset + size;
-  auto next = free_.lower_bound(start);
-  if (next != free_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->second == start) {
-      start = prev->first;
-      free_.erase(prev);
-    }
-  }
-  next = free_.lower_bound(end);
-  if (next != free_.end() && next->first == end) {
-    end = next->second;
-    free_.erase(next);
-  }
   try {
-    free_.emplace(start, end);
+    free_.insert(offset, offset + size);
   } catch (...) {
     // Out of host memory for one map node: the range is lost to this process, nothing else.
   }

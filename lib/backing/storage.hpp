@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 
@@ -44,8 +43,9 @@ class Storage {
   // range in *largest.
   int take_range(size_t size, size_t alignment, uint64_t* offset, uint64_t* largest) noexcept;
   void give_back_range(uint64_t offset, size_t size) noexcept;
-  // Marks [offset, offset+size) as taken (a fork child's copy keeps its offsets).
-  void take_exact(uint64_t offset, size_t size) noexcept;
+  // Marks [offset, offset+size) as taken (a fork child's copy keeps its offsets); false
+  // without host memory for it.
+  bool take_exact(uint64_t offset, size_t size) noexcept;
 
   // The program closed or replaced the descriptor: new reservations need a fresh storage.
   bool lost() const { return lost_; }
@@ -67,8 +67,8 @@ class Storage {
   size_t page_size_ = 0;
   bool lost_ = false;
   bool retired_ = false;
-  std::string description_;            // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
-  std::map<uint64_t, uint64_t> free_;  // start -> end of free offset ranges
+  std::string description_;  // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
+  IntervalSet free_;         // free offset ranges
 };
 
 }  // namespace cxlpool::detail

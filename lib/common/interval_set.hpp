@@ -24,6 +24,13 @@ class IntervalSet {
   void for_each(F&& f) const {
     for (auto& [lo, hi] : ranges_) f(lo, hi);
   }
+  // The first range, in order, for which f(lo, hi) returns true; false when none does.
+  template <class F>
+  bool find_if(F&& f) const {
+    for (auto& [lo, hi] : ranges_)
+      if (f(lo, hi)) return true;
+    return false;
+  }
 
  private:
   std::map<uint64_t, uint64_t> ranges_;  // start -> end

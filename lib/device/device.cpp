@@ -288,13 +288,25 @@ cxlpool_status_t Device::map_range(uint64_t offset, size_t size, int client, voi
   return CXLPOOL_OK;
 }
 
-cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int client, DeviceError* err) noexcept {
+Device::Reservation* Device::range_of(const void* addr, size_t len, const char* op, DeviceError* err,
+                                      cxlpool_status_t* status) noexcept {
   const size_t ps = caps_.page_size;
   auto a = reinterpret_cast<uintptr_t>(addr);
-  if (!addr || len == 0 || a % ps || len % ps) return set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "commit");
-  std::lock_guard<std::mutex> lock(mu_);
+  if (!addr || len == 0 || a % ps || len % ps) {
+    *status = set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, op);
+    return nullptr;
+  }
   Reservation* r = find(addr, len);
-  if (!r) return set(err, CXLPOOL_E_NOT_FOUND, 0, "commit");
+  if (!r) *status = set(err, CXLPOOL_E_NOT_FOUND, 0, op);
+  return r;
+}
+
+cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int client, DeviceError* err) noexcept {
+  auto a = reinterpret_cast<uintptr_t>(addr);
+  std::lock_guard<std::mutex> lock(mu_);
+  cxlpool_status_t status = CXLPOOL_OK;
+  Reservation* r = range_of(addr, len, "commit", err, &status);
+  if (!r) return status;
   Storage& st = *r->storage;
   uint64_t off = r->offset + (a - r->addr);
   uint64_t added = len - st.committed.covered(off, off + len);
@@ -327,12 +339,11 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
 }
 
 cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceError* err) noexcept {
-  const size_t ps = caps_.page_size;
   auto a = reinterpret_cast<uintptr_t>(addr);
-  if (!addr || len == 0 || a % ps || len % ps) return set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "decommit");
   std::lock_guard<std::mutex> lock(mu_);
-  Reservation* r = find(addr, len);
-  if (!r) return set(err, CXLPOOL_E_NOT_FOUND, 0, "decommit");
+  cxlpool_status_t status = CXLPOOL_OK;
+  Reservation* r = range_of(addr, len, "decommit", err, &status);
+  if (!r) return status;
   Storage& st = *r->storage;
   // Shared memory this process owns is freed in the storage (MADV_REMOVE: the file's pages);
   // private copies and a fork child's view of the parent's shared memory only leave this
@@ -493,7 +504,7 @@ int Device::copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh)
   } catch (...) {
     return ENOMEM;
   }
-  if (!e) fresh->take_exact(r.offset, r.size);
+  if (!e && !fresh->take_exact(r.offset, r.size)) e = ENOMEM;
   r.storage = fresh;
   return e;
 }

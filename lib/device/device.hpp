@@ -116,6 +116,10 @@ class Device {
   };
   bool mapped_shared(const Reservation& r) const;
   Reservation* find(const void* addr, size_t len) noexcept;
+  // The reservation holding a page-aligned [addr, addr+len) (mu_ held), or nullptr with the
+  // status (INVALID_ARGUMENT, NOT_FOUND) in *status.
+  Reservation* range_of(const void* addr, size_t len, const char* op, DeviceError* err,
+                        cxlpool_status_t* status) noexcept;
   const Reservation* find_const(const void* addr) const noexcept;
   cxlpool_status_t storage_for(Sharing sharing, std::shared_ptr<Storage>& out, DeviceError* err) noexcept;
   void account(Storage& s, uint64_t added, uint64_t removed, int client) noexcept;

@@ -11,6 +11,7 @@
 #include <map>
 #include <vector>
 
+#include "capi_topology.hpp"
 #include "cxlpool/cxlpool.h"
 #include "test_support.hpp"
 
@@ -20,42 +21,21 @@ namespace {
 
 constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
 
-struct Fixture {
-  ScratchDir dir;
-  cxlpool_topology_t* topo = nullptr;
-  std::string shm_name = "cxlpool-alloc-" + std::to_string(getpid());
-  Fixture() {
-    cxlpool_config_t* c = nullptr;
-    REQUIRE(cxlpool_config_create(&c) == CXLPOOL_OK);
-    std::string devices =
-        "cxlA:backing=shm,size=512M,latency=300ns,bandwidth=10GB/s;"
-        "cxlB:backing=shm,size=256M,latency=500ns,bandwidth=5GB/s;"
-        "small:backing=shm,size=16M;"
-        "shm0:backing=shm:" +
-        shm_name +
-        ",size=256M;"
-        "file0:backing=file:" +
-        dir.path() +
-        "/pool,size=256M;"
-        "n0:backing=numa:0,size=256M";
-    cxlpool_config_set_devices(c, devices.c_str());
-    cxlpool_config_set_flags(c, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC);
-    REQUIRE(cxlpool_topology_discover(c, &topo) == CXLPOOL_OK);
-    cxlpool_config_destroy(c);
-  }
-  ~Fixture() { cxlpool_topology_destroy(topo); }
-  cxlpool_pool_t* pool(const std::string& devices, const std::string& policy) {
-    cxlpool_pool_params_t* p = nullptr;
-    cxlpool_pool_params_create(&p);
-    cxlpool_pool_params_set_devices(p, devices.c_str());
-    cxlpool_pool_params_set_policy(p, policy.c_str());
-    cxlpool_pool_t* out = nullptr;
-    cxlpool_status_t st = cxlpool_pool_create(topo, p, &out);
-    cxlpool_pool_params_destroy(p);
-    INFO(cxlpool_last_error_message());
-    REQUIRE(st == CXLPOOL_OK);
-    return out;
-  }
+std::string alloc_shm_name() { return "cxlpool-alloc-" + std::to_string(getpid()); }
+
+// The devices every allocator test draws from.
+struct Fixture : cxlpool_test::CapiTopology {
+  std::string shm_name = alloc_shm_name();
+  Fixture()
+      : CapiTopology(
+            "cxlA:backing=shm,size=512M,latency=300ns,bandwidth=10GB/s;"
+            "cxlB:backing=shm,size=256M,latency=500ns,bandwidth=5GB/s;"
+            "small:backing=shm,size=16M;"
+            "shm0:backing=shm:" +
+            alloc_shm_name() +
+            ",size=256M;"
+            "file0:backing=file:$DIR/pool,size=256M;"
+            "n0:backing=numa:0,size=256M") {}
 };
 
 std::string device_of(const void* p) {

@@ -12,45 +12,17 @@
 #include <thread>
 #include <vector>
 
+#include "capi_topology.hpp"
 #include "cxlpool/cxlpool.h"
 #include "test_support.hpp"
-
-using cxlpool_test::ScratchDir;
 
 namespace {
 
 constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
 
-struct Topo {
-  ScratchDir dir;
-  cxlpool_topology_t* topo = nullptr;
-  explicit Topo(const std::string& devices) {
-    cxlpool_config_t* c = nullptr;
-    REQUIRE(cxlpool_config_create(&c) == CXLPOOL_OK);
-    std::string text = devices;
-    for (size_t at; (at = text.find("$DIR")) != std::string::npos;) text.replace(at, 4, dir.path());
-    cxlpool_config_set_devices(c, text.c_str());
-    cxlpool_config_set_flags(c, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE);
-    cxlpool_status_t st = cxlpool_topology_discover(c, &topo);
-    INFO(cxlpool_last_error_message());
-    REQUIRE(st == CXLPOOL_OK);
-    cxlpool_config_destroy(c);
-  }
-  ~Topo() { cxlpool_topology_destroy(topo); }
-  cxlpool_pool_t* pool(const std::string& devices, const std::string& policy,
-                       cxlpool_sharing_t sharing = CXLPOOL_SHARING_PRIVATE) {
-    cxlpool_pool_params_t* p = nullptr;
-    cxlpool_pool_params_create(&p);
-    cxlpool_pool_params_set_devices(p, devices.c_str());
-    cxlpool_pool_params_set_policy(p, policy.c_str());
-    cxlpool_pool_params_set_sharing(p, sharing);
-    cxlpool_pool_t* out = nullptr;
-    cxlpool_status_t st = cxlpool_pool_create(topo, p, &out);
-    cxlpool_pool_params_destroy(p);
-    INFO(cxlpool_last_error_message());
-    REQUIRE(st == CXLPOOL_OK);
-    return out;
-  }
+struct Topo : cxlpool_test::CapiTopology {
+  explicit Topo(const std::string& devices)
+      : CapiTopology(devices, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE) {}
 };
 
 struct Block {
