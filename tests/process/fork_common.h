@@ -195,6 +195,25 @@ static void fk_report(const char* step, int ok) {
   if (!ok) ++fk_problems;
 }
 
+/* A process's own round after the fork: frees, reallocs, rewrites everything, allocates more. */
+static void fk_own_round(int free_rem, int resize_rem, unsigned tag, unsigned gen, int small, unsigned first_id) {
+  fk_free_some(0, 3, free_rem);
+  fk_resize_some(5, resize_rem, tag, gen);
+  fk_fill_all(tag, gen);
+  fk_add_mix(small, 1, tag, gen, first_id);
+  fk_report("own frees, reallocs and new blocks are consistent", fk_verify_all("after its own writes"));
+  fk_report("own live blocks do not overlap", fk_no_overlap());
+}
+
+/* Frees some blocks allocated after the fork and allocates again: the space is reused by this
+ * process only. */
+static void fk_reuse_round(int first, int rem, unsigned tag, unsigned gen, int small, unsigned first_id) {
+  fk_free_some(first, 2, rem);
+  fk_add_mix(small, 1, tag, gen, first_id);
+  fk_fill_all(tag, gen);
+  fk_report("blocks it freed are reused by itself only", fk_verify_all("after reuse") && fk_no_overlap());
+}
+
 /* The whole differential. Returns the process exit code (0: both processes correct). */
 static int fork_differential(const fork_ops_t* ops, int small) {
   fk_ops = ops;
@@ -214,21 +233,11 @@ static int fork_differential(const fork_ops_t* ops, int small) {
     close(to_child[1]);
     close(to_parent[0]);
     fk_report("inherited blocks hold the parent's data", fk_verify_all("right after fork"));
-    fk_free_some(0, 3, 0);
-    fk_resize_some(5, 1, TAG_CHILD, 1);
-    fk_fill_all(TAG_CHILD, 1);
-    fk_add_mix(small / 2, 1, TAG_CHILD, 1, 20000);
-    fk_report("child's frees, reallocs and new blocks are consistent", fk_verify_all("after its own writes"));
-    fk_report("child's live blocks do not overlap", fk_no_overlap());
+    fk_own_round(0, 1, TAG_CHILD, 1, small / 2, 20000);
     fk_send(to_parent[1], 'a');
     if (fk_wait(to_child[0], 'b')) {
       fk_report("parent's writes, frees and allocations are invisible", fk_verify_all("after the parent's writes"));
-      int first_new = old;
-      fk_free_some(first_new, 2, 0);
-      fk_add_mix(small / 4, 1, TAG_CHILD, 2, 30000);
-      fk_fill_all(TAG_CHILD, 2);
-      fk_report("blocks freed in the child are reused by the child only",
-                fk_verify_all("after reuse") && fk_no_overlap());
+      fk_reuse_round(old, 0, TAG_CHILD, 2, small / 4, 30000);
       fk_send(to_parent[1], 'c');
     }
     if (fk_wait(to_child[0], 'd'))
@@ -241,21 +250,12 @@ static int fork_differential(const fork_ops_t* ops, int small) {
   close(to_parent[1]);
   if (fk_wait(to_parent[0], 'a')) {
     fk_report("child's writes, frees and reallocs are invisible", fk_verify_all("after the child's writes"));
-    fk_free_some(0, 3, 1);
-    fk_resize_some(5, 2, TAG_PARENT, 2);
-    fk_fill_all(TAG_PARENT, 2);
-    fk_add_mix(small / 2, 1, TAG_PARENT, 2, 10000);
-    fk_report("parent's frees, reallocs and new blocks are consistent", fk_verify_all("after its own writes"));
-    fk_report("parent's live blocks do not overlap", fk_no_overlap());
+    fk_own_round(1, 2, TAG_PARENT, 2, small / 2, 10000);
     fk_send(to_child[1], 'b');
   }
   if (fk_wait(to_parent[0], 'c')) {
     fk_report("child's second round is invisible", fk_verify_all("after the child's second round"));
-    fk_free_some(old, 2, 1);
-    fk_add_mix(small / 4, 1, TAG_PARENT, 3, 40000);
-    fk_fill_all(TAG_PARENT, 3);
-    fk_report("blocks freed in the parent are reused by the parent only",
-              fk_verify_all("after reuse") && fk_no_overlap());
+    fk_reuse_round(old, 1, TAG_PARENT, 3, small / 4, 40000);
     fk_send(to_child[1], 'd');
   }
   close(to_child[1]);

@@ -689,30 +689,27 @@ def mode_descriptors():
         for devices in (None, shm):
             d = mkdtemp("fdcxl")
             r = run(cxl([PY, "-c", PY_FDS, d, str(hi)], "bind:far", devices), timeout=180)
-            got = tree_state(d)
             label = f"python3 closerange(3, {hi}) [devices {'shm:NAME' if devices else 'default'}]"
-            check(r.returncode == plain.returncode == 0 and r.stdout == plain.stdout,
-                  f"{label}: runs as under glibc ({r.describe()}, {r.elapsed:.1f} s)")
-            if r.returncode:
-                info(head(r.err, 4))
-            check(got == want, f"{label}: its 6 files hold exactly what it wrote")
-            if got != want:
-                info(f"expected {want}\ngot      {got}")
+            files_as_plain(label, r, plain, tree_state(d), want, "its 6 files")
     plain_dir = mkdtemp("bashplain")
     plain = run(["bash", "-c", BASH_FDS], cwd=plain_dir)
     want = tree_state(plain_dir)
     for devices in (None, "cxl0:backing=shm:" + shm_name("fdsb") + ",size=1G"):
         d = mkdtemp("bashcxl")
         r = run(cxl(["bash", "-c", BASH_FDS], "bind:far", devices), cwd=d, timeout=180)
-        got = tree_state(d)
         label = f"bash exec 3>f1 4>f2 ... [devices {'shm:NAME' if devices else 'default'}]"
-        check(r.returncode == plain.returncode == 0 and r.stdout == plain.stdout,
-              f"{label}: runs as under glibc ({r.describe()}, {r.elapsed:.1f} s)")
-        if r.returncode:
-            info(head(r.err, 4))
-        check(got == want, f"{label}: f1..f4 hold exactly what it wrote")
-        if got != want:
-            info(f"expected {want}\ngot      {got}")
+        files_as_plain(label, r, plain, tree_state(d), want, "f1..f4")
+
+
+def files_as_plain(label, r, plain, got, want, files):
+    """The run r behaved as the plain run and its files (tree_state) hold what it wrote."""
+    check(r.returncode == plain.returncode == 0 and r.stdout == plain.stdout,
+          f"{label}: runs as under glibc ({r.describe()}, {r.elapsed:.1f} s)")
+    if r.returncode:
+        info(head(r.err, 4))
+    check(got == want, f"{label}: {files} hold exactly what it wrote")
+    if got != want:
+        info(f"expected {want}\ngot      {got}")
 
 
 # ---- D1: ulimit -v -----------------------------------------------------------------------------
