@@ -91,7 +91,11 @@ void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_
     return;
   }
   pg->remote_count.fetch_add(1, std::memory_order_seq_cst);
-  seg->remote_pending.fetch_or(slot_bit, std::memory_order_seq_cst);
+  // Set the page's hint unless it is set: no write (and no cache-line transfer) per remote
+  // free. A hint being cleared right now is re-set by the collector, which re-reads the count
+  // this free has already raised.
+  if (!(seg->remote_pending.load(std::memory_order_seq_cst) & slot_bit))
+    seg->remote_pending.fetch_or(slot_bit, std::memory_order_seq_cst);
   if (me)
     me->counters[device].frees[cls].add(1);
   else
