@@ -53,12 +53,12 @@ void compile_routes(Pool* pool) {
       }
       if (r.kind == RuleKind::kBind || r.kind == RuleKind::kPreferred || r.kind == RuleKind::kThreshold) {
         route.kind = RouteKind::kFixed;
-        route.below = int8_t(r.devices[0]);
-        route.above = int8_t(split ? above : r.devices[0]);
+        route.below = uint8_t(r.devices[0]);
+        route.above = uint8_t(split ? above : r.devices[0]);
       } else if (!split && r.kind == RuleKind::kSpill) {
         route.kind = RouteKind::kSpill;
-        route.below = int8_t(r.devices[0]);
-        route.above = int8_t(r.devices[1]);
+        route.below = uint8_t(r.devices[0]);
+        route.above = uint8_t(r.devices[1]);
         const PoolDevice& near = pool->dev[r.devices[0]];
         route.limit = (near.capacity / 100) * r.watermark_pct + (near.capacity % 100) * r.watermark_pct / 100;
         route.watched = &near.device->ledger().committed;

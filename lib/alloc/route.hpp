@@ -18,7 +18,7 @@ enum class RouteKind : uint8_t { kFixed, kSpill, kPerPage, kEvaluate };
 
 struct ClassRoute {
   RouteKind kind = RouteKind::kEvaluate;
-  int8_t below = 0, above = 0;
+  uint8_t below = 0, above = 0;  // pool device indices
   uint32_t split = 0;
   uint64_t limit = 0;
   const std::atomic<uint64_t>* watched = nullptr;
