@@ -53,7 +53,8 @@ std::string find_preload(const char* argv0) {
 }
 
 std::string resolve(const std::string& prog) {
-  if (prog.find('/') != std::string::npos) return prog;
+  if (prog.empty()) return "";
+  if (prog.find('/') != std::string::npos) return access(prog.c_str(), F_OK) == 0 ? prog : "";
   const char* path = std::getenv("PATH");
   std::string p = path ? path : "/usr/bin:/bin";
   size_t start = 0;
@@ -61,7 +62,8 @@ std::string resolve(const std::string& prog) {
     size_t end = p.find(':', start);
     std::string dir = p.substr(start, end == std::string::npos ? std::string::npos : end - start);
     std::string cand = (dir.empty() ? "." : dir) + "/" + prog;
-    if (access(cand.c_str(), X_OK) == 0) return cand;
+    struct stat st {};
+    if (access(cand.c_str(), X_OK) == 0 && stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return cand;
     if (end == std::string::npos) break;
     start = end + 1;
   }
@@ -171,6 +173,7 @@ int main(int argc, char** argv) {
   if (have_policy) setenv("CXLPOOL_POLICY", policy.c_str(), 1);
   if (!stats.empty()) setenv("CXLPOOL_STATS", stats.c_str(), 1);
   execv(path.c_str(), argv + i);
-  std::fprintf(stderr, "cxlpool-run: cannot execute %s: %s\n", path.c_str(), std::strerror(errno));
-  return 126;
+  int err = errno;
+  std::fprintf(stderr, "cxlpool-run: cannot execute %s: %s\n", path.c_str(), std::strerror(err));
+  return err == ENOENT ? 127 : 126;  // as shells do
 }

@@ -13,6 +13,8 @@
 // child, before anything runs: private memory the kernel does not copy-on-write gets its own
 // copy (device/registry.cpp), shared pools become views the child cannot allocate from, and
 // the pages of threads that do not exist in the child are abandoned so it can reuse them.
+#include <new>
+
 #include "alloc/fast.hpp"
 #include "device/registry.hpp"
 
@@ -62,16 +64,33 @@ void fork_child() noexcept {
       forget_thread_heap(pool);
       continue;
     }
+    // The heaps of the parent's other threads, in batches (abandoning takes heaps_mu).
     Heap* mine = current_heap_of(pool);
-    Heap* others[64];
-    int n = 0;
-    {
-      std::lock_guard<std::mutex> hlock(pool->heaps_mu);
-      for (Heap* h = pool->heaps; h && n < 64; h = h->next_in_pool)
-        if (h->live && h != mine) others[n++] = h;
+    for (;;) {
+      Heap* others[64];
+      int n = 0;
+      {
+        std::lock_guard<std::mutex> hlock(pool->heaps_mu);
+        for (Heap* h = pool->heaps; h && n < 64; h = h->next_in_pool)
+          if (h->live && h != mine) others[n++] = h;
+      }
+      if (!n) break;
+      for (int i = 0; i < n; ++i) abandon_heap(others[i]);  // threads of the parent only
     }
-    for (int i = 0; i < n; ++i) abandon_heap(others[i]);  // threads of the parent only
   }
+}
+
+void fork_child_after_reentrant_fork() noexcept {
+  new (&g_registry_mu) std::mutex();
+  for (auto& e : g_registry) {
+    if (!e.pool) continue;
+    for (int di = 0; di < e.pool->ndev; ++di) new (&e.pool->dev[di].mu) std::mutex();
+    new (&e.pool->heaps_mu) std::mutex();
+  }
+  registry::reset_locks_in_child();
+  meta_reset_lock_in_child();
+  fork_prepare();
+  fork_child();
 }
 
 }  // namespace cxlpool::detail::alloc

@@ -104,6 +104,8 @@ void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_
   // recycled meanwhile this only causes a harmless rescan.
   if (Heap* owner = pg->owner.load(std::memory_order_acquire))
     owner->full_dirty[device][cls].store(1, std::memory_order_release);
+  else  // an exited thread's page: only a purge pass retires it once it is empty
+    purge_soon(seg->pool, seg->pool->dev[device]);
 }
 
 void count_invalid_free(Segment* seg, Heap* me) noexcept {

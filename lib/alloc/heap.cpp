@@ -127,8 +127,13 @@ void abandon_heap(Heap* h) noexcept {
       h->full_dirty[di][c].store(0, std::memory_order_relaxed);
     }
   }
-  std::lock_guard<std::mutex> lock(pool->heaps_mu);
-  h->live = false;
+  {
+    std::lock_guard<std::mutex> lock(pool->heaps_mu);
+    h->live = false;
+  }
+  // Blocks other threads freed into these pages are folded in by a purge pass, which also
+  // retires the pages that became empty.
+  for (int di = 0; di < pool->ndev; ++di) purge_soon(pool, pool->dev[di]);
 }
 
 Page* refill(Heap* h, int di, unsigned cls) noexcept {

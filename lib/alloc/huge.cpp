@@ -19,16 +19,19 @@ void huge_release_span(Pool* pool, PoolDevice& d, HugeSpan* span) noexcept {
 
 void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
   PoolDevice& d = pool->dev[di];
-  size_t extra = alignment > kSegmentSize ? alignment - kSegmentSize : 0;
-  if (size > (size_t(1) << 46) || extra > (size_t(1) << 46)) return nullptr;
-  size_t bytes = size + extra;
-  size_t n = (bytes + kSegmentSize - 1) / kSegmentSize;
+  // Large alignments come from the address space (a reservation aligned as asked), never
+  // from device memory: a 64-byte block aligned to 256 MiB takes 64 KiB of the device.
+  const size_t align = std::max(alignment, kSegmentSize);
+  if (size > (size_t(1) << 46) || align > (size_t(1) << 40)) return nullptr;
+  size_t n = (size + kSegmentSize - 1) / kSegmentSize;
+  if (n == 0) n = 1;
   const size_t granule = std::max(kSliceSize, d.page_size);
-  size_t device_bytes = (bytes + granule - 1) & ~(granule - 1);
+  size_t device_bytes = (size + granule - 1) & ~(granule - 1);
+  if (device_bytes == 0) device_bytes = granule;
   std::lock_guard<std::mutex> lock(d.mu);
   HugeSpan* span = nullptr;
   for (HugeSpan* c = d.huge_cache; c; c = c->next)
-    if (c->segments == n && c->block >= device_bytes) {
+    if (c->segments == n && c->block >= device_bytes && c->base % align == 0) {
       span = c;
       list_remove(d.huge_cache, c);
       --d.huge_cache_count;
@@ -37,8 +40,7 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
     }
   if (!span) {
     void* base = nullptr;
-    if (d.device->reserve(device_bytes, kSegmentSize, n * kSegmentSize, pool->sharing, int(pool->index), &base,
-                          nullptr))
+    if (d.device->reserve(device_bytes, align, n * kSegmentSize, pool->sharing, int(pool->index), &base, nullptr))
       return nullptr;
     span = meta_new<HugeSpan>();
     if (!span) {
@@ -70,10 +72,8 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
   list_push(d.huge_live, span);
   d.active.fetch_add(span->block, std::memory_order_relaxed);
   d.huge_live_bytes.fetch_add(span->block, std::memory_order_relaxed);
-  uintptr_t p = span->base;
-  if (alignment > kSegmentSize) p = (p + alignment - 1) & ~uintptr_t(alignment - 1);
-  span->user = p;
-  return reinterpret_cast<void*>(p);
+  span->user = span->base;
+  return reinterpret_cast<void*>(span->base);
 }
 
 namespace {

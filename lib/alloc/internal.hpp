@@ -25,6 +25,7 @@ void meta_delete(T* p) noexcept {
 }
 void meta_lock_for_fork() noexcept;
 void meta_unlock_after_fork() noexcept;
+void meta_reset_lock_in_child() noexcept;
 
 // What free() needs to find a block's arena, pool, heap and home device from the page map.
 inline void init_header(SegmentHeader* h, Pool* pool, int di, ArenaKind kind) noexcept {
@@ -54,6 +55,7 @@ void purge_soon(Pool* pool, PoolDevice& d) noexcept;
 // ---- page.cpp: pages of one size class --------------------------------------------------------
 Page* new_page(Pool* pool, int di, unsigned cls) noexcept;
 void release_page(Pool* pool, Page* pg) noexcept;
+void release_page_locked(Pool* pool, PoolDevice& d, Page* pg) noexcept;  // d.mu held
 void collect_remote(PoolDevice& d, Page* pg) noexcept;
 bool page_has_free(Page* pg) noexcept;
 bool extend_commit(Pool* pool, Page* pg, uintptr_t upto) noexcept;

@@ -41,6 +41,7 @@ class SegmentArena {
   }
   void lock() noexcept { mu_.lock(); }
   void unlock() noexcept { mu_.unlock(); }
+  void reset() noexcept { new (&mu_) std::mutex(); }
 
  private:
   static constexpr size_t kSlot = (sizeof(Segment) + 4095) & ~size_t(4095);
@@ -67,5 +68,6 @@ void segment_delete(Segment* s) noexcept {
 
 void meta_lock_for_fork() noexcept { g_segment_arena.lock(); }
 void meta_unlock_after_fork() noexcept { g_segment_arena.unlock(); }
+void meta_reset_lock_in_child() noexcept { g_segment_arena.reset(); }
 
 }  // namespace cxlpool::detail::alloc

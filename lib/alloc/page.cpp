@@ -77,23 +77,28 @@ Page* new_page(Pool* pool, int di, unsigned cls) noexcept {
   return pg;
 }
 
+void release_page_locked(Pool* pool, PoolDevice& d, Page* pg) noexcept {
+  Segment* seg = pg->segment;
+  uint64_t mask = run_mask(pg->first_slice, pg->slices);
+  seg->free_slices |= mask;
+  partial_add(d, seg);
+  d.active.fetch_sub(uint64_t(pg->slices) << kSliceShift, std::memory_order_relaxed);
+  if (!d.coarse) d.free_committed += uint64_t(__builtin_popcountll(seg->committed_slices & mask)) << kSliceShift;
+  pg->state.store(kUnused, std::memory_order_relaxed);
+  pg->end = 0;
+  pg->owner.store(nullptr, std::memory_order_relaxed);
+  if (purge_delay_ms() == 0 || d.free_committed > kMaxFreeCommitted)
+    decommit_slices(pool, d, seg, seg->committed_slices & mask);
+}
+
 void release_page(Pool* pool, Page* pg) noexcept {
   ErrnoGuard keep_errno;
   PoolDevice& d = pool->dev[pg->device];
   Segment* seg = pg->segment;
   {
     std::lock_guard<std::mutex> lock(d.mu);
-    uint64_t mask = run_mask(pg->first_slice, pg->slices);
-    seg->free_slices |= mask;
-    partial_add(d, seg);
-    d.active.fetch_sub(uint64_t(pg->slices) << kSliceShift, std::memory_order_relaxed);
-    if (!d.coarse) d.free_committed += uint64_t(__builtin_popcountll(seg->committed_slices & mask)) << kSliceShift;
-    pg->state.store(kUnused, std::memory_order_relaxed);
-    pg->end = 0;
-    pg->owner.store(nullptr, std::memory_order_relaxed);
+    release_page_locked(pool, d, pg);
     uint64_t delay_ns = purge_delay_ms() * 1'000'000;
-    if (delay_ns == 0 || d.free_committed > kMaxFreeCommitted)
-      decommit_slices(pool, d, seg, seg->committed_slices & mask);
     if (delay_ns && os::coarse_now_ns() - d.last_purge_ns >= delay_ns) purge_pass(pool, d);
     if (!d.free_committed && !(d.coarse && seg->free_slices == ~uint64_t(0))) return;
   }

@@ -100,6 +100,11 @@ void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept
 void fork_prepare() noexcept;
 void fork_parent() noexcept;
 void fork_child() noexcept;
+// In the child of a fork() made from a signal handler that interrupted cxlpool (no lock was
+// taken before it; the interrupted code may hold some): re-creates every lock, then runs the
+// child's fork handling as if prepare had run. The allocator may be mid-update there, as
+// glibc's may be in the same case.
+void fork_child_after_reentrant_fork() noexcept;
 
 int pool_device_count(const Pool* pool) noexcept;
 const std::string& pool_device_name(const Pool* pool, int device) noexcept;

@@ -227,6 +227,18 @@ bool purge_pass(Pool* pool, PoolDevice& d) noexcept {
   d.last_purge_ns = os::coarse_now_ns();
   ++d.purge_passes;
   bool pending = false;
+  // Pages of exited threads that other threads' frees emptied: nobody else would retire them.
+  for (unsigned c = 0; c < kNumClasses; ++c)
+    for (Page* pg = d.abandoned[c]; pg;) {
+      Page* next = pg->next;
+      if (pg->remote_count.load(std::memory_order_acquire) > 0) collect_remote(d, pg);
+      if (pg->used == 0) {
+        list_remove(d.abandoned[c], pg);
+        release_page_locked(pool, d, pg);
+        pending = true;  // its slices are free and committed now
+      }
+      pg = next;
+    }
   for (Segment* s = d.partial; s;) {
     Segment* next = s->next_partial;
     if (d.coarse) {

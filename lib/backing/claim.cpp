@@ -10,10 +10,12 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 
 #include "common/error.hpp"
+#include "cxlpool/backing.h"
 #include "os/os.hpp"
 #include "os/prim.hpp"
 
@@ -92,11 +94,42 @@ DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_
   }
   info_fd_ = bind_abstract(name + "/pid/" + std::to_string(os::prim::process_id()));
   // Without the info socket the claim still holds; only the pid in a refusal is unknown.
+  os::prim::file_id(claim_fd_, &claim_id_);
+  if (info_fd_ >= 0) os::prim::file_id(info_fd_, &info_id_);
 }
 
 DeviceClaim::~DeviceClaim() {
-  os::prim::close_fd(info_fd_);
-  os::prim::close_fd(claim_fd_);
+  // Only our sockets: the program may have closed them and reused the numbers.
+  os::prim::FileId now;
+  if (info_fd_ >= 0 && os::prim::file_id(info_fd_, &now) == 0 && now == info_id_) os::prim::close_fd(info_fd_);
+  if (claim_fd_ >= 0 && os::prim::file_id(claim_fd_, &now) == 0 && now == claim_id_) os::prim::close_fd(claim_fd_);
+}
+
+std::string DeviceClaim::identity_of(int kind, const std::string& path) {
+  auto real_dir = [](const std::string& p) {
+    std::string dir = os::parent_dir(p), base = p.substr(p.find_last_of('/') + 1);
+    if (char* real = realpath(dir.c_str(), nullptr)) {
+      dir = real;
+      free(real);
+    }
+    return dir + "/" + base;
+  };
+  switch (kind) {
+    case CXLPOOL_BACKING_SHM:
+      return "file:" + real_dir("/dev/shm/" + path);
+    case CXLPOOL_BACKING_FILE:
+      return "file:" + real_dir(path);
+    case CXLPOOL_BACKING_DEVDAX: {
+      std::string canon = path;
+      if (char* real = realpath(path.c_str(), nullptr)) {
+        canon = real;
+        free(real);
+      }
+      return "devdax:" + canon;
+    }
+    default:
+      return "";
+  }
 }
 
 }  // namespace cxlpool::detail

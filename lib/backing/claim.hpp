@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "os/prim.hpp"
+
 namespace cxlpool::detail {
 
 class DeviceClaim {
@@ -22,10 +24,14 @@ class DeviceClaim {
 
   // Pid holding identity, or 0 when nobody (or only an unknown process) holds it.
   static int holder(const std::string& identity);
+  // The identity of a named device (shm:NAME, file:PATH, devdax:PATH): the same object
+  // however it is named (a shm name is its file in /dev/shm; directories by real path).
+  static std::string identity_of(int kind, const std::string& path);
 
  private:
   int claim_fd_ = -1;
   int info_fd_ = -1;
+  os::prim::FileId claim_id_{}, info_id_{};  // closed only while still these sockets
 };
 
 }  // namespace cxlpool::detail

@@ -83,7 +83,21 @@ std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy
   return s;
 }
 
-Storage::~Storage() { os::prim::close_fd(fd_); }
+std::shared_ptr<Storage> Storage::anonymous_copy() noexcept {
+  try {
+    std::shared_ptr<Storage> s(new Storage());
+    s->description_ = "anonymous memory (a fork child's copy)";
+    return s;
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+// Closes the descriptor only while it is ours: a program may have closed it and opened a
+// file of its own on the same number.
+Storage::~Storage() {
+  if (fd_ >= 0 && check_identity() == 0) os::prim::close_fd(fd_);
+}
 
 int Storage::check_identity() noexcept {
   if (lost_) return EBADF;
@@ -99,7 +113,7 @@ int Storage::check_identity() noexcept {
 int Storage::map(void* addr, size_t len, uint64_t offset, bool shared) noexcept {
   if (fd_ < 0 && !lost_) {
     if (int err = os::prim::map_anonymous_fixed(addr, len, shared)) return err;
-    return os::prim::bind_node(addr, len, numa_node_);
+    return numa_node_ < 0 ? 0 : os::prim::bind_node(addr, len, numa_node_);
   }
   if (int err = check_identity()) return err;
   return os::prim::map_fd_fixed(addr, len, fd_, offset, shared);

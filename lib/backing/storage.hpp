@@ -23,12 +23,17 @@ class Storage {
   // fork_copy: fresh storage for a forked child's copy of a private range; a device-DAX
   // device cannot be duplicated, so the child's copy goes to a memfd (kept in DRAM).
   static std::shared_ptr<Storage> create(const BackingSpec& spec, bool fork_copy = false);
+  // Private anonymous memory, bound to no node: where a fork child keeps its copy when it
+  // cannot open device storage (no descriptor left, a full filesystem). noexcept: no I/O.
+  static std::shared_ptr<Storage> anonymous_copy() noexcept;
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
   bool anonymous() const { return fd_ < 0 && !lost_; }
   int fd() const { return fd_; }
+  // The descriptor if it still is ours (identity checked), else -1 and the storage is lost.
+  int valid_fd() noexcept { return check_identity() == 0 ? fd_ : -1; }
   int numa_node() const { return numa_node_; }
   uint64_t size() const { return size_; }
   const std::string& description() const { return description_; }

@@ -1,10 +1,17 @@
 // SPDX-License-Identifier: MIT
 // C ABI: status strings, last error, source names, version.
 #include "capi/capi_guard.hpp"
+#include "capi/fork_handlers.hpp"
 #include "common/names.hpp"
 #include "cxlpool/common.h"
 
 using namespace cxlpool::detail;
+
+namespace {
+// Registered when the library is loaded, before a program registers handlers of its own, so
+// that a fork child gets its own copy of private memory before anything else runs in it.
+__attribute__((constructor)) void register_fork_handlers() { cxlpool::detail::install_fork_handlers(); }
+}  // namespace
 
 extern "C" {
 

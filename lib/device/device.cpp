@@ -56,33 +56,6 @@ std::string hex(const void* p) {
   return buf;
 }
 
-// Identity of a named device for its claim: the same object however its path is spelled.
-std::string claim_identity(const BackingSpec& spec) {
-  switch (spec.kind) {
-    case CXLPOOL_BACKING_SHM:
-      return "shm:/" + spec.path;
-    case CXLPOOL_BACKING_FILE: {
-      // The directory's real path: the same file however its path is spelled.
-      std::string dir = os::parent_dir(spec.path), base = spec.path.substr(spec.path.find_last_of('/') + 1);
-      if (char* real = realpath(dir.c_str(), nullptr)) {
-        dir = real;
-        free(real);
-      }
-      return "file:" + dir + "/" + base;
-    }
-    case CXLPOOL_BACKING_DEVDAX: {
-      std::string canon = spec.path;
-      if (char* real = realpath(spec.path.c_str(), nullptr)) {
-        canon = real;
-        free(real);
-      }
-      return "devdax:" + canon;
-    }
-    default:
-      return "";
-  }
-}
-
 }  // namespace
 
 Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
@@ -108,7 +81,7 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
                                      (spec_.kind == CXLPOOL_BACKING_SHM ? "name" : "path"));
     }
   }
-  std::string identity = claim_identity(spec_);
+  std::string identity = DeviceClaim::identity_of(spec_.kind, spec_.path);
   if (!identity.empty()) {
     std::string what = spec_.kind == CXLPOOL_BACKING_SHM    ? "shm:" + spec_.path
                        : spec_.kind == CXLPOOL_BACKING_FILE ? "file:" + spec_.path
@@ -118,6 +91,20 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
   private_storage_ = Storage::create(spec_);
   if (spec_.kind == CXLPOOL_BACKING_FILE && spec_.page_size == 0)
     spec_.page_size = os::fd_page_size(private_storage_->fd());
+  // Storage that cannot be mapped (a filesystem that takes files but not mmap) fails here,
+  // naming the device, instead of every allocation failing later without a word.
+  if (!private_storage_->anonymous()) {
+    void* probe = nullptr;
+    size_t ps = spec_.page_size ? spec_.page_size : os::page_size();
+    int e = os::prim::reserve(ps, ps, &probe);
+    if (!e) {
+      e = private_storage_->map(probe, ps, 0, true);
+      os::prim::unmap(probe, ps);
+    }
+    if (e)
+      fail(CXLPOOL_E_CONFIG, "device '" + spec_.device_name + "': its memory (" + private_storage_->description() +
+                                 ") cannot be mapped: " + std::strerror(e));
+  }
   if (spec_.kind == CXLPOOL_BACKING_DEVDAX) shared_storage_ = private_storage_;  // one device, one offset space
   caps_ = describe_backing(spec_);
   fork_mode_ = effective_fork_mode(spec_);
@@ -155,6 +142,7 @@ const Device::Reservation* Device::find_const(const void* addr) const noexcept {
 
 cxlpool_status_t Device::storage_for(Sharing sharing, std::shared_ptr<Storage>& out, DeviceError* err) noexcept {
   std::shared_ptr<Storage>& slot = sharing == Sharing::kPrivate ? private_storage_ : shared_storage_;
+  if (slot && !slot->anonymous()) slot->valid_fd();  // notices a descriptor the program took away
   if (slot && !slot->lost() && !slot->retired()) {
     out = slot;
     return CXLPOOL_OK;
@@ -470,25 +458,21 @@ bool Device::fork_needs_copy() const noexcept {
 
 int Device::copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh) noexcept {
   Storage& old = *r.storage;
-  // Copy every committed range through our (still shared) mapping into the fresh storage at
-  // the same offsets, then map the fresh storage over the whole reservation.
+  // Copy every committed range into the fresh storage at the same offsets, then map the
+  // fresh storage over the whole reservation.
   int e = 0;
-  IntervalSet mine;
   try {
-    mine.insert(r.offset, r.offset + r.size);
-    IntervalSet gaps = mine;
-    old.committed.for_each([&](uint64_t lo, uint64_t hi) { gaps.erase(lo, hi); });
-    IntervalSet committed = mine;
-    gaps.for_each([&](uint64_t lo, uint64_t hi) { committed.erase(lo, hi); });
+    IntervalSet committed = committed_in(r);
     // In the kernel where both are files (no page faults on either side); through our
-    // mapping where the source cannot be read as a file (device-DAX).
-    bool in_kernel = old.fd() >= 0 && spec_.kind != CXLPOOL_BACKING_DEVDAX;
+    // mapping where the source cannot be read as a file (device-DAX, a descriptor the
+    // program took away).
+    int in_fd = spec_.kind == CXLPOOL_BACKING_DEVDAX ? -1 : old.valid_fd();
     committed.for_each([&](uint64_t lo, uint64_t hi) {
       if (e) return;
-      if (in_kernel) {
-        e = os::prim::copy_range(old.fd(), fresh->fd(), lo, hi - lo);
+      if (in_fd >= 0) {
+        e = os::prim::copy_range(in_fd, fresh->fd(), lo, hi - lo);
         if (!e) return;
-        in_kernel = false;  // not between these two: copy through the mapping from here on
+        in_fd = -1;  // not between these two: copy through the mapping from here on
       }
       e = os::prim::pwrite_all(fresh->fd(), reinterpret_cast<void*>(r.addr + (lo - r.offset)), hi - lo, lo);
     });
@@ -509,38 +493,93 @@ int Device::copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh)
   return e;
 }
 
+int Device::copy_to_anonymous(Reservation& r, const std::shared_ptr<Storage>& anon) noexcept {
+  Storage& old = *r.storage;
+  int e = 0;
+  try {
+    IntervalSet committed = committed_in(r);
+    IntervalSet gaps;
+    gaps.insert(r.offset, r.offset + r.size);
+    committed.for_each([&](uint64_t lo, uint64_t hi) { gaps.erase(lo, hi); });
+    // Uncommitted parts become private anonymous address space (what a later commit gets);
+    // committed parts are copied into private memory that replaces them in place.
+    gaps.for_each([&](uint64_t lo, uint64_t hi) {
+      if (!e) e = os::prim::map_anonymous_fixed(reinterpret_cast<void*>(r.addr + (lo - r.offset)), hi - lo, false);
+    });
+    committed.for_each([&](uint64_t lo, uint64_t hi) {
+      if (!e) e = os::prim::replace_with_private_copy(reinterpret_cast<void*>(r.addr + (lo - r.offset)), hi - lo);
+      if (!e) {
+        anon->committed.insert(r.addr + (lo - r.offset), r.addr + (hi - r.offset));  // keyed by address
+        old.committed.erase(lo, hi);
+      }
+    });
+  } catch (...) {
+    return ENOMEM;
+  }
+  r.offset = r.addr;
+  r.storage = anon;
+  r.owns_range = true;
+  return e;
+}
+
+IntervalSet Device::committed_in(const Reservation& r) const {
+  IntervalSet mine;
+  mine.insert(r.offset, r.offset + r.size);
+  IntervalSet gaps = mine;
+  r.storage->committed.for_each([&](uint64_t lo, uint64_t hi) { gaps.erase(lo, hi); });
+  gaps.for_each([&](uint64_t lo, uint64_t hi) { mine.erase(lo, hi); });
+  return mine;
+}
+
 bool Device::child_after_fork(char* message, size_t message_size) noexcept {
   forked_child_ = true;
-  std::shared_ptr<Storage> fresh;
+  claim_.reset();  // the name stays the parent's; what the child maps from here is its own
+  // One fresh storage per storage the parent keeps (their offsets would collide in one),
+  // or private anonymous memory when none can be opened.
+  std::pair<Storage*, std::shared_ptr<Storage>> fresh_for[8];
+  size_t nfresh = 0;
+  std::shared_ptr<Storage> anon;
   for (auto& [a, r] : reservations_) {
     if (r.sharing == Sharing::kShared) {
       r.inherited = true;  // the parent's memory as much as ours: never free it in the storage
       continue;
     }
     if (fork_mode_ != ForkMode::kCopy || r.storage->anonymous()) continue;  // kernel copy-on-write
-    if (!fresh) {
+    std::shared_ptr<Storage> target;
+    for (size_t i = 0; i < nfresh; ++i)
+      if (fresh_for[i].first == r.storage.get()) target = fresh_for[i].second;
+    if (!target) {
       try {
-        fresh = Storage::create(spec_, /*fork_copy=*/true);
-      } catch (const std::exception& e) {
-        std::snprintf(message, message_size, "device '%s': cannot open storage for the child's copy: %s",
-                      spec_.device_name.c_str(), e.what());
+        target = Storage::create(spec_, /*fork_copy=*/true);
+      } catch (const std::exception&) {
+        if (!anon) anon = Storage::anonymous_copy();  // no descriptor, no space: DRAM
+        target = anon;
+      }
+      if (!target) {
+        std::snprintf(message, message_size, "device '%s': no memory for the child's copy", spec_.device_name.c_str());
         return false;
       }
+      if (nfresh < 8 && target != anon) fresh_for[nfresh++] = {r.storage.get(), target};
     }
-    if (int e = copy_to_fresh(r, fresh)) {
+    Storage* old = r.storage.get();
+    int e = target->anonymous() ? copy_to_anonymous(r, target) : copy_to_fresh(r, target);
+    if (e) {
       std::snprintf(message, message_size, "device '%s': copying %zu bytes for the child failed: %s",
                     spec_.device_name.c_str(), r.size, std::strerror(e));
       return false;
     }
+    if (old == private_storage_.get() && !target->anonymous()) private_storage_ = target;
   }
   // New reservations in the child never share a storage with the parent: the parent keeps
   // using its storages and may write any offset the child would consider free.
   if (shared_storage_) shared_storage_->retire();
-  if (fork_mode_ == ForkMode::kCopy && private_storage_) private_storage_->retire();
-  if (fresh) {
-    private_storage_ = fresh;
-    if (spec_.kind == CXLPOOL_BACKING_DEVDAX) shared_storage_ = fresh;
+  if (fork_mode_ == ForkMode::kCopy && private_storage_ && private_storage_->retired() == false) {
+    bool fresh = false;
+    for (size_t i = 0; i < nfresh; ++i) fresh |= fresh_for[i].second == private_storage_;
+    if (!fresh) private_storage_->retire();
   }
+  if (spec_.kind == CXLPOOL_BACKING_DEVDAX && private_storage_ && !private_storage_->retired())
+    shared_storage_ = private_storage_;
   return true;
 }
 

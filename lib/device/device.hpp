@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 
 #include "backing/backing_spec.hpp"
@@ -98,6 +99,7 @@ class Device {
   // the parent keeps using. Returns false (with a message) when the copy failed.
   void lock_for_fork() { mu_.lock(); }
   void unlock_after_fork() { mu_.unlock(); }
+  void reset_lock_in_child() noexcept { new (&mu_) std::mutex(); }
   bool child_after_fork(char* message, size_t message_size) noexcept;
   // True when fork() must wait for a child's copy (private copy-mode memory is committed).
   bool fork_needs_copy() const noexcept;
@@ -124,6 +126,9 @@ class Device {
   cxlpool_status_t storage_for(Sharing sharing, std::shared_ptr<Storage>& out, DeviceError* err) noexcept;
   void account(Storage& s, uint64_t added, uint64_t removed, int client) noexcept;
   int copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh) noexcept;
+  int copy_to_anonymous(Reservation& r, const std::shared_ptr<Storage>& anon) noexcept;
+  // The committed offsets of r's storage inside r.
+  IntervalSet committed_in(const Reservation& r) const;
 
   BackingSpec requested_;
   BackingSpec spec_;

@@ -5,6 +5,7 @@
 #include "device/registry.hpp"
 
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "common/error.hpp"
@@ -21,18 +22,27 @@ struct Entry {
 std::mutex g_mu;
 std::vector<Entry>* g_devices = nullptr;  // never destroyed: devices may outlive static destructors
 
-// fork(): the pipe on which a child reports that its copies are taken (only while some
-// device has private copy-mode memory committed; -1 otherwise).
-int g_fork_pipe[2] = {-1, -1};
+// fork(): a page shared with the child, on which it reports that its copies are taken (only
+// while some device has private copy-mode memory committed). No descriptor is needed, so a
+// program that has used them all up still forks correctly.
+struct ForkSync {
+  uint32_t state;  // kCopying until the child is done
+  int32_t child_pid;
+};
+constexpr uint32_t kCopying = 1, kDone = 2;
+ForkSync* g_sync = nullptr;
+bool g_wait_for_child = false;
+alignas(16) unsigned char g_saved_mask[os::prim::kSignalMaskBytes];
 
 bool same_spec(const BackingSpec& a, const BackingSpec& b) {
   return a.device_name == b.device_name && a.kind == b.kind && a.numa_node == b.numa_node && a.path == b.path &&
          a.capacity == b.capacity && a.page_size == b.page_size && a.fork_mode == b.fork_mode;
 }
 
+// Two specs naming one object (however spelled: shm:q is file:/dev/shm/q).
 bool same_named_object(const BackingSpec& a, const BackingSpec& b) {
-  bool named = a.kind == CXLPOOL_BACKING_SHM || a.kind == CXLPOOL_BACKING_FILE || a.kind == CXLPOOL_BACKING_DEVDAX;
-  return named && a.kind == b.kind && a.path == b.path;
+  std::string ia = DeviceClaim::identity_of(a.kind, a.path);
+  return !ia.empty() && ia == DeviceClaim::identity_of(b.kind, b.path);
 }
 
 void destroy(Device* d) {
@@ -73,30 +83,49 @@ void fork_prepare() noexcept {
       e.device->lock_for_fork();
       copy |= e.device->fork_needs_copy();
     }
-  if (copy && os::prim::pipe_cloexec(g_fork_pipe) != 0) g_fork_pipe[0] = g_fork_pipe[1] = -1;
+  g_wait_for_child = false;
+  if (!copy) return;
+  if (!g_sync) g_sync = static_cast<ForkSync*>(os::prim::map_shared_page());
+  if (!g_sync) {
+    os::prim::write_stderr(
+        "cxlpool: fork: no memory for one page to wait for the child's copy; the child copies "
+        "while this process runs on\n");
+    return;
+  }
+  __atomic_store_n(&g_sync->state, kCopying, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&g_sync->child_pid, 0, __ATOMIC_SEQ_CST);
+  g_wait_for_child = true;
+  // Until the child has its copy it maps this process's memory: no signal handler may run
+  // in this thread, in either process, before the copy is taken.
+  os::prim::block_signals(g_saved_mask);
 }
 
 void fork_parent() noexcept {
   if (g_devices)
     for (auto it = g_devices->rbegin(); it != g_devices->rend(); ++it) it->device->unlock_after_fork();
-  if (g_fork_pipe[0] >= 0) {
+  if (g_wait_for_child) {
     // Wait until the child has its own copy of private copy-mode memory: until then it reads
-    // the storage this process writes. If fork() failed, nobody else holds the write end and
-    // the read returns at once.
-    os::prim::close_fd(g_fork_pipe[1]);
-    // A child that cannot finish (stopped by a debugger, say) must not hang its parent for
-    // ever; after a minute the parent goes on and says so.
-    if (!os::prim::read_byte(g_fork_pipe[0], 60'000))
-      os::prim::write_stderr(
-          "cxlpool: fork: the child has not finished copying private memory after 60 s; the parent continues "
-          "(its writes may reach the child's view of that memory)\n");
-    os::prim::close_fd(g_fork_pipe[0]);
-    g_fork_pipe[0] = g_fork_pipe[1] = -1;
+    // the storage this process writes. A child that died (or a fork that failed) ends the
+    // wait; a child that cannot finish (stopped by a debugger, say) ends it after a minute.
+    for (int waited = 0; __atomic_load_n(&g_sync->state, __ATOMIC_SEQ_CST) == kCopying; waited += 50) {
+      int pid = __atomic_load_n(&g_sync->child_pid, __ATOMIC_SEQ_CST);
+      if ((pid > 0 && os::prim::child_gone(pid)) || (pid == 0 && waited >= 1000)) break;
+      if (waited >= 60'000) {
+        os::prim::write_stderr(
+            "cxlpool: fork: the child has not finished copying private memory after 60 s; the parent continues "
+            "(its writes may reach the child's view of that memory)\n");
+        break;
+      }
+      os::prim::futex_wait(&g_sync->state, kCopying, 50);
+    }
+    os::prim::restore_signals(g_saved_mask);
+    g_wait_for_child = false;
   }
   g_mu.unlock();
 }
 
 void fork_child() noexcept {
+  if (g_wait_for_child) __atomic_store_n(&g_sync->child_pid, os::prim::process_id(), __ATOMIC_SEQ_CST);
   if (g_devices)
     for (Entry& e : *g_devices) {
       char message[512];
@@ -108,15 +137,29 @@ void fork_child() noexcept {
         os::prim::exit_now(127);
       }
     }
-  if (g_fork_pipe[0] >= 0) {
-    os::prim::close_fd(g_fork_pipe[0]);
-    os::prim::write_byte(g_fork_pipe[1]);
-    os::prim::close_fd(g_fork_pipe[1]);
-    g_fork_pipe[0] = g_fork_pipe[1] = -1;
+  if (g_sync) {
+    if (g_wait_for_child) {
+      __atomic_store_n(&g_sync->state, kDone, __ATOMIC_SEQ_CST);
+      os::prim::futex_wake(&g_sync->state);
+    }
+    os::prim::unmap_page(g_sync);  // the parent's; the child makes its own for its forks
+    g_sync = nullptr;
+  }
+  if (g_wait_for_child) {
+    os::prim::restore_signals(g_saved_mask);
+    g_wait_for_child = false;
   }
   if (g_devices)
     for (auto it = g_devices->rbegin(); it != g_devices->rend(); ++it) it->device->unlock_after_fork();
   g_mu.unlock();
+}
+
+void reset_locks_in_child() noexcept {
+  new (&g_mu) std::mutex();
+  g_sync = nullptr;  // the parent's page: this child waits on nothing there
+  g_wait_for_child = false;
+  if (g_devices)
+    for (Entry& e : *g_devices) e.device->reset_lock_in_child();
 }
 
 }  // namespace cxlpool::detail::registry

@@ -19,5 +19,9 @@ std::shared_ptr<Device> acquire(const BackingSpec& spec);
 void fork_prepare() noexcept;
 void fork_parent() noexcept;
 void fork_child() noexcept;
+// fork() from a signal handler that interrupted cxlpool on this thread: no lock could be taken
+// before it, so the child re-creates every device lock (unlocked) and forgets the parent's
+// fork page; then the normal prepare/child sequence runs in the child.
+void reset_locks_in_child() noexcept;
 
 }  // namespace cxlpool::detail::registry

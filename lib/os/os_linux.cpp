@@ -163,6 +163,12 @@ std::string pseudo_filesystem(const std::string& path) {
       return "selinuxfs";
     case 0x42494e4d:
       return "binfmt_misc";
+    case 0x19800202:
+      return "mqueue";
+    case 0x50495045:
+      return "pipefs";
+    case 0x534f434b:
+      return "sockfs";
     default:
       return "";
   }

@@ -49,11 +49,23 @@ int pwrite_all(int fd, const void* buf, size_t len, uint64_t off) noexcept;
 // (copy_file_range); EXDEV/EINVAL/EOPNOTSUPP where the two files cannot (device-DAX).
 int copy_range(int in_fd, int out_fd, uint64_t off, size_t len) noexcept;
 
-// A close-on-exec pipe; one byte through it is how fork's child tells its parent it is done.
-int pipe_cloexec(int fds[2]) noexcept;
-// Waits up to timeout_ms for one byte or end of file; false on timeout.
-bool read_byte(int fd, int timeout_ms) noexcept;
-void write_byte(int fd) noexcept;
+// One page of anonymous memory shared with forked children (nullptr without memory): how a
+// fork child tells its parent it is done, with no descriptor to run out of.
+void* map_shared_page() noexcept;
+void unmap_page(void* page) noexcept;
+// futex on a word in shared memory: wait while *word == expected (at most timeout_ms);
+// wake every waiter.
+void futex_wait(const uint32_t* word, uint32_t expected, int timeout_ms) noexcept;
+void futex_wake(uint32_t* word) noexcept;
+// Whether child pid has exited (or does not exist), without reaping it.
+bool child_gone(int pid) noexcept;
+// Blocks every signal on the calling thread; the old mask goes to *saved (sigset_t storage).
+void block_signals(void* saved) noexcept;
+void restore_signals(const void* saved) noexcept;
+inline constexpr size_t kSignalMaskBytes = 128;
+// Copies [addr, addr+len) of the current mapping into fresh private anonymous memory that
+// replaces it at the same address (mremap), keeping the data and read/write access.
+int replace_with_private_copy(void* addr, size_t len) noexcept;
 
 // ---- Processes ----------------------------------------------------------------------------
 int process_id() noexcept;

@@ -2,11 +2,16 @@
 // Linux implementation of the core primitives (prim.hpp): raw system calls, no allocation,
 // errno values returned instead of thrown.
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -125,27 +130,49 @@ int pwrite_all(int fd, const void* buf, size_t len, uint64_t off) noexcept {
   return 0;
 }
 
-int pipe_cloexec(int fds[2]) noexcept { return pipe2(fds, O_CLOEXEC) == 0 ? 0 : errno; }
-
-bool read_byte(int fd, int timeout_ms) noexcept {
-  struct pollfd p {
-    fd, POLLIN, 0
-  };
-  for (;;) {
-    int r = poll(&p, 1, timeout_ms);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    char c;
-    while (read(fd, &c, 1) < 0 && errno == EINTR) {
-    }
-    return true;
-  }
+void* map_shared_page() noexcept {
+  void* p = mmap(nullptr, system_page(), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
 }
 
-void write_byte(int fd) noexcept {
-  char c = 1;
-  while (write(fd, &c, 1) < 0 && errno == EINTR) {
+void unmap_page(void* page) noexcept { munmap(page, system_page()); }
+
+void futex_wait(const uint32_t* word, uint32_t expected, int timeout_ms) noexcept {
+  struct timespec ts {
+    time_t(timeout_ms / 1000), long(timeout_ms % 1000) * 1000000L
+  };
+  syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void futex_wake(uint32_t* word) noexcept { syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0); }
+
+bool child_gone(int pid) noexcept {
+  siginfo_t info{};
+  if (waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) return errno == ECHILD;
+  return info.si_pid == pid;  // exited, still waitable by the program
+}
+
+void block_signals(void* saved) noexcept {
+  static_assert(sizeof(sigset_t) <= kSignalMaskBytes, "mask storage");
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, static_cast<sigset_t*>(saved));
+}
+
+void restore_signals(const void* saved) noexcept {
+  pthread_sigmask(SIG_SETMASK, static_cast<const sigset_t*>(saved), nullptr);
+}
+
+int replace_with_private_copy(void* addr, size_t len) noexcept {
+  void* tmp = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (tmp == MAP_FAILED) return errno;
+  std::memcpy(tmp, addr, len);
+  if (mremap(tmp, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, addr) == MAP_FAILED) {
+    int err = errno;
+    munmap(tmp, len);
+    return err;
   }
+  return 0;
 }
 
 int copy_range(int in_fd, int out_fd, uint64_t off, size_t len) noexcept {

@@ -22,6 +22,28 @@ constexpr size_t kMaxReserve = size_t(1) << 30;  // address space; touched only 
 constexpr size_t kMinReserve = size_t(16) << 20;
 constexpr unsigned kMinShift = 4, kClasses = 27;  // 16 B .. 1 GiB
 constexpr size_t kHeader = 16;
+// A block's header: its class, the distance from the block's start to the pointer handed
+// out, and a check that ties both to the pointer's address under a per-process key, so that
+// a pointer into a block (free(p + 16)) or a second free is recognised and refused instead of
+// trusted.
+struct Header {
+  uint32_t cls, offset;
+  uint64_t check;
+};
+static_assert(sizeof(Header) == kHeader);
+uint64_t g_key = 0;
+uint64_t header_check(const void* user, uint32_t cls, uint32_t offset) {
+  uint64_t x = reinterpret_cast<uintptr_t>(user) ^ g_key ^ (uint64_t(cls) << 40) ^ (uint64_t(offset) << 8);
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  return x ^ (x >> 33);
+}
+bool read_header(const void* p, Header* h) {
+  std::memcpy(h, static_cast<const char*>(p) - kHeader, kHeader);
+  return h->cls < 27 && h->offset >= kHeader && h->check == header_check(p, h->cls, h->offset);
+}
 
 std::atomic<uintptr_t> g_base{0};
 size_t g_size = 0;
@@ -30,17 +52,21 @@ thread_local bool tls_holding __attribute__((tls_model("initial-exec"))) = false
 uintptr_t g_next = 0, g_end = 0;
 void* g_free[kClasses] = {};
 
-// The spinlock; false when this thread holds it already (re-entered from a signal handler).
+// The spinlock; false when this thread holds it, or is about to (re-entered from a signal
+// handler). The flag is raised before the lock is taken and dropped after it is released, so a
+// handler that interrupts anywhere in between refuses instead of spinning on its own thread.
 bool acquire() noexcept {
   if (tls_holding) return false;
+  tls_holding = true;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   while (g_lock.test_and_set(std::memory_order_acquire)) {
   }
-  tls_holding = true;
   return true;
 }
 void release() noexcept {
-  tls_holding = false;
   g_lock.clear(std::memory_order_release);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  tls_holding = false;
 }
 
 uintptr_t reserve_once() {
@@ -59,6 +85,7 @@ uintptr_t reserve_once() {
     return expected;
   }
   g_size = size;
+  g_key = uint64_t(r) * 0x9e3779b97f4a7c15ull ^ uint64_t(syscall(SYS_getpid)) << 17;
   return uintptr_t(r);
 }
 
@@ -101,8 +128,9 @@ void* internal_alloc(size_t size, size_t alignment) noexcept {
   char* user = raw + kHeader;
   if (alignment > 16)
     user = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(user) + alignment - 1) & ~(alignment - 1));
-  uint64_t hdr[2] = {c, uint64_t(user - raw)};
-  std::memcpy(user - kHeader, hdr, kHeader);
+  Header hdr{c, uint32_t(user - raw), 0};
+  hdr.check = header_check(user, hdr.cls, hdr.offset);
+  std::memcpy(user - kHeader, &hdr, kHeader);
   return user;
 }
 
@@ -113,9 +141,9 @@ bool internal_owns(const void* p) noexcept {
 }
 
 size_t internal_usable_size(const void* p) noexcept {
-  uint64_t hdr[2];
-  std::memcpy(hdr, static_cast<const char*>(p) - kHeader, kHeader);
-  return (size_t(1) << (hdr[0] + kMinShift)) + kHeader - hdr[1];
+  Header h;
+  if (!read_header(p, &h)) return 0;
+  return (size_t(1) << (h.cls + kMinShift)) + kHeader - h.offset;
 }
 
 void internal_lock() noexcept {
@@ -123,16 +151,24 @@ void internal_lock() noexcept {
   }
 }
 void internal_unlock() noexcept { g_lock.clear(std::memory_order_release); }
+void internal_reset_lock() noexcept {
+  g_lock.clear(std::memory_order_release);
+  tls_holding = false;
+}
 
 bool internal_free(void* p) noexcept {
-  uint64_t hdr[2];
-  std::memcpy(hdr, static_cast<char*>(p) - kHeader, kHeader);
-  char* raw = static_cast<char*>(p) - hdr[1];
-  unsigned c = unsigned(hdr[0]);
-  if (c >= kClasses) return true;
+  Header h;
+  if (!read_header(p, &h)) return true;  // not a block start, or freed already: ignored
+  char* raw = static_cast<char*>(p) - h.offset;
   if (!acquire()) return false;
-  std::memcpy(raw, &g_free[c], sizeof(void*));
-  g_free[c] = raw;
+  if (!read_header(p, &h)) {  // freed by another thread meanwhile
+    release();
+    return true;
+  }
+  Header dead{h.cls, h.offset, ~h.check};  // a second free finds no valid header
+  std::memcpy(static_cast<char*>(p) - kHeader, &dead, kHeader);
+  std::memcpy(raw, &g_free[h.cls], sizeof(void*));
+  g_free[h.cls] = raw;
   release();
   return true;
 }

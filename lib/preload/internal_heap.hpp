@@ -21,5 +21,8 @@ size_t internal_usable_size(const void* p) noexcept;
 // Held across fork() by the interposer's atfork handlers.
 void internal_lock() noexcept;
 void internal_unlock() noexcept;
+// A fork child whose parent forked from a signal handler: the lock may be held by the
+// interrupted code; start unlocked.
+void internal_reset_lock() noexcept;
 
 }  // namespace cxlpool::detail::preload

@@ -47,6 +47,11 @@ pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 thread_local int tls_busy __attribute__((tls_model("initial-exec"))) = 0;
 std::atomic<uint64_t> g_foreign_frees{0};
 char g_stats_target[512] = "";
+// CXLPOOL_STATS=1: a copy of the program's stderr taken at start, so a program that closes
+// stderr before exit (coreutils do) or reuses fd 2 for a file of its own neither loses the
+// table nor gets it written into that file.
+int g_stats_fd = -1;
+cxlpool::os::prim::FileId g_stats_fd_id{};
 
 struct Busy {
   Busy() { ++tls_busy; }
@@ -67,17 +72,9 @@ void say(const char* fmt, const char* a = "", const char* b = "") {
   }
 }
 
-void print_stats() {
-  if (!g_pool || !g_stats_target[0]) return;
+// The per-device table, written to fd.
+void write_stats(int fd) {
   Busy busy;
-  int fd = 2;
-  if (std::strcmp(g_stats_target, "1") != 0) {
-    fd = open(g_stats_target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      say("cxlpool: CXLPOOL_STATS: cannot write '%s': %s", g_stats_target, std::strerror(errno));
-      return;
-    }
-  }
   char line[512];
   int n = std::snprintf(line, sizeof line, "cxlpool: pid %d, policy %s\n", int(getpid()),
                         A::pool_policy_text(g_pool).c_str());
@@ -97,28 +94,74 @@ void print_stats() {
     w = write(fd, line, size_t(n));
   }
   (void)w;
-  if (fd != 2) close(fd);
+}
+
+// At exit (CXLPOOL_STATS): to the named file, or to the program's stderr as it was at start.
+void print_stats() {
+  if (!g_pool || !g_stats_target[0]) return;
+  Busy busy;
+  if (std::strcmp(g_stats_target, "1") != 0) {
+    // Non-blocking: a FIFO nobody reads is an error, not a program that never exits.
+    int fd = open(g_stats_target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd < 0) {
+      say("cxlpool: CXLPOOL_STATS: cannot write '%s': %s", g_stats_target, std::strerror(errno));
+      return;
+    }
+    write_stats(fd);
+    close(fd);
+    return;
+  }
+  cxlpool::os::prim::FileId now;
+  if (g_stats_fd >= 0 && cxlpool::os::prim::file_id(g_stats_fd, &now) == 0 && now == g_stats_fd_id)
+    write_stats(g_stats_fd);
 }
 
 // The handlers run as "inside cxlpool": what they allocate (a fork child opening storage for
 // its copy) must come from the internal heap, never from the pools whose locks they hold.
+// fork() from a signal handler that interrupted cxlpool on this thread cannot take the locks
+// the interrupted code holds: like glibc, which takes no malloc lock then, prepare takes none
+// and the child re-creates them.
+bool g_reentrant_fork = false;
 void atfork_prepare() {
+  if (tls_busy > 0) {
+    g_reentrant_fork = true;
+    return;
+  }
   Busy busy;
   pthread_mutex_lock(&g_init_mu);
   A::fork_prepare();
   internal_lock();
 }
 void atfork_parent() {
+  if (g_reentrant_fork) {
+    g_reentrant_fork = false;
+    return;
+  }
   Busy busy;
   internal_unlock();
   A::fork_parent();
   pthread_mutex_unlock(&g_init_mu);
 }
 void atfork_child() {
+  if (g_reentrant_fork) {
+    g_reentrant_fork = false;
+    Busy busy;
+    internal_reset_lock();
+    g_init_mu = PTHREAD_MUTEX_INITIALIZER;
+    A::fork_child_after_reentrant_fork();
+    return;
+  }
   Busy busy;
   internal_unlock();
   A::fork_child();
   pthread_mutex_unlock(&g_init_mu);
+}
+
+// Registered before main (this library is loaded first), so the child's handler runs before
+// any handler a program or library registers later: nothing runs in the child before it has
+// its own copy of the heap.
+__attribute__((constructor)) void register_fork_handlers() {
+  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
 // Builds the pool from the environment; on a configuration error says so once and falls back
@@ -132,7 +175,7 @@ void initialise() noexcept {
     try {
       A::configure_from_environment();
     } catch (const Failure& f) {
-      problem = f.what();  // a bad process option: defaults for it
+      say("cxlpool: %s; using its default", f.what());  // a bad process option: defaults for it
     }
     try {
       // No hwloc here: it would add tens of milliseconds to every program's start, and sysfs
@@ -179,10 +222,13 @@ void initialise() noexcept {
   if (const char* stats = option_value(Option::kStats))
     if (*stats && std::strcmp(stats, "0") != 0) {
       std::snprintf(g_stats_target, sizeof g_stats_target, "%s", stats);
+      if (std::strcmp(stats, "1") == 0) {
+        g_stats_fd = cxlpool::os::prim::move_fd_high(fcntl(2, F_DUPFD_CLOEXEC, 3));
+        if (g_stats_fd >= 0) cxlpool::os::prim::file_id(g_stats_fd, &g_stats_fd_id);
+      }
       std::atexit(print_stats);
     }
   A::set_internal_scope_hooks(enter_internal, leave_internal);
-  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
   g_state.store(kReady, std::memory_order_release);
 }
 
@@ -397,11 +443,7 @@ CXLPOOL_EXPORT struct mallinfo mallinfo() {
 }
 CXLPOOL_EXPORT void malloc_stats() {
   if (g_state.load(std::memory_order_acquire) != kReady) return;
-  char saved[sizeof g_stats_target];
-  std::memcpy(saved, g_stats_target, sizeof saved);
-  std::strcpy(g_stats_target, "1");  // malloc_stats prints to stderr, as glibc's does
-  print_stats();
-  std::memcpy(g_stats_target, saved, sizeof saved);
+  write_stats(2);  // to stderr now, as glibc's does
 }
 
 // C++ operators: new, new[], each plain / nothrow / aligned / aligned+nothrow; delete and

@@ -606,8 +606,11 @@ void validate_emulated(const DeviceSpec& s, const std::string& dev) {
   if (s.backing == CXLPOOL_BACKING_FILE || s.backing == CXLPOOL_BACKING_SHM) {
     std::string named = s.backing == CXLPOOL_BACKING_FILE ? s.path : "/dev/shm/" + s.path;
     std::string dir = os::parent_dir(named);
-    if (!os::is_directory(dir))
-      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': directory of '" + format_backing(s) + "' does not exist");
+    if (!os::is_directory(dir)) {
+      std::string what = os::path_kind(dir);
+      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': " + dir + (what.empty() ? " does not exist" : " is a " + what) +
+                                 ", so '" + format_backing(s) + "' has no directory to live in");
+    }
     std::string pseudo = os::pseudo_filesystem(dir);
     if (!pseudo.empty())
       fail(CXLPOOL_E_CONFIG,
