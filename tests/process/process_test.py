@@ -766,6 +766,11 @@ def mode_fifo_config():
               f"CXLPOOL_CONFIG=FIFO cxlpool-info: {r.describe()} in {r.elapsed:.2f} s, message names the path: "
               f"{fifo in text}")
         info(head(r.err, 4))
+    # CXLPOOL_STATS naming a FIFO nobody reads: one line, the program exits (and its output
+    # is not lost).
+    r = run(cxl([PY, "-c", "print('out')"]), timeout=5, extra={"CXLPOOL_STATS": fifo})
+    check(not r.timed_out and r.returncode == 0 and r.out.strip() == "out" and fifo in r.err,
+          f"CXLPOOL_STATS=FIFO: {r.describe()} in {r.elapsed:.2f} s, stdout kept, message names the FIFO")
 
 
 # ---- E: idle RSS -------------------------------------------------------------------------------
@@ -850,6 +855,20 @@ def mode_signal_malloc():
             info(head(r.err, 4))
 
 
+# ---- H: fork under hostile conditions (copy-mode device) ------------------------------------------
+def mode_fork_hostile():
+    require_preload()
+    prog = exe("process_fork_hostile")
+    d = mkdtemp("hostile")
+    devices = f"cxl0:backing=file:{d}/heap,size=512M"
+    for case in (["fds", "0"], ["fds", "1"], ["fds", "2"], ["closerange"], ["sigfork"]):
+        r = run(cxl([prog] + case, "bind:far", devices), timeout=120)
+        check(r.returncode == 0, f"{' '.join(case)} [file: device, bind:far]: {r.out.strip() or '-'} ({r.describe()})")
+        if r.returncode:
+            info(head(r.err, 4))
+    check(not os.listdir(d), f"nothing left in the device's directory ({len(os.listdir(d))} entries)")
+
+
 MODES = {
     "fork-capi": mode_fork_capi,
     "fork-preload": mode_fork_preload,
@@ -863,6 +882,7 @@ MODES = {
     "idle-rss": mode_idle_rss,
     "bad-free": mode_bad_free,
     "signal-malloc": mode_signal_malloc,
+    "fork-hostile": mode_fork_hostile,
 }
 
 if args.mode not in MODES:

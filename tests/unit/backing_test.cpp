@@ -360,6 +360,51 @@ TEST_CASE("a descriptor the program closes or reuses never receives device memor
   }
 }
 
+TEST_CASE("closing a device never closes a descriptor the program put on its number", "[unit]") {
+  ScratchDir dir;
+  const std::string mine = dir.path() + "/log";
+  int fd = -1;
+  {
+    auto topo = topology_with("mf:backing=shm,size=16M");
+    auto b = cxlpool::Backing::open(topo, *topo.find("mf"));
+    auto r = b.reserve(1 * kMiB);
+    r.commit();
+    REQUIRE(cxlpool_backing_fd(b.get(), &fd) == CXLPOOL_OK);
+    int own = open(mine.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+    REQUIRE(own >= 0);
+    REQUIRE(dup2(own, fd) == fd);  // the program's log now sits on the device's number
+    close(own);
+  }                                // the device closes here
+  CHECK(fcntl(fd, F_GETFD) >= 0);  // still open: it was not cxlpool's any more
+  CHECK(write(fd, "kept", 4) == 4);
+  close(fd);
+  CHECK(read_file(mine) == "kept");
+}
+
+TEST_CASE("a forked child does not keep its parent's claim on a named device", "[unit]") {
+  const std::string shm = unique("cxlpool-test-orphan");
+  const std::string spec = "pool:backing=shm:" + shm + ",size=8M";
+  int gate[2];
+  REQUIRE(pipe(gate) == 0);
+  pid_t child = -1;
+  {
+    auto topo = topology_with(spec);
+    auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+    child = fork();
+    if (child == 0) {  // outlives the parent's use of the device
+      char c;
+      close(gate[1]);
+      (void)!read(gate[0], &c, 1);
+      _exit(0);
+    }
+    close(gate[0]);
+  }                                              // the parent closes the device; its child still runs
+  CHECK(run_peer(spec, {"open", "pool"}) == 0);  // another process may take it now
+  close(gate[1]);
+  int status = 0;
+  waitpid(child, &status, 0);
+}
+
 TEST_CASE("raw backing memory is shared with a forked child", "[unit]") {
   auto topo = topology_with("mf:backing=shm,size=8M");
   auto b = cxlpool::Backing::open(topo, *topo.find("mf"));

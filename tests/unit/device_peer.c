@@ -2,6 +2,7 @@
 /* A second process for the device-ownership tests (C, public API only):
  *   device_peer busy DEVICE          opens DEVICE (from CXLPOOL_DEVICES) and expects BUSY naming
  *                                    the holder's pid (argv[3]); exit 0 when it does
+ *   device_peer open DEVICE          opens DEVICE and expects it to succeed
  *   device_peer fd FD OFFSET BYTES   maps an inherited descriptor (cxlpool_backing_fd) directly,
  *                                    checks the byte pattern (i * 7 + 3) & 0xff written by the
  *                                    first process, then writes 0x5a to the first byte */
@@ -38,6 +39,22 @@ static int busy(const char* device, const char* holder) {
   return 0;
 }
 
+static int open_ok(const char* device) {
+  cxlpool_topology_t* topo = NULL;
+  size_t index = 0;
+  cxlpool_backing_t* b = NULL;
+  if (cxlpool_topology_discover(NULL, &topo) != CXLPOOL_OK ||
+      cxlpool_topology_find_target(topo, device, &index) != CXLPOOL_OK ||
+      cxlpool_backing_open(topo, index, &b) != CXLPOOL_OK) {
+    fprintf(stderr, "device_peer: %s\n", cxlpool_last_error_message());
+    cxlpool_topology_destroy(topo);
+    return 3;
+  }
+  cxlpool_backing_close(b);
+  cxlpool_topology_destroy(topo);
+  return 0;
+}
+
 static int by_fd(int fd, size_t offset, size_t bytes) {
   unsigned char* c = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)offset);
   if (c == MAP_FAILED) {
@@ -56,8 +73,9 @@ static int by_fd(int fd, size_t offset, size_t bytes) {
 
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "busy") == 0) return busy(argv[2], argv[3]);
+  if (argc == 3 && strcmp(argv[1], "open") == 0) return open_ok(argv[2]);
   if (argc == 5 && strcmp(argv[1], "fd") == 0)
     return by_fd(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 10), (size_t)strtoull(argv[4], NULL, 10));
-  fprintf(stderr, "usage: device_peer busy DEVICE PID | device_peer fd FD OFFSET BYTES\n");
+  fprintf(stderr, "usage: device_peer busy DEVICE PID | open DEVICE | fd FD OFFSET BYTES\n");
   return 2;
 }

@@ -323,3 +323,39 @@ TEST_CASE("freed memory returns to the device when the program goes idle, and al
   CHECK(stats(pool).resident_bytes == 0);
   cxlpool_pool_destroy(pool);
 }
+
+TEST_CASE("large alignments come from address space, not from the device", "[unit]") {
+  Topo t("mf:backing=shm,size=256M");
+  cxlpool_pool_t* pool = t.pool("mf", "bind:mf");
+  std::vector<void*> blocks;
+  for (int i = 0; i < 4; ++i) {
+    void* p = cxlpool_aligned_alloc(pool, 256 * kMiB, 64);
+    REQUIRE(p);
+    CHECK(reinterpret_cast<uintptr_t>(p) % (256 * kMiB) == 0);
+    std::memset(p, 1, 64);
+    blocks.push_back(p);
+  }
+  CHECK(stats(pool).device_committed_bytes <= 4 * 64 * kKiB);  // four 64 KiB granules, not 1 GiB
+  for (void* p : blocks) cxlpool_free(p);
+  cxlpool_pool_destroy(pool);
+}
+
+TEST_CASE("pages of an exited thread that other threads emptied return when idle", "[unit][slow]") {
+  Topo t("mf:backing=shm,size=1G");
+  cxlpool_pool_t* pool = t.pool("mf", "bind:mf");
+  std::vector<void*> blocks(200000);
+  std::thread([&] {
+    for (auto& p : blocks) {
+      p = cxlpool_malloc(pool, 1000);
+      std::memset(p, 1, 64);
+    }
+  }).join();  // the allocating thread is gone: its pages are abandoned
+  const uint64_t busy = stats(pool).resident_bytes;
+  for (void* p : blocks) cxlpool_free(p);  // remote frees into abandoned pages
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const uint64_t idle = stats(pool).resident_bytes;
+  INFO("resident busy " << busy / kMiB << " MiB, idle " << idle / kMiB << " MiB");
+  CHECK(busy > 150 * kMiB);
+  CHECK(idle < 8 * kMiB);
+  cxlpool_pool_destroy(pool);
+}

@@ -1,0 +1,128 @@
+/* SPDX-License-Identifier: MIT */
+/* fork() under conditions that break naive fork handling, on a copy-mode device (a file:
+ * device: the child copies its private memory before fork returns). One case per run:
+ *   fds N        the descriptor table full but for N slots when fork is called: the parent
+ *                must still wait for the child's copy (0 and 1 free slots were broken)
+ *   closerange   the program closes every descriptor it did not open (close_range), then
+ *                allocates (fresh device storage) and forks: blocks from before and after must
+ *                stay distinct in the child
+ *   sigfork      fork() from a SIGALRM handler while the main thread mallocs and frees (the
+ *                handler may interrupt cxlpool holding its locks): no deadlock, children run
+ * In each, the parent writes right after fork returns; the child must see only the values at
+ * fork time. Exit 0 when everything held. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define N (16u << 20)
+
+static int child_status(pid_t pid) {
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int fds(int leave) {
+  unsigned char* a = malloc(N);
+  memset(a, 'A', N);
+  struct rlimit rl = {256, 256};
+  setrlimit(RLIMIT_NOFILE, &rl);
+  int last[8], n = 0, fd;
+  while ((fd = open("/dev/null", O_RDONLY)) >= 0) last[n++ % 8] = fd;
+  for (int i = 0; i < leave; i++) close(last[(n - 1 - i) % 8]);
+  pid_t pid = fork();
+  if (pid < 0) return 2;
+  if (pid == 0) {
+    size_t bad = 0;
+    for (size_t i = 0; i < N; i++) bad += a[i] != 'A';
+    printf("child: %zu of %u bytes changed after fork\n", bad, N);
+    fflush(stdout);
+    _exit(bad ? 1 : 0);
+  }
+  for (long off = N - 4096; off >= 0; off -= 4096) memset(a + off, 'B', 4096);
+  int rc = child_status(pid);
+  printf("fds %d: child status %d\n", leave, rc);
+  return rc;
+}
+
+static int closerange(void) {
+  char* small[256];
+  for (int i = 0; i < 256; i++) {
+    small[i] = malloc(1000);
+    memset(small[i], 'S', 1000);
+  }
+  syscall(SYS_close_range, 3, ~0U, 0);
+  char* b = malloc(N);
+  memset(b, 'Q', N);
+  pid_t pid = fork();
+  if (pid == 0) {
+    size_t wrong = 0, hit = 0;
+    for (size_t i = 0; i < N; i++) wrong += b[i] != 'Q';
+    for (int i = 0; i < 256; i++)
+      for (int j = 0; j < 1000; j++) wrong += small[i][j] != 'S';
+    for (int i = 0; i < 2000; i++) memset(malloc(1000), 'N', 1000);
+    for (size_t i = 0; i < N; i++) hit += b[i] == 'N';
+    printf("child: %zu bytes wrong, %zu bytes of a live block overwritten by new blocks\n", wrong, hit);
+    fflush(stdout);
+    _exit(wrong || hit ? 1 : 0);
+  }
+  memset(b, 'P', N);
+  int rc = child_status(pid);
+  printf("closerange: child status %d\n", rc);
+  return rc;
+}
+
+static volatile sig_atomic_t forks, bad_children;
+static void on_alarm(int sig) {
+  (void)sig;
+  pid_t pid = fork();
+  if (pid == 0) {
+    void* p = malloc(100);
+    free(p);
+    _exit(p ? 0 : 1);
+  }
+  if (pid > 0) {
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0) {
+    }
+    ++forks;
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) ++bad_children;
+  }
+}
+
+static int sigfork(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_alarm;
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGALRM, &sa, NULL);
+  struct itimerval it = {{0, 2000}, {0, 2000}};
+  setitimer(ITIMER_REAL, &it, NULL);
+  for (long i = 0; i < 400000; ++i) {
+    void* p = malloc(16 + (size_t)(i % 3000));
+    memset(p, 1, 16);
+    free(p);
+  }
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  printf("sigfork: %d forks from the handler, %d bad children\n", (int)forks, (int)bad_children);
+  return forks > 0 && !bad_children ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc == 3 && strcmp(argv[1], "fds") == 0) return fds(atoi(argv[2]));
+  if (argc == 2 && strcmp(argv[1], "closerange") == 0) return closerange();
+  if (argc == 2 && strcmp(argv[1], "sigfork") == 0) return sigfork();
+  fprintf(stderr, "usage: fork_hostile fds N | closerange | sigfork\n");
+  return 2;
+}
