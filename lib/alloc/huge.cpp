@@ -103,7 +103,9 @@ void huge_free(SegmentHeader* hdr, void* p) noexcept {
     list_remove(d.huge_live, span);
     d.active.fetch_sub(span->block, std::memory_order_relaxed);
     d.huge_live_bytes.fetch_sub(span->block, std::memory_order_relaxed);
-    if (purge_delay_ms() && d.huge_cache_count < kHugeCacheEntries &&
+    // No cache under an address-space limit: a cached span holds address space the program
+    // may need for something else.
+    if (purge_delay_ms() && !address_space_limited() && d.huge_cache_count < kHugeCacheEntries &&
         d.huge_cache_bytes + span->committed <= kHugeCacheBytes) {
       span->cached = true;
       span->cached_at = d.purge_passes;

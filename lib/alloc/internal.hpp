@@ -51,6 +51,8 @@ void release_regions(Pool* pool, PoolDevice& d) noexcept;
 bool purge_pass(Pool* pool, PoolDevice& d) noexcept;
 // A retired page or cached span left free committed memory: purge it within the delay.
 void purge_soon(Pool* pool, PoolDevice& d) noexcept;
+// Whether the process runs under an RLIMIT_AS (read when the first pool is made).
+bool address_space_limited() noexcept;
 
 // ---- page.cpp: pages of one size class --------------------------------------------------------
 Page* new_page(Pool* pool, int di, unsigned cls) noexcept;

@@ -21,6 +21,19 @@ void (*g_enter_internal)() noexcept = nullptr;
 void (*g_leave_internal)() noexcept = nullptr;
 }  // namespace
 
+namespace {
+std::atomic<int> g_limited{-1};
+}  // namespace
+
+bool address_space_limited() noexcept {
+  int v = g_limited.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = os::prim::address_space_headroom() != SIZE_MAX;
+    g_limited.store(v, std::memory_order_relaxed);
+  }
+  return v != 0;
+}
+
 void set_purge_delay_ms(uint64_t ms) noexcept { g_purge_delay_ns.store(ms * 1'000'000, std::memory_order_relaxed); }
 uint64_t purge_delay_ms() noexcept { return g_purge_delay_ns.load(std::memory_order_relaxed) / 1'000'000; }
 void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept {

@@ -41,6 +41,16 @@ int reserve(size_t size, size_t alignment, void** out) noexcept {
   size_t ps = system_page();
   if (alignment < ps) alignment = ps;
   if (size == 0 || (alignment & (alignment - 1))) return EINVAL;
+  // The exact size first: often aligned already, and no transient excess of address space
+  // (which an RLIMIT_AS may not allow). Otherwise over-reserve and trim.
+  void* exact = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (exact != MAP_FAILED) {
+    if ((reinterpret_cast<uintptr_t>(exact) & (alignment - 1)) == 0) {
+      *out = exact;
+      return 0;
+    }
+    munmap(exact, size);
+  }
   size_t span = size + alignment - ps;
   if (span < size) return ENOMEM;
   void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
