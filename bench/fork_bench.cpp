@@ -5,7 +5,8 @@
 //   glibc       malloc'd blocks (the reference: the kernel's copy-on-write)
 //   far-cow     a private cxlpool pool on an emulated far device (memfd, fork=cow: MAP_PRIVATE)
 //   far-copy    the same device with fork=copy (MAP_SHARED; the child copies what is committed)
-//   file-copy   a file device in /dev/shm (copy mode, as files default to)
+//   file-copy   a file device in /dev/shm with fork=copy (the default on DAX filesystems and
+//               hugetlbfs, where written bytes must stay in the file)
 //   near        a private pool on node0 (anonymous memory, mbind)
 // Heap sizes are the benchmark argument in MiB (64 and 1024), built from 256 KiB blocks that
 // are all written. Refuses to run from a non-Release build.
@@ -35,7 +36,7 @@ bool setup() {
   if (g_heap == "far-copy") devices = "cxlfar:backing=shm,size=2G,fork=copy";
   if (g_heap == "file-copy") {
     if (!mkdtemp(g_dir)) return false;
-    devices = std::string("cxlfar:backing=file:") + g_dir + "/heap,size=2G";
+    devices = std::string("cxlfar:backing=file:") + g_dir + "/heap,size=2G,fork=copy";
   }
   if (g_heap == "near") devices = "cxlfar:backing=numa:0,size=2G";
   if (devices.empty()) {

@@ -36,8 +36,10 @@ struct BackingSpec {
 };
 
 // The fork mode a spec resolves to: devdax is always kCopy (device-DAX cannot be mapped
-// privately), numa/memfd/shm default to kCopyOnWrite, file defaults to kCopy.
-ForkMode effective_fork_mode(const BackingSpec& spec);
+// privately); a declared fork= wins; a file defaults to kCopy where its bytes must stay in the
+// device (dax_or_hugetlb: a DAX filesystem or hugetlbfs), else kCopyOnWrite, like numa,
+// memfd and shm.
+ForkMode effective_fork_mode(const BackingSpec& spec, bool dax_or_hugetlb = false);
 
 // Static capabilities of a backing kind (before anything is opened).
 cxlpool_backing_caps_t describe_backing(const BackingSpec& spec);

@@ -10,10 +10,10 @@
 
 namespace cxlpool::detail {
 
-ForkMode effective_fork_mode(const BackingSpec& spec) {
+ForkMode effective_fork_mode(const BackingSpec& spec, bool dax_or_hugetlb) {
   if (spec.kind == CXLPOOL_BACKING_DEVDAX) return ForkMode::kCopy;
   if (spec.fork_mode != ForkMode::kDefault) return spec.fork_mode;
-  return spec.kind == CXLPOOL_BACKING_FILE ? ForkMode::kCopy : ForkMode::kCopyOnWrite;
+  return spec.kind == CXLPOOL_BACKING_FILE && dax_or_hugetlb ? ForkMode::kCopy : ForkMode::kCopyOnWrite;
 }
 
 cxlpool_backing_caps_t describe_backing(const BackingSpec& spec) {
@@ -79,6 +79,7 @@ std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy
     throw;
   }
   s->fd_ = os::prim::move_fd_high(fd);
+  s->placement_in_storage_ = spec.kind == CXLPOOL_BACKING_FILE && os::fd_needs_shared_mapping(s->fd_);
   s->free_.insert(0, spec.capacity);
   return s;
 }

@@ -35,6 +35,9 @@ class Storage {
   // The descriptor if it still is ours (identity checked), else -1 and the storage is lost.
   int valid_fd() noexcept { return check_identity() == 0 ? fd_ : -1; }
   int numa_node() const { return numa_node_; }
+  // Memory written here must stay in this storage to be placed where the user chose: a file
+  // on a DAX filesystem (STATX_ATTR_DAX) or on hugetlbfs.
+  bool placement_in_storage() const { return placement_in_storage_; }
   uint64_t size() const { return size_; }
   const std::string& description() const { return description_; }
 
@@ -71,6 +74,7 @@ class Storage {
   uint64_t size_ = 0;
   size_t page_size_ = 0;
   bool lost_ = false;
+  bool placement_in_storage_ = false;
   bool retired_ = false;
   std::string description_;  // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
   IntervalSet free_;         // free offset ranges

@@ -107,7 +107,7 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
   }
   if (spec_.kind == CXLPOOL_BACKING_DEVDAX) shared_storage_ = private_storage_;  // one device, one offset space
   caps_ = describe_backing(spec_);
-  fork_mode_ = effective_fork_mode(spec_);
+  fork_mode_ = effective_fork_mode(spec_, private_storage_->placement_in_storage());
   ledger_.capacity = caps_.capacity_bytes;
 }
 

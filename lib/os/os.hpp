@@ -57,6 +57,9 @@ int open_char_device(const std::string& path);
 void lock_exclusive(int fd, const std::string& what);
 void close_fd(int fd) noexcept;
 void truncate_fd(int fd, uint64_t size);
+// Whether writes must go through a shared mapping to land in fd's own memory: a file in DAX
+// mode (statx STATX_ATTR_DAX) or on hugetlbfs.
+bool fd_needs_shared_mapping(int fd) noexcept;
 // Page granule of the filesystem holding fd (hugetlbfs: huge page size), at least page_size().
 size_t fd_page_size(int fd);
 // Free bytes of the filesystem holding path, or 0 when it cannot be determined.

@@ -224,6 +224,18 @@ void truncate_fd(int fd, uint64_t size) {
     fail_os("ftruncate(fd " + std::to_string(fd) + ", " + std::to_string(size) + ")", errno);
 }
 
+bool fd_needs_shared_mapping(int fd) noexcept {
+  struct statfs sfs {};
+  constexpr long kHugetlbfsMagic = 0x958458f6;
+  if (fstatfs(fd, &sfs) == 0 && sfs.f_type == kHugetlbfsMagic) return true;
+#ifdef STATX_ATTR_DAX
+  struct statx sx {};
+  if (statx(fd, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx) == 0 && (sx.stx_attributes_mask & STATX_ATTR_DAX))
+    return (sx.stx_attributes & STATX_ATTR_DAX) != 0;
+#endif
+  return false;
+}
+
 size_t fd_page_size(int fd) {
   struct statfs sfs {};
   if (fstatfs(fd, &sfs) != 0) return page_size();

@@ -276,6 +276,10 @@ def mode_fork_capi():
         ("shm:NAME", "shm:" + shm_name("fork"), ",size=256M"),
         ("file in /tmp", f"file:{tmp}/heap", ",size=256M"),
         ("file in /dev/shm", "file:/dev/shm/" + shm_name("forkfile"), ",size=256M"),
+        # Copy mode (the default where the bytes must stay in the device: DAX, hugetlbfs):
+        # the child copies its private memory before fork returns.
+        ("file in /tmp, fork=copy", f"file:{tmp}/copyheap", ",size=256M,fork=copy"),
+        ("shm (memfd), fork=copy", "shm", ",size=256M,fork=copy"),
     ]
     daxes = devdax_devices()
     if daxes:
@@ -401,7 +405,8 @@ def mode_fork_preload():
             return None
         if kind == "shm":
             return f"cxl0:backing=shm:{shm_name(f'a2-{counter[0]}')},size=512M"
-        return f"cxl0:backing=file:{tmp}/heap{counter[0]},size=512M"
+        # Copy mode, the harder case: the child copies its private memory before fork returns.
+        return f"cxl0:backing=file:{tmp}/heap{counter[0]},size=512M,fork=copy"
 
     policies = ["bind:far", "threshold:size=1M,tier=far", "interleave:near=1,far=1"]
     plain = run([prog])
@@ -860,7 +865,7 @@ def mode_fork_hostile():
     require_preload()
     prog = exe("process_fork_hostile")
     d = mkdtemp("hostile")
-    devices = f"cxl0:backing=file:{d}/heap,size=512M"
+    devices = f"cxl0:backing=file:{d}/heap,size=512M,fork=copy"
     for case in (["fds", "0"], ["fds", "1"], ["fds", "2"], ["closerange"], ["sigfork"]):
         r = run(cxl([prog] + case, "bind:far", devices), timeout=120)
         check(r.returncode == 0, f"{' '.join(case)} [file: device, bind:far]: {r.out.strip() or '-'} ({r.describe()})")

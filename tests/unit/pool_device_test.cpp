@@ -123,7 +123,7 @@ cxlpool_stats_t stats(cxlpool_pool_t* pool, int device = -1) {
 TEST_CASE("private pools: a forked child gets its own copy on every backing, under every policy", "[unit][numa]") {
   const std::string shm = "cxlpool-fork-" + std::to_string(getpid());
   Topo t("mf:backing=shm,size=512M;mfc:backing=shm,size=512M,fork=copy;sh:backing=shm:" + shm +
-         ",size=512M;fl:backing=file:$DIR/heap,size=512M;flc:backing=file:$DIR/cow,size=512M,fork=cow;"
+         ",size=512M;fl:backing=file:$DIR/heap,size=512M;flc:backing=file:$DIR/copy,size=512M,fork=copy;"
          "n0:backing=numa:0,size=512M,latency=90ns");
   for (const char* dev : {"mf", "mfc", "sh", "fl", "flc", "n0"}) {
     for (std::string policy : {std::string("bind:") + dev, "threshold:size=64K,device=" + std::string(dev) + "|bind:n0",
