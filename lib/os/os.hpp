@@ -28,8 +28,6 @@ struct KernelCaps {
 const KernelCaps& kernel_caps();
 
 // ---- Address space (throwing wrappers over prim.hpp for cold paths) ----
-// Reserves size bytes of inaccessible address space aligned to alignment (power of two).
-void* reserve_address_space(size_t size, size_t alignment);
 void unmap(void* addr, size_t size) noexcept;
 
 // Private anonymous read-write memory for allocator metadata (local DRAM, default policy).

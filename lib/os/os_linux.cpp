@@ -94,13 +94,6 @@ const KernelCaps& kernel_caps() {
   return caps;
 }
 
-void* reserve_address_space(size_t size, size_t alignment) {
-  void* p = nullptr;
-  if (int err = prim::reserve(size, alignment, &p))
-    fail_os("mmap(PROT_NONE, " + std::to_string(size) + " bytes, aligned to " + std::to_string(alignment) + ")", err);
-  return p;
-}
-
 void unmap(void* addr, size_t size) noexcept { munmap(addr, size); }
 
 void* try_map_metadata(size_t size, bool noreserve) noexcept {

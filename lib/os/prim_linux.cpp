@@ -3,7 +3,6 @@
 // errno values returned instead of thrown.
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
