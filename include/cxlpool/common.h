@@ -34,6 +34,10 @@ typedef enum cxlpool_status {
   CXLPOOL_E_BUSY = -8,                 /* the object still has live dependents */
   CXLPOOL_E_PERMISSION = -9,           /* the OS refused access */
   CXLPOOL_E_INTERNAL = -10,            /* a bug in cxlpool; please report it */
+  CXLPOOL_E_CORRUPT = -11,             /* shared-pool metadata failed a checksum or invariant */
+  CXLPOOL_E_STALE = -12,               /* a handle names a block that was freed or reused */
+  CXLPOOL_E_EVICTED = -13,             /* this participant missed its lease and was evicted */
+  CXLPOOL_E_EXISTS = -14,              /* the name is already taken (pool or foreign object) */
   CXLPOOL_STATUS_MAX_ENUM = 0x7fffffff /* keeps any int a valid value (ABI width) */
 } cxlpool_status_t;
 

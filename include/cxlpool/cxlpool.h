@@ -5,5 +5,6 @@
 #include "cxlpool/alloc.h"
 #include "cxlpool/backing.h"
 #include "cxlpool/common.h"
+#include "cxlpool/shared.h"
 #include "cxlpool/topology.h"
 #endif

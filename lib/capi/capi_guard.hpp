@@ -4,6 +4,7 @@
 #pragma once
 
 #include <new>
+#include <string>
 
 #include "common/error.hpp"
 
@@ -31,6 +32,9 @@ cxlpool_status_t guarded(F&& body) noexcept {
 
 // Argument check helper: fails with INVALID_ARGUMENT naming the function and argument.
 inline void require(bool ok, const char* function, const char* what) {
+  if (!ok) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(function) + ": " + what);
+}
+inline void require(bool ok, const char* function, const std::string& what) {
   if (!ok) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(function) + ": " + what);
 }
 

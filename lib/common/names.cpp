@@ -28,6 +28,14 @@ const char* status_name(cxlpool_status_t status) noexcept {
       return "CXLPOOL_E_PERMISSION: permission denied";
     case CXLPOOL_E_INTERNAL:
       return "CXLPOOL_E_INTERNAL: internal error";
+    case CXLPOOL_E_CORRUPT:
+      return "CXLPOOL_E_CORRUPT: shared-pool metadata is corrupt";
+    case CXLPOOL_E_STALE:
+      return "CXLPOOL_E_STALE: stale handle (block freed or reused)";
+    case CXLPOOL_E_EVICTED:
+      return "CXLPOOL_E_EVICTED: participant was evicted from the shared pool";
+    case CXLPOOL_E_EXISTS:
+      return "CXLPOOL_E_EXISTS: name already exists";
     default:
       break;
   }

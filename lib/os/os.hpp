@@ -78,3 +78,36 @@ std::string parent_dir(const std::string& path);
 bool is_directory(const std::string& path);
 
 }  // namespace cxlpool::os
+
+namespace cxlpool::os {
+
+// ---- Shared pool files and process identity (os/pool_files.cpp) ----
+// A new file of the given mode in dir, not yet visible under any name (O_TMPFILE); where the
+// filesystem lacks O_TMPFILE, an exclusively created ".cxlpool-creating-*" file whose path is
+// returned in *temp_path (removed by link_new_file). what names the pool in messages.
+int create_unnamed_file(const std::string& dir, unsigned mode, const std::string& what, std::string* temp_path);
+// Gives a file from create_unnamed_file the name path, atomically; CXLPOOL_E_EXISTS (nothing
+// touched) when something already has that name.
+void link_new_file(int fd, const std::string& temp_path, const std::string& path, const std::string& what);
+// Opens an existing regular file (or, char_device, a character device) read-write without
+// following a final symlink; refuses other kinds with CXLPOOL_E_CONFIG.
+int open_existing(const std::string& path, bool char_device, const std::string& what);
+uint64_t fd_size(int fd);
+// Reserves the file's blocks now (posix_fallocate), so a full filesystem is an error here and
+// not a SIGBUS later; a filesystem that cannot preallocate is accepted as is.
+void allocate_file(int fd, uint64_t size, const std::string& what);
+// MAP_SHARED read-write mapping of [offset, offset+size) of fd.
+void* map_shared_fd(int fd, size_t size, uint64_t offset, const std::string& what);
+void unlink_path(const std::string& path, const std::string& what);
+void random_bytes(void* out, size_t len);
+uint64_t realtime_ns() noexcept;
+uint64_t monotonic_ns() noexcept;
+// Identity of this boot (hash of /proc/sys/kernel/random/boot_id; 0 when unreadable) and of
+// the calling process's pid namespace (inode of /proc/self/ns/pid; 0 when unreadable).
+uint64_t boot_id_hash() noexcept;
+uint64_t pid_namespace_id() noexcept;
+// Start time of pid in clock ticks since boot (/proc/PID/stat field 22); 0 when there is no
+// such process. With the boot id and pid namespace it tells a live process from a reused pid.
+uint64_t process_start_ticks(int pid) noexcept;
+
+}  // namespace cxlpool::os

@@ -12,7 +12,7 @@
 #define CXLPOOL_SHARED_X86 0
 #endif
 
-namespace cxlpool::shared {
+namespace cxlpool::detail::shared {
 namespace {
 
 #if CXLPOOL_SHARED_X86
@@ -110,4 +110,4 @@ void invalidate_lines(const void* p, size_t n) noexcept {
 
 void full_fence() noexcept { memory_fence(); }
 
-}  // namespace cxlpool::shared
+}  // namespace cxlpool::detail::shared

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace cxlpool::shared {
+namespace cxlpool::detail::shared {
 
 inline constexpr size_t kLineSize = 64;
 
@@ -49,4 +49,4 @@ void apply_line_op(LineOp op, const void* p, size_t n) noexcept;
 // Orders every earlier load, store and line flush before every later one (mfence).
 void full_fence() noexcept;
 
-}  // namespace cxlpool::shared
+}  // namespace cxlpool::detail::shared

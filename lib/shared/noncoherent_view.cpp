@@ -11,7 +11,7 @@
 #include "os/os.hpp"
 #include "shared/coherence.hpp"
 
-namespace cxlpool::shared {
+namespace cxlpool::detail::shared {
 namespace {
 
 using detail::fail;
@@ -133,4 +133,4 @@ size_t NoncoherentView::dirty_lines() const noexcept {
   return dirty;
 }
 
-}  // namespace cxlpool::shared
+}  // namespace cxlpool::detail::shared

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace cxlpool::shared {
+namespace cxlpool::detail::shared {
 
 struct NoncoherentOptions {
   // Lines evicted at random (anywhere in the view) at each publish/acquire call, before the
@@ -80,4 +80,4 @@ class NoncoherentView {
   uint64_t eviction_digest_ = 14695981039346656037ull;
 };
 
-}  // namespace cxlpool::shared
+}  // namespace cxlpool::detail::shared

@@ -18,7 +18,7 @@
 #include "shared/coherence.hpp"
 
 using cxlpool::detail::Failure;
-using namespace cxlpool::shared;
+using namespace cxlpool::detail::shared;
 
 namespace {
 

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: MIT */
+/* cxlpool shared pools: one named far-memory device (shm:NAME, file:PATH, devdax:PATH) mapped
+ * by several processes, and by several hosts on a CXL switch or multi-headed device. The pool
+ * describes itself inside the device (docs/shared.md): any participant may be killed at any
+ * instruction and the others recover its state; blocks travel between participants as handles
+ * (pool id, offset, generation), never as pointers. */
+#ifndef CXLPOOL_SHARED_H
+#define CXLPOOL_SHARED_H
+
+#include "cxlpool/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CXLPOOL_HAVE_SHARED_POOLS 1
+
+typedef struct cxlpool_shared_pool cxlpool_shared_pool_t;
+typedef struct cxlpool_shared_params cxlpool_shared_params_t;
+
+/* Who sees whose writes without help. Values are never renumbered. */
+typedef enum cxlpool_coherence {
+  CXLPOOL_COHERENCE_HOST = 0,   /* processes of one host: CPU caches keep the pool coherent */
+  CXLPOOL_COHERENCE_FABRIC = 1, /* hosts on a fabric that declares hardware coherence (CXL 3.x) */
+  CXLPOOL_COHERENCE_NONE = 2,   /* software-managed: cxlpool_publish / cxlpool_acquire needed */
+  CXLPOOL_COHERENCE_MAX_ENUM = 0x7fffffff
+} cxlpool_coherence_t;
+
+/* A block named across processes. Plain data: copy it through any channel. */
+typedef struct cxlpool_shared_handle {
+  uint64_t pool_id[2]; /* the pool's identity (random at creation) */
+  uint64_t offset;     /* the block's offset in the device */
+  uint32_t generation; /* which allocation of that block */
+  uint32_t check;      /* detects a handle damaged in transit */
+} cxlpool_shared_handle_t;
+
+/* Parameters of create and open. Defaults: size 0 (must be set for create), extent 2 MiB,
+ * coherence HOST, mode 0600, 1 host of 32 participants, 4096 leases per participant,
+ * heartbeat 10 ms, lease timeout 300 ms, host index 0. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_create(cxlpool_shared_params_t** out);
+CXLPOOL_API void cxlpool_shared_params_destroy(cxlpool_shared_params_t* params);
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_size(cxlpool_shared_params_t* params, uint64_t bytes);
+/* A power of two from 256 KiB to 1 GiB: the unit of ownership between participants. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_extent_size(cxlpool_shared_params_t* params, uint64_t bytes);
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_coherence(cxlpool_shared_params_t* params,
+                                                                 cxlpool_coherence_t coherence);
+/* Permission bits of a created shm/file pool (0600 default; 0660 shares with the group). */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_mode(cxlpool_shared_params_t* params, unsigned mode);
+/* hosts x participants_per_host slots, at most 255 in all. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_participants(cxlpool_shared_params_t* params, uint32_t hosts,
+                                                                    uint32_t participants_per_host);
+/* Leases (imported blocks held at once) per participant: a power of two from 8 to 2^20. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_leases(cxlpool_shared_params_t* params,
+                                                              uint32_t per_participant);
+/* Heartbeat period and the silence after which a participant is declared dead; the timeout
+ * must be at least 3 heartbeats. Size it to the worst stall of the machines (docs/shared.md). */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t* params,
+                                                                    uint32_t heartbeat_ms, uint32_t lease_timeout_ms);
+/* Which host group this process joins (0 .. hosts-1); every host sharing a device needs its
+ * own index (the fabric manager's host id). */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_host_index(cxlpool_shared_params_t* params, uint32_t index);
+
+/* Creates a pool on device and joins it. shm:NAME and file:PATH are created fully formed and
+ * then linked under their name (a crash leaves nothing); an existing name is refused with
+ * CXLPOOL_E_EXISTS and left untouched. devdax:PATH is formatted in place only when it carries
+ * no cxlpool header and flags has CXLPOOL_SHARED_FORMAT_DEVICE. */
+#define CXLPOOL_SHARED_FORMAT_DEVICE 1u
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_create(const char* device, const cxlpool_shared_params_t* params,
+                                                        unsigned flags, cxlpool_shared_pool_t** out);
+/* Opens an existing pool and joins it (params may be NULL: only the host index, timing and
+ * nothing else is taken from it). Anything without a valid cxlpool header is refused
+ * (CXLPOOL_E_CORRUPT) and never written. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_open(const char* device, const cxlpool_shared_params_t* params,
+                                                      cxlpool_shared_pool_t** out);
+/* Leaves the pool: imported blocks are released, blocks no one else holds are freed, blocks
+ * others still hold are left for them. The mapping goes away; pointers into it die. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_close(cxlpool_shared_pool_t* pool);
+/* Removes a shm/file pool's name (the memory lives on while mapped). Refuses anything that
+ * does not carry a cxlpool shared-pool header. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_unlink(const char* device);
+
+/* Allocates size bytes (128-byte aligned) owned by this participant. CXLPOOL_E_CAPACITY when
+ * the pool is full; CXLPOOL_E_EVICTED when this participant was declared dead. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_alloc(cxlpool_shared_pool_t* pool, size_t size, void** out);
+/* Frees a block this participant allocated. Blocks others have imported live on until the
+ * last of them releases it. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_free(cxlpool_shared_pool_t* pool, void* ptr);
+/* Names a block this participant allocated, for another participant to import. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_export(cxlpool_shared_pool_t* pool, const void* ptr,
+                                                   cxlpool_shared_handle_t* out);
+/* Validates a handle (pool, bounds, block start, generation, still held by its owner) and
+ * takes a lease on the block: *out points to it in this process, *size_out (may be NULL) is
+ * its usable size. Stale handles: CXLPOOL_E_STALE; forged or damaged: CXLPOOL_E_INVALID_ARGUMENT
+ * or CXLPOOL_E_NOT_FOUND. Never a pointer outside a live block. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_import(cxlpool_shared_pool_t* pool, const cxlpool_shared_handle_t* handle,
+                                                   void** out, size_t* size_out);
+/* Drops one lease taken by cxlpool_shared_import. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_release(cxlpool_shared_pool_t* pool, void* ptr);
+
+typedef struct cxlpool_shared_info {
+  uint64_t pool_id[2];
+  uint64_t size;            /* bytes of the device the pool uses */
+  uint64_t extent_size;     /* bytes */
+  uint64_t extents_total;   /* extents in the pool */
+  uint64_t extents_free;    /* extents no participant owns */
+  uint64_t extents_mine;    /* extents this participant owns */
+  uint64_t bytes_in_use;    /* bytes of blocks this participant holds as owner */
+  uint32_t participants;    /* slots active now */
+  uint32_t slot;            /* this participant's slot */
+  uint32_t coherence;       /* cxlpool_coherence_t */
+  uint32_t leases_held;     /* blocks this participant has imported */
+  uint64_t recovered_slots; /* dead participants this one has recovered */
+  uint64_t corrupt_words;   /* metadata words that failed their check (quarantined) */
+  uint64_t reserved[8];
+} cxlpool_shared_info_t;
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_info(cxlpool_shared_pool_t* pool, cxlpool_shared_info_t* out);
+
+/* What cxlpool_shared_pool_check found. A leaked block is in use in an extent whose owner is
+ * not alive and that no live participant holds a lease on; a dangling lease names a block that
+ * is not exported or released at the lease's generation. */
+typedef struct cxlpool_shared_check_report {
+  uint64_t extents_total, extents_free, extents_small, extents_large, extents_formatting;
+  uint64_t blocks_in_use;   /* allocated, exported or released */
+  uint64_t blocks_exported; /* exported or released (handles may exist) */
+  uint64_t leases;          /* lease entries of live participants */
+  uint64_t leaked_blocks;
+  uint64_t dangling_leases;
+  uint64_t corrupt_words;  /* words failing their check bits */
+  uint64_t orphan_extents; /* owned by a participant that is not alive */
+  uint32_t live_participants;
+  uint32_t dead_participants; /* not alive and not yet recovered */
+  uint64_t recovered;         /* participants recovered by --repair */
+  uint64_t reserved[8];
+} cxlpool_shared_check_report_t;
+/* Verifies every invariant of a pool's metadata. repair != 0 first joins the pool (host index
+ * from params, which may be NULL), recovers every dead participant (waiting up to two lease
+ * timeouts for silent participants of other hosts) and leaves. The report is written also when
+ * problems are found; the status is CXLPOOL_E_CORRUPT when any count of problems is non-zero. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_check(const char* device, const cxlpool_shared_params_t* params,
+                                                       int repair, cxlpool_shared_check_report_t* out);
+
+/* Coherence for non-coherent pools: publish after writing [ptr, ptr+len) (write back + fence),
+ * acquire before reading (invalidate + fence). No-ops for memory of coherent pools and for
+ * memory that is not in a shared pool. */
+CXLPOOL_API cxlpool_status_t cxlpool_publish(const void* ptr, size_t len);
+CXLPOOL_API cxlpool_status_t cxlpool_acquire(const void* ptr, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CXLPOOL_SHARED_H */

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: MIT
+// C ABI for shared pools (include/cxlpool/shared.h): parameter objects, create/open/close,
+// blocks, handles and leases, publish/acquire.
+#include <string>
+
+#include "capi/capi_guard.hpp"
+#include "cxlpool/shared.h"
+#include "shared/coherence.hpp"
+#include "shared/shared_pool.hpp"
+
+using namespace cxlpool::detail;
+namespace S = cxlpool::detail::shared;
+
+struct cxlpool_shared_params {
+  S::SharedParams p;
+};
+
+namespace {
+inline S::SharedPool* impl(cxlpool_shared_pool_t* p) { return reinterpret_cast<S::SharedPool*>(p); }
+inline cxlpool_shared_pool_t* handle(S::SharedPool* p) { return reinterpret_cast<cxlpool_shared_pool_t*>(p); }
+bool pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+}  // namespace
+
+extern "C" {
+
+cxlpool_status_t cxlpool_shared_params_create(cxlpool_shared_params_t** out) {
+  return guarded([&] {
+    require(out != nullptr, "cxlpool_shared_params_create", "out is NULL");
+    *out = new cxlpool_shared_params{};
+  });
+}
+
+void cxlpool_shared_params_destroy(cxlpool_shared_params_t* params) { delete params; }
+
+cxlpool_status_t cxlpool_shared_params_set_size(cxlpool_shared_params_t* params, uint64_t bytes) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_size", "params is NULL");
+    require(bytes >= (4u << 20), "cxlpool_shared_params_set_size",
+            "size " + std::to_string(bytes) + " is below the minimum of 4 MiB");
+    params->p.size = bytes;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_extent_size(cxlpool_shared_params_t* params, uint64_t bytes) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_extent_size", "params is NULL");
+    require(pow2(bytes) && bytes >= (256u << 10) && bytes <= (1u << 30), "cxlpool_shared_params_set_extent_size",
+            "extent size " + std::to_string(bytes) + " is not a power of two from 256 KiB to 1 GiB");
+    params->p.extent_size = bytes;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_coherence(cxlpool_shared_params_t* params, cxlpool_coherence_t coherence) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_coherence", "params is NULL");
+    require(coherence == CXLPOOL_COHERENCE_HOST || coherence == CXLPOOL_COHERENCE_FABRIC ||
+                coherence == CXLPOOL_COHERENCE_NONE,
+            "cxlpool_shared_params_set_coherence", "unknown coherence " + std::to_string(int(coherence)));
+    params->p.coherence = coherence;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_mode(cxlpool_shared_params_t* params, unsigned mode) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_mode", "params is NULL");
+    require((mode & ~0777u) == 0 && (mode & 0600u) == 0600u, "cxlpool_shared_params_set_mode",
+            "mode " + std::to_string(mode) + " must be permission bits (at most 0777) with owner read-write");
+    params->p.mode = mode;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_participants(cxlpool_shared_params_t* params, uint32_t hosts,
+                                                        uint32_t participants_per_host) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_participants", "params is NULL");
+    require(hosts >= 1 && participants_per_host >= 1 && uint64_t{hosts} * participants_per_host <= S::kMaxSlots,
+            "cxlpool_shared_params_set_participants",
+            std::to_string(hosts) + " hosts x " + std::to_string(participants_per_host) +
+                " participants: need at least 1 x 1 and at most 255 slots in all");
+    params->p.hosts = hosts;
+    params->p.per_host = participants_per_host;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_leases(cxlpool_shared_params_t* params, uint32_t per_participant) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_leases", "params is NULL");
+    require(pow2(per_participant) && per_participant >= 8 && per_participant <= (1u << 20),
+            "cxlpool_shared_params_set_leases",
+            std::to_string(per_participant) + " leases: need a power of two from 8 to 1048576");
+    params->p.leases = per_participant;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t* params, uint32_t heartbeat_ms,
+                                                        uint32_t lease_timeout_ms) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_lease_timing", "params is NULL");
+    require(heartbeat_ms >= 1 && heartbeat_ms <= 60000 && lease_timeout_ms >= 3 * heartbeat_ms &&
+                lease_timeout_ms <= 3600000,
+            "cxlpool_shared_params_set_lease_timing",
+            "heartbeat " + std::to_string(heartbeat_ms) + " ms, timeout " + std::to_string(lease_timeout_ms) +
+                " ms: need 1..60000 ms and a timeout of at least 3 heartbeats (at most an hour)");
+    params->p.heartbeat_ms = heartbeat_ms;
+    params->p.lease_timeout_ms = lease_timeout_ms;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_host_index(cxlpool_shared_params_t* params, uint32_t index) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_host_index", "params is NULL");
+    require(index < S::kMaxSlots, "cxlpool_shared_params_set_host_index",
+            "host index " + std::to_string(index) + " out of range");
+    params->p.host_index = index;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_create(const char* device, const cxlpool_shared_params_t* params, unsigned flags,
+                                            cxlpool_shared_pool_t** out) {
+  return guarded([&] {
+    require(device != nullptr, "cxlpool_shared_pool_create", "device is NULL");
+    require(params != nullptr, "cxlpool_shared_pool_create", "params is NULL (the size must be given)");
+    require(out != nullptr, "cxlpool_shared_pool_create", "out is NULL");
+    *out = handle(S::SharedPool::create(device, params->p, flags).release());
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_open(const char* device, const cxlpool_shared_params_t* params,
+                                          cxlpool_shared_pool_t** out) {
+  return guarded([&] {
+    require(device != nullptr, "cxlpool_shared_pool_open", "device is NULL");
+    require(out != nullptr, "cxlpool_shared_pool_open", "out is NULL");
+    *out = handle(S::SharedPool::open(device, params ? &params->p : nullptr).release());
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_close(cxlpool_shared_pool_t* pool) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_pool_close", "pool is NULL");
+    S::SharedPool* p = impl(pool);
+    if (p->in_fork_child()) {  // not a participant; the parent's copies must not be destroyed
+      p->abandon_in_fork_child();
+      return;
+    }
+    std::unique_ptr<S::SharedPool> owned(p);
+    owned->leave();
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_unlink(const char* device) {
+  return guarded([&] {
+    require(device != nullptr, "cxlpool_shared_pool_unlink", "device is NULL");
+    S::SharedPool::unlink(device);
+  });
+}
+
+cxlpool_status_t cxlpool_shared_alloc(cxlpool_shared_pool_t* pool, size_t size, void** out) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_alloc", "pool is NULL");
+    require(out != nullptr, "cxlpool_shared_alloc", "out is NULL");
+    *out = impl(pool)->alloc(size);
+  });
+}
+
+cxlpool_status_t cxlpool_shared_free(cxlpool_shared_pool_t* pool, void* ptr) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_free", "pool is NULL");
+    require(ptr != nullptr, "cxlpool_shared_free", "ptr is NULL");
+    impl(pool)->free(ptr);
+  });
+}
+
+cxlpool_status_t cxlpool_shared_export(cxlpool_shared_pool_t* pool, const void* ptr, cxlpool_shared_handle_t* out) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_export", "pool is NULL");
+    require(ptr != nullptr, "cxlpool_shared_export", "ptr is NULL");
+    require(out != nullptr, "cxlpool_shared_export", "out is NULL");
+    *out = impl(pool)->export_block(ptr);
+  });
+}
+
+cxlpool_status_t cxlpool_shared_import(cxlpool_shared_pool_t* pool, const cxlpool_shared_handle_t* h, void** out,
+                                       size_t* size_out) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_import", "pool is NULL");
+    require(h != nullptr, "cxlpool_shared_import", "handle is NULL");
+    require(out != nullptr, "cxlpool_shared_import", "out is NULL");
+    size_t size = 0;
+    void* p = impl(pool)->import_block(*h, &size);
+    *out = p;
+    if (size_out) *size_out = size;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_release(cxlpool_shared_pool_t* pool, void* ptr) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_release", "pool is NULL");
+    require(ptr != nullptr, "cxlpool_shared_release", "ptr is NULL");
+    impl(pool)->release(ptr);
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_info(cxlpool_shared_pool_t* pool, cxlpool_shared_info_t* out) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_pool_info", "pool is NULL");
+    require(out != nullptr, "cxlpool_shared_pool_info", "out is NULL");
+    *out = impl(pool)->info();
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_check(const char* device, const cxlpool_shared_params_t* params, int repair,
+                                           cxlpool_shared_check_report_t* out) {
+  return guarded([&] {
+    require(device != nullptr, "cxlpool_shared_pool_check", "device is NULL");
+    require(out != nullptr, "cxlpool_shared_pool_check", "out is NULL");
+    *out = S::check_pool(device, params ? &params->p : nullptr, repair != 0);
+    const auto& r = *out;
+    const uint64_t problems =
+        r.leaked_blocks + r.dangling_leases + r.corrupt_words + r.orphan_extents + r.dead_participants;
+    if (problems != 0)
+      fail(CXLPOOL_E_CORRUPT,
+           std::string("cxlpool_shared_pool_check: ") + device + ": " + std::to_string(r.leaked_blocks) +
+               " leaked blocks, " + std::to_string(r.dangling_leases) + " dangling leases, " +
+               std::to_string(r.corrupt_words) + " corrupt words, " + std::to_string(r.orphan_extents) +
+               " extents of dead owners, " + std::to_string(r.dead_participants) + " dead participants not recovered");
+  });
+}
+
+cxlpool_status_t cxlpool_publish(const void* ptr, size_t len) {
+  if (len == 0) return CXLPOOL_OK;
+  if (ptr == nullptr) {
+    set_last_error(CXLPOOL_E_INVALID_ARGUMENT, 0, "cxlpool_publish: ptr is NULL");
+    return CXLPOOL_E_INVALID_ARGUMENT;
+  }
+  if (S::address_in_noncoherent_pool(ptr, len)) S::writeback_lines(ptr, len);
+  return CXLPOOL_OK;
+}
+
+cxlpool_status_t cxlpool_acquire(const void* ptr, size_t len) {
+  if (len == 0) return CXLPOOL_OK;
+  if (ptr == nullptr) {
+    set_last_error(CXLPOOL_E_INVALID_ARGUMENT, 0, "cxlpool_acquire: ptr is NULL");
+    return CXLPOOL_E_INVALID_ARGUMENT;
+  }
+  if (S::address_in_noncoherent_pool(ptr, len)) S::invalidate_lines(ptr, len);
+  return CXLPOOL_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: MIT
+// The OS seam for shared pools: files created unnamed and linked when complete, opening what
+// exists without following symlinks, shared mappings, and the identity of processes (boot id,
+// pid namespace, start time) that tells a live participant from a reused pid.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "os/os.hpp"
+#include "os/prim.hpp"
+
+namespace cxlpool::os {
+
+using detail::fail;
+using detail::fail_os;
+
+int create_unnamed_file(const std::string& dir, unsigned mode, const std::string& what, std::string* temp_path) {
+  temp_path->clear();
+  std::string pseudo = pseudo_filesystem(dir);
+  if (!pseudo.empty())
+    fail(CXLPOOL_E_CONFIG, what + ": " + dir + " is on a " + pseudo + " pseudo filesystem, which cannot hold memory");
+  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+  if (fd < 0) {
+    int err = errno;
+    if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL) fail_os(what + ": open(\"" + dir + "\", O_TMPFILE)", err);
+    for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+      char name[96];
+      snprintf(name, sizeof name, "/.cxlpool-creating-%d-%lx-%d", prim::process_id(),
+               static_cast<unsigned long>(monotonic_ns()), attempt);
+      *temp_path = dir + name;
+      fd = ::open(temp_path->c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+      if (fd < 0 && errno != EEXIST) fail_os(what + ": open(\"" + *temp_path + "\", O_CREAT|O_EXCL)", errno);
+    }
+    if (fd < 0) fail(CXLPOOL_E_OS, what + ": cannot create a file in " + dir);
+  }
+  if (fchmod(fd, mode) != 0) {  // exactly the mode asked for, whatever the umask
+    int err = errno;
+    ::close(fd);
+    if (!temp_path->empty()) ::unlink(temp_path->c_str());
+    fail_os(what + ": fchmod", err);
+  }
+  return fd;
+}
+
+void link_new_file(int fd, const std::string& temp_path, const std::string& path, const std::string& what) {
+  int rc;
+  if (!temp_path.empty()) {
+    rc = ::link(temp_path.c_str(), path.c_str());
+    int err = errno;
+    ::unlink(temp_path.c_str());
+    errno = err;
+  } else {
+    rc = ::linkat(fd, "", AT_FDCWD, path.c_str(), AT_EMPTY_PATH);
+    if (rc != 0 && (errno == ENOENT || errno == EPERM)) {  // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH
+      char proc[64];
+      snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+      rc = ::linkat(AT_FDCWD, proc, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW);
+    }
+  }
+  if (rc == 0) return;
+  if (errno == EEXIST)
+    fail(CXLPOOL_E_EXISTS, what + ": \"" + path + "\" already exists; it was left untouched (open it, or remove it)");
+  fail_os(what + ": link to \"" + path + "\"", errno);
+}
+
+int open_existing(const std::string& path, bool char_device, const std::string& what) {
+  int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    if (errno == ELOOP) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" is a symbolic link; give the real path");
+    fail_os(what + ": open(\"" + path + "\")", errno);
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    fail_os(what + ": fstat", err);
+  }
+  bool ok = char_device ? S_ISCHR(st.st_mode) : S_ISREG(st.st_mode);
+  if (!ok) {
+    ::close(fd);
+    fail(CXLPOOL_E_CONFIG,
+         what + ": \"" + path + "\" is not a " + (char_device ? "character device" : "regular file") + "; not a pool");
+  }
+  return fd;
+}
+
+uint64_t fd_size(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) fail_os("fstat", errno);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void allocate_file(int fd, uint64_t size, const std::string& what) {
+  int err = posix_fallocate(fd, 0, off_t(size));
+  if (err == 0 || err == EOPNOTSUPP || err == EINVAL) return;
+  if (err == ENOSPC)
+    fail(CXLPOOL_E_CAPACITY, what + ": the filesystem has no room for " + std::to_string(size) + " bytes");
+  fail_os(what + ": posix_fallocate", err);
+}
+
+void* map_shared_fd(int fd, size_t size, uint64_t offset, const std::string& what) {
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(offset));
+  if (p == MAP_FAILED) fail_os(what + ": mmap(" + std::to_string(size) + " bytes, MAP_SHARED)", errno);
+  return p;
+}
+
+void unlink_path(const std::string& path, const std::string& what) {
+  if (::unlink(path.c_str()) != 0) fail_os(what + ": unlink(\"" + path + "\")", errno);
+}
+
+void random_bytes(void* out, size_t len) {
+  auto* p = static_cast<unsigned char*>(out);
+  while (len > 0) {
+    ssize_t n = getrandom(p, len, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail_os("getrandom", errno);
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+uint64_t realtime_ns() noexcept {
+  struct timespec ts {};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+uint64_t monotonic_ns() noexcept {
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+namespace {
+// Reads at most len-1 bytes of a small /proc file with plain syscalls (no allocation).
+ssize_t read_small(const char* path, char* buf, size_t len) noexcept {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = ::read(fd, buf, len - 1);
+  ::close(fd);
+  if (n >= 0) buf[n] = 0;
+  return n;
+}
+}  // namespace
+
+uint64_t boot_id_hash() noexcept {
+  char buf[64];
+  if (read_small("/proc/sys/kernel/random/boot_id", buf, sizeof buf) <= 0) return 0;
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char* c = buf; *c && *c != '\n'; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  return h;
+}
+
+uint64_t pid_namespace_id() noexcept {
+  struct stat st {};
+  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+uint64_t process_start_ticks(int pid) noexcept {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  ssize_t n = read_small(path, buf, sizeof buf);
+  if (n <= 0) return 0;
+  const char* p = strrchr(buf, ')');                              // the command name may contain spaces and parentheses
+  if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') return 0;  // a zombie is not a participant
+  int field = 2;                                                  // p points at the end of field 2
+  for (++p; *p && field < 22; ++p)
+    if (*p == ' ') ++field;
+  return field == 22 ? strtoull(p, nullptr, 10) : 0;
+}
+
+}  // namespace cxlpool::os

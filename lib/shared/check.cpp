@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: MIT
+// The shared-pool checker: walks the whole metadata of a pool and counts what breaks an
+// invariant (docs/shared.md lists them): words failing their check bits, blocks in use that
+// nobody alive owns or leases (leaks), leases naming blocks that are not alive (dangling),
+// extents of dead owners, tails without heads. With repair it first joins the pool and
+// recovers every dead participant, exactly as a surviving participant would.
+#include <thread>
+
+#include "common/error.hpp"
+#include "os/os.hpp"
+#include "shared/shared_pool.hpp"
+
+namespace cxlpool::detail::shared {
+
+namespace {
+
+// Which slots hold a participant that is alive: same host -> its process exists; another host
+// -> its heartbeat moves within one lease timeout (sampled once for all such slots).
+std::vector<bool> alive_slots(const PoolView& v) {
+  const uint32_t n = v.slot_count();
+  std::vector<bool> alive(n, false);
+  std::vector<uint64_t> beats(n, 0);
+  std::vector<uint32_t> remote;
+  const uint64_t boot = os::boot_id_hash(), pidns = os::pid_namespace_id();
+  for (uint32_t s = 0; s < n; ++s) {
+    if (!v.slot_live(s)) continue;
+    const SlotLine0* line = v.slot_line0(s);
+    if (v.load(&line->boot_hash) == boot && v.load(&line->pidns) == pidns) {
+      const auto pid = static_cast<int>(v.load(&line->pid));
+      alive[s] = pid > 0 && os::process_start_ticks(pid) == v.load(&line->start_ticks);
+    } else {
+      remote.push_back(s);
+      beats[s] = v.load(&line->heartbeat);
+    }
+  }
+  if (!remote.empty()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(v.sb().lease_timeout_ms + 2 * v.sb().heartbeat_ms));
+    for (uint32_t s : remote) alive[s] = v.load(&v.slot_line0(s)->heartbeat) != beats[s];
+  }
+  return alive;
+}
+
+}  // namespace
+
+cxlpool_shared_check_report_t check_pool(const std::string& device, const SharedParams* params, bool repair) {
+  cxlpool_shared_check_report_t r{};
+  if (repair) {
+    auto pool = SharedPool::open(device, params);
+    pool->recover_dead_now();
+    r.recovered = pool->info().recovered_slots;
+    pool->leave();
+  }
+  MappedPool m = map_pool_unjoined(device);
+  try {
+    PoolView v(m.base, m.sb.size, m.sb);
+    const uint64_t salt = v.salt();
+    const std::vector<bool> alive = alive_slots(v);
+    auto held_by_alive = [&](uint64_t offset, uint32_t gen) {
+      for (uint32_t s = 0; s < v.slot_count(); ++s)
+        if (alive[s] && v.slot_holds(s, offset, gen)) return true;
+      return false;
+    };
+    for (uint32_t s = 0; s < v.slot_count(); ++s) {
+      uint32_t inc = 0, evict_inc = 0;
+      SlotState state{};
+      EvictPhase phase{};
+      if (!v.slot_identity(s, &inc, &state) || !v.slot_eviction(s, &evict_inc, &phase)) {
+        ++r.corrupt_words;
+        continue;
+      }
+      if (alive[s]) {
+        ++r.live_participants;
+      } else if (state != kSlotFree && !(evict_inc == inc && phase == kEvictDone)) {
+        ++r.dead_participants;
+      }
+    }
+    r.extents_total = v.extent_count();
+    for (uint64_t e = 0; e < v.extent_count(); ++e) {
+      ExtentWord w;
+      if (!v.extent(e, &w)) {
+        ++r.corrupt_words;
+        continue;
+      }
+      if (w.kind == kExtentFree) {
+        ++r.extents_free;
+        continue;
+      }
+      const bool owner_alive = w.owner_slot < v.slot_count() && alive[w.owner_slot];
+      if (!owner_alive) ++r.orphan_extents;
+      if (w.kind == kExtentFormatting) {
+        ++r.extents_formatting;
+        continue;
+      }
+      if (w.kind == kExtentLargeTail) {
+        ExtentWord head;
+        if (w.span > e || !v.extent(e - w.span, &head) || head.kind != kExtentLargeHead ||
+            head.owner_slot != w.owner_slot || head.span <= w.span)
+          ++r.corrupt_words;  // a tail whose head does not cover it
+        continue;
+      }
+      const bool large = w.kind == kExtentLargeHead;
+      if (large)
+        ++r.extents_large;
+      else
+        ++r.extents_small;
+      if (!large && w.cls >= v.sb().class_count) {
+        ++r.corrupt_words;
+        continue;
+      }
+      const uint64_t blocks = large ? 1 : v.geometry(w.cls).blocks;
+      for (uint64_t b = 0; b < blocks; ++b) {
+        const uint64_t offset = large ? v.extent_offset(e) : v.block_offset(e, w.cls, b);
+        const uint64_t* word = large ? &v.extent_entry(e)->large_state : v.block_word(e, b);
+        BlockWord bw;
+        if (!decode_block(v.load(word), offset, salt, &bw)) {
+          ++r.corrupt_words;
+          continue;
+        }
+        if (bw.state == kBlockFree) continue;
+        ++r.blocks_in_use;
+        if (bw.state != kBlockAllocated) ++r.blocks_exported;
+        if (!owner_alive && !(bw.state != kBlockAllocated && held_by_alive(offset, bw.generation))) ++r.leaked_blocks;
+      }
+    }
+    for (uint32_t s = 0; s < v.slot_count(); ++s) {
+      if (!alive[s]) continue;
+      const LeaseEntry* table = v.lease_table(s);
+      for (uint32_t i = 0; i < v.sb().lease_entries; ++i) {
+        const uint64_t offset = v.load(&table[i].offset);
+        if (offset == 0 || offset == kLeaseTombstone) continue;
+        ++r.leases;
+        const uint64_t gc = v.load(&table[i].gen_check);
+        const auto gen = static_cast<uint32_t>(gc >> 32);
+        if (gc != lease_gen_check(offset, gen, s, salt)) {
+          ++r.corrupt_words;
+          continue;
+        }
+        BlockRef at;
+        ExtentWord w;
+        BlockWord bw;
+        const bool ok = v.locate(offset, &at, &w) && decode_block(v.load(at.state), offset, salt, &bw) &&
+                        (bw.state == kBlockExported || bw.state == kBlockReleased) && bw.generation == gen;
+        if (!ok) ++r.dangling_leases;
+      }
+    }
+  } catch (...) {
+    unmap_pool(m);
+    throw;
+  }
+  unmap_pool(m);
+  return r;
+}
+
+}  // namespace cxlpool::detail::shared

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: MIT
+// The shared heap of one participant: extents claimed from the pool (Dekker-style claims, no
+// cross-host read-modify-write), small blocks carved from an extent by size class, large
+// blocks of whole extents, and the handle protocol: export, import under a lease, release.
+//
+// Every state change is one 64-bit store by the single writer of that word (layout.hpp), so
+// an allocation or free either happened or did not. The two races between participants are
+// closed by store-fence-load handshakes (each side writes, fences, then reads the other):
+//   importer: write lease, fence, read block state  |  owner: write "released", fence, read leases
+//   claimer : write claim, fence, read claims       |  (every other claimer the same)
+// At least one side of each pair sees the other's write, so a block is never freed under a
+// lease and no extent has two owners.
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "common/error.hpp"
+#include "shared/shared_pool.hpp"
+
+namespace cxlpool::detail::shared {
+
+using detail::fail;
+
+// ---- Claims ------------------------------------------------------------------------------
+
+bool SharedPool::claim(ClaimKind kind, uint32_t first, uint32_t count) {
+  const uint64_t salt = view_.salt();
+  view_.store(view_.slot_word(slot_, 2, 0), encode_claim(kind, first, count, slot_, salt));
+  PoolView::fence();
+  for (uint32_t s = 0; s < view_.slot_count(); ++s) {
+    if (s == slot_ || !view_.slot_live(s)) continue;  // the dead hold no claims
+    ClaimKind k{};
+    uint32_t f = 0, c = 0;
+    if (!decode_claim(view_.load(view_.slot_word(s, 2, 0)), s, salt, &k, &f, &c) || k != kind) continue;
+    const bool overlap = kind == kClaimRecover ? f == first : (f < first + count && first < f + c);
+    if (overlap) {
+      unclaim();
+      return false;
+    }
+  }
+  return true;
+}
+
+void SharedPool::unclaim() { view_.store(view_.slot_word(slot_, 2, 0), 0); }
+
+// ---- Extents -----------------------------------------------------------------------------
+
+bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uint64_t* first_out) {
+  const uint64_t n = view_.extent_count();
+  const uint64_t salt = view_.salt();
+  std::minstd_rand rng(static_cast<uint32_t>(slot_ * 7919 + incarnation_));
+  for (int round = 0; round < 8; ++round) {
+    bool conflicted = false;
+    uint64_t run = 0;
+    for (uint64_t k = 0; k < n; ++k) {
+      const uint64_t e = (extent_hint_ + k) % n;
+      if (e == 0 && k != 0) run = 0;  // runs do not wrap around the end
+      ExtentWord w;
+      const bool ok = view_.extent(e, &w);
+      run = (ok && w.kind == kExtentFree) ? run + 1 : 0;
+      if (run < count) continue;
+      const uint64_t first = e + 1 - count;
+      run = 0;
+      if (!claim(kClaimExtents, static_cast<uint32_t>(first), count)) {
+        conflicted = true;
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50));
+        continue;
+      }
+      bool still_free = true;  // someone may have finished a claim between our scan and claim
+      for (uint64_t i = first; i < first + count && still_free; ++i)
+        still_free = view_.load(&view_.extent_entry(i)->word) == 0;
+      if (!still_free) {
+        unclaim();
+        continue;
+      }
+      if (kind == kExtentLargeHead) {
+        for (uint32_t i = 1; i < count; ++i)
+          view_.store(&view_.extent_entry(first + i)->word,
+                      encode_extent({slot_, incarnation_, kExtentLargeTail, 0, i}, first + i, salt));
+        const uint32_t gen = static_cast<uint32_t>(view_.load(&view_.extent_entry(first)->next_generation)) + 1;
+        view_.store(&view_.extent_entry(first)->large_state,
+                    encode_block({gen, kBlockAllocated}, view_.extent_offset(first), salt));
+        view_.store(&view_.extent_entry(first)->word,
+                    encode_extent({slot_, incarnation_, kExtentLargeHead, 0, count}, first, salt));
+        Owned& o = owned_[first];
+        o.cls = view_.sb().class_count;
+        o.span = count;
+        o.used = 1;
+        o.max_gen = gen;
+      } else {
+        view_.store(&view_.extent_entry(first)->word,
+                    encode_extent({slot_, incarnation_, kExtentFormatting, cls, 1}, first, salt));
+      }
+      unclaim();
+      extent_hint_ = (first + count) % n;
+      *first_out = first;
+      return true;
+    }
+    if (!conflicted) return false;
+  }
+  return false;
+}
+
+void SharedPool::format_small(uint64_t e, uint32_t cls, uint32_t start_gen) {
+  const uint64_t salt = view_.salt();
+  const SmallGeometry& g = view_.geometry(cls);
+  Owned& o = owned_[e];
+  o.cls = cls;
+  o.span = 1;
+  o.used = 0;
+  o.max_gen = start_gen;
+  o.free_blocks.resize(g.blocks);
+  for (uint64_t b = 0; b < g.blocks; ++b) {
+    view_.store(view_.block_word(e, b), encode_block({start_gen, kBlockFree}, view_.block_offset(e, cls, b), salt));
+    o.free_blocks[g.blocks - 1 - b] = static_cast<uint32_t>(b);  // pop gives the lowest first
+  }
+  view_.store(&view_.extent_entry(e)->word, encode_extent({slot_, incarnation_, kExtentSmall, cls, 1}, e, salt));
+  partial_[cls].push_back(e);
+}
+
+void SharedPool::release_extents(uint64_t first, uint32_t count, uint32_t next_gen) {
+  ExtentEntry* head = view_.extent_entry(first);
+  if (next_gen > view_.load(&head->next_generation)) view_.store(&head->next_generation, next_gen);
+  for (uint32_t i = count; i-- > 0;)
+    view_.store(&view_.extent_entry(first + i)->word, 0);  // tails first, the head last
+}
+
+// ---- Blocks ------------------------------------------------------------------------------
+
+void* SharedPool::alloc_small(uint32_t cls) {
+  const uint64_t salt = view_.salt();
+  for (;;) {
+    if (partial_[cls].empty()) {
+      uint64_t e = 0;
+      if (!grab_extents(1, kExtentFormatting, cls, &e)) return nullptr;
+      format_small(e, cls, static_cast<uint32_t>(view_.load(&view_.extent_entry(e)->next_generation)));
+    }
+    const uint64_t e = partial_[cls].back();
+    Owned& o = owned_[e];
+    if (o.free_blocks.empty()) {
+      partial_[cls].pop_back();
+      continue;
+    }
+    const uint32_t b = o.free_blocks.back();
+    o.free_blocks.pop_back();
+    if (o.free_blocks.empty()) partial_[cls].pop_back();
+    const uint64_t offset = view_.block_offset(e, cls, b);
+    BlockWord bw;
+    if (!decode_block(view_.load(view_.block_word(e, b)), offset, salt, &bw) || bw.state != kBlockFree) {
+      ++corrupt_words_;  // scribbled: never hand it out
+      continue;
+    }
+    uint32_t gen = std::max(bw.generation, o.max_gen) + 1;
+    if (gen == 0) gen = 1;
+    view_.store(view_.block_word(e, b), encode_block({gen, kBlockAllocated}, offset, salt));
+    o.max_gen = gen;
+    ++o.used;
+    bytes_in_use_ += view_.class_size(cls);
+    return view_.base() + offset;
+  }
+}
+
+void* SharedPool::alloc_large(uint64_t size) {
+  const uint64_t es = view_.extent_size();
+  const uint64_t count = (size + es - 1) / es;
+  if (count > kMaxSpan || count > view_.extent_count()) return nullptr;
+  uint64_t first = 0;
+  if (!grab_extents(static_cast<uint32_t>(count), kExtentLargeHead, 0, &first)) return nullptr;
+  bytes_in_use_ += count * es;
+  return view_.base() + view_.extent_offset(first);
+}
+
+void* SharedPool::alloc(size_t size) {
+  if (size == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_alloc: size is 0");
+  ensure_usable();
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t cls = view_.class_for(size);
+  void* p = cls < view_.sb().class_count ? alloc_small(cls) : alloc_large(size);
+  if (!p)
+    fail(CXLPOOL_E_CAPACITY, what_ + ": no room for " + std::to_string(size) + " bytes (" +
+                                 std::to_string(view_.extent_count()) + " extents of " +
+                                 std::to_string(view_.extent_size()) + " bytes)");
+  return p;
+}
+
+void SharedPool::free(void* ptr) {
+  ensure_usable();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!contains(ptr)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_free: pointer is not in " + what_);
+  const uint64_t offset = static_cast<uint64_t>(static_cast<std::byte*>(ptr) - view_.base());
+  BlockRef at;
+  ExtentWord w;
+  if (!view_.locate(offset, &at, &w))
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_free: pointer is not a block start");
+  if (w.owner_slot != slot_ || w.owner_inc != owner_word_inc() || !owned_.count(at.extent))
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         "cxlpool_shared_free: block belongs to another participant (imported blocks are "
+         "given back with cxlpool_shared_release)");
+  BlockWord bw;
+  if (!decode_block(view_.load(at.state), offset, view_.salt(), &bw)) {
+    ++corrupt_words_;
+    fail(CXLPOOL_E_CORRUPT, what_ + ": block state word at offset " + std::to_string(offset) + " fails its check");
+  }
+  if (bw.state == kBlockFree || bw.state == kBlockReleased)
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         "cxlpool_shared_free: double free of the block at offset " + std::to_string(offset));
+  if (bw.state == kBlockExported) {
+    let_go(at, bw);
+    return;
+  }
+  view_.store(at.state, encode_block({bw.generation, kBlockFree}, offset, view_.salt()));
+  try_finish_release(at, bw);
+}
+
+// The owner lets go of an exported block: it lives on while any lease holds it.
+void SharedPool::let_go(const BlockRef& at, BlockWord bw) {
+  view_.store(at.state, encode_block({bw.generation, kBlockReleased}, at.offset, view_.salt()));
+  PoolView::fence();
+  if (view_.anyone_holds(at.offset, bw.generation)) {
+    released_pending_.push_back(at.offset);
+    return;
+  }
+  view_.store(at.state, encode_block({bw.generation, kBlockFree}, at.offset, view_.salt()));
+  try_finish_release(at, bw);
+}
+
+// Bookkeeping after a block's state became free: back on the free list, extents given back.
+bool SharedPool::try_finish_release(const BlockRef& at, BlockWord bw) {
+  auto it = owned_.find(at.extent);
+  if (it == owned_.end()) return false;
+  Owned& o = it->second;
+  o.max_gen = std::max(o.max_gen, bw.generation);
+  if (o.cls >= view_.sb().class_count) {  // large: the extents go back to the pool
+    bytes_in_use_ -= std::min<uint64_t>(bytes_in_use_, uint64_t{o.span} * view_.extent_size());
+    release_extents(at.extent, o.span, o.max_gen + 1);
+    owned_.erase(it);
+    return true;
+  }
+  bytes_in_use_ -= std::min<uint64_t>(bytes_in_use_, view_.class_size(o.cls));
+  if (o.free_blocks.empty()) partial_[o.cls].push_back(at.extent);
+  o.free_blocks.push_back(static_cast<uint32_t>(at.block));
+  if (--o.used == 0 && partial_[o.cls].size() > 1) {  // keep one empty extent per class, give back the rest
+    auto& list = partial_[o.cls];
+    list.erase(std::remove(list.begin(), list.end(), at.extent), list.end());
+    release_extents(at.extent, 1, o.max_gen + 1);
+    owned_.erase(it);
+  }
+  return true;
+}
+
+void SharedPool::recheck_released() {
+  std::vector<uint64_t> still;
+  for (uint64_t offset : released_pending_) {
+    BlockRef at;
+    ExtentWord w;
+    BlockWord bw;
+    if (!view_.locate(offset, &at, &w) || w.owner_slot != slot_ || !owned_.count(at.extent)) continue;
+    if (!decode_block(view_.load(at.state), offset, view_.salt(), &bw) || bw.state != kBlockReleased) continue;
+    if (view_.anyone_holds(offset, bw.generation)) {
+      still.push_back(offset);
+      continue;
+    }
+    view_.store(at.state, encode_block({bw.generation, kBlockFree}, offset, view_.salt()));
+    try_finish_release(at, bw);
+  }
+  released_pending_.swap(still);
+}
+
+// ---- Handles and leases ------------------------------------------------------------------
+
+namespace {
+uint32_t handle_check(const cxlpool_shared_handle_t& h) {
+  return crc32c(&h, offsetof(cxlpool_shared_handle_t, check), 0x48414e44u);
+}
+}  // namespace
+
+cxlpool_shared_handle_t SharedPool::export_block(const void* ptr) {
+  ensure_usable();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!contains(ptr)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: pointer is not in " + what_);
+  const uint64_t offset = static_cast<uint64_t>(static_cast<const std::byte*>(ptr) - view_.base());
+  BlockRef at;
+  ExtentWord w;
+  if (!view_.locate(offset, &at, &w))
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: pointer is not a block start");
+  if (w.owner_slot != slot_ || w.owner_inc != owner_word_inc())
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: only the participant that allocated a block exports it");
+  BlockWord bw;
+  if (!decode_block(view_.load(at.state), offset, view_.salt(), &bw))
+    fail(CXLPOOL_E_CORRUPT, what_ + ": block state word at offset " + std::to_string(offset) + " fails its check");
+  if (bw.state == kBlockAllocated)
+    view_.store(at.state, encode_block({bw.generation, kBlockExported}, offset, view_.salt()));
+  else if (bw.state != kBlockExported)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: the block is not allocated");
+  cxlpool_shared_handle_t h{};
+  h.pool_id[0] = view_.sb().pool_id[0];
+  h.pool_id[1] = view_.sb().pool_id[1];
+  h.offset = offset;
+  h.generation = bw.generation;
+  h.check = handle_check(h);
+  return h;
+}
+
+void* SharedPool::import_block(const cxlpool_shared_handle_t& h, size_t* size_out) {
+  ensure_usable();
+  if (h.check != handle_check(h)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_import: damaged handle (check)");
+  if (h.pool_id[0] != view_.sb().pool_id[0] || h.pool_id[1] != view_.sb().pool_id[1])
+    fail(CXLPOOL_E_NOT_FOUND, "cxlpool_shared_import: the handle names another pool than " + what_);
+  std::lock_guard<std::mutex> lock(mu_);
+  BlockRef at;
+  ExtentWord w;
+  if (!view_.locate(h.offset, &at, &w))
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_import: offset " + std::to_string(h.offset) + " is not a block");
+  auto state_now = [&](BlockWord* bw) {
+    if (!decode_block(view_.load(at.state), h.offset, view_.salt(), bw))
+      fail(CXLPOOL_E_CORRUPT, what_ + ": block state word at offset " + std::to_string(h.offset) + " fails its check");
+    return bw->state == kBlockExported && bw->generation == h.generation;
+  };
+  BlockWord bw;
+  auto held = leases_.find(h.offset);
+  if (held != leases_.end() && held->second.generation == h.generation) {
+    ++held->second.count;  // our lease already keeps it
+  } else {
+    if (!state_now(&bw)) fail(CXLPOOL_E_STALE, "cxlpool_shared_import: the block was freed or reused");
+    if (held != leases_.end())
+      fail(CXLPOOL_E_BUSY, "cxlpool_shared_import: an older generation of this block is still imported here");
+    lease_insert(h.offset, h.generation);
+    PoolView::fence();
+    if (!state_now(&bw)) {  // the owner let go meanwhile: it may not have seen our lease
+      lease_remove(h.offset, h.generation);
+      fail(CXLPOOL_E_STALE, "cxlpool_shared_import: the block was freed while importing");
+    }
+    leases_[h.offset] = Lease{h.generation, 1};
+  }
+  if (size_out) *size_out = at.bytes;
+  return view_.base() + h.offset;
+}
+
+void SharedPool::release(void* ptr) {
+  ensure_usable();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!contains(ptr)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_release: pointer is not in " + what_);
+  const uint64_t offset = static_cast<uint64_t>(static_cast<std::byte*>(ptr) - view_.base());
+  auto it = leases_.find(offset);
+  if (it == leases_.end())
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_release: this participant holds no lease on that block");
+  if (--it->second.count > 0) return;
+  lease_remove(offset, it->second.generation);
+  leases_.erase(it);
+}
+
+void SharedPool::lease_insert(uint64_t offset, uint32_t gen) {
+  LeaseEntry* table = view_.lease_table(slot_);
+  const uint64_t mask = view_.sb().lease_entries - 1;
+  for (uint64_t i = 0, h = view_.lease_hash(offset); i <= mask; ++i) {
+    LeaseEntry* e = &table[(h + i) & mask];
+    const uint64_t off = view_.load(&e->offset);
+    if (off != 0 && off != kLeaseTombstone) continue;
+    view_.store(&e->gen_check, lease_gen_check(offset, gen, slot_, view_.salt()));
+    view_.store(&e->offset, offset);
+    return;
+  }
+  fail(CXLPOOL_E_CAPACITY, what_ + ": lease table full (" + std::to_string(mask + 1) + " blocks imported at once)");
+}
+
+void SharedPool::lease_remove(uint64_t offset, uint32_t gen) {
+  LeaseEntry* table = view_.lease_table(slot_);
+  const uint64_t mask = view_.sb().lease_entries - 1;
+  const uint64_t want = lease_gen_check(offset, gen, slot_, view_.salt());
+  for (uint64_t i = 0, h = view_.lease_hash(offset); i <= mask; ++i) {
+    LeaseEntry* e = &table[(h + i) & mask];
+    const uint64_t off = view_.load(&e->offset);
+    if (off == 0) return;
+    if (off == offset && view_.load(&e->gen_check) == want) {
+      view_.store(&e->offset, kLeaseTombstone);
+      return;
+    }
+  }
+}
+
+}  // namespace cxlpool::detail::shared

@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: MIT
+// Encoders and decoders of the shared pool's self-checking words (see layout.hpp), CRC32C,
+// and the small-block geometry.
+#include "shared/layout.hpp"
+
+#include <array>
+
+namespace cxlpool::detail::shared {
+namespace {
+
+constexpr std::array<uint32_t, 256> make_crc_table() {
+  std::array<uint32_t, 256> t{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // Castagnoli
+    t[i] = c;
+  }
+  return t;
+}
+constexpr auto kCrcTable = make_crc_table();
+
+uint64_t mix(uint64_t x) noexcept {  // splitmix64 finaliser
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+}  // namespace
+
+uint32_t crc32c(const void* data, size_t len, uint32_t seed) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t c = ~seed;
+  for (size_t i = 0; i < len; ++i) c = kCrcTable[(c ^ p[i]) & 0xff] ^ (c >> 8);
+  return ~c;
+}
+
+uint32_t word_check(uint64_t payload, uint64_t where, uint64_t salt) noexcept {
+  const uint64_t h = mix(payload ^ mix(where + 0x9e3779b97f4a7c15ull) ^ salt);
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+uint64_t encode_extent(const ExtentWord& w, uint64_t index, uint64_t salt) noexcept {
+  if (w.kind == kExtentFree) return 0;
+  const uint64_t payload = (uint64_t{(w.owner_slot + 1) & 0xff} << 40) | (uint64_t{w.owner_inc & 0xffff} << 24) |
+                           (uint64_t{static_cast<uint8_t>(w.kind) & 7u} << 21) | (uint64_t{w.cls & 63u} << 15) |
+                           (w.span & kMaxSpan);
+  return (payload << 16) | (word_check(payload, index, salt ^ 0xe1) & 0xffff);
+}
+
+bool decode_extent(uint64_t raw, uint64_t index, uint64_t salt, ExtentWord* out) noexcept {
+  if (raw == 0) {
+    *out = ExtentWord{};
+    return true;
+  }
+  const uint64_t payload = raw >> 16;
+  if ((word_check(payload, index, salt ^ 0xe1) & 0xffff) != (raw & 0xffff)) return false;
+  const uint32_t slot_plus_one = static_cast<uint32_t>(payload >> 40) & 0xff;
+  const auto kind = static_cast<uint32_t>(payload >> 21) & 7u;
+  if (slot_plus_one == 0 || kind == kExtentFree || kind > kExtentLargeTail) return false;
+  out->owner_slot = slot_plus_one - 1;
+  out->owner_inc = static_cast<uint32_t>(payload >> 24) & 0xffff;
+  out->kind = static_cast<ExtentKind>(kind);
+  out->cls = static_cast<uint32_t>(payload >> 15) & 63u;
+  out->span = static_cast<uint32_t>(payload) & kMaxSpan;
+  return true;
+}
+
+uint64_t encode_block(BlockWord w, uint64_t offset, uint64_t salt) noexcept {
+  if (w.generation == 0 && w.state == kBlockFree) return 0;
+  const uint64_t payload = (uint64_t{w.generation} << 2) | (w.state & 3u);
+  return (uint64_t{w.generation} << 32) | (uint64_t{static_cast<uint8_t>(w.state) & 3u} << 30) |
+         (word_check(payload, offset, salt ^ 0xb1) & 0x3fffffffu);
+}
+
+bool decode_block(uint64_t raw, uint64_t offset, uint64_t salt, BlockWord* out) noexcept {
+  if (raw == 0) {
+    *out = BlockWord{};
+    return true;
+  }
+  const auto generation = static_cast<uint32_t>(raw >> 32);
+  const auto state = static_cast<uint8_t>((raw >> 30) & 3u);
+  const uint64_t payload = (uint64_t{generation} << 2) | state;
+  if ((word_check(payload, offset, salt ^ 0xb1) & 0x3fffffffu) != (raw & 0x3fffffffu)) return false;
+  out->generation = generation;
+  out->state = static_cast<BlockState>(state);
+  return true;
+}
+
+uint64_t encode_slot_identity(uint32_t incarnation, SlotState state, uint64_t slot, uint64_t salt) noexcept {
+  const uint64_t payload = (uint64_t{incarnation} << 8) | state;
+  return (uint64_t{incarnation} << 32) | ((word_check(payload, slot, salt ^ 0x51) & 0xffffffu) << 8) | state;
+}
+
+bool decode_slot_identity(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* inc, SlotState* state) noexcept {
+  if (raw == 0) {  // never used
+    *inc = 0;
+    *state = kSlotFree;
+    return true;
+  }
+  const auto incarnation = static_cast<uint32_t>(raw >> 32);
+  const auto st = static_cast<uint8_t>(raw & 0xff);
+  if (st > kSlotLeft) return false;
+  const uint64_t payload = (uint64_t{incarnation} << 8) | st;
+  if ((word_check(payload, slot, salt ^ 0x51) & 0xffffffu) != ((raw >> 8) & 0xffffffu)) return false;
+  *inc = incarnation;
+  *state = static_cast<SlotState>(st);
+  return true;
+}
+
+uint64_t encode_eviction(uint32_t incarnation, EvictPhase phase, uint64_t slot, uint64_t salt) noexcept {
+  const uint64_t payload = (uint64_t{incarnation} << 8) | phase;
+  return (uint64_t{incarnation} << 32) | ((word_check(payload, slot, salt ^ 0xe7) & 0xffffffu) << 8) | phase;
+}
+
+bool decode_eviction(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* inc, EvictPhase* phase) noexcept {
+  if (raw == 0) {
+    *inc = 0;
+    *phase = kEvictNone;
+    return true;
+  }
+  const auto incarnation = static_cast<uint32_t>(raw >> 32);
+  const auto ph = static_cast<uint8_t>(raw & 0xff);
+  if (ph > kEvictDone) return false;
+  const uint64_t payload = (uint64_t{incarnation} << 8) | ph;
+  if ((word_check(payload, slot, salt ^ 0xe7) & 0xffffffu) != ((raw >> 8) & 0xffffffu)) return false;
+  *inc = incarnation;
+  *phase = static_cast<EvictPhase>(ph);
+  return true;
+}
+
+uint64_t encode_claim(ClaimKind kind, uint32_t first, uint32_t count, uint64_t slot, uint64_t salt) noexcept {
+  if (kind == kClaimNone) return 0;
+  const uint64_t payload =
+      (uint64_t{static_cast<uint8_t>(kind) & 3u} << 48) | (uint64_t{first & 0xffffffu} << 24) | (count & 0xffffffu);
+  return (payload << 14) | (word_check(payload, slot, salt ^ 0xc1) & 0x3fffu);
+}
+
+bool decode_claim(uint64_t raw, uint64_t slot, uint64_t salt, ClaimKind* kind, uint32_t* first,
+                  uint32_t* count) noexcept {
+  if (raw == 0) {
+    *kind = kClaimNone;
+    *first = *count = 0;
+    return true;
+  }
+  const uint64_t payload = raw >> 14;
+  if ((word_check(payload, slot, salt ^ 0xc1) & 0x3fffu) != (raw & 0x3fffu)) return false;
+  *kind = static_cast<ClaimKind>((payload >> 48) & 3u);
+  *first = static_cast<uint32_t>(payload >> 24) & 0xffffffu;
+  *count = static_cast<uint32_t>(payload) & 0xffffffu;
+  return *kind != kClaimNone;
+}
+
+uint64_t lease_gen_check(uint64_t offset, uint32_t generation, uint64_t slot, uint64_t salt) noexcept {
+  return (uint64_t{generation} << 32) | word_check(offset ^ (uint64_t{generation} << 40), slot, salt ^ 0x1e);
+}
+
+SmallGeometry small_geometry(uint64_t extent_size, uint64_t class_size) noexcept {
+  SmallGeometry g;
+  uint64_t n = extent_size / (class_size + 8);
+  while (n > 0) {
+    const uint64_t meta = (n * 8 + kMinBlock - 1) / kMinBlock * kMinBlock;
+    if (meta + n * class_size <= extent_size) {
+      g.blocks = n;
+      g.meta_bytes = meta;
+      break;
+    }
+    --n;
+  }
+  return g;
+}
+
+}  // namespace cxlpool::detail::shared

@@ -1,0 +1,159 @@
+// SPDX-License-Identifier: MIT
+// The on-device layout of a shared pool: everything that describes the pool lives in the
+// device, as offsets from its start (each participant maps it at its own address). Every
+// word written after creation is a single aligned 64-bit store carrying its own check bits,
+// so a crash at any instruction leaves each word either old or new, and scribbles are seen.
+//
+//   offset 0            superblock (4 KiB; written once at creation, checksummed)
+//   slots_offset        hosts x slots_per_host participant slots, 512 B each (4 lines of 128 B)
+//   leases_offset       one lease table per slot: lease_entries x 16 B
+//   extents_offset      extent table: extent_count x 128 B (one line per extent, one writer)
+//   data_offset         extent_count extents of extent_size bytes (aligned to extent_size)
+//
+// Single-writer rule (docs/shared.md): a slot's lines 0, 2, 3 and its lease table are written
+// only by the participant holding the slot; line 1 only by whoever won the claim to recover
+// it; an extent's line and its blocks' state words only by the extent's owner.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cxlpool::detail::shared {
+
+inline constexpr char kMagic[16] = {'C', 'X', 'L', 'P', 'O', 'O', 'L', '-', 'S', 'H', 'A', 'R', 'E', 'D', '0', '1'};
+inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr size_t kLine = 128;  // one writer per 128-byte line (adjacent-line prefetch)
+inline constexpr size_t kSuperblockBytes = 4096;
+inline constexpr size_t kSlotBytes = 4 * kLine;
+inline constexpr size_t kLeaseEntryBytes = 16;
+inline constexpr size_t kExtentEntryBytes = kLine;
+inline constexpr size_t kMinBlock = 128;  // blocks are 128-byte aligned: no two owners per line
+inline constexpr uint32_t kMaxClasses = 48;
+inline constexpr uint32_t kMaxSlots = 255;  // slot number + 1 fits in 8 bits of an extent word
+inline constexpr uint32_t kMaxSpan = (1u << 15) - 1;
+
+enum : uint32_t { kStateCreating = 1, kStateReady = 2 };
+
+struct Superblock {
+  char magic[16];
+  uint32_t layout_version;
+  uint32_t state;  // kStateReady once complete (devdax pools are formatted in place)
+  uint64_t pool_id[2];
+  uint64_t size;
+  uint64_t created_ns;  // CLOCK_REALTIME at creation: the creation generation
+  uint32_t coherence;   // cxlpool_coherence_t
+  uint32_t hosts;
+  uint32_t slots_per_host;
+  uint32_t lease_entries;  // per slot, a power of two >= 8
+  uint64_t extent_size;
+  uint64_t extent_count;
+  uint32_t heartbeat_ms;
+  uint32_t lease_timeout_ms;
+  uint64_t slots_offset, leases_offset, extents_offset, data_offset;
+  uint32_t class_count;
+  uint32_t mode;  // permission bits the creator asked for
+  uint32_t class_size[kMaxClasses];
+  uint32_t checksum;  // crc32c of every byte before it
+};
+static_assert(sizeof(Superblock) <= kSuperblockBytes);
+
+// ---- Checks ------------------------------------------------------------------------------
+uint32_t crc32c(const void* data, size_t len, uint32_t seed = 0) noexcept;
+// Mixes a value with its position and the pool's salt, so a word copied elsewhere fails.
+uint32_t word_check(uint64_t payload, uint64_t where, uint64_t salt) noexcept;
+
+// ---- Participant slot (512 B) ------------------------------------------------------------
+// Line 0, word 0 "identity": incarnation (32) | check (24) | state (8). Claimed by CAS among
+// the processes of one host (slots are grouped by host; one host's caches are coherent).
+enum SlotState : uint8_t { kSlotFree = 0, kSlotActive = 1, kSlotLeft = 2 };
+struct SlotLine0 {
+  uint64_t identity;
+  uint64_t heartbeat;  // incremented every heartbeat period while alive
+  uint64_t pid;        // same-host liveness hint only (with boot id, pid namespace, start time)
+  uint64_t start_ticks;
+  uint64_t boot_hash;
+  uint64_t pidns;
+  uint64_t host_index;
+};
+// Line 1, word 0 "eviction": incarnation (32) | check (24) | phase (8), written by the
+// participant that won the claim to recover the slot; word 1 = that participant's slot + 1.
+enum EvictPhase : uint8_t { kEvictNone = 0, kEvictRecovering = 1, kEvictDone = 2 };
+// Line 2, word 0 "claim": kind (2) | first (24) | count (24) | check (14). Dekker-style: write,
+// fence, read everyone else's; any overlap -> withdraw.
+enum ClaimKind : uint8_t { kClaimNone = 0, kClaimExtents = 1, kClaimRecover = 2 };
+// Line 3: counters (owner-written; informational).
+struct SlotCounters {
+  uint64_t allocs, frees, imports, releases, recovered_slots, bytes_in_use;
+};
+
+// ---- Extent entry (128 B) ----------------------------------------------------------------
+// word 0: payload (48) | check (16); 0 = free. payload: owner slot+1 (8) | owner incarnation
+// low 16 bits (16) | kind (3) | class (6) | span (15).
+enum ExtentKind : uint8_t {
+  kExtentFree = 0,
+  kExtentFormatting = 1,  // claimed, state words being written; no block handed out yet
+  kExtentSmall = 2,
+  kExtentLargeHead = 3,
+  kExtentLargeTail = 4,  // span = distance back to the head
+};
+// word 1: the large block's state word (heads only). word 2: next generation for the
+// extent (blocks formatted later start above every generation issued before).
+struct ExtentEntry {
+  uint64_t word;
+  uint64_t large_state;
+  uint64_t next_generation;
+};
+
+struct ExtentWord {
+  uint32_t owner_slot = 0;  // slot index; valid when kind != free
+  uint32_t owner_inc = 0;   // low 16 bits of the owner's incarnation
+  ExtentKind kind = kExtentFree;
+  uint32_t cls = 0;
+  uint32_t span = 0;
+};
+uint64_t encode_extent(const ExtentWord& w, uint64_t index, uint64_t salt) noexcept;
+// false when the check bits do not match (corrupt or torn by a scribbler).
+bool decode_extent(uint64_t raw, uint64_t index, uint64_t salt, ExtentWord* out) noexcept;
+
+// ---- Block state word (8 B per block) ----------------------------------------------------
+// generation (32) | state (2) | check (30). 0 = free, generation 0, never allocated.
+enum BlockState : uint8_t {
+  kBlockFree = 0,
+  kBlockAllocated = 1,  // held by the extent's owner only
+  kBlockExported = 2,   // held by the owner; handles may exist, importers hold leases
+  kBlockReleased = 3,   // the owner let go; lives while some participant holds a lease
+};
+struct BlockWord {
+  uint32_t generation = 0;
+  BlockState state = kBlockFree;
+};
+uint64_t encode_block(BlockWord w, uint64_t offset, uint64_t salt) noexcept;
+bool decode_block(uint64_t raw, uint64_t offset, uint64_t salt, BlockWord* out) noexcept;
+
+// ---- Lease entry (16 B) ------------------------------------------------------------------
+// word 0: block offset (0 = empty, kLeaseTombstone = removed); word 1: generation (32) |
+// check (32). Written generation first, offset last; removed by writing the tombstone.
+inline constexpr uint64_t kLeaseTombstone = ~uint64_t{0};
+struct LeaseEntry {
+  uint64_t offset;
+  uint64_t gen_check;
+};
+
+uint64_t encode_slot_identity(uint32_t incarnation, SlotState state, uint64_t slot, uint64_t salt) noexcept;
+bool decode_slot_identity(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* inc, SlotState* state) noexcept;
+uint64_t encode_eviction(uint32_t incarnation, EvictPhase phase, uint64_t slot, uint64_t salt) noexcept;
+bool decode_eviction(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* inc, EvictPhase* phase) noexcept;
+uint64_t encode_claim(ClaimKind kind, uint32_t first, uint32_t count, uint64_t slot, uint64_t salt) noexcept;
+bool decode_claim(uint64_t raw, uint64_t slot, uint64_t salt, ClaimKind* kind, uint32_t* first,
+                  uint32_t* count) noexcept;
+uint64_t lease_gen_check(uint64_t offset, uint32_t generation, uint64_t slot, uint64_t salt) noexcept;
+
+// ---- Geometry ----------------------------------------------------------------------------
+// Blocks of class size s in one extent: n state words (rounded up to kMinBlock) then n blocks.
+struct SmallGeometry {
+  uint64_t blocks = 0;
+  uint64_t meta_bytes = 0;  // state words, rounded up to kMinBlock
+};
+SmallGeometry small_geometry(uint64_t extent_size, uint64_t class_size) noexcept;
+
+}  // namespace cxlpool::detail::shared

@@ -1,0 +1,459 @@
+// SPDX-License-Identifier: MIT
+// SharedPool lifecycle: creating a pool (formed completely before it gets its name), opening
+// one (validated before anything is written), joining a slot, the heartbeat thread, leaving.
+#include "shared/shared_pool.hpp"
+
+#include <sys/mman.h>
+
+#include <array>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "os/os.hpp"
+#include "os/prim.hpp"
+
+namespace cxlpool::detail::shared {
+
+using detail::fail;
+
+namespace {
+
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// The pools open in this process, for cxlpool_publish/acquire (lock-free lookup).
+struct OpenRange {
+  std::atomic<uintptr_t> begin{0}, end{0};
+  std::atomic<bool> noncoherent{false};
+};
+std::array<OpenRange, 64> g_open;
+
+void register_range(const std::byte* base, uint64_t size, bool noncoherent) {
+  for (auto& r : g_open) {
+    uintptr_t expected = 0;
+    if (r.begin.load() == 0 && r.end.load() == 0 &&
+        r.begin.compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(base))) {
+      r.noncoherent.store(noncoherent);
+      r.end.store(reinterpret_cast<uintptr_t>(base) + size);
+      return;
+    }
+  }
+}
+
+void unregister_range(const std::byte* base) {
+  for (auto& r : g_open)
+    if (r.begin.load() == reinterpret_cast<uintptr_t>(base)) {
+      r.end.store(0);
+      r.begin.store(0);
+    }
+}
+
+std::string pool_what(const std::string& device) { return "shared pool \"" + device + "\""; }
+
+}  // namespace
+
+bool address_in_noncoherent_pool(const void* p, size_t len) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (auto& r : g_open) {
+    const uintptr_t b = r.begin.load(std::memory_order_acquire), e = r.end.load(std::memory_order_acquire);
+    if (b != 0 && a >= b && a < e) {
+      if (len > e - a) return false;
+      return r.noncoherent.load(std::memory_order_relaxed);
+    }
+  }
+  return false;
+}
+
+Superblock plan_superblock(const SharedParams& p, uint64_t device_size) {
+  auto bad = [](const std::string& why) { fail(CXLPOOL_E_CONFIG, "shared pool parameters: " + why); };
+  if (p.size == 0) bad("size not set (cxlpool_shared_params_set_size)");
+  if (p.size > device_size)
+    bad("size " + std::to_string(p.size) + " exceeds the device's " + std::to_string(device_size));
+  const uint64_t slots = uint64_t{p.hosts} * p.per_host;
+  Superblock sb{};
+  std::memcpy(sb.magic, kMagic, sizeof kMagic);
+  sb.layout_version = kLayoutVersion;
+  sb.state = kStateReady;
+  os::random_bytes(sb.pool_id, sizeof sb.pool_id);
+  sb.size = p.size;
+  sb.created_ns = os::realtime_ns();
+  sb.coherence = p.coherence;
+  sb.hosts = p.hosts;
+  sb.slots_per_host = p.per_host;
+  sb.lease_entries = p.leases;
+  sb.extent_size = p.extent_size;
+  sb.heartbeat_ms = p.heartbeat_ms;
+  sb.lease_timeout_ms = p.lease_timeout_ms;
+  sb.mode = p.mode;
+  sb.slots_offset = kSuperblockBytes;
+  sb.leases_offset = round_up(sb.slots_offset + slots * kSlotBytes, 4096);
+  sb.extents_offset = round_up(sb.leases_offset + slots * p.leases * kLeaseEntryBytes, 4096);
+  const uint64_t e = p.extent_size;
+  uint64_t n = p.size > sb.extents_offset ? (p.size - sb.extents_offset) / (e + kExtentEntryBytes) : 0;
+  while (n > 0 && round_up(sb.extents_offset + n * kExtentEntryBytes, e) + n * e > p.size) --n;
+  if (n == 0)
+    fail(CXLPOOL_E_CAPACITY, "shared pool of " + std::to_string(p.size) + " bytes holds no " + std::to_string(e) +
+                                 "-byte extent after its metadata (" + std::to_string(sb.extents_offset) +
+                                 " bytes); make it larger or the extent smaller");
+  if (n > (1u << 24)) n = 1u << 24;
+  sb.extent_count = n;
+  sb.data_offset = round_up(sb.extents_offset + n * kExtentEntryBytes, e);
+  uint32_t count = 0;
+  for (uint64_t s = kMinBlock; s <= e / 4 && count < kMaxClasses && count < 63;) {
+    sb.class_size[count++] = static_cast<uint32_t>(s);
+    s = std::max(s + kMinBlock, round_up(s + s / 4, kMinBlock));
+  }
+  sb.class_count = count;
+  sb.checksum = crc32c(&sb, offsetof(Superblock, checksum));
+  return sb;
+}
+
+namespace {
+
+struct Mapped {
+  std::byte* base = nullptr;
+  uint64_t size = 0;
+};
+
+// Maps [0, size) of fd; devdax needs 2 MiB multiples.
+Mapped map_pool(int fd, uint64_t size, bool devdax, const std::string& what) {
+  Mapped m;
+  m.size = size;
+  const uint64_t len = devdax ? round_up(size, 2u << 20) : size;
+  m.base = static_cast<std::byte*>(os::map_shared_fd(fd, len, 0, what));
+  return m;
+}
+
+// Reads and validates the superblock of an open pool file/device, then maps the whole pool.
+Mapped map_existing(int fd, bool devdax, const std::string& what, Superblock* sb) {
+  const uint64_t device_size = devdax ? 0 : os::fd_size(fd);
+  if (!devdax && device_size < kSuperblockBytes) fail(CXLPOOL_E_CORRUPT, what + ": too small to be a shared pool");
+  const uint64_t head_len = devdax ? (2u << 20) : kSuperblockBytes;
+  void* head = os::map_shared_fd(fd, head_len, 0, what);
+  try {
+    *sb = PoolView::validate(head, devdax ? UINT64_MAX : device_size, what);
+  } catch (...) {
+    os::unmap(head, head_len);
+    throw;
+  }
+  os::unmap(head, head_len);
+  return map_pool(fd, sb->size, devdax, what);
+}
+
+}  // namespace
+
+std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const SharedParams& params, unsigned flags) {
+  const PoolLocation loc = parse_location(device);
+  const std::string what = pool_what(device);
+  if (flags & ~unsigned{CXLPOOL_SHARED_FORMAT_DEVICE})
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_pool_create: unknown flags " + std::to_string(flags));
+  Mapped m;
+  Superblock sb{};
+  if (loc.kind == PoolLocation::kDevdax) {
+    if (!os::is_char_device(loc.path) || os::char_device_subsystem(loc.path) != "dax")
+      fail(CXLPOOL_E_CONFIG, what + ": " + loc.path + " is not a device-DAX character device");
+    int fd = os::open_existing(loc.path, true, what);
+    try {
+      os::lock_exclusive(fd, what);  // one formatter per host at a time
+      void* head = os::map_shared_fd(fd, 2u << 20, 0, what);
+      const bool has_magic = std::memcmp(head, kMagic, sizeof kMagic) == 0;
+      const auto* old = static_cast<const Superblock*>(head);
+      const bool incomplete = has_magic && old->state == kStateCreating;
+      os::unmap(head, 2u << 20);
+      if (has_magic && !incomplete)
+        fail(CXLPOOL_E_EXISTS, what + ": the device already holds a cxlpool shared pool; open it instead");
+      if (!(flags & CXLPOOL_SHARED_FORMAT_DEVICE))
+        fail(CXLPOOL_E_EXISTS, what +
+                                   ": the device carries no cxlpool header; formatting destroys its contents, so "
+                                   "it needs CXLPOOL_SHARED_FORMAT_DEVICE");
+      sb = plan_superblock(params, UINT64_MAX);
+      m = map_pool(fd, sb.size, true, what);
+      Superblock creating = sb;
+      creating.state = kStateCreating;
+      creating.checksum = crc32c(&creating, offsetof(Superblock, checksum));
+      std::memcpy(m.base, &creating, sizeof creating);
+      writeback_lines(m.base, sizeof creating);
+      std::memset(m.base + kSuperblockBytes, 0, sb.data_offset - kSuperblockBytes);
+      writeback_lines(m.base + kSuperblockBytes, sb.data_offset - kSuperblockBytes);
+      full_fence();
+      std::memcpy(m.base, &sb, sizeof sb);
+      writeback_lines(m.base, sizeof sb);
+      full_fence();
+    } catch (...) {
+      if (m.base) os::unmap(m.base, round_up(m.size, 2u << 20));
+      os::close_fd(fd);
+      throw;
+    }
+    os::close_fd(fd);
+  } else {
+    if (!os::path_kind(loc.path).empty())
+      fail(CXLPOOL_E_EXISTS, what + ": \"" + loc.path + "\" already exists (" + os::path_kind(loc.path) +
+                                 "); it was left untouched (open it, or remove it)");
+    sb = plan_superblock(params, UINT64_MAX);
+    std::string temp;
+    int fd = os::create_unnamed_file(os::parent_dir(loc.path), params.mode, what, &temp);
+    try {
+      os::truncate_fd(fd, sb.size);
+      os::allocate_file(fd, sb.size, what);
+      m = map_pool(fd, sb.size, false, what);
+      std::memcpy(m.base, &sb, sizeof sb);  // the rest of a new file reads as zeros: all free
+      os::link_new_file(fd, temp, loc.path, what);
+    } catch (...) {
+      if (m.base) os::unmap(m.base, m.size);
+      os::close_fd(fd);
+      throw;
+    }
+    os::close_fd(fd);  // the mapping keeps the memory; no descriptor for a program to close
+  }
+  std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, &params));
+  pool->join(&params);
+  return pool;
+}
+
+std::unique_ptr<SharedPool> SharedPool::open(const std::string& device, const SharedParams* params) {
+  const PoolLocation loc = parse_location(device);
+  const std::string what = pool_what(device);
+  const bool devdax = loc.kind == PoolLocation::kDevdax;
+  int fd = os::open_existing(loc.path, devdax, what);
+  Mapped m;
+  Superblock sb{};
+  try {
+    m = map_existing(fd, devdax, what, &sb);
+  } catch (...) {
+    os::close_fd(fd);
+    throw;
+  }
+  os::close_fd(fd);
+  std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, params));
+  pool->join(params);
+  return pool;
+}
+
+MappedPool map_pool_unjoined(const std::string& device) {
+  const PoolLocation loc = parse_location(device);
+  const std::string what = pool_what(device);
+  const bool devdax = loc.kind == PoolLocation::kDevdax;
+  int fd = os::open_existing(loc.path, devdax, what);
+  MappedPool out;
+  try {
+    Mapped m = map_existing(fd, devdax, what, &out.sb);
+    out.base = m.base;
+    out.size = devdax ? round_up(m.size, 2u << 20) : m.size;
+  } catch (...) {
+    os::close_fd(fd);
+    throw;
+  }
+  os::close_fd(fd);
+  return out;
+}
+
+void unmap_pool(const MappedPool& m) { os::unmap(m.base, m.size); }
+
+void SharedPool::unlink(const std::string& device) {
+  const PoolLocation loc = parse_location(device);
+  const std::string what = pool_what(device);
+  if (loc.kind == PoolLocation::kDevdax) fail(CXLPOOL_E_NOT_SUPPORTED, what + ": a device has no name to remove");
+  int fd = os::open_existing(loc.path, false, what);
+  Superblock sb{};
+  try {
+    Mapped m = map_existing(fd, false, what, &sb);  // refuses anything that is not our pool
+    os::unmap(m.base, m.size);
+  } catch (...) {
+    os::close_fd(fd);
+    throw;
+  }
+  os::close_fd(fd);
+  os::unlink_path(loc.path, what);
+}
+
+SharedPool::SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what,
+                       const SharedParams* /*params*/)
+    : what_(std::move(what)), view_(base, size, sb) {
+  timeout_ns_ = uint64_t{sb.lease_timeout_ms} * 1000000u;
+  heartbeat_ns_ = uint64_t{sb.heartbeat_ms} * 1000000u;
+  partial_.resize(sb.class_count);
+  seen_.resize(view_.slot_count());
+}
+
+SharedPool::~SharedPool() {
+  try {
+    leave();
+  } catch (...) {  // leaving is best effort in a destructor; survivors recover what is left
+  }
+  stop_heartbeat();
+  unregister_range(view_.base());
+  const uint64_t len = view_.size();
+  os::unmap(view_.base(), len);
+}
+
+void SharedPool::join(const SharedParams* params) {
+  const uint32_t host = params ? params->host_index : 0;
+  const Superblock& sb = view_.sb();
+  if (host >= sb.hosts)
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         what_ + ": host index " + std::to_string(host) + " but the pool has " + std::to_string(sb.hosts) + " host(s)");
+  pid_ = os::prim::process_id();
+  const uint64_t salt = view_.salt();
+  for (uint32_t s = host * sb.slots_per_host; s < (host + 1) * sb.slots_per_host && !joined_; ++s) {
+    uint64_t* word = view_.slot_word(s, 0, 0);
+    uint64_t raw = view_.load(word);
+    uint32_t inc = 0, evict_inc = 0;
+    SlotState state{};
+    EvictPhase phase{};
+    if (!decode_slot_identity(raw, s, salt, &inc, &state)) {
+      ++corrupt_words_;
+      continue;
+    }
+    const bool recovered = view_.slot_eviction(s, &evict_inc, &phase) && phase == kEvictDone && evict_inc == inc;
+    if (!(state == kSlotFree || (state != kSlotFree && recovered))) continue;
+    uint64_t desired = encode_slot_identity(inc + 1, kSlotActive, s, salt);
+    // Slots of one host are claimed by compare-and-swap: one host's caches are coherent.
+    if (!__atomic_compare_exchange_n(word, &raw, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) continue;
+    if (view_.noncoherent()) writeback_lines(word, sizeof *word);
+    slot_ = s;
+    incarnation_ = inc + 1;
+    joined_ = true;
+  }
+  if (!joined_)
+    fail(CXLPOOL_E_BUSY, what_ + ": all " + std::to_string(sb.slots_per_host) + " participant slots of host " +
+                             std::to_string(host) + " are taken");
+  SlotLine0* line = view_.slot_line0(slot_);
+  view_.store(&line->heartbeat, 0);
+  view_.store(&line->pid, static_cast<uint64_t>(pid_));
+  view_.store(&line->start_ticks, os::process_start_ticks(pid_));
+  view_.store(&line->boot_hash, os::boot_id_hash());
+  view_.store(&line->pidns, os::pid_namespace_id());
+  view_.store(&line->host_index, host);
+  view_.store(view_.slot_word(slot_, 2, 0), 0);  // no claim
+  LeaseEntry* table = view_.lease_table(slot_);
+  for (uint32_t i = 0; i < sb.lease_entries; ++i) {  // the last incarnation's leases died with it
+    view_.store(&table[i].offset, 0);
+    view_.store(&table[i].gen_check, 0);
+  }
+  last_beat_ns_ = os::monotonic_ns();
+  register_range(view_.base(), view_.size(), view_.noncoherent());
+  start_heartbeat();
+}
+
+bool SharedPool::in_fork_child() const { return pid_ != 0 && pid_ != os::prim::process_id(); }
+
+void SharedPool::abandon_in_fork_child() {
+  unregister_range(view_.base());
+  os::unmap(view_.base(), view_.size());
+}
+
+void SharedPool::start_heartbeat() {
+  heartbeat_thread_ = std::make_unique<std::thread>([this] {
+    std::unique_lock<std::mutex> lock(hb_mu_);
+    while (!hb_stop_) {
+      lock.unlock();
+      try {
+        tick();
+      } catch (...) {  // a failed pass is retried at the next period
+      }
+      lock.lock();
+      hb_cv_.wait_for(lock, std::chrono::nanoseconds(heartbeat_ns_), [this] { return hb_stop_; });
+    }
+  });
+}
+
+void SharedPool::stop_heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(hb_mu_);
+    hb_stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (!heartbeat_thread_) return;
+  if (pid_ == os::prim::process_id())
+    heartbeat_thread_->join();
+  else
+    (void)heartbeat_thread_.release();  // a forked child has no such thread: forget the object
+  heartbeat_thread_.reset();
+}
+
+void SharedPool::ensure_usable() {
+  if (os::prim::process_id() != pid_)
+    fail(CXLPOOL_E_NOT_SUPPORTED, what_ + ": joined by process " + std::to_string(pid_) +
+                                      "; a forked child is not a participant (open the pool in the child)");
+  if (!joined_) fail(CXLPOOL_E_INVALID_ARGUMENT, what_ + ": this participant has left the pool");
+  if (evicted_.load())
+    fail(CXLPOOL_E_EVICTED, what_ + ": this participant was declared dead and evicted; reopen the pool");
+  // Self-fencing: after a stall (SIGSTOP, swapping) longer than half the lease, beat and
+  // learn whether the others evicted us before touching anything.
+  if (os::monotonic_ns() - last_beat_ns_.load() > timeout_ns_ / 2) {
+    heartbeat_once();
+    if (evicted_.load())
+      fail(CXLPOOL_E_EVICTED, what_ + ": this participant stalled past its lease and was evicted; reopen the pool");
+  }
+}
+
+void SharedPool::heartbeat_once() {
+  if (evicted_.load() || !joined_) return;
+  uint32_t evict_inc = 0, inc = 0;
+  EvictPhase phase{};
+  SlotState state{};
+  if (view_.slot_eviction(slot_, &evict_inc, &phase) && phase != kEvictNone && evict_inc == incarnation_) {
+    evicted_.store(true);
+    return;
+  }
+  uint64_t* identity = view_.slot_word(slot_, 0, 0);
+  if (!view_.slot_identity(slot_, &inc, &state) || inc != incarnation_ || state != kSlotActive) {
+    ++corrupt_words_;  // only this participant writes it: repair
+    view_.store(identity, encode_slot_identity(incarnation_, kSlotActive, slot_, view_.salt()));
+  }
+  SlotLine0* line = view_.slot_line0(slot_);
+  view_.store(&line->heartbeat, view_.load(&line->heartbeat) + 1);
+  last_beat_ns_.store(os::monotonic_ns());
+}
+
+void SharedPool::leave() {
+  if (!joined_ || os::prim::process_id() != pid_) return;
+  stop_heartbeat();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (evicted_.load()) {  // the others own our state now; touch nothing
+    joined_ = false;
+    return;
+  }
+  for (auto& [offset, lease] : leases_) lease_remove(offset, lease.generation);
+  leases_.clear();
+  bool others_hold = false;
+  std::vector<uint64_t> extents;
+  for (auto& [e, owned] : owned_) extents.push_back(e);
+  for (uint64_t e : extents) {
+    ExtentWord w;
+    if (!view_.extent(e, &w)) continue;
+    Owned& owned = owned_[e];
+    const uint64_t blocks = owned.cls < view_.sb().class_count ? view_.geometry(owned.cls).blocks : 1;
+    for (uint64_t b = 0; b < blocks; ++b) {
+      BlockRef at;
+      at.extent = e;
+      at.block = b;
+      at.offset = owned.cls < view_.sb().class_count ? view_.block_offset(e, owned.cls, b) : view_.extent_offset(e);
+      at.state = owned.cls < view_.sb().class_count ? view_.block_word(e, b) : &view_.extent_entry(e)->large_state;
+      BlockWord bw;
+      if (!decode_block(view_.load(at.state), at.offset, view_.salt(), &bw)) continue;
+      if (bw.state == kBlockAllocated) {
+        view_.store(at.state, encode_block({bw.generation, kBlockFree}, at.offset, view_.salt()));
+      } else if (bw.state == kBlockExported || bw.state == kBlockReleased) {
+        view_.store(at.state, encode_block({bw.generation, kBlockReleased}, at.offset, view_.salt()));
+        PoolView::fence();
+        if (view_.anyone_holds(at.offset, bw.generation))
+          others_hold = true;
+        else
+          view_.store(at.state, encode_block({bw.generation, kBlockFree}, at.offset, view_.salt()));
+      }
+    }
+  }
+  if (!others_hold) {
+    for (uint64_t e : extents) {
+      const Owned& owned = owned_[e];
+      release_extents(e, owned.span, owned.max_gen + 1);
+    }
+    owned_.clear();
+  }
+  // Free: nothing left. Left: a survivor adopts the blocks others still hold, as for a death.
+  view_.store(view_.slot_word(slot_, 0, 0),
+              encode_slot_identity(incarnation_, others_hold ? kSlotLeft : kSlotFree, slot_, view_.salt()));
+  joined_ = false;
+}
+
+}  // namespace cxlpool::detail::shared

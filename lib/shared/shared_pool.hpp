@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: MIT
+// SharedPool: this process's participation in a shared pool: its slot, heartbeat and the
+// watch over the other participants (recovery of the dead), the extents it owns and the
+// blocks in them, its leases on other participants' blocks. Private bookkeeping here only
+// speeds things up; the truth is in the device (layout.hpp) and recovery rebuilds from it.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cxlpool/shared.h"
+#include "shared/view.hpp"
+
+namespace cxlpool::detail::shared {
+
+struct SharedParams {
+  uint64_t size = 0;
+  uint64_t extent_size = 2u << 20;
+  cxlpool_coherence_t coherence = CXLPOOL_COHERENCE_HOST;
+  unsigned mode = 0600;
+  uint32_t hosts = 1;
+  uint32_t per_host = 32;
+  uint32_t leases = 4096;
+  uint32_t heartbeat_ms = 10;
+  uint32_t lease_timeout_ms = 300;
+  uint32_t host_index = 0;
+  bool timing_set = false;  // open: take heartbeat/lease timing from here (tests)
+};
+
+// Geometry and offsets a creator writes into the superblock (validated; throws CONFIG).
+Superblock plan_superblock(const SharedParams& params, uint64_t device_size);
+
+class SharedPool {
+ public:
+  static std::unique_ptr<SharedPool> create(const std::string& device, const SharedParams& params, unsigned flags);
+  static std::unique_ptr<SharedPool> open(const std::string& device, const SharedParams* params);
+  static void unlink(const std::string& device);
+  ~SharedPool();
+  SharedPool(const SharedPool&) = delete;
+  SharedPool& operator=(const SharedPool&) = delete;
+
+  void* alloc(size_t size);
+  void free(void* ptr);
+  cxlpool_shared_handle_t export_block(const void* ptr);
+  void* import_block(const cxlpool_shared_handle_t& handle, size_t* size_out);
+  void release(void* ptr);
+  cxlpool_shared_info_t info();
+  // Leaves the pool (the destructor does it too); idempotent.
+  void leave();
+  // In a forked child the pool's threads, mutexes and condition variable are copies of the
+  // parent's (possibly held, possibly waited on): the child must not destroy them. This
+  // unmaps the pool; the caller then forgets the object instead of deleting it.
+  bool in_fork_child() const;
+  void abandon_in_fork_child();
+
+  const PoolView& view() const { return view_; }
+  uint32_t slot() const { return slot_; }
+  bool contains(const void* p) const {
+    return static_cast<const std::byte*>(p) >= view_.base() &&
+           static_cast<const std::byte*>(p) < view_.base() + view_.size();
+  }
+  bool noncoherent() const { return view_.noncoherent(); }
+  // One pass of the watch: heartbeat, look at the others, recover the dead, re-check blocks
+  // this participant let go that others still held. The heartbeat thread runs it; tests too.
+  void tick();
+  // Recovers every dead slot now, waiting at most the lease timeout for silent ones.
+  void recover_dead_now();
+
+ private:
+  SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what, const SharedParams* params);
+  void join(const SharedParams* params);
+  void start_heartbeat();
+  void stop_heartbeat();
+  void ensure_usable();  // fork child, evicted, self-fencing
+  void heartbeat_once();
+  void observe_others();
+  bool same_host_dead(uint32_t slot) const;
+  bool try_recover(uint32_t victim, uint32_t incarnation);
+  void recover_slot(uint32_t victim, uint32_t incarnation);
+  void adopt_extent(uint64_t e, const ExtentWord& w);
+
+  // Claims (Dekker over the slots' claim words).
+  bool claim(ClaimKind kind, uint32_t first, uint32_t count);
+  void unclaim();
+
+  // Heap (caller holds mu_).
+  struct Owned {
+    uint32_t cls = 0;      // class, or class_count for a large block head
+    uint32_t span = 1;     // extents (large)
+    uint64_t used = 0;     // blocks held (small) / 1 (large)
+    uint32_t max_gen = 0;  // highest generation issued in this extent
+    std::vector<uint32_t> free_blocks;
+  };
+  void* alloc_small(uint32_t cls);
+  void* alloc_large(uint64_t size);
+  bool grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uint64_t* first);
+  void format_small(uint64_t e, uint32_t cls, uint32_t start_gen);
+  void release_extents(uint64_t first, uint32_t count, uint32_t next_gen);
+  void let_go(const BlockRef& at, BlockWord bw);  // owner drops its hold
+  bool try_finish_release(const BlockRef& at, BlockWord bw);
+  void recheck_released();
+  void lease_insert(uint64_t offset, uint32_t gen);
+  void lease_remove(uint64_t offset, uint32_t gen);
+  uint64_t owner_word_inc() const { return incarnation_ & 0xffff; }
+  [[noreturn]] void corrupt(const std::string& what);
+
+  std::string what_;
+  PoolView view_;
+  uint32_t slot_ = 0;
+  uint32_t incarnation_ = 0;
+  int pid_ = 0;
+  bool joined_ = false;
+  std::atomic<bool> evicted_{false};
+  std::atomic<uint64_t> last_beat_ns_{0};
+  uint64_t timeout_ns_ = 0;
+  uint64_t heartbeat_ns_ = 0;
+
+  std::mutex mu_;                               // heap and leases of this participant
+  std::unordered_map<uint64_t, Owned> owned_;   // extent index -> state
+  std::vector<std::vector<uint64_t>> partial_;  // per class: extents with free blocks
+  std::vector<uint64_t> released_pending_;      // offsets let go but still leased
+  struct Lease {
+    uint32_t generation;
+    uint32_t count;
+  };
+  std::unordered_map<uint64_t, Lease> leases_;  // offset -> lease
+  uint64_t bytes_in_use_ = 0;
+  uint64_t corrupt_words_ = 0;
+  uint64_t recovered_slots_ = 0;
+  uint64_t extent_hint_ = 0;
+
+  // The watch over the others: last heartbeat value seen and when it last changed.
+  struct Seen {
+    uint32_t incarnation = 0;
+    uint64_t heartbeat = 0;
+    uint64_t changed_ns = 0;
+  };
+  std::vector<Seen> seen_;
+  std::mutex watch_mu_;
+
+  std::unique_ptr<std::thread> heartbeat_thread_;  // leaked, not destroyed, in a forked child
+  std::mutex hb_mu_;
+  std::condition_variable hb_cv_;
+  bool hb_stop_ = false;
+};
+
+// A pool mapped without joining it (the checker): validated superblock, whole mapping.
+struct MappedPool {
+  std::byte* base = nullptr;
+  uint64_t size = 0;  // bytes mapped
+  Superblock sb{};
+};
+MappedPool map_pool_unjoined(const std::string& device);
+void unmap_pool(const MappedPool& m);
+
+// Checks every invariant (check.cpp); with repair, recovers dead participants first.
+cxlpool_shared_check_report_t check_pool(const std::string& device, const SharedParams* params, bool repair);
+
+// Shared pools open in this process, for cxlpool_publish/acquire to find an address's pool.
+bool address_in_noncoherent_pool(const void* p, size_t len);
+
+}  // namespace cxlpool::detail::shared

@@ -1,0 +1,235 @@
+// SPDX-License-Identifier: MIT
+// The watch over the other participants: heartbeats, death detection (silence for the lease
+// timeout, or a pid gone on this host), and recovery of a dead participant's extents by
+// exactly one survivor (a recover claim), idempotent so a recoverer's own death is survived.
+//
+// Recovery of slot D (incarnation i), by the winner R of the claim (recover, D):
+//   1. eviction word of D := (i, recovering, by R)   -- D self-fences on seeing it
+//   2. for each extent owned by (D, i): formatting -> free; small/large -> R takes ownership,
+//      then every block: allocated -> free; exported/released -> released if a live lease
+//      holds it, else free; an extent left with no block in use goes back to the pool
+//   3. eviction word of D := (i, done); D's leases stop counting from step 1 on
+// A crash of R anywhere leaves D "recovering" with a dead recoverer: the next survivor repeats
+// the steps (each is idempotent), and R's own extents, adopted ones included, are recovered
+// as R's.
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/error.hpp"
+#include "os/os.hpp"
+#include "shared/shared_pool.hpp"
+
+namespace cxlpool::detail::shared {
+
+void SharedPool::tick() {
+  if (!joined_ || evicted_.load()) return;
+  heartbeat_once();
+  if (evicted_.load()) return;
+  observe_others();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!released_pending_.empty()) recheck_released();
+  SlotCounters* c = view_.slot_counters(slot_);
+  view_.store(&c->bytes_in_use, bytes_in_use_);
+  view_.store(&c->recovered_slots, recovered_slots_);
+}
+
+bool SharedPool::same_host_dead(uint32_t s) const {
+  const SlotLine0* line = view_.slot_line0(s);
+  const auto pid = static_cast<int>(view_.load(&line->pid));
+  const uint64_t start = view_.load(&line->start_ticks);
+  if (pid <= 0 || start == 0) return false;  // still joining, or nothing to compare
+  if (view_.load(&line->boot_hash) != os::boot_id_hash() || view_.load(&line->pidns) != os::pid_namespace_id())
+    return false;  // another host or pid namespace: only the heartbeat tells
+  return os::process_start_ticks(pid) != start;
+}
+
+void SharedPool::observe_others() {
+  std::lock_guard<std::mutex> watch(watch_mu_);
+  const uint64_t now = os::monotonic_ns();
+  for (uint32_t s = 0; s < view_.slot_count(); ++s) {
+    if (s == slot_) continue;
+    uint32_t inc = 0, evict_inc = 0;
+    SlotState state{};
+    EvictPhase phase{};
+    if (!view_.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
+    Seen& seen = seen_[s];
+    const uint64_t beat = view_.load(&view_.slot_line0(s)->heartbeat);
+    if (seen.incarnation != inc || seen.heartbeat != beat || seen.changed_ns == 0) {
+      seen.incarnation = inc;
+      seen.heartbeat = beat;
+      seen.changed_ns = now;
+    }
+    const bool evict_ok = view_.slot_eviction(s, &evict_inc, &phase);
+    const bool evicted_now = evict_ok && evict_inc == inc && phase != kEvictNone;
+    if (evicted_now && phase == kEvictDone) continue;
+    bool dead = state == kSlotLeft || now - seen.changed_ns > timeout_ns_ || same_host_dead(s);
+    if (evicted_now && phase == kEvictRecovering) {  // resume only if its recoverer died too
+      const auto by = static_cast<uint32_t>(view_.load(view_.slot_word(s, 1, 1)));
+      dead = by == 0 || by - 1 >= view_.slot_count() || !view_.slot_live(by - 1);
+    }
+    if (dead) try_recover(s, inc);
+  }
+}
+
+bool SharedPool::try_recover(uint32_t victim, uint32_t incarnation) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (evicted_.load()) return false;
+  if (!claim(kClaimRecover, victim, incarnation & 0xffffff)) return false;
+  uint32_t inc = 0, evict_inc = 0;
+  SlotState state{};
+  EvictPhase phase{};
+  // Re-read under the claim: someone may have finished it, or the slot moved on.
+  const bool same = view_.slot_identity(victim, &inc, &state) && inc == incarnation && state != kSlotFree;
+  const bool done = view_.slot_eviction(victim, &evict_inc, &phase) && evict_inc == incarnation && phase == kEvictDone;
+  if (!same || done) {
+    unclaim();
+    return false;
+  }
+  const uint64_t salt = view_.salt();
+  view_.store(view_.slot_word(victim, 1, 1), slot_ + 1);
+  view_.store(view_.slot_word(victim, 1, 0), encode_eviction(incarnation, kEvictRecovering, victim, salt));
+  PoolView::fence();
+  recover_slot(victim, incarnation);
+  view_.store(view_.slot_word(victim, 1, 0), encode_eviction(incarnation, kEvictDone, victim, salt));
+  unclaim();
+  ++recovered_slots_;
+  return true;
+}
+
+void SharedPool::recover_slot(uint32_t victim, uint32_t incarnation) {
+  const uint64_t n = view_.extent_count();
+  for (uint64_t e = 0; e < n; ++e) {
+    ExtentWord w;
+    if (!view_.extent(e, &w)) {
+      ++corrupt_words_;
+      continue;
+    }
+    if (w.kind == kExtentFree || w.owner_slot != victim || w.owner_inc != (incarnation & 0xffff)) continue;
+    if (w.kind == kExtentFormatting) {  // no block was handed out yet
+      view_.store(&view_.extent_entry(e)->word, 0);
+      continue;
+    }
+    if (w.kind == kExtentLargeTail) {  // an orphan unless its head (recovered below or before) is the victim's
+      ExtentWord head;
+      const bool has_head = w.span <= e && view_.extent(e - w.span, &head) && head.kind == kExtentLargeHead &&
+                            head.owner_slot == victim && head.owner_inc == w.owner_inc && head.span > w.span;
+      if (!has_head) view_.store(&view_.extent_entry(e)->word, 0);
+      continue;
+    }
+    adopt_extent(e, w);
+  }
+}
+
+void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
+  const uint64_t salt = view_.salt();
+  const bool large = w.kind == kExtentLargeHead;
+  const uint32_t span = large ? w.span : 1;
+  if (large && (span == 0 || e + span > view_.extent_count())) {
+    ++corrupt_words_;
+    return;
+  }
+  // Take ownership first: from here on this participant is the extents' only writer.
+  for (uint32_t i = span; i-- > 0;) {
+    ExtentWord mine = w;
+    mine.owner_slot = slot_;
+    mine.owner_inc = incarnation_;
+    if (large) {
+      mine.kind = i == 0 ? kExtentLargeHead : kExtentLargeTail;
+      mine.span = i == 0 ? span : i;
+    }
+    view_.store(&view_.extent_entry(e + i)->word, encode_extent(mine, e + i, salt));
+  }
+  Owned o;
+  o.cls = large ? view_.sb().class_count : w.cls;
+  o.span = span;
+  const uint64_t blocks = large ? 1 : view_.geometry(w.cls).blocks;
+  bool corrupt = false;
+  std::vector<uint64_t> held;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t offset = large ? view_.extent_offset(e) : view_.block_offset(e, w.cls, b);
+    uint64_t* word = large ? &view_.extent_entry(e)->large_state : view_.block_word(e, b);
+    BlockWord bw;
+    if (!decode_block(view_.load(word), offset, salt, &bw)) {
+      ++corrupt_words_;
+      corrupt = true;  // unknown state: never handed out again, the extent stays owned
+      continue;
+    }
+    o.max_gen = std::max(o.max_gen, bw.generation);
+    if (bw.state == kBlockFree) {
+      if (!large) o.free_blocks.push_back(static_cast<uint32_t>(b));
+      continue;
+    }
+    if (bw.state != kBlockAllocated) {
+      view_.store(word, encode_block({bw.generation, kBlockReleased}, offset, salt));
+      PoolView::fence();
+      if (view_.anyone_holds(offset, bw.generation)) {
+        held.push_back(offset);
+        ++o.used;
+        continue;
+      }
+    }
+    view_.store(word, encode_block({bw.generation, kBlockFree}, offset, salt));
+    if (!large) o.free_blocks.push_back(static_cast<uint32_t>(b));
+  }
+  if (o.used == 0 && !corrupt) {
+    release_extents(e, span, o.max_gen + 1);
+    return;
+  }
+  std::reverse(o.free_blocks.begin(), o.free_blocks.end());
+  if (large) bytes_in_use_ += uint64_t{span} * view_.extent_size();
+  if (!large && !o.free_blocks.empty()) partial_[o.cls].push_back(e);
+  owned_[e] = std::move(o);
+  released_pending_.insert(released_pending_.end(), held.begin(), held.end());
+}
+
+void SharedPool::recover_dead_now() {
+  ensure_usable();
+  const uint64_t deadline = os::monotonic_ns() + timeout_ns_ * 2 + heartbeat_ns_ * 4;
+  for (;;) {
+    tick();
+    bool pending = false;
+    for (uint32_t s = 0; s < view_.slot_count(); ++s) {
+      uint32_t inc = 0, evict_inc = 0;
+      SlotState state{};
+      EvictPhase phase{};
+      if (s == slot_ || !view_.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
+      const bool done = view_.slot_eviction(s, &evict_inc, &phase) && evict_inc == inc && phase == kEvictDone;
+      if (done) continue;
+      if (state == kSlotLeft || same_host_dead(s)) pending = true;
+      const uint64_t beat = view_.load(&view_.slot_line0(s)->heartbeat);
+      std::lock_guard<std::mutex> watch(watch_mu_);
+      if (seen_[s].heartbeat == beat && seen_[s].changed_ns != 0) pending = true;  // silent so far
+    }
+    if (!pending || os::monotonic_ns() > deadline) return;
+    std::this_thread::sleep_for(std::chrono::nanoseconds(heartbeat_ns_));
+  }
+}
+
+cxlpool_shared_info_t SharedPool::info() {
+  ensure_usable();
+  cxlpool_shared_info_t out{};
+  const Superblock& sb = view_.sb();
+  out.pool_id[0] = sb.pool_id[0];
+  out.pool_id[1] = sb.pool_id[1];
+  out.size = sb.size;
+  out.extent_size = sb.extent_size;
+  out.extents_total = sb.extent_count;
+  for (uint64_t e = 0; e < sb.extent_count; ++e) {
+    ExtentWord w;
+    if (view_.extent(e, &w) && w.kind == kExtentFree) ++out.extents_free;
+  }
+  for (uint32_t s = 0; s < view_.slot_count(); ++s)
+    if (view_.slot_live(s)) ++out.participants;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [e, o] : owned_) out.extents_mine += o.span;
+  out.bytes_in_use = bytes_in_use_;
+  out.slot = slot_;
+  out.coherence = sb.coherence;
+  out.leases_held = static_cast<uint32_t>(leases_.size());
+  out.recovered_slots = recovered_slots_;
+  out.corrupt_words = corrupt_words_;
+  return out;
+}
+
+}  // namespace cxlpool::detail::shared

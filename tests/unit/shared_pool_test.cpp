@@ -1,0 +1,469 @@
+// SPDX-License-Identifier: MIT
+// Shared pools through the C ABI: names that exist or belong to others, blocks and classes,
+// handles (stale, forged, foreign), leases across processes, recovery of killed and stopped
+// participants, racing creators, fork children, a scribbling peer. Processes are forked
+// children that open the pool themselves, as real participants would.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cxlpool/shared.h"
+#include "shared/layout.hpp"  // the on-device layout, for the scribbling peer
+
+namespace {
+
+std::string unique_name(const char* tag) {
+  return std::string("cxlpool-test-") + tag + "-" + std::to_string(getpid()) + "-" +
+         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count() % 1000000007);
+}
+
+struct Params {
+  cxlpool_shared_params_t* p = nullptr;
+  explicit Params(uint64_t size = 64u << 20, uint32_t hb = 5, uint32_t timeout = 100) {
+    REQUIRE(cxlpool_shared_params_create(&p) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_params_set_size(p, size) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_params_set_extent_size(p, 1u << 20) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_params_set_lease_timing(p, hb, timeout) == CXLPOOL_OK);
+  }
+  ~Params() { cxlpool_shared_params_destroy(p); }
+};
+
+// A pool on /dev/shm removed at scope exit.
+struct ShmPool {
+  std::string name, device;
+  cxlpool_shared_pool_t* pool = nullptr;
+  explicit ShmPool(const char* tag, uint64_t size = 64u << 20) {
+    name = unique_name(tag);
+    device = "shm:" + name;
+    Params params(size);
+    REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &pool) == CXLPOOL_OK);
+  }
+  ~ShmPool() {
+    if (pool) cxlpool_shared_pool_close(pool);
+    unlink(("/dev/shm/" + name).c_str());
+  }
+  cxlpool_shared_pool_t* open_again() const {
+    cxlpool_shared_pool_t* other = nullptr;
+    REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &other) == CXLPOOL_OK);
+    return other;
+  }
+};
+
+cxlpool_shared_info_t info_of(cxlpool_shared_pool_t* p) {
+  cxlpool_shared_info_t i{};
+  REQUIRE(cxlpool_shared_pool_info(p, &i) == CXLPOOL_OK);
+  return i;
+}
+
+cxlpool_shared_check_report_t check(const std::string& device, int repair, cxlpool_status_t* status = nullptr) {
+  cxlpool_shared_check_report_t r{};
+  cxlpool_status_t st = cxlpool_shared_pool_check(device.c_str(), nullptr, repair, &r);
+  if (status) *status = st;
+  return r;
+}
+
+void fill(void* p, size_t n, uint8_t seed) {
+  auto* b = static_cast<uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) b[i] = static_cast<uint8_t>(seed + i * 31);
+}
+bool holds(const void* p, size_t n, uint8_t seed) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i)
+    if (b[i] != static_cast<uint8_t>(seed + i * 31)) return false;
+  return true;
+}
+
+// Waits until pred() or timeout_ms; returns pred().
+template <class P>
+bool eventually(P pred, int timeout_ms = 3000) {
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!pred() && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return pred();
+}
+
+int wait_exit(pid_t pid) {
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+}  // namespace
+
+TEST_CASE("names that exist, belong to others or are not pools are refused and left untouched", "[shared]") {
+  ShmPool a("names");
+  Params params;
+  cxlpool_shared_pool_t* p = nullptr;
+  CHECK(cxlpool_shared_pool_create(a.device.c_str(), params.p, 0, &p) == CXLPOOL_E_EXISTS);
+  CHECK(p == nullptr);
+
+  // A foreign file: create refuses, open refuses, unlink refuses; bytes identical afterwards.
+  std::string foreign = "/dev/shm/" + unique_name("foreign");
+  int fd = open(foreign.c_str(), O_CREAT | O_EXCL | O_RDWR, 0644);
+  REQUIRE(fd >= 0);
+  std::vector<char> content(1u << 20, 'x');
+  REQUIRE(write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()));
+  close(fd);
+  const std::string fdev = "file:" + foreign;
+  CHECK(cxlpool_shared_pool_create(fdev.c_str(), params.p, 0, &p) == CXLPOOL_E_EXISTS);
+  CHECK(cxlpool_shared_pool_open(fdev.c_str(), nullptr, &p) == CXLPOOL_E_CORRUPT);
+  CHECK(std::string(cxlpool_last_error_message()).find("no cxlpool shared-pool header") != std::string::npos);
+  CHECK(cxlpool_shared_pool_unlink(fdev.c_str()) == CXLPOOL_E_CORRUPT);
+  std::vector<char> after(content.size());
+  fd = open(foreign.c_str(), O_RDONLY);
+  REQUIRE(read(fd, after.data(), after.size()) == static_cast<ssize_t>(after.size()));
+  close(fd);
+  CHECK(after == content);
+  // A symlink to our pool is not followed.
+  std::string link = "/dev/shm/" + unique_name("link");
+  REQUIRE(symlink(("/dev/shm/" + a.name).c_str(), link.c_str()) == 0);
+  CHECK(cxlpool_shared_pool_open(("file:" + link).c_str(), nullptr, &p) == CXLPOOL_E_CONFIG);
+  unlink(link.c_str());
+  unlink(foreign.c_str());
+
+  // Bad device strings and parameters name the bad token.
+  CHECK(cxlpool_shared_pool_open("shm:a/b", nullptr, &p) == CXLPOOL_E_CONFIG);
+  CHECK(cxlpool_shared_pool_open("nvme:x", nullptr, &p) == CXLPOOL_E_CONFIG);
+  CHECK(cxlpool_shared_pool_open("file:relative", nullptr, &p) == CXLPOOL_E_CONFIG);
+  CHECK(cxlpool_shared_params_set_extent_size(params.p, 3u << 20) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(std::string(cxlpool_last_error_message()).find("3145728") != std::string::npos);
+  CHECK(cxlpool_shared_params_set_lease_timing(params.p, 10, 20) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_shared_params_set_participants(params.p, 16, 16) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_shared_params_set_mode(params.p, 0400) == CXLPOOL_E_INVALID_ARGUMENT);
+  cxlpool_shared_params_t* tiny = nullptr;
+  REQUIRE(cxlpool_shared_params_create(&tiny) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_pool_create(("shm:" + unique_name("nosize")).c_str(), tiny, 0, &p) == CXLPOOL_E_CONFIG);
+  cxlpool_shared_params_destroy(tiny);
+  // The mode asked for is the mode the file gets, whatever the umask.
+  struct stat st {};
+  REQUIRE(stat(("/dev/shm/" + a.name).c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0600);
+}
+
+TEST_CASE("blocks of every class and whole extents; capacity runs out cleanly and comes back", "[shared]") {
+  ShmPool a("blocks", 32u << 20);
+  std::vector<std::pair<void*, size_t>> blocks;
+  std::mt19937 rng(7);
+  for (size_t size : {size_t{1}, size_t{128}, size_t{129}, size_t{4000}, size_t{65536}, size_t{200000},
+                      size_t{1u << 20}, size_t{3u << 20}}) {
+    void* p = nullptr;
+    REQUIRE(cxlpool_shared_alloc(a.pool, size, &p) == CXLPOOL_OK);
+    CHECK(reinterpret_cast<uintptr_t>(p) % 128 == 0);
+    fill(p, size, static_cast<uint8_t>(size));
+    blocks.emplace_back(p, size);
+  }
+  for (auto& [p, size] : blocks) CHECK(holds(p, size, static_cast<uint8_t>(size)));
+  // Distinct, non-overlapping.
+  std::set<uintptr_t> starts;
+  for (auto& [p, size] : blocks) starts.insert(reinterpret_cast<uintptr_t>(p));
+  CHECK(starts.size() == blocks.size());
+  void* p = nullptr;
+  CHECK(cxlpool_shared_alloc(a.pool, 0, &p) == CXLPOOL_E_INVALID_ARGUMENT);
+  // Exhaust with 64 KiB blocks, then free everything: the pool is whole again.
+  std::vector<void*> many;
+  cxlpool_status_t st;
+  while ((st = cxlpool_shared_alloc(a.pool, 65536, &p)) == CXLPOOL_OK) many.push_back(p);
+  CHECK(st == CXLPOOL_E_CAPACITY);
+  CHECK(many.size() > 100);
+  for (void* q : many) REQUIRE(cxlpool_shared_free(a.pool, q) == CXLPOOL_OK);
+  for (auto& [q, size] : blocks) REQUIRE(cxlpool_shared_free(a.pool, q) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_free(a.pool, blocks[0].first) == CXLPOOL_E_INVALID_ARGUMENT);  // double free
+  char stack_byte = 0;
+  CHECK(cxlpool_shared_free(a.pool, &stack_byte) == CXLPOOL_E_INVALID_ARGUMENT);
+  REQUIRE(cxlpool_shared_alloc(a.pool, 128, &p) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_free(a.pool, static_cast<char*>(p) + 64) == CXLPOOL_E_INVALID_ARGUMENT);  // not a start
+  REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
+  auto i = info_of(a.pool);
+  CHECK(i.bytes_in_use == 0);
+  CHECK(i.extents_free + i.extents_mine == i.extents_total);
+  REQUIRE(cxlpool_shared_alloc(a.pool, (i.extents_free) * i.extent_size, &p) == CXLPOOL_OK);  // one big block fits
+  REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
+}
+
+TEST_CASE("handles: export, import under a lease, owner frees, stale and forged handles refused", "[shared]") {
+  ShmPool a("handles");
+  cxlpool_shared_pool_t* b = a.open_again();
+  CHECK(info_of(b).slot != info_of(a.pool).slot);
+  void* p = nullptr;
+  REQUIRE(cxlpool_shared_alloc(a.pool, 1000, &p) == CXLPOOL_OK);
+  fill(p, 1000, 9);
+  cxlpool_shared_handle_t h{};
+  REQUIRE(cxlpool_shared_export(a.pool, p, &h) == CXLPOOL_OK);
+  void* q = nullptr;
+  size_t size = 0;
+  REQUIRE(cxlpool_shared_import(b, &h, &q, &size) == CXLPOOL_OK);
+  CHECK(size >= 1000);
+  CHECK(holds(q, 1000, 9));
+  CHECK(cxlpool_shared_free(b, q) == CXLPOOL_E_INVALID_ARGUMENT);  // not b's to free
+  // The owner frees; the lease keeps the block alive and unchanged.
+  REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
+  void* other = nullptr;
+  for (int k = 0; k < 100; ++k) {
+    REQUIRE(cxlpool_shared_alloc(a.pool, 1000, &other) == CXLPOOL_OK);
+    CHECK(other != p);
+    fill(other, 1000, 77);
+  }
+  CHECK(holds(q, 1000, 9));
+  void* q2 = nullptr;
+  CHECK(cxlpool_shared_import(b, &h, &q2, nullptr) == CXLPOOL_OK);  // same lease, counted twice
+  REQUIRE(cxlpool_shared_release(b, q2) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_release(b, q) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_release(b, q) == CXLPOOL_E_INVALID_ARGUMENT);
+  // Released by everyone: the owner's watch frees it; the handle is stale from then on.
+  CHECK(eventually([&] {
+    void* r = nullptr;
+    return cxlpool_shared_import(b, &h, &r, nullptr) == CXLPOOL_E_STALE;
+  }));
+  CHECK(cxlpool_shared_pool_check(a.device.c_str(), nullptr, 0, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+
+  // Forgery: random and mutated handles are never accepted.
+  REQUIRE(cxlpool_shared_alloc(a.pool, 4096, &p) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_export(a.pool, p, &h) == CXLPOOL_OK);
+  std::mt19937_64 rng(42);
+  int accepted = 0;
+  for (int k = 0; k < 100000; ++k) {
+    cxlpool_shared_handle_t f = h;
+    switch (k % 4) {
+      case 0:  // random bytes
+        for (auto* w = reinterpret_cast<uint64_t*>(&f); w < reinterpret_cast<uint64_t*>(&f + 1); ++w) *w = rng();
+        break;
+      case 1:  // one bit flipped
+        reinterpret_cast<uint8_t*>(&f)[rng() % sizeof f] ^= static_cast<uint8_t>(1u << (rng() % 8));
+        break;
+      case 2: {  // a different offset or generation with a recomputed-looking check (forger copies check)
+        f.offset = h.offset + 128 * (1 + rng() % 4096);
+        break;
+      }
+      default:
+        f.generation = h.generation + 1 + static_cast<uint32_t>(rng() % 1000);
+        break;
+    }
+    void* r = nullptr;
+    if (cxlpool_shared_import(b, &f, &r, nullptr) == CXLPOOL_OK) {
+      ++accepted;
+      cxlpool_shared_release(b, r);
+    }
+  }
+  CHECK(accepted == 0);
+  REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(b) == CXLPOOL_OK);
+}
+
+TEST_CASE("a participant killed with SIGKILL is recovered: its blocks freed, the ones others hold kept", "[shared]") {
+  ShmPool a("kill");
+  int pipefd[2];
+  REQUIRE(pipe(pipefd) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(pipefd[0]);
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(a.device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    void* p = nullptr;
+    for (int k = 0; k < 1000; ++k)
+      if (cxlpool_shared_alloc(c, 100 + k * 37, &p) != CXLPOOL_OK) _exit(3);  // left allocated: a leak to recover
+    if (cxlpool_shared_alloc(c, 5000, &p) != CXLPOOL_OK) _exit(4);
+    fill(p, 5000, 5);
+    cxlpool_shared_handle_t h{};
+    if (cxlpool_shared_export(c, p, &h) != CXLPOOL_OK) _exit(5);
+    if (write(pipefd[1], &h, sizeof h) != static_cast<ssize_t>(sizeof h)) _exit(6);
+    pause();
+    _exit(0);
+  }
+  close(pipefd[1]);
+  cxlpool_shared_handle_t h{};
+  REQUIRE(read(pipefd[0], &h, sizeof h) == static_cast<ssize_t>(sizeof h));
+  close(pipefd[0]);
+  void* q = nullptr;
+  REQUIRE(cxlpool_shared_import(a.pool, &h, &q, nullptr) == CXLPOOL_OK);
+  CHECK(info_of(a.pool).participants == 2);
+  kill(child, SIGKILL);
+  CHECK(wait_exit(child) == 128 + SIGKILL);
+  CHECK(eventually([&] { return info_of(a.pool).recovered_slots == 1; }));
+  auto i = info_of(a.pool);
+  CHECK(i.participants == 1);
+  CHECK(i.extents_mine == 1);  // the extent of the block we hold, adopted; the rest given back
+  CHECK(holds(q, 5000, 5));
+  cxlpool_status_t st;
+  auto r = check(a.device, 0, &st);
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.leaked_blocks == 0);
+  CHECK(r.dead_participants == 0);
+  CHECK(r.blocks_in_use == 1);
+  REQUIRE(cxlpool_shared_release(a.pool, q) == CXLPOOL_OK);
+  CHECK(eventually([&] { return check(a.device, 0).blocks_in_use == 0; }));
+}
+
+TEST_CASE("the checker finds dead participants and leaks; repair recovers them", "[shared]") {
+  ShmPool a("check");
+  cxlpool_shared_pool_close(a.pool);  // nobody alive: the checker's own view only
+  a.pool = nullptr;
+  pid_t child = fork();
+  if (child == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(a.device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    void* p = nullptr;
+    for (int k = 0; k < 50; ++k)
+      if (cxlpool_shared_alloc(c, 300, &p) != CXLPOOL_OK) _exit(3);
+    kill(getpid(), SIGKILL);
+  }
+  CHECK(wait_exit(child) == 128 + SIGKILL);
+  cxlpool_status_t st;
+  auto r = check(a.device, 0, &st);
+  CHECK(st == CXLPOOL_E_CORRUPT);
+  CHECK(r.dead_participants == 1);
+  CHECK(r.leaked_blocks == 50);
+  r = check(a.device, 1, &st);
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.recovered == 1);
+  CHECK(r.leaked_blocks == 0);
+  CHECK(r.blocks_in_use == 0);
+  CHECK(r.extents_free == r.extents_total);
+}
+
+TEST_CASE("a stopped participant past its lease is evicted and gets an error, not reclaimed memory", "[shared]") {
+  ShmPool a("stop");
+  int ready[2], go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(a.device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    void* p = nullptr;
+    if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK) _exit(3);
+    char byte = 1;
+    if (write(ready[1], &byte, 1) != 1) _exit(4);
+    if (read(go[0], &byte, 1) != 1) _exit(5);  // after SIGSTOP ... SIGCONT
+    void* q = nullptr;
+    cxlpool_status_t s1 = cxlpool_shared_alloc(c, 256, &q);
+    cxlpool_status_t s2 = cxlpool_shared_free(c, p);
+    if (s1 != CXLPOOL_E_EVICTED || s2 != CXLPOOL_E_EVICTED) _exit(10);
+    if (cxlpool_shared_pool_close(c) != CXLPOOL_OK) _exit(11);
+    _exit(0);
+  }
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+  kill(child, SIGSTOP);
+  CHECK(eventually([&] { return info_of(a.pool).recovered_slots == 1; }));
+  kill(child, SIGCONT);
+  REQUIRE(write(go[1], &byte, 1) == 1);
+  CHECK(wait_exit(child) == 0);
+  CHECK(check(a.device, 0).leaked_blocks == 0);
+}
+
+TEST_CASE("racing creators: exactly one wins, the others get CXLPOOL_E_EXISTS", "[shared]") {
+  const std::string name = unique_name("race");
+  const std::string device = "shm:" + name;
+  std::vector<pid_t> kids;
+  for (int k = 0; k < 8; ++k) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      Params params;
+      cxlpool_shared_pool_t* p = nullptr;
+      cxlpool_status_t st = cxlpool_shared_pool_create(device.c_str(), params.p, 0, &p);
+      if (st == CXLPOOL_OK) {
+        cxlpool_shared_pool_close(p);
+        _exit(0);
+      }
+      _exit(st == CXLPOOL_E_EXISTS ? 1 : 2);
+    }
+    kids.push_back(pid);
+  }
+  int winners = 0, exists = 0;
+  for (pid_t pid : kids) {
+    int code = wait_exit(pid);
+    winners += code == 0;
+    exists += code == 1;
+  }
+  CHECK(winners == 1);
+  CHECK(exists == 7);
+  cxlpool_shared_pool_t* p = nullptr;
+  CHECK(cxlpool_shared_pool_open(device.c_str(), nullptr, &p) == CXLPOOL_OK);  // complete, valid
+  if (p) cxlpool_shared_pool_close(p);
+  CHECK(cxlpool_shared_pool_unlink(device.c_str()) == CXLPOOL_OK);
+  CHECK(access(("/dev/shm/" + name).c_str(), F_OK) != 0);
+}
+
+TEST_CASE("a forked child is not a participant: its calls fail cleanly and the parent is undisturbed", "[shared]") {
+  ShmPool a("fork");
+  void* p = nullptr;
+  REQUIRE(cxlpool_shared_alloc(a.pool, 512, &p) == CXLPOOL_OK);
+  fill(p, 512, 3);
+  pid_t child = fork();
+  if (child == 0) {
+    void* q = nullptr;
+    if (cxlpool_shared_alloc(a.pool, 512, &q) != CXLPOOL_E_NOT_SUPPORTED) _exit(2);
+    if (cxlpool_shared_free(a.pool, p) != CXLPOOL_E_NOT_SUPPORTED) _exit(3);
+    if (!holds(p, 512, 3)) _exit(4);                                // the mapping is shared: the child sees the data
+    if (cxlpool_shared_pool_close(a.pool) != CXLPOOL_OK) _exit(5);  // leaves nothing: not its slot
+    _exit(0);
+  }
+  CHECK(wait_exit(child) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past the lease timeout
+  CHECK(info_of(a.pool).participants == 1);
+  CHECK(holds(p, 512, 3));
+  REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
+}
+
+TEST_CASE("a scribbling peer: corrupt metadata is detected, never turned into overlapping blocks", "[shared]") {
+  ShmPool a("evil", 32u << 20);
+  cxlpool_shared_pool_t* b = a.open_again();
+  std::vector<void*> mine;
+  void* p = nullptr;
+  for (int k = 0; k < 200; ++k) {
+    REQUIRE(cxlpool_shared_alloc(a.pool, 2048, &p) == CXLPOOL_OK);
+    fill(p, 2048, static_cast<uint8_t>(k));
+    mine.push_back(p);
+  }
+  // The evil peer maps the file itself and writes random bytes over the extent table and over
+  // the first extent's block-state words.
+  int fd = open(("/dev/shm/" + a.name).c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  struct stat st {};
+  fstat(fd, &st);
+  auto* base = static_cast<uint8_t*>(mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+  REQUIRE(base != MAP_FAILED);
+  close(fd);
+  std::mt19937 rng(1);
+  cxlpool::detail::shared::Superblock sb{};
+  std::memcpy(&sb, base, sizeof sb);
+  const uint64_t extents_offset = sb.extents_offset, data_offset = sb.data_offset;
+  REQUIRE(extents_offset > 0);
+  for (int k = 0; k < 64; ++k) base[extents_offset + 128 * 2 + rng() % (128 * 8)] = static_cast<uint8_t>(rng());
+  for (int k = 0; k < 256; ++k) base[data_offset + rng() % 1024] = static_cast<uint8_t>(rng());  // state words only
+  // b allocates as much as it can; a's blocks must keep their bytes (no overlap).
+  std::vector<void*> theirs;
+  while (cxlpool_shared_alloc(b, 2048, &p) == CXLPOOL_OK) {
+    std::memset(p, 0xEE, 2048);
+    theirs.push_back(p);
+  }
+  CHECK(!theirs.empty());
+  for (size_t k = 0; k < mine.size(); ++k) {
+    INFO("block " << k << " at offset " << (static_cast<uint8_t*>(mine[k]) - static_cast<uint8_t*>(mine[0]))
+                  << " first byte " << int(static_cast<uint8_t*>(mine[k])[0]));
+    CHECK(holds(mine[k], 2048, static_cast<uint8_t>(k)));
+  }
+  // Frees of a's blocks either work or report corruption; nothing crashes.
+  for (void* q : mine) {
+    cxlpool_status_t s = cxlpool_shared_free(a.pool, q);
+    CHECK((s == CXLPOOL_OK || s == CXLPOOL_E_CORRUPT || s == CXLPOOL_E_INVALID_ARGUMENT));
+  }
+  cxlpool_status_t status;
+  auto r = check(a.device, 0, &status);
+  CHECK(status == CXLPOOL_E_CORRUPT);
+  CHECK(r.corrupt_words > 0);
+  munmap(base, st.st_size);
+  for (void* q : theirs) cxlpool_shared_free(b, q);
+  cxlpool_shared_pool_close(b);
+}
