@@ -25,6 +25,16 @@ section() {
   echo "=== CXLPOOL-VM END $name rc=$rc"
 }
 has() { case ",$plan," in *,$1,*) return 0 ;; esac; return 1; }
+# A soft-reserved range (memmap=...%...) becomes a device-DAX device through dax_hmem. Kernels
+# since 6.3 type hmem devices for kmem, so device_dax needs a dynamic id to take them.
+bind_dax() {
+  modprobe device_dax
+  modprobe dax_hmem
+  for d in /sys/bus/dax/devices/*; do
+    [ -e "$d/driver" ] || echo "${d##*/}" > /sys/bus/dax/drivers/device_dax/new_id 2>/dev/null ||
+      echo "${d##*/}" > /sys/bus/dax/drivers/device_dax/bind
+  done
+}
 
 echo  # the firmware leaves terminal escapes on the current line
 section kernel uname -r
@@ -36,15 +46,8 @@ echo 0 > /proc/sys/kernel/numa_balancing
 echo never > /sys/kernel/mm/transparent_hugepage/enabled
 has checks && section vm-checks "$CHECKS"
 if has dax; then
-  # A soft-reserved range (memmap=...!...) becomes a device-DAX device through dax_hmem: test
-  # the devdax backing on it, then online it as system RAM with kmem (a CPU-less node).
-  modprobe device_dax
-  modprobe dax_hmem
-  # Kernels since 6.3 type hmem devices for kmem, so device_dax needs a dynamic id to take them.
-  for d in /sys/bus/dax/devices/*; do
-    [ -e "$d/driver" ] || echo "${d##*/}" > /sys/bus/dax/drivers/device_dax/new_id 2>/dev/null ||
-      echo "${d##*/}" > /sys/bus/dax/drivers/device_dax/bind
-  done
+  # Test the devdax backing on the device, then online it as system RAM with kmem (a CPU-less node).
+  bind_dax
   section dax-info-json "$INFO" --json
   section devdax-checks "$CHECKS" devdax
   dev=$(ls /sys/bus/dax/devices | head -n 1)
@@ -53,6 +56,13 @@ if has dax; then
   echo "$dev" > /sys/bus/dax/drivers/device_dax/unbind
   echo "$dev" > /sys/bus/dax/drivers/kmem/new_id 2>/dev/null || echo "$dev" > /sys/bus/dax/drivers/kmem/bind
   section kmem-info-json "$INFO" --json
+fi
+if has multihost; then
+  # The two-host bed (run_multihost_test.py): node1 is one host file every guest maps as
+  # /dev/dax0.0; never online it with kmem (each kernel would use it as its own RAM).
+  # cxlpool.mh=SCENARIO,ID,--key=value,... holds vm_multihost's arguments.
+  bind_dax
+  section multihost "$MULTIHOST" $(sed -n 's/.*cxlpool\.mh=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ') --path=/dev/dax0.0
 fi
 has backing && section backing-test "$BACKING_TEST" --reporter compact
 echo "=== CXLPOOL-VM DONE"

@@ -7,13 +7,12 @@
 #   run_vm_test.py --topology hmat2 --kernel 6.12 --cache /var/cache/cxlpool-vm \
 #                  --initrd build/test/tests/vm/initramfs.cpio.gz --log-dir build/test/tests/vm
 import argparse
-import json
 import os
-import re
-import shutil
 import subprocess
 import sys
 import time
+
+from vmlib import Checker, died_before_plan, parse_json, qemu_command, require_runnable, sections
 
 # node: (cpus or None, memory); hmat: (target, latency ns, bandwidth) from initiator 0.
 TOPOLOGIES = {
@@ -26,69 +25,6 @@ TOPOLOGIES = {
     "dax2": {"nodes": [("0-1", "2G"), (None, "1G")], "dist": {(0, 1): 20},
              "hmat": [(0, 100, "20G"), (1, 300, "5G")], "append": "memmap=1G%0x100000000-1+0xefffffff"},
 }
-
-
-def qemu_command(topo, kernel, initrd, plan):
-    spec = TOPOLOGIES[topo]
-    hmat = bool(spec["hmat"])
-    total_g = sum(int(m[:-1]) for _, m in spec["nodes"])
-    cmd = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
-           "-machine", "q35" + (",hmat=on" if hmat else ""), "-smp", "2", "-m", f"{total_g}G"]
-    for i, (cpus, mem) in enumerate(spec["nodes"]):
-        cmd += ["-object", f"memory-backend-ram,size={mem},id=m{i}"]
-        node = f"node,nodeid={i},memdev=m{i}"
-        if cpus:
-            node += f",cpus={cpus}"
-        elif hmat:
-            node += ",initiator=0"
-        cmd += ["-numa", node]
-    for (a, b), d in spec["dist"].items():
-        cmd += ["-numa", f"dist,src={a},dst={b},val={d}"]
-    for target, lat, bw in spec["hmat"]:
-        cmd += ["-numa", f"hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-latency,latency={lat}",
-                "-numa", f"hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-bandwidth,bandwidth={bw}"]
-    cmd += ["-kernel", kernel, "-initrd", initrd,
-            "-append", f"console=ttyS0 panic=-1 quiet loglevel=3 cxlpool.plan={plan} {spec.get('append', '')}",
-            "-nographic", "-no-reboot", "-net", "none"]
-    return cmd
-
-
-def sections(log):
-    out, current, lines = {}, None, []
-    for raw in log.splitlines():
-        line = raw.rstrip("\r")
-        m = re.search(r"=== CXLPOOL-VM BEGIN (\S+)", line)
-        if m:
-            current, lines = m.group(1), []
-            continue
-        m = re.search(r"=== CXLPOOL-VM END (\S+) rc=(\d+)", line)
-        if m and current == m.group(1):
-            out[current] = ("\n".join(lines), int(m.group(2)))
-            current = None
-            continue
-        if current is not None:
-            lines.append(line)
-    return out
-
-
-def parse_json(text):
-    try:
-        return json.loads(text)
-    except ValueError:  # a kernel message landed in the middle: drop printk-looking lines
-        return json.loads("\n".join(l for l in text.splitlines() if not re.match(r"\s*\[\s*\d+\.\d+\]", l)))
-
-
-class Checker:
-    def __init__(self):
-        self.failed = 0
-        self.passed = 0
-
-    def __call__(self, cond, what):
-        print(("ok    " if cond else "FAIL  ") + what)
-        if cond:
-            self.passed += 1
-        else:
-            self.failed += 1
 
 
 def targets_of(doc):
@@ -189,30 +125,15 @@ def main():
     ap.add_argument("--require", action="store_true", help="a skip is a failure")
     a = ap.parse_args()
 
-    def skip(reason):
-        if a.require:
-            print(f"FAIL  required VM test cannot run: {reason}")
-            sys.exit(1)
-        print(f"CXLPOOL-SKIP: {reason}")
-        sys.exit(0)
-
     kernel = os.path.join(a.cache, f"vmlinuz-{a.kernel}")
-    if not shutil.which("qemu-system-x86_64"):
-        skip("qemu-system-x86_64 is not installed (bash scripts/install-deps.sh installs it)")
-    if not os.path.exists(kernel):
-        skip(f"guest kernel {kernel} is missing (bash tests/vm/fetch-kernels.sh fetches it)")
-    if not os.path.exists(a.initrd):
-        print(f"FAIL  initramfs {a.initrd} was not built")
-        sys.exit(1)
+    require_runnable(a.require, kernel, a.initrd)
 
     name = f"{a.topology}-{a.kernel}"
     os.makedirs(a.log_dir, exist_ok=True)
     log_path = os.path.join(a.log_dir, f"{name}.log")
-    cmd = qemu_command(a.topology, kernel, a.initrd, a.plan)
-    # Multi-threaded TCG occasionally loses a race with the guest kernel's boot-time text
-    # patching (an int3 Oops in early boot). A guest that dies before our plan's first marker
-    # is booted again, at most twice, and the retry is reported; failures after the plan
-    # started are never retried.
+    cmd = qemu_command(TOPOLOGIES[a.topology], kernel, a.initrd, f"cxlpool.plan={a.plan}")
+    # A guest that dies in early boot (vmlib.died_before_plan) is booted again, at most twice,
+    # and the retry is reported.
     for attempt in range(1, 4):
         t0 = time.time()
         try:
@@ -222,10 +143,9 @@ def main():
         except subprocess.TimeoutExpired as e:
             log, rc = (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), None
         wall = time.time() - t0
-        early_panic = "Kernel panic" in log and "=== CXLPOOL-VM BEGIN" not in log
-        if not early_panic or attempt == 3:
+        panic = died_before_plan(log)
+        if not panic or attempt == 3:
             break
-        panic = next((l.strip() for l in log.splitlines() if "Oops" in l or "Kernel panic" in l), "kernel panic")
         print(f"guest {a.topology}-{a.kernel}: kernel died during boot before the plan started ({panic}); "
               f"booting again (attempt {attempt + 1} of 3)")
     with open(log_path, "w") as f:

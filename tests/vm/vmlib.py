@@ -1,0 +1,116 @@
+# SPDX-License-Identifier: MIT
+# Pieces the VM runners share (run_vm_test.py: one guest; run_multihost_test.py: two guests
+# on one shared file): the QEMU command line for a NUMA topology, the guest's marked console
+# sections, pass/fail bookkeeping and the visible skip.
+import json
+import os
+import re
+import shutil
+import sys
+
+
+def size_mib(size):
+    """'1G' / '256M' -> MiB."""
+    return int(size[:-1]) * {"M": 1, "G": 1024}[size[-1]]
+
+
+def qemu_command(spec, kernel, initrd, kernel_args, files=None, pidfile=None):
+    """spec: {"nodes": [(cpus or None, size)], "dist": {(a, b): d}, "hmat": [(target, ns, bw)],
+    optional "smp", "machine" (extra -machine options), "append" (kernel arguments)}.
+    files: {node: host file} backs those nodes with a shared file instead of private RAM."""
+    hmat = bool(spec["hmat"])
+    total = sum(size_mib(m) for _, m in spec["nodes"])
+    machine = "q35" + (",hmat=on" if hmat else "") + "".join("," + o for o in spec.get("machine", []))
+    # Lock-prefixed instructions are only atomic across guests with thread=multi and maxcpus >= 2.
+    cmd = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
+           "-machine", machine, "-smp", spec.get("smp", "2"), "-m", f"{total}M"]
+    for i, (cpus, mem) in enumerate(spec["nodes"]):
+        path = (files or {}).get(i)
+        if path:
+            cmd += ["-object", f"memory-backend-file,size={mem},id=m{i},share=on,mem-path={path}"]
+        else:
+            cmd += ["-object", f"memory-backend-ram,size={mem},id=m{i}"]
+        node = f"node,nodeid={i},memdev=m{i}"
+        if cpus:
+            node += f",cpus={cpus}"
+        elif hmat:
+            node += ",initiator=0"
+        cmd += ["-numa", node]
+    for (a, b), d in spec["dist"].items():
+        cmd += ["-numa", f"dist,src={a},dst={b},val={d}"]
+    for target, lat, bw in spec["hmat"]:
+        cmd += ["-numa", f"hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-latency,latency={lat}",
+                "-numa", f"hmat-lb,initiator=0,target={target},hierarchy=memory,data-type=access-bandwidth,bandwidth={bw}"]
+    cmd += ["-kernel", kernel, "-initrd", initrd,
+            "-append", f"console=ttyS0 panic=-1 quiet loglevel=3 {kernel_args} {spec.get('append', '')}",
+            "-nographic", "-no-reboot", "-net", "none"]
+    if pidfile:
+        cmd += ["-pidfile", pidfile]
+    return cmd
+
+
+def died_before_plan(log):
+    """Multi-threaded TCG occasionally loses a race with the guest kernel's boot-time text
+    patching (an int3 Oops in early boot): such a guest may be booted again. Returns the first
+    panic line, or None when the guest reached its plan (failures after that are never retried)."""
+    if "Kernel panic" not in log or "=== CXLPOOL-VM BEGIN" in log:
+        return None
+    m = re.search(r"(Oops|Kernel panic).*", log)
+    return m.group(0).strip() if m else "kernel panic"
+
+
+def sections(log):
+    out, current, lines = {}, None, []
+    for raw in log.splitlines():
+        line = raw.rstrip("\r")
+        m = re.search(r"=== CXLPOOL-VM BEGIN (\S+)", line)
+        if m:
+            current, lines = m.group(1), []
+            continue
+        m = re.search(r"=== CXLPOOL-VM END (\S+) rc=(\d+)", line)
+        if m and current == m.group(1):
+            out[current] = ("\n".join(lines), int(m.group(2)))
+            current = None
+            continue
+        if current is not None:
+            lines.append(line)
+    return out
+
+
+def parse_json(text):
+    try:
+        return json.loads(text)
+    except ValueError:  # a kernel message landed in the middle: drop printk-looking lines
+        return json.loads("\n".join(l for l in text.splitlines() if not re.match(r"\s*\[\s*\d+\.\d+\]", l)))
+
+
+class Checker:
+    def __init__(self):
+        self.failed = 0
+        self.passed = 0
+
+    def __call__(self, cond, what):
+        print(("ok    " if cond else "FAIL  ") + what)
+        if cond:
+            self.passed += 1
+        else:
+            self.failed += 1
+
+
+def skip(require, reason):
+    """CXLPOOL-SKIP makes CTest count the test as skipped; with --require a skip is a failure."""
+    if require:
+        print(f"FAIL  required VM test cannot run: {reason}")
+        sys.exit(1)
+    print(f"CXLPOOL-SKIP: {reason}")
+    sys.exit(0)
+
+
+def require_runnable(require, kernel, initrd):
+    if not shutil.which("qemu-system-x86_64"):
+        skip(require, "qemu-system-x86_64 is not installed (bash scripts/install-deps.sh installs it)")
+    if not os.path.exists(kernel):
+        skip(require, f"guest kernel {kernel} is missing (bash tests/vm/fetch-kernels.sh fetches it)")
+    if not os.path.exists(initrd):
+        print(f"FAIL  initramfs {initrd} was not built")
+        sys.exit(1)
