@@ -18,4 +18,4 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 # die_after_fork=0: a forked child may start the allocator's purger thread (a thread after a
 # multi-threaded fork, which glibc supports and TSan refuses by default).
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:die_after_fork=0
-ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE "consumer|vm"
+ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE "consumer|vm|soak"

@@ -10,7 +10,7 @@ BUILD=${CXLPOOL_BUILD_DIR:-build/test}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLPOOL_WERROR=ON > /dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 status=0
-ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" || status=$?
+ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE soak || status=$?
 table=$BUILD/tests/vm/hmat2-6.12.info.txt
 if [ -f "$table" ]; then
   echo

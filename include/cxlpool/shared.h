@@ -135,7 +135,8 @@ typedef struct cxlpool_shared_check_report {
 /* Verifies every invariant of a pool's metadata. repair != 0 first joins the pool (host index
  * from params, which may be NULL), recovers every dead participant (waiting up to two lease
  * timeouts for silent participants of other hosts) and leaves. The report is written also when
- * problems are found; the status is CXLPOOL_E_CORRUPT when any count of problems is non-zero. */
+ * problems are found; the status is CXLPOOL_E_CORRUPT when any count of problems is non-zero.
+ * When the check cannot run at all (no such pool, not a pool), extents_total is 0. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_check(const char* device, const cxlpool_shared_params_t* params,
                                                        int repair, cxlpool_shared_check_report_t* out);
 

@@ -213,6 +213,7 @@ cxlpool_status_t cxlpool_shared_pool_check(const char* device, const cxlpool_sha
   return guarded([&] {
     require(device != nullptr, "cxlpool_shared_pool_check", "device is NULL");
     require(out != nullptr, "cxlpool_shared_pool_check", "out is NULL");
+    *out = cxlpool_shared_check_report_t{};  // extents_total stays 0 when the check cannot run
     *out = S::check_pool(device, params ? &params->p : nullptr, repair != 0);
     const auto& r = *out;
     const uint64_t problems =

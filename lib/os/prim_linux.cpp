@@ -79,6 +79,8 @@ int protect(void* addr, size_t size, bool read_write) noexcept {
   return mprotect(addr, size, read_write ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 ? 0 : errno;
 }
 
+int protect_read_only(void* addr, size_t size) noexcept { return mprotect(addr, size, PROT_READ) == 0 ? 0 : errno; }
+
 int advise_dontneed(void* addr, size_t size) noexcept { return madvise(addr, size, MADV_DONTNEED) == 0 ? 0 : errno; }
 int advise_remove(void* addr, size_t size) noexcept { return madvise(addr, size, MADV_REMOVE) == 0 ? 0 : errno; }
 int populate_write(void* addr, size_t size) noexcept {

@@ -14,28 +14,40 @@ namespace cxlpool::detail::shared {
 
 namespace {
 
-// Which slots hold a participant that is alive: same host -> its process exists; another host
-// -> its heartbeat moves within one lease timeout (sampled once for all such slots).
-std::vector<bool> alive_slots(const PoolView& v) {
+// Which slots hold a participant that is alive: same host -> its process exists; another host,
+// or a participant still joining (its facts not yet written) -> its heartbeat moves within one
+// lease timeout (sampled once for all such slots). joining[s]: its lease table is not yet its own.
+std::vector<bool> alive_slots(const PoolView& v, std::vector<bool>* joining) {
   const uint32_t n = v.slot_count();
   std::vector<bool> alive(n, false);
+  joining->assign(n, false);
   std::vector<uint64_t> beats(n, 0);
-  std::vector<uint32_t> remote;
+  std::vector<uint32_t> sampled;
   const uint64_t boot = os::boot_id_hash(), pidns = os::pid_namespace_id();
   for (uint32_t s = 0; s < n; ++s) {
     if (!v.slot_live(s)) continue;
     const SlotLine0* line = v.slot_line0(s);
-    if (v.load(&line->boot_hash) == boot && v.load(&line->pidns) == pidns) {
+    uint32_t inc = 0;
+    SlotState state{};
+    const bool facts_ours = v.slot_identity(s, &inc, &state) && v.load(&line->facts_incarnation) == inc;
+    if (facts_ours && v.load(&line->boot_hash) == boot && v.load(&line->pidns) == pidns) {
       const auto pid = static_cast<int>(v.load(&line->pid));
       alive[s] = pid > 0 && os::process_start_ticks(pid) == v.load(&line->start_ticks);
     } else {
-      remote.push_back(s);
+      (*joining)[s] = !facts_ours;
+      sampled.push_back(s);
       beats[s] = v.load(&line->heartbeat);
     }
   }
-  if (!remote.empty()) {
+  if (!sampled.empty()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(v.sb().lease_timeout_ms + 2 * v.sb().heartbeat_ms));
-    for (uint32_t s : remote) alive[s] = v.load(&v.slot_line0(s)->heartbeat) != beats[s];
+    for (uint32_t s : sampled) {
+      const SlotLine0* line = v.slot_line0(s);
+      uint32_t inc = 0;
+      SlotState state{};
+      alive[s] = v.load(&line->heartbeat) != beats[s];
+      if ((*joining)[s]) (*joining)[s] = !(v.slot_identity(s, &inc, &state) && v.load(&line->facts_incarnation) == inc);
+    }
   }
   return alive;
 }
@@ -54,10 +66,11 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
   try {
     PoolView v(m.base, m.sb.size, m.sb);
     const uint64_t salt = v.salt();
-    const std::vector<bool> alive = alive_slots(v);
+    std::vector<bool> joining;
+    const std::vector<bool> alive = alive_slots(v, &joining);
     auto held_by_alive = [&](uint64_t offset, uint32_t gen) {
       for (uint32_t s = 0; s < v.slot_count(); ++s)
-        if (alive[s] && v.slot_holds(s, offset, gen)) return true;
+        if (alive[s] && !joining[s] && v.slot_holds(s, offset, gen)) return true;
       return false;
     };
     for (uint32_t s = 0; s < v.slot_count(); ++s) {
@@ -123,7 +136,7 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
       }
     }
     for (uint32_t s = 0; s < v.slot_count(); ++s) {
-      if (!alive[s]) continue;
+      if (!alive[s] || joining[s]) continue;  // a joiner's table still holds its predecessor's leases
       const LeaseEntry* table = v.lease_table(s);
       for (uint32_t i = 0; i < v.sb().lease_entries; ++i) {
         const uint64_t offset = v.load(&table[i].offset);

@@ -307,13 +307,24 @@ void* SharedPool::import_block(const cxlpool_shared_handle_t& h, size_t* size_ou
   if (h.check != handle_check(h)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_import: damaged handle (check)");
   if (h.pool_id[0] != view_.sb().pool_id[0] || h.pool_id[1] != view_.sb().pool_id[1])
     fail(CXLPOOL_E_NOT_FOUND, "cxlpool_shared_import: the handle names another pool than " + what_);
+  const Superblock& sb = view_.sb();
+  if (h.offset < sb.data_offset || h.offset >= sb.data_offset + sb.extent_count * sb.extent_size ||
+      h.offset % kMinBlock != 0)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_import: offset " + std::to_string(h.offset) +
+                                         " is outside the pool's blocks or misaligned (forged or damaged handle)");
   std::lock_guard<std::mutex> lock(mu_);
+  // The extent may be given back and formatted anew by another participant while we look:
+  // every read of a block's state is bracketed by two reads of its extent's word.
+  const uint64_t* extent_word = &view_.extent_entry((h.offset - sb.data_offset) / sb.extent_size)->word;
+  const uint64_t extent_raw = view_.load(extent_word);
   BlockRef at;
   ExtentWord w;
   if (!view_.locate(h.offset, &at, &w))
-    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_import: offset " + std::to_string(h.offset) + " is not a block");
+    fail(CXLPOOL_E_STALE, "cxlpool_shared_import: no block starts at offset " + std::to_string(h.offset) + " any more");
   auto state_now = [&](BlockWord* bw) {
-    if (!decode_block(view_.load(at.state), h.offset, view_.salt(), bw))
+    const bool ok = decode_block(view_.load(at.state), h.offset, view_.salt(), bw);
+    if (view_.load(extent_word) != extent_raw) return false;  // reformatted under us: stale
+    if (!ok)
       fail(CXLPOOL_E_CORRUPT, what_ + ": block state word at offset " + std::to_string(h.offset) + " fails its check");
     return bw->state == kBlockExported && bw->generation == h.generation;
   };

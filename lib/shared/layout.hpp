@@ -74,9 +74,11 @@ struct SlotLine0 {
   uint64_t boot_hash;
   uint64_t pidns;
   uint64_t host_index;
+  uint64_t facts_incarnation;  // written after pid..host_index: they describe this incarnation
 };
 // Line 1, word 0 "eviction": incarnation (32) | check (24) | phase (8), written by the
-// participant that won the claim to recover the slot; word 1 = that participant's slot + 1.
+// participant that won the claim to recover the slot; word 1 = that participant's incarnation
+// (high 32 bits) and slot + 1 (low 32 bits).
 enum EvictPhase : uint8_t { kEvictNone = 0, kEvictRecovering = 1, kEvictDone = 2 };
 // Line 2, word 0 "claim": kind (2) | first (24) | count (24) | check (14). Dekker-style: write,
 // fence, read everyone else's; any overlap -> withdraw.

@@ -117,9 +117,8 @@ struct Mapped {
 // Maps [0, size) of fd; devdax needs 2 MiB multiples.
 Mapped map_pool(int fd, uint64_t size, bool devdax, const std::string& what) {
   Mapped m;
-  m.size = size;
-  const uint64_t len = devdax ? round_up(size, 2u << 20) : size;
-  m.base = static_cast<std::byte*>(os::map_shared_fd(fd, len, 0, what));
+  m.size = devdax ? round_up(size, 2u << 20) : size;  // what is mapped (and unmapped)
+  m.base = static_cast<std::byte*>(os::map_shared_fd(fd, m.size, 0, what));
   return m;
 }
 
@@ -179,7 +178,7 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
       writeback_lines(m.base, sizeof sb);
       full_fence();
     } catch (...) {
-      if (m.base) os::unmap(m.base, round_up(m.size, 2u << 20));
+      if (m.base) os::unmap(m.base, m.size);
       os::close_fd(fd);
       throw;
     }
@@ -237,7 +236,7 @@ MappedPool map_pool_unjoined(const std::string& device) {
   try {
     Mapped m = map_existing(fd, devdax, what, &out.sb);
     out.base = m.base;
-    out.size = devdax ? round_up(m.size, 2u << 20) : m.size;
+    out.size = m.size;
   } catch (...) {
     os::close_fd(fd);
     throw;
@@ -316,19 +315,23 @@ void SharedPool::join(const SharedParams* params) {
   if (!joined_)
     fail(CXLPOOL_E_BUSY, what_ + ": all " + std::to_string(sb.slots_per_host) + " participant slots of host " +
                              std::to_string(host) + " are taken");
+  // The slot's previous incarnation left its leases and facts behind: clear the leases first,
+  // then write the facts, then say whose they are. Until facts_incarnation names us, observers
+  // judge us by the heartbeat alone and the checker ignores our lease table.
   SlotLine0* line = view_.slot_line0(slot_);
   view_.store(&line->heartbeat, 0);
+  view_.store(view_.slot_word(slot_, 2, 0), 0);  // no claim
+  LeaseEntry* table = view_.lease_table(slot_);
+  for (uint32_t i = 0; i < sb.lease_entries; ++i) {
+    view_.store(&table[i].offset, 0);
+    view_.store(&table[i].gen_check, 0);
+  }
   view_.store(&line->pid, static_cast<uint64_t>(pid_));
   view_.store(&line->start_ticks, os::process_start_ticks(pid_));
   view_.store(&line->boot_hash, os::boot_id_hash());
   view_.store(&line->pidns, os::pid_namespace_id());
   view_.store(&line->host_index, host);
-  view_.store(view_.slot_word(slot_, 2, 0), 0);  // no claim
-  LeaseEntry* table = view_.lease_table(slot_);
-  for (uint32_t i = 0; i < sb.lease_entries; ++i) {  // the last incarnation's leases died with it
-    view_.store(&table[i].offset, 0);
-    view_.store(&table[i].gen_check, 0);
-  }
+  view_.store(&line->facts_incarnation, incarnation_);
   last_beat_ns_ = os::monotonic_ns();
   register_range(view_.base(), view_.size(), view_.noncoherent());
   start_heartbeat();
@@ -392,7 +395,10 @@ void SharedPool::heartbeat_once() {
   EvictPhase phase{};
   SlotState state{};
   if (view_.slot_eviction(slot_, &evict_inc, &phase) && phase != kEvictNone && evict_inc == incarnation_) {
-    evicted_.store(true);
+    // The others own what was ours now. Every store this process still makes into the pool
+    // (the application's too) must fault rather than land in memory someone else reuses:
+    // the mapping becomes read-only.
+    if (!evicted_.exchange(true)) os::prim::protect_read_only(view_.base(), view_.size());
     return;
   }
   uint64_t* identity = view_.slot_word(slot_, 0, 0);

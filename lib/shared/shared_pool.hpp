@@ -81,7 +81,8 @@ class SharedPool {
   void ensure_usable();  // fork child, evicted, self-fencing
   void heartbeat_once();
   void observe_others();
-  bool same_host_dead(uint32_t slot) const;
+  bool same_host_dead(uint32_t slot, uint32_t incarnation) const;
+  void sweep_orphans();
   bool try_recover(uint32_t victim, uint32_t incarnation);
   void recover_slot(uint32_t victim, uint32_t incarnation);
   void adopt_extent(uint64_t e, const ExtentWord& w);
@@ -135,6 +136,7 @@ class SharedPool {
   uint64_t corrupt_words_ = 0;
   uint64_t recovered_slots_ = 0;
   uint64_t extent_hint_ = 0;
+  uint64_t ticks_ = 0;
 
   // The watch over the others: last heartbeat value seen and when it last changed.
   struct Seen {

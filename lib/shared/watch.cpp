@@ -27,6 +27,7 @@ void SharedPool::tick() {
   heartbeat_once();
   if (evicted_.load()) return;
   observe_others();
+  if (++ticks_ % 16 == 0) sweep_orphans();
   std::lock_guard<std::mutex> lock(mu_);
   if (!released_pending_.empty()) recheck_released();
   SlotCounters* c = view_.slot_counters(slot_);
@@ -34,8 +35,11 @@ void SharedPool::tick() {
   view_.store(&c->recovered_slots, recovered_slots_);
 }
 
-bool SharedPool::same_host_dead(uint32_t s) const {
+bool SharedPool::same_host_dead(uint32_t s, uint32_t incarnation) const {
   const SlotLine0* line = view_.slot_line0(s);
+  // A participant that is still joining has not written its facts yet: those there describe
+  // the slot's previous incarnation (perhaps a dead process) and prove nothing about this one.
+  if (view_.load(&line->facts_incarnation) != incarnation) return false;
   const auto pid = static_cast<int>(view_.load(&line->pid));
   const uint64_t start = view_.load(&line->start_ticks);
   if (pid <= 0 || start == 0) return false;  // still joining, or nothing to compare
@@ -63,10 +67,15 @@ void SharedPool::observe_others() {
     const bool evict_ok = view_.slot_eviction(s, &evict_inc, &phase);
     const bool evicted_now = evict_ok && evict_inc == inc && phase != kEvictNone;
     if (evicted_now && phase == kEvictDone) continue;
-    bool dead = state == kSlotLeft || now - seen.changed_ns > timeout_ns_ || same_host_dead(s);
+    bool dead = state == kSlotLeft || now - seen.changed_ns > timeout_ns_ || same_host_dead(s, inc);
     if (evicted_now && phase == kEvictRecovering) {  // resume only if its recoverer died too
-      const auto by = static_cast<uint32_t>(view_.load(view_.slot_word(s, 1, 1)));
-      dead = by == 0 || by - 1 >= view_.slot_count() || !view_.slot_live(by - 1);
+      const uint64_t by = view_.load(view_.slot_word(s, 1, 1));
+      const auto by_slot = static_cast<uint32_t>(by & 0xffffffffu), by_inc = static_cast<uint32_t>(by >> 32);
+      uint32_t rinc = 0;
+      SlotState rstate{};
+      // The recoverer is named with its incarnation: its slot may since hold someone else.
+      dead = by_slot == 0 || by_slot - 1 >= view_.slot_count() || !view_.slot_live(by_slot - 1) ||
+             !view_.slot_identity(by_slot - 1, &rinc, &rstate) || rinc != by_inc;
     }
     if (dead) try_recover(s, inc);
   }
@@ -87,7 +96,7 @@ bool SharedPool::try_recover(uint32_t victim, uint32_t incarnation) {
     return false;
   }
   const uint64_t salt = view_.salt();
-  view_.store(view_.slot_word(victim, 1, 1), slot_ + 1);
+  view_.store(view_.slot_word(victim, 1, 1), (uint64_t{incarnation_} << 32) | (slot_ + 1));
   view_.store(view_.slot_word(victim, 1, 0), encode_eviction(incarnation, kEvictRecovering, victim, salt));
   PoolView::fence();
   recover_slot(victim, incarnation);
@@ -183,6 +192,43 @@ void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
   released_pending_.insert(released_pending_.end(), held.begin(), held.end());
 }
 
+// Extents whose owner incarnation is gone (recovered, left, or its slot moved on) that no
+// recovery saw: a participant evicted while alive may have claimed one before it noticed (it
+// learns at its next heartbeat). Whoever sweeps first adopts them under an extent claim.
+void SharedPool::sweep_orphans() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (evicted_.load()) return;
+  const uint64_t salt = view_.salt();
+  auto owner_gone = [&](const ExtentWord& w) {
+    uint32_t inc = 0, evict_inc = 0;
+    SlotState state{};
+    EvictPhase phase{};
+    if (w.owner_slot >= view_.slot_count() || !view_.slot_identity(w.owner_slot, &inc, &state)) return false;
+    if ((inc & 0xffff) != w.owner_inc || state == kSlotFree) return true;
+    return view_.slot_eviction(w.owner_slot, &evict_inc, &phase) && evict_inc == inc && phase == kEvictDone;
+  };
+  for (uint64_t e = 0; e < view_.extent_count(); ++e) {
+    ExtentWord w;
+    const uint64_t raw = view_.load(&view_.extent_entry(e)->word);
+    if (raw == 0 || !decode_extent(raw, e, salt, &w)) continue;
+    if ((w.owner_slot == slot_ && w.owner_inc == owner_word_inc()) || !owner_gone(w)) continue;
+    const uint32_t span = w.kind == kExtentLargeHead ? w.span : 1;
+    if (span == 0 || e + span > view_.extent_count() || !claim(kClaimExtents, static_cast<uint32_t>(e), span)) continue;
+    if (view_.load(&view_.extent_entry(e)->word) == raw) {
+      if (w.kind == kExtentFormatting || w.kind == kExtentLargeTail) {
+        ExtentWord head;  // a tail is swept alone only when its head no longer covers it
+        const bool covered = w.kind == kExtentLargeTail && w.span <= e && view_.extent(e - w.span, &head) &&
+                             head.kind == kExtentLargeHead && head.owner_slot == w.owner_slot &&
+                             head.owner_inc == w.owner_inc && head.span > w.span;
+        if (!covered) view_.store(&view_.extent_entry(e)->word, 0);
+      } else {
+        adopt_extent(e, w);
+      }
+    }
+    unclaim();
+  }
+}
+
 void SharedPool::recover_dead_now() {
   ensure_usable();
   const uint64_t deadline = os::monotonic_ns() + timeout_ns_ * 2 + heartbeat_ns_ * 4;
@@ -196,12 +242,15 @@ void SharedPool::recover_dead_now() {
       if (s == slot_ || !view_.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
       const bool done = view_.slot_eviction(s, &evict_inc, &phase) && evict_inc == inc && phase == kEvictDone;
       if (done) continue;
-      if (state == kSlotLeft || same_host_dead(s)) pending = true;
+      if (state == kSlotLeft || same_host_dead(s, inc)) pending = true;
       const uint64_t beat = view_.load(&view_.slot_line0(s)->heartbeat);
       std::lock_guard<std::mutex> watch(watch_mu_);
       if (seen_[s].heartbeat == beat && seen_[s].changed_ns != 0) pending = true;  // silent so far
     }
-    if (!pending || os::monotonic_ns() > deadline) return;
+    if (!pending || os::monotonic_ns() > deadline) {
+      sweep_orphans();
+      return;
+    }
     std::this_thread::sleep_for(std::chrono::nanoseconds(heartbeat_ns_));
   }
 }

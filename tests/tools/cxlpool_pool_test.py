@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# cxlpool-pool end to end: create, info, check (clean, then with a participant killed, then
+# --repair), rm; names that exist or are not pools are refused and left untouched; bad
+# options name the bad token.
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+tool = sys.argv[1]
+failures = 0
+name = f"cxlpool-tooltest-{os.getpid()}"
+dev = f"shm:{name}"
+path = f"/dev/shm/{name}"
+
+
+def check(cond, what):
+    global failures
+    print(("ok    " if cond else "FAIL  ") + what)
+    if not cond:
+        failures += 1
+
+
+def run(*args):
+    return subprocess.run([tool, *args], capture_output=True, text=True, timeout=60)
+
+
+try:
+    r = run("create", dev, "--size", "64M", "--extent", "1M", "--heartbeat-ms", "5", "--timeout-ms", "100")
+    check(r.returncode == 0 and "created" in r.stdout, "create")
+    check(oct(os.stat(path).st_mode & 0o777) == "0o600", "mode 0600")
+    before = open(path, "rb").read()
+    r = run("create", dev, "--size", "64M")
+    check(r.returncode == 2 and "CXLPOOL_E_EXISTS" in r.stderr, "create over an existing pool is refused")
+    check(open(path, "rb").read() == before, "... and the pool is byte-identical")
+    r = run("info", dev, "--json")
+    info = json.loads(r.stdout)
+    check(r.returncode == 0 and info["extents_total"] == info["extents_free"] > 0, "info --json")
+    r = run("check", dev, "--json")
+    rep = json.loads(r.stdout)
+    check(r.returncode == 0 and rep["consistent"] and rep["blocks_in_use"] == 0, "check of a fresh pool")
+
+    # A participant that allocates and is killed: check finds it, --repair recovers it.
+    victim = subprocess.Popen([tool, "info", dev], stdout=subprocess.PIPE)  # joins and leaves quickly
+    victim.wait()
+    prog = ("import ctypes,os,sys,time\n"
+            f"lib=ctypes.CDLL({sys.argv[2]!r})\n"
+            "p=ctypes.c_void_p(); assert lib.cxlpool_shared_pool_open(" + repr(dev.encode()) + ",None,ctypes.byref(p))==0\n"
+            "b=ctypes.c_void_p()\n"
+            "for i in range(20): assert lib.cxlpool_shared_alloc(p,ctypes.c_size_t(1000),ctypes.byref(b))==0\n"
+            "print('ready',flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE, text=True)
+    line = child.stdout.readline()
+    check(line.strip() == "ready", "a participant allocated 20 blocks")
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    r = run("check", dev, "--json")
+    rep = json.loads(r.stdout)
+    check(r.returncode == 1 and rep["dead_participants"] == 1 and rep["leaked_blocks"] == 20,
+          f"check finds the dead participant and its 20 leaked blocks (got {rep})")
+    r = run("check", dev, "--repair")
+    check(r.returncode == 0 and "consistent" in r.stdout, "check --repair recovers it")
+    r = run("check", dev, "--json")
+    rep = json.loads(r.stdout)
+    check(r.returncode == 0 and rep["blocks_in_use"] == 0 and rep["extents_free"] == rep["extents_total"],
+          "afterwards the pool is empty and whole")
+
+    # Things that are not pools.
+    other = path + "-foreign"
+    with open(other, "wb") as f:
+        f.write(b"precious" * 1000)
+    r = run("check", f"file:{other}")
+    check(r.returncode == 2 and "no cxlpool shared-pool header" in r.stderr, "check refuses a foreign file")
+    r = run("rm", f"file:{other}")
+    check(r.returncode == 2 and os.path.exists(other), "rm refuses a foreign file and leaves it")
+    check(open(other, "rb").read() == b"precious" * 1000, "... byte-identical")
+    os.unlink(other)
+    r = run("create", "shm:x", "--size", "12Q")
+    check(r.returncode == 2 and '"12Q"' in r.stderr, "a bad size names the token")
+    r = run("create", "shm:x", "--size", "64M", "--coherence", "sometimes")
+    check(r.returncode == 2 and '"sometimes"' in r.stderr, "a bad coherence names the token")
+    r = run("frobnicate", dev)
+    check(r.returncode == 2 and "frobnicate" in r.stderr, "an unknown command is named")
+    r = run("rm", dev)
+    check(r.returncode == 0 and not os.path.exists(path), "rm removes the pool's name")
+finally:
+    if os.path.exists(path):
+        os.unlink(path)
+
+print(f"{failures} failures")
+sys.exit(1 if failures else 0)

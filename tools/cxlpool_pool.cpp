@@ -1,0 +1,227 @@
+// SPDX-License-Identifier: MIT
+// cxlpool-pool: create, inspect, check (and repair) and remove shared pools from the shell.
+// Uses only the public C API (include/cxlpool/shared.h).
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cxlpool/shared.h"
+
+namespace {
+
+const char* kUsage =
+    "usage: cxlpool-pool create DEVICE --size BYTES[K|M|G] [--extent BYTES] [--coherence host|fabric|none]\n"
+    "                          [--mode OCTAL] [--hosts N] [--participants N] [--leases N]\n"
+    "                          [--heartbeat-ms N] [--timeout-ms N] [--format-device]\n"
+    "       cxlpool-pool info DEVICE [--json] [--host-index N]\n"
+    "       cxlpool-pool check DEVICE [--repair] [--json] [--host-index N]\n"
+    "       cxlpool-pool rm DEVICE\n"
+    "\n"
+    "DEVICE is shm:NAME, file:PATH or devdax:PATH (docs/shared.md).\n"
+    "  create  formats a new pool (an existing name is refused and left untouched)\n"
+    "  info    joins the pool briefly and prints its geometry and use\n"
+    "  check   verifies every metadata invariant; --repair first recovers dead participants.\n"
+    "          Exit status 0: consistent; 1: problems found; 2: usage or access error.\n"
+    "  rm      removes a shm/file pool's name (only if it carries a cxlpool pool header)\n";
+
+[[noreturn]] void usage_error(const std::string& msg) {
+  fprintf(stderr, "cxlpool-pool: %s\n\n%s", msg.c_str(), kUsage);
+  exit(2);
+}
+
+[[noreturn]] void api_error(const char* what, cxlpool_status_t st) {
+  fprintf(stderr, "cxlpool-pool: %s: %s\n  %s\n", what, cxlpool_status_str(st), cxlpool_last_error_message());
+  exit(2);
+}
+
+uint64_t parse_number(const std::string& flag, const std::string& text, bool suffixes, int base = 10) {
+  if (text.empty() || text[0] == '-') usage_error(flag + ": \"" + text + "\" is not a non-negative number");
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = strtoull(text.c_str(), &end, base);
+  uint64_t mult = 1;
+  if (suffixes && *end && end[1] == 0) {
+    switch (*end) {
+      case 'K':
+        mult = 1ull << 10;
+        ++end;
+        break;
+      case 'M':
+        mult = 1ull << 20;
+        ++end;
+        break;
+      case 'G':
+        mult = 1ull << 30;
+        ++end;
+        break;
+      default:
+        break;
+    }
+  }
+  if (errno != 0 || *end != 0 || end == text.c_str() || v > UINT64_MAX / mult)
+    usage_error(flag + ": \"" + text + "\" is not a valid number");
+  return v * mult;
+}
+
+void check_status(const char* what, cxlpool_status_t st) {
+  if (st != CXLPOOL_OK) api_error(what, st);
+}
+
+const char* coherence_name(uint32_t c) {
+  switch (c) {
+    case CXLPOOL_COHERENCE_HOST:
+      return "host";
+    case CXLPOOL_COHERENCE_FABRIC:
+      return "fabric";
+    case CXLPOOL_COHERENCE_NONE:
+      return "none";
+    default:
+      return "unknown";
+  }
+}
+
+std::string hex_id(const uint64_t id[2]) {
+  char buf[40];
+  snprintf(buf, sizeof buf, "%016" PRIx64 "%016" PRIx64, id[0], id[1]);
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    fputs(kUsage, stdout);
+    return 0;
+  }
+  if (argc < 3) usage_error("a command and a DEVICE are needed");
+  const std::string cmd = argv[1], device = argv[2];
+  cxlpool_shared_params_t* params = nullptr;
+  check_status("parameters", cxlpool_shared_params_create(&params));
+  bool json = false, repair = false, format_device = false;
+  uint32_t hosts = 1, participants = 32;
+  bool hosts_set = false;
+  uint32_t heartbeat = 10, timeout = 300;
+  bool timing_set = false;
+  for (int i = 3; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + " needs a value");
+      return argv[++i];
+    };
+    auto u32 = [&](const std::string& flag, const std::string& text) {
+      uint64_t v = parse_number(flag, text, false);
+      if (v > UINT32_MAX) usage_error(flag + ": \"" + text + "\" is too large");
+      return static_cast<uint32_t>(v);
+    };
+    if (a == "--json") {
+      json = true;
+    } else if (a == "--repair" && cmd == "check") {
+      repair = true;
+    } else if (a == "--format-device" && cmd == "create") {
+      format_device = true;
+    } else if (a == "--host-index") {
+      check_status("--host-index", cxlpool_shared_params_set_host_index(params, u32(a, value())));
+    } else if (cmd == "create" && a == "--size") {
+      check_status("--size", cxlpool_shared_params_set_size(params, parse_number(a, value(), true)));
+    } else if (cmd == "create" && a == "--extent") {
+      check_status("--extent", cxlpool_shared_params_set_extent_size(params, parse_number(a, value(), true)));
+    } else if (cmd == "create" && a == "--coherence") {
+      const std::string c = value();
+      cxlpool_coherence_t coh = c == "host"     ? CXLPOOL_COHERENCE_HOST
+                                : c == "fabric" ? CXLPOOL_COHERENCE_FABRIC
+                                : c == "none"   ? CXLPOOL_COHERENCE_NONE
+                                              : (usage_error("--coherence: \"" + c + "\" is not host, fabric or none"),
+                                                 CXLPOOL_COHERENCE_HOST);
+      check_status("--coherence", cxlpool_shared_params_set_coherence(params, coh));
+    } else if (cmd == "create" && a == "--mode") {
+      check_status("--mode",
+                   cxlpool_shared_params_set_mode(params, static_cast<unsigned>(parse_number(a, value(), false, 8))));
+    } else if (cmd == "create" && a == "--hosts") {
+      hosts = u32(a, value());
+      hosts_set = true;
+    } else if (cmd == "create" && a == "--participants") {
+      participants = u32(a, value());
+      hosts_set = true;
+    } else if (cmd == "create" && a == "--leases") {
+      check_status("--leases", cxlpool_shared_params_set_leases(params, u32(a, value())));
+    } else if (cmd == "create" && a == "--heartbeat-ms") {
+      heartbeat = u32(a, value());
+      timing_set = true;
+    } else if (cmd == "create" && a == "--timeout-ms") {
+      timeout = u32(a, value());
+      timing_set = true;
+    } else {
+      usage_error("unknown option \"" + a + "\" for " + cmd);
+    }
+  }
+  if (hosts_set)
+    check_status("--hosts/--participants", cxlpool_shared_params_set_participants(params, hosts, participants));
+  if (timing_set)
+    check_status("--heartbeat-ms/--timeout-ms", cxlpool_shared_params_set_lease_timing(params, heartbeat, timeout));
+
+  int rc = 0;
+  if (cmd == "create") {
+    cxlpool_shared_pool_t* pool = nullptr;
+    check_status("create", cxlpool_shared_pool_create(device.c_str(), params,
+                                                      format_device ? CXLPOOL_SHARED_FORMAT_DEVICE : 0, &pool));
+    cxlpool_shared_info_t info{};
+    check_status("info", cxlpool_shared_pool_info(pool, &info));
+    printf("created %s: id %s, %" PRIu64 " extents of %" PRIu64 " bytes, coherence %s\n", device.c_str(),
+           hex_id(info.pool_id).c_str(), info.extents_total, info.extent_size, coherence_name(info.coherence));
+    check_status("close", cxlpool_shared_pool_close(pool));
+  } else if (cmd == "info") {
+    cxlpool_shared_pool_t* pool = nullptr;
+    check_status("open", cxlpool_shared_pool_open(device.c_str(), params, &pool));
+    cxlpool_shared_info_t i{};
+    check_status("info", cxlpool_shared_pool_info(pool, &i));
+    if (json)
+      printf("{\"device\": \"%s\", \"pool_id\": \"%s\", \"size\": %" PRIu64 ", \"extent_size\": %" PRIu64
+             ", \"extents_total\": %" PRIu64 ", \"extents_free\": %" PRIu64
+             ", \"participants\": %u, \"coherence\": \"%s\"}\n",
+             device.c_str(), hex_id(i.pool_id).c_str(), i.size, i.extent_size, i.extents_total, i.extents_free,
+             i.participants, coherence_name(i.coherence));
+    else
+      printf("pool %s\n  id            %s\n  size          %" PRIu64 " bytes\n  extents       %" PRIu64 " x %" PRIu64
+             " bytes, %" PRIu64 " free\n  participants  %u alive (including this one)\n  coherence     %s\n",
+             device.c_str(), hex_id(i.pool_id).c_str(), i.size, i.extents_total, i.extent_size, i.extents_free,
+             i.participants, coherence_name(i.coherence));
+    check_status("close", cxlpool_shared_pool_close(pool));
+  } else if (cmd == "check") {
+    cxlpool_shared_check_report_t r{};
+    cxlpool_status_t st = cxlpool_shared_pool_check(device.c_str(), params, repair ? 1 : 0, &r);
+    if (st != CXLPOOL_OK && (st != CXLPOOL_E_CORRUPT || r.extents_total == 0)) api_error("check", st);  // never ran
+    if (json) {
+      printf("{\"device\": \"%s\", \"consistent\": %s, \"extents_total\": %" PRIu64 ", \"extents_free\": %" PRIu64
+             ", \"blocks_in_use\": %" PRIu64 ", \"blocks_exported\": %" PRIu64 ", \"leases\": %" PRIu64
+             ", \"leaked_blocks\": %" PRIu64 ", \"dangling_leases\": %" PRIu64 ", \"corrupt_words\": %" PRIu64
+             ", \"orphan_extents\": %" PRIu64
+             ", \"live_participants\": %u, \"dead_participants\": %u, \"recovered\": %" PRIu64 "}\n",
+             device.c_str(), st == CXLPOOL_OK ? "true" : "false", r.extents_total, r.extents_free, r.blocks_in_use,
+             r.blocks_exported, r.leases, r.leaked_blocks, r.dangling_leases, r.corrupt_words, r.orphan_extents,
+             r.live_participants, r.dead_participants, r.recovered);
+    } else {
+      printf("check %s: %s\n", device.c_str(), st == CXLPOOL_OK ? "consistent" : "PROBLEMS FOUND");
+      printf("  extents          %" PRIu64 " total, %" PRIu64 " free, %" PRIu64 " small, %" PRIu64 " large, %" PRIu64
+             " formatting\n",
+             r.extents_total, r.extents_free, r.extents_small, r.extents_large, r.extents_formatting);
+      printf("  blocks in use    %" PRIu64 " (%" PRIu64 " exported), %" PRIu64 " leases\n", r.blocks_in_use,
+             r.blocks_exported, r.leases);
+      printf("  participants     %u alive, %u dead and not recovered; %" PRIu64 " recovered now\n", r.live_participants,
+             r.dead_participants, r.recovered);
+      printf("  leaked blocks    %" PRIu64 "\n  dangling leases  %" PRIu64 "\n  corrupt words    %" PRIu64
+             "\n  orphan extents   %" PRIu64 "\n",
+             r.leaked_blocks, r.dangling_leases, r.corrupt_words, r.orphan_extents);
+      if (st != CXLPOOL_OK && !repair && r.dead_participants) printf("  (--repair recovers dead participants)\n");
+    }
+    rc = st == CXLPOOL_OK ? 0 : 1;
+  } else if (cmd == "rm") {
+    check_status("rm", cxlpool_shared_pool_unlink(device.c_str()));
+  } else {
+    usage_error("unknown command \"" + cmd + "\"");
+  }
+  cxlpool_shared_params_destroy(params);
+  return rc;
+}
