@@ -35,7 +35,8 @@ typedef struct cxlpool_shared_handle {
 } cxlpool_shared_handle_t;
 
 /* Parameters of create and open. Defaults: size 0 (must be set for create), extent 2 MiB,
- * coherence HOST, mode 0600, 1 host of 32 participants, 4096 leases per participant,
+ * coherence HOST (NONE when more than one host is declared and coherence is not set), mode 0600,
+ * 1 host of 32 participants, 4096 leases per participant,
  * heartbeat 10 ms, lease timeout 300 ms, host index 0. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_create(cxlpool_shared_params_t** out);
 CXLPOOL_API void cxlpool_shared_params_destroy(cxlpool_shared_params_t* params);
@@ -56,6 +57,15 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_leases(cxlpool_shared_par
  * must be at least 3 heartbeats. Size it to the worst stall of the machines (docs/shared.md). */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t* params,
                                                                     uint32_t heartbeat_ms, uint32_t lease_timeout_ms);
+/* Test emulation of non-coherent sharing (coherence NONE pools only). This participant sees
+ * its blocks through a software model of a stale cache: a private copy of the pool's data area
+ * (twice its size in private memory), refreshed only by cxlpool_acquire and written back only
+ * by cxlpool_publish (whole 64-byte lines, as hardware does), plus evict_per_call random line
+ * evictions at each of those calls (seeded: deterministic). A program that forgets acquire reads
+ * stale data here every time, where coherent test machines would hide the bug. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_noncoherent_view(cxlpool_shared_params_t* params, uint64_t seed,
+                                                                        uint32_t evict_per_call);
+
 /* Which host group this process joins (0 .. hosts-1); every host sharing a device needs its
  * own index (the fabric manager's host id). */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_host_index(cxlpool_shared_params_t* params, uint32_t index);
@@ -82,6 +92,13 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_unlink(const char* device);
 /* Allocates size bytes (128-byte aligned) owned by this participant. CXLPOOL_E_CAPACITY when
  * the pool is full; CXLPOOL_E_EVICTED when this participant was declared dead. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_alloc(cxlpool_shared_pool_t* pool, size_t size, void** out);
+/* What an object will be used for (cxlpool_shared_alloc_flags). Pools of coherence NONE refuse
+ * both with CXLPOOL_E_NOT_SUPPORTED: without hardware coherence, a line written by two hosts
+ * loses one host's bytes at write-back, and locks or atomics do not work across hosts. */
+#define CXLPOOL_SHARED_WRITE_SHARED 1u /* several participants write the object */
+#define CXLPOOL_SHARED_LOCK_BEARING 2u /* it holds locks or atomics used by several participants */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_alloc_flags(cxlpool_shared_pool_t* pool, size_t size, unsigned flags,
+                                                        void** out);
 /* Frees a block this participant allocated. Blocks others have imported live on until the
  * last of them releases it. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_free(cxlpool_shared_pool_t* pool, void* ptr);

@@ -5,7 +5,6 @@
 
 #include "capi/capi_guard.hpp"
 #include "cxlpool/shared.h"
-#include "shared/coherence.hpp"
 #include "shared/shared_pool.hpp"
 
 using namespace cxlpool::detail;
@@ -57,6 +56,7 @@ cxlpool_status_t cxlpool_shared_params_set_coherence(cxlpool_shared_params_t* pa
                 coherence == CXLPOOL_COHERENCE_NONE,
             "cxlpool_shared_params_set_coherence", "unknown coherence " + std::to_string(int(coherence)));
     params->p.coherence = coherence;
+    params->p.coherence_set = true;
   });
 }
 
@@ -103,6 +103,18 @@ cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t*
                 " ms: need 1..60000 ms and a timeout of at least 3 heartbeats (at most an hour)");
     params->p.heartbeat_ms = heartbeat_ms;
     params->p.lease_timeout_ms = lease_timeout_ms;
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_noncoherent_view(cxlpool_shared_params_t* params, uint64_t seed,
+                                                            uint32_t evict_per_call) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_noncoherent_view", "params is NULL");
+    require(evict_per_call <= 1u << 20, "cxlpool_shared_params_set_noncoherent_view",
+            "evict_per_call " + std::to_string(evict_per_call) + " is above 1048576");
+    params->p.noncoherent_view = true;
+    params->p.view_seed = seed;
+    params->p.view_evict_per_call = evict_per_call;
   });
 }
 
@@ -159,6 +171,16 @@ cxlpool_status_t cxlpool_shared_alloc(cxlpool_shared_pool_t* pool, size_t size, 
     require(pool != nullptr, "cxlpool_shared_alloc", "pool is NULL");
     require(out != nullptr, "cxlpool_shared_alloc", "out is NULL");
     *out = impl(pool)->alloc(size);
+  });
+}
+
+cxlpool_status_t cxlpool_shared_alloc_flags(cxlpool_shared_pool_t* pool, size_t size, unsigned flags, void** out) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_alloc_flags", "pool is NULL");
+    require(out != nullptr, "cxlpool_shared_alloc_flags", "out is NULL");
+    require((flags & ~(CXLPOOL_SHARED_WRITE_SHARED | CXLPOOL_SHARED_LOCK_BEARING)) == 0, "cxlpool_shared_alloc_flags",
+            "unknown flags " + std::to_string(flags));
+    *out = impl(pool)->alloc(size, flags);
   });
 }
 
@@ -233,7 +255,7 @@ cxlpool_status_t cxlpool_publish(const void* ptr, size_t len) {
     set_last_error(CXLPOOL_E_INVALID_ARGUMENT, 0, "cxlpool_publish: ptr is NULL");
     return CXLPOOL_E_INVALID_ARGUMENT;
   }
-  if (S::address_in_noncoherent_pool(ptr, len)) S::writeback_lines(ptr, len);
+  S::publish_in_open_pool(ptr, len);  // memory outside shared pools is coherent: nothing to do
   return CXLPOOL_OK;
 }
 
@@ -243,7 +265,7 @@ cxlpool_status_t cxlpool_acquire(const void* ptr, size_t len) {
     set_last_error(CXLPOOL_E_INVALID_ARGUMENT, 0, "cxlpool_acquire: ptr is NULL");
     return CXLPOOL_E_INVALID_ARGUMENT;
   }
-  if (S::address_in_noncoherent_pool(ptr, len)) S::invalidate_lines(ptr, len);
+  S::acquire_in_open_pool(ptr, len);
   return CXLPOOL_OK;
 }
 

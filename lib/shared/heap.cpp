@@ -93,6 +93,7 @@ bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uin
                     encode_extent({slot_, incarnation_, kExtentFormatting, cls, 1}, first, salt));
       }
       unclaim();
+      extent_lines_handover(first, count);  // no stale line of a previous owner survives in our caches
       extent_hint_ = (first + count) % n;
       *first_out = first;
       return true;
@@ -120,6 +121,7 @@ void SharedPool::format_small(uint64_t e, uint32_t cls, uint32_t start_gen) {
 }
 
 void SharedPool::release_extents(uint64_t first, uint32_t count, uint32_t next_gen) {
+  extent_lines_handover(first, count);  // our dirty lines reach the device before anyone reuses it
   ExtentEntry* head = view_.extent_entry(first);
   if (next_gen > view_.load(&head->next_generation)) view_.store(&head->next_generation, next_gen);
   for (uint32_t i = count; i-- > 0;)
@@ -157,7 +159,7 @@ void* SharedPool::alloc_small(uint32_t cls) {
     o.max_gen = gen;
     ++o.used;
     bytes_in_use_ += view_.class_size(cls);
-    return view_.base() + offset;
+    return user_ptr(offset);
   }
 }
 
@@ -168,11 +170,18 @@ void* SharedPool::alloc_large(uint64_t size) {
   uint64_t first = 0;
   if (!grab_extents(static_cast<uint32_t>(count), kExtentLargeHead, 0, &first)) return nullptr;
   bytes_in_use_ += count * es;
-  return view_.base() + view_.extent_offset(first);
+  return user_ptr(view_.extent_offset(first));
 }
 
-void* SharedPool::alloc(size_t size) {
+void* SharedPool::alloc(size_t size, unsigned flags) {
   if (size == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_alloc: size is 0");
+  if (flags != 0 && view_.noncoherent())
+    fail(CXLPOOL_E_NOT_SUPPORTED,
+         what_ + " has coherence none: an object " +
+             ((flags & CXLPOOL_SHARED_LOCK_BEARING) ? "holding locks or atomics used by several participants"
+                                                    : "written by several participants") +
+             " needs a coherent pool (host, or fabric for CXL 3.x hardware coherence); on none each object has one "
+             "writer, which publishes, and readers acquire");
   ensure_usable();
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t cls = view_.class_for(size);
@@ -187,8 +196,8 @@ void* SharedPool::alloc(size_t size) {
 void SharedPool::free(void* ptr) {
   ensure_usable();
   std::lock_guard<std::mutex> lock(mu_);
-  if (!contains(ptr)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_free: pointer is not in " + what_);
-  const uint64_t offset = static_cast<uint64_t>(static_cast<std::byte*>(ptr) - view_.base());
+  uint64_t offset = 0;
+  if (!user_offset(ptr, &offset)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_free: pointer is not in " + what_);
   BlockRef at;
   ExtentWord w;
   if (!view_.locate(offset, &at, &w))
@@ -278,8 +287,8 @@ uint32_t handle_check(const cxlpool_shared_handle_t& h) {
 cxlpool_shared_handle_t SharedPool::export_block(const void* ptr) {
   ensure_usable();
   std::lock_guard<std::mutex> lock(mu_);
-  if (!contains(ptr)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: pointer is not in " + what_);
-  const uint64_t offset = static_cast<uint64_t>(static_cast<const std::byte*>(ptr) - view_.base());
+  uint64_t offset = 0;
+  if (!user_offset(ptr, &offset)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: pointer is not in " + what_);
   BlockRef at;
   ExtentWord w;
   if (!view_.locate(offset, &at, &w))
@@ -345,14 +354,15 @@ void* SharedPool::import_block(const cxlpool_shared_handle_t& h, size_t* size_ou
     leases_[h.offset] = Lease{h.generation, 1};
   }
   if (size_out) *size_out = at.bytes;
-  return view_.base() + h.offset;
+  return user_ptr(h.offset);
 }
 
 void SharedPool::release(void* ptr) {
   ensure_usable();
   std::lock_guard<std::mutex> lock(mu_);
-  if (!contains(ptr)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_release: pointer is not in " + what_);
-  const uint64_t offset = static_cast<uint64_t>(static_cast<std::byte*>(ptr) - view_.base());
+  uint64_t offset = 0;
+  if (!user_offset(ptr, &offset))
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_release: pointer is not in " + what_);
   auto it = leases_.find(offset);
   if (it == leases_.end())
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_release: this participant holds no lease on that block");

@@ -5,8 +5,10 @@
 
 #include <sys/mman.h>
 
-#include <array>
+#include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 
 #include "common/error.hpp"
 #include "os/os.hpp"
@@ -20,47 +22,82 @@ namespace {
 
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// The pools open in this process, for cxlpool_publish/acquire (lock-free lookup).
-struct OpenRange {
-  std::atomic<uintptr_t> begin{0}, end{0};
-  std::atomic<bool> noncoherent{false};
-};
-std::array<OpenRange, 64> g_open;
-
-void register_range(const std::byte* base, uint64_t size, bool noncoherent) {
-  for (auto& r : g_open) {
-    uintptr_t expected = 0;
-    if (r.begin.load() == 0 && r.end.load() == 0 &&
-        r.begin.compare_exchange_strong(expected, reinterpret_cast<uintptr_t>(base))) {
-      r.noncoherent.store(noncoherent);
-      r.end.store(reinterpret_cast<uintptr_t>(base) + size);
-      return;
-    }
-  }
-}
-
-void unregister_range(const std::byte* base) {
-  for (auto& r : g_open)
-    if (r.begin.load() == reinterpret_cast<uintptr_t>(base)) {
-      r.end.store(0);
-      r.begin.store(0);
-    }
-}
+// The pools open in this process, for cxlpool_publish/acquire. Registered after a pool is
+// fully set up and removed before it is torn down; lookups take the lock shared.
+std::shared_mutex g_open_mu;
+std::vector<SharedPool*> g_open;
 
 std::string pool_what(const std::string& device) { return "shared pool \"" + device + "\""; }
 
 }  // namespace
 
-bool address_in_noncoherent_pool(const void* p, size_t len) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  for (auto& r : g_open) {
-    const uintptr_t b = r.begin.load(std::memory_order_acquire), e = r.end.load(std::memory_order_acquire);
-    if (b != 0 && a >= b && a < e) {
-      if (len > e - a) return false;
-      return r.noncoherent.load(std::memory_order_relaxed);
-    }
-  }
+bool publish_in_open_pool(const void* p, size_t len) {
+  std::shared_lock<std::shared_mutex> lock(g_open_mu);
+  for (SharedPool* pool : g_open)
+    if (pool->publish(p, len)) return true;
   return false;
+}
+
+bool acquire_in_open_pool(const void* p, size_t len) {
+  std::shared_lock<std::shared_mutex> lock(g_open_mu);
+  for (SharedPool* pool : g_open)
+    if (pool->acquire(p, len)) return true;
+  return false;
+}
+
+std::byte* SharedPool::user_ptr(uint64_t offset) const {
+  if (nc_view_) return nc_view_->view() + (offset - view_.sb().data_offset);
+  return view_.base() + offset;
+}
+
+bool SharedPool::user_offset(const void* p, uint64_t* offset) const {
+  const auto* b = static_cast<const std::byte*>(p);
+  if (nc_view_) {
+    if (!nc_view_->contains(p, 1)) return false;
+    *offset = view_.sb().data_offset + static_cast<uint64_t>(b - nc_view_->view());
+    return true;
+  }
+  if (b < view_.base() || b >= view_.base() + view_.size()) return false;
+  *offset = static_cast<uint64_t>(b - view_.base());
+  return true;
+}
+
+bool SharedPool::publish(const void* p, size_t len) {
+  uint64_t off = 0;
+  if (!user_offset(p, &off)) return false;
+  if (in_fork_child()) return true;  // an abandoned copy: its memory is gone
+  if (nc_view_) {
+    std::lock_guard<std::mutex> lock(nc_mu_);
+    const uint64_t begin = off - view_.sb().data_offset;
+    nc_view_->publish(begin, std::min<uint64_t>(len, nc_view_->size() - begin));
+  } else if (view_.noncoherent()) {
+    writeback_lines(p, len);
+  }
+  return true;
+}
+
+bool SharedPool::acquire(const void* p, size_t len) {
+  uint64_t off = 0;
+  if (!user_offset(p, &off)) return false;
+  if (in_fork_child()) return true;
+  if (nc_view_) {
+    std::lock_guard<std::mutex> lock(nc_mu_);
+    const uint64_t begin = off - view_.sb().data_offset;
+    nc_view_->acquire(begin, std::min<uint64_t>(len, nc_view_->size() - begin));
+  } else if (view_.noncoherent()) {
+    invalidate_lines(p, len);
+  }
+  return true;
+}
+
+void SharedPool::extent_lines_handover(uint64_t first, uint32_t count) {
+  const uint64_t len = uint64_t{count} * view_.extent_size();
+  if (nc_view_) {
+    std::lock_guard<std::mutex> lock(nc_mu_);
+    nc_view_->acquire(first * view_.extent_size(), len);  // write back what is dirty, reload the rest
+  } else if (view_.noncoherent()) {
+    invalidate_lines(view_.base() + view_.extent_offset(first), len);
+  }
 }
 
 Superblock plan_superblock(const SharedParams& p, uint64_t device_size) {
@@ -76,7 +113,7 @@ Superblock plan_superblock(const SharedParams& p, uint64_t device_size) {
   os::random_bytes(sb.pool_id, sizeof sb.pool_id);
   sb.size = p.size;
   sb.created_ns = os::realtime_ns();
-  sb.coherence = p.coherence;
+  sb.coherence = (!p.coherence_set && p.hosts > 1) ? CXLPOOL_COHERENCE_NONE : p.coherence;
   sb.hosts = p.hosts;
   sb.slots_per_host = p.per_host;
   sb.lease_entries = p.leases;
@@ -265,12 +302,21 @@ void SharedPool::unlink(const std::string& device) {
 }
 
 SharedPool::SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what,
-                       const SharedParams* /*params*/)
+                       const SharedParams* params)
     : what_(std::move(what)), view_(base, size, sb) {
   timeout_ns_ = uint64_t{sb.lease_timeout_ms} * 1000000u;
   heartbeat_ns_ = uint64_t{sb.heartbeat_ms} * 1000000u;
   partial_.resize(sb.class_count);
   seen_.resize(view_.slot_count());
+  if (params && params->noncoherent_view) {
+    if (sb.coherence != CXLPOOL_COHERENCE_NONE)
+      fail(CXLPOOL_E_CONFIG, what_ + ": a non-coherent view emulates coherence none; this pool's coherence is " +
+                                 (sb.coherence == CXLPOOL_COHERENCE_HOST ? "host" : "fabric"));
+    NoncoherentOptions options;
+    options.evict_per_call = params->view_evict_per_call;
+    nc_view_ = std::make_unique<NoncoherentView>(base + sb.data_offset, sb.extent_count * sb.extent_size,
+                                                 params->view_seed, options);
+  }
 }
 
 SharedPool::~SharedPool() {
@@ -279,7 +325,11 @@ SharedPool::~SharedPool() {
   } catch (...) {  // leaving is best effort in a destructor; survivors recover what is left
   }
   stop_heartbeat();
-  unregister_range(view_.base());
+  {
+    std::unique_lock<std::shared_mutex> lock(g_open_mu);
+    g_open.erase(std::remove(g_open.begin(), g_open.end(), this), g_open.end());
+  }
+  nc_view_.reset();
   const uint64_t len = view_.size();
   os::unmap(view_.base(), len);
 }
@@ -333,14 +383,19 @@ void SharedPool::join(const SharedParams* params) {
   view_.store(&line->host_index, host);
   view_.store(&line->facts_incarnation, incarnation_);
   last_beat_ns_ = os::monotonic_ns();
-  register_range(view_.base(), view_.size(), view_.noncoherent());
+  {
+    std::unique_lock<std::shared_mutex> lock(g_open_mu);
+    g_open.push_back(this);
+  }
   start_heartbeat();
 }
 
 bool SharedPool::in_fork_child() const { return pid_ != 0 && pid_ != os::prim::process_id(); }
 
 void SharedPool::abandon_in_fork_child() {
-  unregister_range(view_.base());
+  // The registry stays as it is (its lock may be a copy held by a parent thread); the object
+  // is forgotten, not freed, so the entry stays valid. Its memory is gone from this process.
+  evicted_.store(true);
   os::unmap(view_.base(), view_.size());
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cxlpool/shared.h"
+#include "shared/noncoherent_view.hpp"
 #include "shared/view.hpp"
 
 namespace cxlpool::detail::shared {
@@ -31,7 +32,11 @@ struct SharedParams {
   uint32_t heartbeat_ms = 10;
   uint32_t lease_timeout_ms = 300;
   uint32_t host_index = 0;
-  bool timing_set = false;  // open: take heartbeat/lease timing from here (tests)
+  bool coherence_set = false;  // unset with hosts > 1: NONE (no cross-host coherence assumed)
+  // Test-only: see this participant's blocks through a NoncoherentView (coherence NONE only).
+  bool noncoherent_view = false;
+  uint64_t view_seed = 0;
+  uint32_t view_evict_per_call = 0;
 };
 
 // Geometry and offsets a creator writes into the superblock (validated; throws CONFIG).
@@ -46,7 +51,7 @@ class SharedPool {
   SharedPool(const SharedPool&) = delete;
   SharedPool& operator=(const SharedPool&) = delete;
 
-  void* alloc(size_t size);
+  void* alloc(size_t size, unsigned flags = 0);
   void free(void* ptr);
   cxlpool_shared_handle_t export_block(const void* ptr);
   void* import_block(const cxlpool_shared_handle_t& handle, size_t* size_out);
@@ -62,10 +67,13 @@ class SharedPool {
 
   const PoolView& view() const { return view_; }
   uint32_t slot() const { return slot_; }
-  bool contains(const void* p) const {
-    return static_cast<const std::byte*>(p) >= view_.base() &&
-           static_cast<const std::byte*>(p) < view_.base() + view_.size();
-  }
+  // Blocks as the application sees them: in the pool's mapping, or in this participant's
+  // non-coherent view (test emulation) of the data area.
+  std::byte* user_ptr(uint64_t offset) const;
+  bool user_offset(const void* p, uint64_t* offset) const;
+  // publish/acquire of application memory in this pool; false when p is not in it.
+  bool publish(const void* p, size_t len);
+  bool acquire(const void* p, size_t len);
   bool noncoherent() const { return view_.noncoherent(); }
   // One pass of the watch: heartbeat, look at the others, recover the dead, re-check blocks
   // this participant let go that others still held. The heartbeat thread runs it; tests too.
@@ -145,7 +153,14 @@ class SharedPool {
     uint64_t changed_ns = 0;
   };
   std::vector<Seen> seen_;
+  uint64_t last_observe_ns_ = 0;
   std::mutex watch_mu_;
+
+  std::unique_ptr<NoncoherentView> nc_view_;  // test emulation of a stale cache, or null
+  std::mutex nc_mu_;
+  // Caches and extents: a participant writes back and drops its lines of an extent when it
+  // gives the extent back, and drops stale lines when it takes one (coherence NONE).
+  void extent_lines_handover(uint64_t first, uint32_t count);
 
   std::unique_ptr<std::thread> heartbeat_thread_;  // leaked, not destroyed, in a forked child
   std::mutex hb_mu_;
@@ -166,6 +181,8 @@ void unmap_pool(const MappedPool& m);
 cxlpool_shared_check_report_t check_pool(const std::string& device, const SharedParams* params, bool repair);
 
 // Shared pools open in this process, for cxlpool_publish/acquire to find an address's pool.
-bool address_in_noncoherent_pool(const void* p, size_t len);
+// Returns false when p is in no open pool (nothing to do: coherent memory).
+bool publish_in_open_pool(const void* p, size_t len);
+bool acquire_in_open_pool(const void* p, size_t len);
 
 }  // namespace cxlpool::detail::shared

@@ -51,6 +51,10 @@ bool SharedPool::same_host_dead(uint32_t s, uint32_t incarnation) const {
 void SharedPool::observe_others() {
   std::lock_guard<std::mutex> watch(watch_mu_);
   const uint64_t now = os::monotonic_ns();
+  // An observer that was not scheduled for a while (stopped, starved) did not watch anybody
+  // meanwhile: silence it did not see is no evidence of death, so everyone starts afresh.
+  const bool was_away = last_observe_ns_ != 0 && now - last_observe_ns_ > std::max(timeout_ns_ / 4, 5 * heartbeat_ns_);
+  last_observe_ns_ = now;
   for (uint32_t s = 0; s < view_.slot_count(); ++s) {
     if (s == slot_) continue;
     uint32_t inc = 0, evict_inc = 0;
@@ -59,7 +63,7 @@ void SharedPool::observe_others() {
     if (!view_.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
     Seen& seen = seen_[s];
     const uint64_t beat = view_.load(&view_.slot_line0(s)->heartbeat);
-    if (seen.incarnation != inc || seen.heartbeat != beat || seen.changed_ns == 0) {
+    if (was_away || seen.incarnation != inc || seen.heartbeat != beat || seen.changed_ns == 0) {
       seen.incarnation = inc;
       seen.heartbeat = beat;
       seen.changed_ns = now;

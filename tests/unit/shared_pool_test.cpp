@@ -467,3 +467,83 @@ TEST_CASE("a scribbling peer: corrupt metadata is detected, never turned into ov
   for (void* q : theirs) cxlpool_shared_free(b, q);
   cxlpool_shared_pool_close(b);
 }
+
+TEST_CASE("coherence none: the non-coherent view makes a missing publish or acquire fail every time", "[shared]") {
+  const std::string name = unique_name("nc");
+  const std::string device = "shm:" + name;
+  Params params;
+  REQUIRE(cxlpool_shared_params_set_coherence(params.p, CXLPOOL_COHERENCE_NONE) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* creator = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &creator) == CXLPOOL_OK);
+  CHECK(info_of(creator).coherence == CXLPOOL_COHERENCE_NONE);
+  Params writer_params, reader_params;
+  REQUIRE(cxlpool_shared_params_set_noncoherent_view(writer_params.p, 1, 0) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_params_set_noncoherent_view(reader_params.p, 2, 0) == CXLPOOL_OK);
+  cxlpool_shared_pool_t *writer = nullptr, *reader = nullptr;
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), writer_params.p, &writer) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), reader_params.p, &reader) == CXLPOOL_OK);
+
+  void* w = nullptr;
+  REQUIRE(cxlpool_shared_alloc(writer, 4096, &w) == CXLPOOL_OK);
+  fill(w, 4096, 1);
+  cxlpool_shared_handle_t h{};
+  REQUIRE(cxlpool_shared_export(writer, w, &h) == CXLPOOL_OK);
+  void* r = nullptr;
+  REQUIRE(cxlpool_shared_import(reader, &h, &r, nullptr) == CXLPOOL_OK);
+  CHECK(r != w);  // each participant has its own view
+  // The writer has not published: even an acquiring reader sees the old bytes.
+  REQUIRE(cxlpool_acquire(r, 4096) == CXLPOOL_OK);
+  CHECK_FALSE(holds(r, 4096, 1));
+  // Published, but the reader does not acquire: stale.
+  REQUIRE(cxlpool_publish(w, 4096) == CXLPOOL_OK);
+  CHECK_FALSE(holds(r, 4096, 1));
+  // Acquired: fresh.
+  REQUIRE(cxlpool_acquire(r, 4096) == CXLPOOL_OK);
+  CHECK(holds(r, 4096, 1));
+  // A second round on the same block: again stale until both sides do their part.
+  fill(w, 4096, 2);
+  REQUIRE(cxlpool_acquire(r, 4096) == CXLPOOL_OK);
+  CHECK(holds(r, 4096, 1));
+  REQUIRE(cxlpool_publish(w, 4096) == CXLPOOL_OK);
+  REQUIRE(cxlpool_acquire(r, 4096) == CXLPOOL_OK);
+  CHECK(holds(r, 4096, 2));
+
+  // Objects several participants write, or that hold locks, are refused on coherence none.
+  void* x = nullptr;
+  CHECK(cxlpool_shared_alloc_flags(writer, 64, CXLPOOL_SHARED_WRITE_SHARED, &x) == CXLPOOL_E_NOT_SUPPORTED);
+  CHECK(std::string(cxlpool_last_error_message()).find("coherence none") != std::string::npos);
+  CHECK(cxlpool_shared_alloc_flags(writer, 64, CXLPOOL_SHARED_LOCK_BEARING, &x) == CXLPOOL_E_NOT_SUPPORTED);
+  CHECK(cxlpool_shared_alloc_flags(writer, 64, 4, &x) == CXLPOOL_E_INVALID_ARGUMENT);
+  REQUIRE(cxlpool_shared_alloc_flags(writer, 64, 0, &x) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_free(writer, x) == CXLPOOL_OK);
+
+  REQUIRE(cxlpool_shared_release(reader, r) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_free(writer, w) == CXLPOOL_OK);
+  cxlpool_shared_pool_close(reader);
+  cxlpool_shared_pool_close(writer);
+  cxlpool_shared_pool_close(creator);
+  unlink(("/dev/shm/" + name).c_str());
+}
+
+TEST_CASE("coherence: defaults and the view's preconditions", "[shared]") {
+  ShmPool host_pool("coh");
+  CHECK(info_of(host_pool.pool).coherence == CXLPOOL_COHERENCE_HOST);
+  void* x = nullptr;
+  REQUIRE(cxlpool_shared_alloc_flags(host_pool.pool, 64, CXLPOOL_SHARED_WRITE_SHARED | CXLPOOL_SHARED_LOCK_BEARING,
+                                     &x) == CXLPOOL_OK);
+  REQUIRE(cxlpool_publish(x, 64) == CXLPOOL_OK);  // no-ops on coherent pools
+  REQUIRE(cxlpool_acquire(x, 64) == CXLPOOL_OK);
+  CHECK(cxlpool_publish(nullptr, 64) == CXLPOOL_E_INVALID_ARGUMENT);
+  Params view;
+  REQUIRE(cxlpool_shared_params_set_noncoherent_view(view.p, 3, 1) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* p = nullptr;
+  CHECK(cxlpool_shared_pool_open(host_pool.device.c_str(), view.p, &p) == CXLPOOL_E_CONFIG);
+  // Several hosts declared, coherence not set: none.
+  const std::string name = unique_name("multi");
+  Params multi;
+  REQUIRE(cxlpool_shared_params_set_participants(multi.p, 2, 4) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_create(("shm:" + name).c_str(), multi.p, 0, &p) == CXLPOOL_OK);
+  CHECK(info_of(p).coherence == CXLPOOL_COHERENCE_NONE);
+  cxlpool_shared_pool_close(p);
+  unlink(("/dev/shm/" + name).c_str());
+}
