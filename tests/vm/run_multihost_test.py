@@ -4,9 +4,11 @@
 # /dev/shm, soft-reserved so that each guest kernel exposes it as /dev/dax0.0 (device-DAX, the
 # interface of real CXL memory), plus a host process mapping the file directly. Every
 # participant runs one scenario of vm_multihost (ids: guests 0 and 1, host process 2); this
-# runner drives the scenario (kill: SIGKILL to guest 0's QEMU), reads the shared file back and
-# makes the assertions. Skips visibly (CXLPOOL-SKIP) when QEMU or the kernel is missing, unless
-# --require. docs/testing.md says what the bed can and cannot show.
+# runner drives the scenario (kill, pool-kill: SIGKILL to guest 0's QEMU), reads the shared
+# file back and makes the assertions. pool-kill: the three are participants (host indices 0, 1,
+# 2) of one cxlpool shared pool that the runner creates on the file before the guests boot.
+# Skips visibly (CXLPOOL-SKIP) when QEMU or the kernel is missing, unless --require.
+# docs/testing.md says what the bed can and cannot show.
 #
 #   run_multihost_test.py --scenario smoke --cache /var/cache/cxlpool-vm \
 #       --initrd build/tests/vm/initramfs.cpio.gz --program build/tests/vm/vm_multihost \
@@ -27,7 +29,7 @@ from vmlib import Checker, died_before_plan, qemu_command, require_runnable, sec
 
 GUESTS = 2
 HOST_ID = 2
-VICTIM = 0  # the kill scenario's victim: guest 0 (vm_multihost's --victim default)
+VICTIM = 0  # the kill scenarios' victim: guest 0 (vm_multihost's --victim default)
 RUNNING = r"CXLPOOL-MH RUNNING id=(\d+)"
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -101,19 +103,44 @@ class Bed:
         self.pidfiles = [os.path.join(pid_dir, f"qemu{i}-{attempt}.pid") for i in range(GUESTS)]
         self.participants = GUESTS + (0 if a.no_host else 1)
         self.nonce = secrets.randbits(63)
-        # Unique per run; the name is removed as soon as both QEMUs have mapped the file, so a
-        # runner killed later (a CTest timeout) leaves nothing behind in /dev/shm.
-        self.path = f"/dev/shm/cxlpool-mh-{os.getpid()}-{attempt}-{self.nonce:x}"
+        # pool-kill: the cxlpool pool takes [0, pool size) of the file, vm_multihost's own
+        # layout (header, slots, handle boxes) the 2 MiB after it.
+        self.pool = a.scenario == "pool-kill"
+        self.layout = [f"--layout-offset={size_mib(a.pool_size) << 20}"] if self.pool else []
+        # Unique per run. The name is removed as soon as both QEMUs have mapped the file, so a
+        # runner killed later (a CTest timeout) leaves nothing behind in /dev/shm -- except for
+        # pool-kill, whose host process and final check open the pool by name (cxlpool refuses
+        # symbolic links such as /dev/fd/N): the name goes in close(), and each pool-kill
+        # runner first removes the names left by runners that are gone.
+        self.path = f"{SHM_PREFIX}{os.getpid()}-{attempt}-{self.nonce:x}"
         self.fd, self.guests, self.host, self.t_kill = None, [], None, None
 
     def program(self, *args):
         """vm_multihost on the host, on the shared file (through the runner's descriptor)."""
-        return [self.a.program, *args, f"--path=/dev/fd/{self.fd}"]
+        return [self.a.program, *args, f"--path=/dev/fd/{self.fd}", *self.layout]
+
+    def pool_command(self, *args):
+        """vm_multihost's commands on the cxlpool pool, by its name."""
+        out = subprocess.run([self.a.program, *args, f"--pool=file:{self.path}"], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"vm_multihost {args[0]} failed: {out.stdout}{out.stderr}")
+        return dict(l.split("=", 1) for l in out.stdout.splitlines() if "=" in l)
 
     def start(self):
         a = self.a
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        os.ftruncate(self.fd, size_mib(a.size) << 20)
+        if self.pool:  # cxlpool creates the file (it refuses an existing name), then it is extended
+            sweep_stale_files()
+            made = self.pool_command("pool-create", f"--pool-size={size_mib(a.pool_size) << 20}",
+                                     f"--device-size={size_mib(a.size) << 20}", f"--hosts={self.participants}",
+                                     f"--host-index={HOST_ID}", f"--heartbeat-ms={a.pool_heartbeat_ms}",
+                                     f"--lease-ms={a.pool_lease_ms}")
+            self.fd = os.open(self.path, os.O_RDWR)
+            print(f"pool: file:{self.path}, {made.get('pool_size')} of {size_mib(a.size) << 20} bytes, "
+                  f"{made.get('extents')} extents of {made.get('extent_size')}, {self.participants} hosts, coherence "
+                  f"NONE, heartbeat {a.pool_heartbeat_ms} ms, lease {a.pool_lease_ms} ms")
+        else:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            os.ftruncate(self.fd, size_mib(a.size) << 20)
         init = subprocess.run(self.program("init", f"--nonce={self.nonce}", f"--participants={self.participants}",
                                            f"--iterations={a.iterations}", f"--rounds={a.rounds}",
                                            f"--period-ms={a.period_ms}", f"--misses={a.misses}"),
@@ -122,13 +149,14 @@ class Bed:
             raise RuntimeError(f"vm_multihost init failed: {init.stdout}{init.stderr}")
         spec = bed_spec(a.size, a.smp)
         for i in range(GUESTS):
-            mh = ",".join([a.scenario, str(i), f"--nonce={self.nonce}", *self.extra])
+            mh = ",".join([a.scenario, str(i), f"--nonce={self.nonce}", *self.layout, *self.extra])
             cmd = qemu_command(spec, self.kernel, a.initrd, f"cxlpool.plan=multihost cxlpool.mh={mh}",
                                files={1: self.path}, pidfile=self.pidfiles[i])
             self.guests.append(Participant(f"guest{i}", cmd))
         if not a.no_host:
-            self.host = Participant("host", self.program(a.scenario, str(HOST_ID), f"--nonce={self.nonce}", *self.extra),
-                                    pass_fds=(self.fd,))
+            pool = [f"--pool=file:{self.path}"] if self.pool else []
+            self.host = Participant("host", self.program(a.scenario, str(HOST_ID), f"--nonce={self.nonce}", *pool,
+                                                         *self.extra), pass_fds=(self.fd,))
         for p in self.all():
             p.start_reader()
         deadline = time.monotonic() + 20
@@ -136,7 +164,8 @@ class Bed:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.02)
-        self.remove_file()
+        if not self.pool:
+            self.remove_file()
 
     def all(self):
         return self.guests + ([self.host] if self.host else [])
@@ -176,6 +205,21 @@ class Bed:
             os.close(self.fd)
 
 
+SHM_PREFIX = "/dev/shm/cxlpool-mh-"
+
+
+def sweep_stale_files():
+    """Removes the shared files of runners that are gone (cxlpool-mh-PID-...: PID not running)."""
+    for name in os.listdir("/dev/shm"):
+        m = re.match(r"cxlpool-mh-(\d+)-", name)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+                print(f"removed /dev/shm/{name}, left by a runner that is gone")
+            except OSError:
+                pass
+
+
 def mapped(pid, path):
     try:
         with open(f"/proc/{pid}/maps") as f:
@@ -194,12 +238,13 @@ def drive_kill(bed, deadline):
             return  # a participant ended first: the assertions say what went wrong
         time.sleep(0.01)
     time.sleep(0.2)  # a few more beats seen by everyone
-    with open(bed.pidfiles[VICTIM]) as f:
+    target = bed.a.kill_guest  # VICTIM, unless a negative control kills the other guest
+    with open(bed.pidfiles[target]) as f:
         pid = int(f.read())
     bed.t_kill = time.monotonic_ns()
     os.kill(pid, signal.SIGKILL)
-    print(f"killed guest{VICTIM}'s QEMU (pid {pid}, SIGKILL) "
-          f"{(bed.t_kill - bed.guests[VICTIM].started) / 1e9:.1f} s after it started")
+    print(f"killed guest{target}'s QEMU (pid {pid}, SIGKILL) "
+          f"{(bed.t_kill - bed.guests[target].started) / 1e9:.1f} s after it started")
 
 
 def check_smoke(c, bed, st):
@@ -251,7 +296,72 @@ def check_kill(c, bed, st):
           f"lease {a.misses} x {a.period_ms} ms = {lease} ms)")
 
 
-SCENARIOS = {"smoke": (None, check_smoke), "kill": (drive_kill, check_kill)}
+def check_pool_kill(c, bed, st):
+    a, victim = bed.a, bed.guests[VICTIM]
+    c(bed.t_kill is not None, f"guest{VICTIM} was killed once every participant reported RUNNING")
+    if bed.t_kill is None:
+        return
+    c(victim.proc.returncode == -signal.SIGKILL, f"guest{VICTIM}'s QEMU ended by SIGKILL (rc {victim.proc.returncode})")
+    c(st.get(f"box{VICTIM}.phase") == "running",
+      f"guest{VICTIM} was churning in the pool when killed, holding leases (phase {st.get(f'box{VICTIM}.phase')})")
+    survivors = [p for p in range(bed.participants) if p != VICTIM]
+    recovered = {p: int(st.get(f"box{p}.recovered", -1)) for p in survivors}
+    c(sorted(recovered.values()) == [0] * (len(survivors) - 1) + [1],
+      f"exactly one survivor recovered guest{VICTIM}'s slot (recovered_slots by participant: {recovered})")
+    for p in survivors:
+        def g(key):
+            return int(st.get(f"box{p}.{key}", -1))
+        c(st.get(f"box{p}.phase") == "done" and g("failed") == 0,
+          f"participant {p} went through every step and closed the pool (phase {st.get(f'box{p}.phase')}, "
+          f"{g('failed')} failed)")
+        c(g("participants") == bed.participants - 1, f"participant {p}: {g('participants')} participants left active")
+        c(g("loops_after") >= 10, f"participant {p} kept allocating and freeing: {g('loops_after')} of {g('loops')} "
+          f"churn iterations after the death was seen")
+        c(g("victim_checked") == 4 and g("victim_intact") == 4,
+          f"participant {p}: guest{VICTIM}'s exported blocks it holds intact after the recovery "
+          f"({g('victim_intact')} of {g('victim_checked')} checksums)")
+        c(g("q_delta_alive") == 0 and g("q_done") in (1, 2),
+          f"participant {p}: probe Q, freed while guest{VICTIM} leased it, stayed in use until the death "
+          f"(bytes dropped {g('q_delta_alive')}), then its free completed"
+          + (" (bytes_in_use without adopted small blocks: library bug, worked around)" if g("q_done") == 2 else ""))
+        c(g("p_bytes") > 0 and g("p_delta") == g("p_bytes"),
+          f"participant {p}: probe P, leased only by the dead guest{VICTIM}, freed at once "
+          f"({g('p_delta')} of {g('p_bytes')} bytes)")
+        c(g("stale_expected") > 0 and g("stale_seen") + g("stale_invalid") == g("stale_expected"),
+          f"participant {p}: guest{VICTIM}'s handles and the freed probes refused: {g('stale_seen')} of "
+          f"{g('stale_expected')} as stale" + (f", {g('stale_invalid')} as 'not a block' (their extents went back to "
+                                               f"the pool: library bug, worked around)" if g("stale_invalid") else ""))
+    # Latencies on the host's clock: guest 1's lines as they reached the console; the host
+    # process's own CLOCK_MONOTONIC stamps.
+    lease = a.pool_lease_ms
+    ids = {p: i for i, p in enumerate(bed.guests)}
+    if bed.host:
+        ids[bed.host] = HOST_ID
+    for who in [p for p in bed.all() if p is not victim]:
+        def after_kill(tag):
+            hit = who.find(rf"CXLPOOL-MH {tag} id=\d+ .*mono_ns=(\d+)")
+            return None if not hit else ((int(hit[1].group(1)) if who is bed.host else hit[0]) - bed.t_kill) / 1e6
+        how = "its CLOCK_MONOTONIC" if who is bed.host else "console arrival"
+        dead, rec, seen = after_kill("POOL-DEAD"), after_kill("POOL-RECOVERED"), after_kill("POOL-RECOVERY-SEEN")
+        c(dead is not None and 0 < dead < lease + a.slack_ms,
+          f"{who.name} saw guest{VICTIM} evicted {dead or float('nan'):.0f} ms after the SIGKILL "
+          f"({how}; lease {lease} ms + {a.slack_ms} ms allowed)")
+        if recovered.get(ids[who]) == 1:
+            c(rec is not None and 0 < rec < lease + a.slack_ms,
+              f"{who.name} recovered guest{VICTIM}'s slot {rec or float('nan'):.0f} ms after the SIGKILL ({how})")
+        if seen is not None:
+            print(f"      {who.name}: recovery complete seen {seen:.0f} ms after the SIGKILL")
+    # The pool as a whole, checked from the host once every survivor has closed it.
+    keys = ["leaked_blocks", "dangling_leases", "corrupt_words", "dead_participants"]
+    c(st.get("check.status") == "ok" and all(st.get(f"check.{k}") == "0" for k in keys),
+      "cxlpool_shared_pool_check on the file: " + ", ".join(f"{k} {st.get(f'check.{k}')}" for k in keys))
+    c(st.get("check.blocks_in_use") == "0" and st.get("check.leases") == "0"
+      and st.get("check.extents_free") == st.get("check.extents_total") is not None,
+      f"every block and extent back in the pool ({st.get('check.blocks_in_use')} blocks in use, "
+      f"{st.get('check.extents_free')} of {st.get('check.extents_total')} extents free)")
+
+
+SCENARIOS = {"smoke": (None, check_smoke), "kill": (drive_kill, check_kill), "pool-kill": (drive_kill, check_pool_kill)}
 
 
 def run_bed(a, kernel, extra, pid_dir, deadline):
@@ -271,7 +381,15 @@ def run_bed(a, kernel, extra, pid_dir, deadline):
                       + (f"booting both again (attempt {attempt + 1} of 3)" if attempt < 3 else "3 attempts"))
             if panic and attempt < 3:
                 continue
-            return bed, finished, bed.inspect()
+            state = bed.inspect()
+            if bed.pool:  # after the survivors closed the pool (or were stopped)
+                for p in bed.all():
+                    p.stop()
+                try:
+                    state.update({f"check.{k}": v for k, v in bed.pool_command("pool-check").items()})
+                except RuntimeError as e:
+                    print(e)
+            return bed, finished, state
         finally:
             bed.close()
 
@@ -290,6 +408,14 @@ def main():
     ap.add_argument("--period-ms", type=int, default=10, help="kill: heartbeat period")
     ap.add_argument("--misses", type=int, default=5, help="kill: periods without a beat before a peer is dead")
     ap.add_argument("--size", default="256M", help="the shared file (node 1 of each guest)")
+    ap.add_argument("--pool-size", default="128M", help="pool-kill: the part of the file the cxlpool pool uses")
+    ap.add_argument("--pool-heartbeat-ms", type=int, default=10, help="pool-kill: the pool's heartbeat period")
+    ap.add_argument("--pool-lease-ms", type=int, default=1000,
+                    help="pool-kill: the pool's lease timeout (stalls of ~400 ms happen on a loaded 2-core machine)")
+    ap.add_argument("--slack-ms", type=int, default=2000,
+                    help="pool-kill: eviction and recovery must come within lease + this after the SIGKILL")
+    ap.add_argument("--kill-guest", type=int, default=VICTIM, choices=range(GUESTS),
+                    help="the guest to kill (negative control: 1, while the participants expect guest 0 to die)")
     ap.add_argument("--smp", default="1,maxcpus=2", help="QEMU -smp; lock-prefixed atomics need maxcpus >= 2")
     ap.add_argument("--timeout", type=int, default=100, help="seconds for the whole bed")
     ap.add_argument("--require", action="store_true", help="a skip is a failure")
@@ -327,9 +453,9 @@ def main():
         sec = sections(log) if p is not bed.host else {"multihost": (log, p.proc.returncode)}
         body = sec["multihost"][0] if "multihost" in sec else log.partition("=== CXLPOOL-VM BEGIN multihost")[2]
         for line in body.splitlines():
-            if line.startswith(("ok", "FAIL", "CXLPOOL-MH", "control", "vm_multihost")):
+            if line.startswith(("ok", "FAIL", "CXLPOOL-MH", "control", "vm_multihost", "note", "churn", "pool", "import")):
                 print(f"  {p.name:6}| {line}")
-        if a.scenario == "kill" and p is bed.guests[VICTIM]:
+        if a.scenario in ("kill", "pool-kill") and p is bed.guests[VICTIM]:
             continue  # check_kill asserts how it ended
         c("multihost" in sec and sec["multihost"][1] == 0, f"{p.name}: vm_multihost {a.scenario} exited 0")
         if p is not bed.host:

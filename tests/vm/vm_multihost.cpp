@@ -5,8 +5,12 @@
 // the same trivial layout. A new scenario is one more function in kCommands.
 //
 //   vm_multihost init --path=F --nonce=X [--participants=3 --iterations=N --rounds=K ...]
-//   vm_multihost SCENARIO ID --path=F --nonce=X     (smoke, kill)
+//   vm_multihost SCENARIO ID --path=F --nonce=X     (smoke, kill, pool-kill)
 //   vm_multihost inspect --path=F                    (key=value lines)
+//   vm_multihost pool-create --pool=file:F ...       (pool-kill: the cxlpool shared pool)
+//   vm_multihost pool-check --pool=file:F            (cxlpool_shared_pool_check, key=value)
+// --layout-offset=N (a multiple of 2 MiB) moves this program's layout off offset 0: pool-kill
+// puts the cxlpool pool at the start of the device and its own layout after it.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -24,6 +28,9 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "cxlpool/shared.h"
 
 namespace {
 
@@ -112,6 +119,10 @@ struct Args {
     auto it = opt.find(key);
     return it == opt.end() ? fallback : std::strtoull(it->second.c_str(), nullptr, 0);
   }
+  std::string str(std::string_view key, const std::string& fallback = "") const {
+    auto it = opt.find(key);
+    return it == opt.end() ? fallback : it->second;
+  }
 };
 
 struct Ctx {
@@ -137,17 +148,17 @@ void check(Ctx& c, bool ok, const std::string& what) {
   (ok ? c.passed : c.failed)++;
 }
 
-unsigned char* map_device(const std::string& path) {
+unsigned char* map_device(const std::string& path, uint64_t offset) {
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     say("FAIL open %s: %s\n", path.c_str(), std::strerror(errno));
     return nullptr;
   }
-  void* p = mmap(nullptr, kMapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = mmap(nullptr, kMapBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(offset));
   int e = errno;
   close(fd);
   if (p == MAP_FAILED) {
-    say("FAIL mmap %s (2 MiB at offset 0, MAP_SHARED): %s\n", path.c_str(), std::strerror(e));
+    say("FAIL mmap %s (2 MiB at offset %" PRIu64 ", MAP_SHARED): %s\n", path.c_str(), offset, std::strerror(e));
     return nullptr;
   }
   return static_cast<unsigned char*>(p);
@@ -309,6 +320,466 @@ int scenario_kill(Ctx& c, const Args& args) {
   return c.failed ? 1 : 0;
 }
 
+// ---- pool-kill: three hosts in one cxlpool shared pool; the runner SIGKILLs guest 0 ------
+// `pool-create` (run by the runner before the guests boot) makes the pool on the shared file:
+// hosts = 3 with one slot each, coherence NONE, the lease timing given; it fills the device
+// up to the layout offset, and this program's layout follows it. Participant ID joins as host
+// index ID (guests: devdax:/dev/dax0.0, the host process: file:PATH). Handles travel through
+// each participant's box after the layout, written only by its owner.
+constexpr size_t kBoxOffset = kAreaOffset + kMaxParticipants * kAreaBytes;
+constexpr size_t kBoxBytes = 4096;
+constexpr int kMaxExports = 8;
+enum Role : uint64_t { kShared = 1, kProbeAlive = 2, kProbeDead = 3 };
+struct alignas(64) Export {  // two per 128-byte line, both its box owner's
+  cxlpool_shared_handle_t handle;
+  uint64_t bytes;  // asked for, and filled
+  uint64_t sum;    // checksum of the content
+  uint64_t role;
+  uint64_t seed;
+};
+struct alignas(kLine) PoolBox {             // written only by its participant
+  uint64_t phase;                           // PoolPhase reached
+  uint64_t exports;                         // entries of e[] published
+  uint64_t recovered;                       // cxlpool_shared_info_t.recovered_slots
+  uint64_t participants;                    // participants alive once the death was handled
+  uint64_t loops, loops_after;              // churn iterations: all; after the death was seen
+  uint64_t failed;                          // checks failed
+  uint64_t victim_checked, victim_intact;   // the victim's blocks held here, after recovery
+  uint64_t q_bytes, q_delta_alive, q_done;  // probe Q: freed while the victim leased it
+  uint64_t p_bytes, p_delta;                // probe P: freed after the recovery
+  uint64_t stale_expected, stale_seen;      // imports that must be refused; refused as stale
+  uint64_t stale_invalid;                   // ... refused as "not a block" (library bug, see below)
+  uint64_t detect_ns, recover_ns, seen_ns;  // this participant's CLOCK_MONOTONIC
+  alignas(kLine) Export e[kMaxExports];
+};
+static_assert(sizeof(PoolBox) <= kBoxBytes && kBoxOffset + kMaxParticipants * kBoxBytes <= kMapBytes);
+static_assert(sizeof(Export) == 64);
+enum PoolPhase : uint64_t { kPhOpen = 1, kPhExported, kPhImported, kPhRunning, kPhChecked, kPhReleased, kPhDone };
+constexpr const char* kPhaseNames[] = {"none",    "open",    "exported", "imported",
+                                       "running", "checked", "released", "done"};
+
+PoolBox& box(const Ctx& c, int who) {
+  return *reinterpret_cast<PoolBox*>(c.base + kBoxOffset + size_t(who) * kBoxBytes);
+}
+
+bool pool_ok(Ctx& c, cxlpool_status_t st, const std::string& what) {
+  if (st == CXLPOOL_OK) return true;
+  check(c, false, what + ": " + cxlpool_status_str(st) + " (" + cxlpool_last_error_message() + ")");
+  return false;
+}
+
+cxlpool_shared_info_t pool_info(cxlpool_shared_pool_t* pool) {
+  cxlpool_shared_info_t i{};
+  if (cxlpool_shared_pool_info(pool, &i) != CXLPOOL_OK) i.participants = ~0u;  // shows as a failure
+  return i;
+}
+
+// Block content: every `stride`-th word from (seed, i); the checksum folds the words written.
+// The pool is non-coherent: publish after writing, acquire before reading.
+uint64_t fill_block(void* p, size_t bytes, uint64_t seed, size_t stride) {
+  auto* w = static_cast<uint64_t*>(p);
+  uint64_t sum = seed;
+  for (size_t i = 0; i < bytes / 8; i += stride) {
+    w[i] = area_word(seed, 7, i);
+    sum = (sum ^ w[i]) * 0x100000001b3u;
+  }
+  cxlpool_publish(p, bytes);
+  return sum;
+}
+uint64_t block_sum(const void* p, size_t bytes, uint64_t seed, size_t stride) {
+  cxlpool_acquire(p, bytes);
+  const auto* w = static_cast<const uint64_t*>(p);
+  uint64_t sum = seed;
+  for (size_t i = 0; i < bytes / 8; i += stride) sum = (sum ^ w[i]) * 0x100000001b3u;
+  return sum;
+}
+
+// Publishes this participant's phase and waits until every participant in mask reached it.
+bool box_barrier(Ctx& c, uint64_t mask, PoolPhase phase) {
+  store(box(c, c.id).phase, phase);
+  const bool all = wait_until(
+      [&] {
+        for (int p = 0; p < c.participants; ++p)
+          if ((mask >> p & 1) && load(box(c, p).phase) < phase) return false;
+        return true;
+      },
+      c.wait_ns);
+  if (!all) {
+    std::string missing;
+    for (int p = 0; p < c.participants; ++p)
+      if ((mask >> p & 1) && load(box(c, p).phase) < phase) missing += " " + std::to_string(p);
+    check(c, false, std::string("participants") + missing + " did not reach phase " + kPhaseNames[phase] + " in time");
+  }
+  return all;
+}
+
+// One churn iteration: blocks of four classes (every fourth time also a large block of two
+// extents) allocated, filled, verified and freed; nothing is held between iterations.
+bool churn_once(Ctx& c, cxlpool_shared_pool_t* pool, uint64_t iter) {
+  static constexpr uint64_t kSizes[] = {96, 1000, 4000, 30000, (uint64_t(5) << 20) / 2};
+  constexpr int kCount = sizeof kSizes / sizeof kSizes[0];
+  void* p[kCount] = {};
+  uint64_t sums[kCount] = {};
+  const int n = iter % 4 == 0 ? kCount : kCount - 1;
+  const uint64_t nonce = load(c.l->h.nonce) ^ (iter * 0x9e3779b97f4a7c15u);
+  bool ok = true;
+  for (int k = 0; k < n && ok; ++k) {
+    ok = pool_ok(c, cxlpool_shared_alloc(pool, kSizes[k], &p[k]),
+                 "churn " + std::to_string(iter) + ": alloc " + std::to_string(kSizes[k]));
+    if (ok) sums[k] = fill_block(p[k], kSizes[k], area_word(nonce, c.id, k), kSizes[k] > 65536 ? 512 : 1);
+  }
+  for (int k = 0; k < n; ++k) {
+    if (!p[k]) continue;
+    if (block_sum(p[k], kSizes[k], area_word(nonce, c.id, k), kSizes[k] > 65536 ? 512 : 1) != sums[k]) {
+      check(c, false, "churn " + std::to_string(iter) + ": a block of " + std::to_string(kSizes[k]) + " changed");
+      ok = false;
+    }
+    ok = pool_ok(c, cxlpool_shared_free(pool, p[k]), "churn: free") && ok;
+  }
+  return ok;
+}
+
+struct Held {  // a lease taken here on another participant's block
+  int owner = -1;
+  Export e{};
+  void* p = nullptr;
+  size_t size = 0;  // usable size the import reported (the owner's class or extents)
+};
+
+// The pool-kill scenario proper, with the pool open; returns false on a failed step (the
+// checks say which).
+bool pool_kill_run(Ctx& c, const Args& args, cxlpool_shared_pool_t* pool) {
+  const int victim = int(args.num("victim", 0));
+  const uint64_t all = (uint64_t(1) << c.participants) - 1, survivors = all & ~(uint64_t(1) << victim);
+  const bool is_victim = c.id == victim;
+  const uint64_t nonce = load(c.l->h.nonce), deadline = now_ns() + c.wait_ns;
+  const uint64_t bound = args.num("recover-bound-ms", 10000) * 1000000u;
+  const uint64_t linger = args.num("linger-ms", 500) * 1000000u;
+  PoolBox& me = box(c, c.id);
+  auto bytes_in_use = [&] { return pool_info(pool).bytes_in_use; };
+
+  cxlpool_shared_info_t info = pool_info(pool);
+  say("pool: slot %u, coherence %u, %" PRIu64 " extents of %" PRIu64 " KiB, %u participants active\n", info.slot,
+      info.coherence, info.extents_total, info.extent_size >> 10, info.participants);
+  check(c, info.coherence == CXLPOOL_COHERENCE_NONE, "the pool is non-coherent (CXLPOOL_COHERENCE_NONE)");
+  if (!box_barrier(c, all, kPhOpen)) return false;
+
+  // Every participant exports four blocks (small classes and a large block of two extents);
+  // the survivors also export two probes that only the victim imports.
+  struct Spec {
+    uint64_t bytes;
+    Role role;
+  };
+  std::vector<Spec> specs = {{200, kShared}, {5000, kShared}, {60000, kShared}, {uint64_t(3) << 20, kShared}};
+  if (!is_victim) specs.insert(specs.end(), {{640, kProbeAlive}, {640, kProbeDead}});
+  std::vector<void*> mine(specs.size());
+  void *probe_alive = nullptr, *probe_dead = nullptr;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const uint64_t before = bytes_in_use();
+    if (!pool_ok(c, cxlpool_shared_alloc(pool, specs[i].bytes, &mine[i]), "alloc " + std::to_string(specs[i].bytes)))
+      return false;
+    const uint64_t accounted = bytes_in_use() - before;
+    Export e{};
+    e.bytes = specs[i].bytes;
+    e.role = specs[i].role;
+    e.seed = area_word(nonce, c.id, 1000 + i);
+    e.sum = fill_block(mine[i], e.bytes, e.seed, 1);
+    if (!pool_ok(c, cxlpool_shared_export(pool, mine[i], &e.handle), "export")) return false;
+    std::memcpy(&me.e[i], &e, sizeof e);
+    if (e.role == kProbeAlive) {
+      store(me.q_bytes, accounted);
+      probe_alive = mine[i];
+    }
+    if (e.role == kProbeDead) {
+      store(me.p_bytes, accounted);
+      probe_dead = mine[i];
+    }
+  }
+  store(me.exports, specs.size());
+  if (!box_barrier(c, all, kPhExported)) return false;
+
+  // Import: every other participant's shared blocks; the victim also the survivors' probes.
+  std::vector<Held> held;
+  uint64_t intact = 0;
+  for (int p = 0; p < c.participants; ++p) {
+    if (p == c.id) continue;
+    for (uint64_t i = 0; i < load(box(c, p).exports) && i < kMaxExports; ++i) {
+      Held h;
+      h.owner = p;
+      std::memcpy(&h.e, &box(c, p).e[i], sizeof h.e);
+      if (h.e.role != kShared && !is_victim) continue;
+      if (!pool_ok(c, cxlpool_shared_import(pool, &h.e.handle, &h.p, &h.size),
+                   "import block " + std::to_string(i) + " of participant " + std::to_string(p)))
+        return false;
+      intact += block_sum(h.p, h.e.bytes, h.e.seed, 1) == h.e.sum;
+      held.push_back(h);
+    }
+  }
+  check(c, intact == held.size() && !held.empty(),
+        "imported " + std::to_string(held.size()) + " blocks of the others, " + std::to_string(intact) +
+            " with the checksum their owner published");
+  if (!box_barrier(c, all, kPhImported)) return false;
+
+  // While the victim lives its leases count: freeing Q, which only the victim holds, leaves it
+  // in use (released, not free), so this participant's bytes in use do not drop.
+  uint64_t b0 = 0;
+  if (!is_victim) {
+    const uint64_t before = bytes_in_use();
+    if (!pool_ok(c, cxlpool_shared_free(pool, probe_alive), "free probe Q")) return false;
+    b0 = bytes_in_use();
+    store(me.q_delta_alive, before - b0);
+    check(c, before == b0,
+          "free of probe Q, leased by the live victim: bytes in use unchanged (" + std::to_string(before - b0) +
+              " bytes dropped)");
+  }
+  if (!box_barrier(c, all, kPhRunning)) return false;
+  say("CXLPOOL-MH RUNNING id=%d\n", c.id);
+
+  uint64_t iter = 0;
+  if (is_victim) {  // churn until the runner kills this guest
+    for (;;) {
+      if (!churn_once(c, pool, iter++)) return false;
+      store(me.loops, iter);
+      if (now_ns() > deadline) {
+        check(c, false, "still alive at the deadline: the runner never killed this participant");
+        return false;
+      }
+    }
+  }
+
+  // Survivors: keep churning; the victim's death shows as one participant fewer (its slot
+  // evicted), the recovery as recovered_slots of whoever recovered it.
+  const uint64_t t_run = now_ns();
+  uint64_t t_dead = 0, t_rec = 0, recovered_sum = 0;
+  for (;;) {
+    if (!churn_once(c, pool, iter++)) return false;
+    store(me.loops, iter);
+    if (t_dead) store(me.loops_after, load(me.loops_after) + 1);
+    info = pool_info(pool);
+    const uint64_t t = now_ns();
+    if (!t_dead && info.participants < uint32_t(c.participants)) {
+      t_dead = t;
+      store(me.detect_ns, t);
+      say("CXLPOOL-MH POOL-DEAD id=%d participants=%u mono_ns=%" PRIu64 "\n", c.id, info.participants, t);
+    }
+    if (!t_rec && info.recovered_slots > 0) {
+      t_rec = t;
+      store(me.recover_ns, t);
+      say("CXLPOOL-MH POOL-RECOVERED id=%d slots=%" PRIu64 " mono_ns=%" PRIu64 "\n", c.id, info.recovered_slots, t);
+    }
+    store(me.recovered, info.recovered_slots);
+    recovered_sum = 0;
+    for (int p = 0; p < c.participants; ++p)
+      if (survivors >> p & 1) recovered_sum += load(box(c, p).recovered);
+    if (t_dead && recovered_sum > 0) {
+      store(me.seen_ns, t);
+      say("CXLPOOL-MH POOL-RECOVERY-SEEN id=%d mono_ns=%" PRIu64 "\n", c.id, t);
+      break;
+    }
+    if (t - t_run > bound || t > deadline) {
+      check(c, false,
+            std::string(t_dead ? "the victim was evicted but nobody recovered it" : "the victim's death was not seen") +
+                " within " + std::to_string(bound / 1000000) + " ms of RUNNING");
+      return false;
+    }
+  }
+  store(me.participants, info.participants);
+  check(c, info.participants == uint32_t(c.participants - 1),
+        "after the death: " + std::to_string(info.participants) + " participants active");
+  check(c, recovered_sum == 1,
+        "recovered by exactly one survivor so far (sum of recovered_slots " + std::to_string(recovered_sum) +
+            ", mine " + std::to_string(info.recovered_slots) + ")");
+  const bool recoverer = info.recovered_slots > 0;
+
+  // The victim's blocks that this survivor holds: intact after the recovery adopted them.
+  uint64_t checked = 0, ok = 0, adopted_all = 0, adopted_large = 0;
+  for (const Held& h : held) {
+    if (h.owner != victim) continue;
+    ++checked;
+    ok += block_sum(h.p, h.e.bytes, h.e.seed, 1) == h.e.sum;
+    adopted_all += h.size;
+    if (h.size >= info.extent_size) adopted_large += h.size;
+  }
+  store(me.victim_checked, checked);
+  store(me.victim_intact, ok);
+  check(c, checked == 4 && ok == checked,
+        "the victim's blocks held here after its recovery: " + std::to_string(ok) + " of " + std::to_string(checked) +
+            " intact");
+
+  // Q, freed while the victim lived, was kept by its lease; that lease no longer counts, so
+  // the owner's deferred free completes: bytes in use drop by Q (churn between iterations
+  // holds nothing). The recoverer now also owns the victim's blocks the survivors hold.
+  // WORKAROUND (library bug: docs/testing.md, two-host section): a recoverer counts the adopted
+  // large blocks in bytes_in_use but not the adopted small ones; both sums are accepted and
+  // the one seen is recorded (q_done 1: all adopted blocks counted, 2: large ones only).
+  const uint64_t q_bytes = load(me.q_bytes);
+  const uint64_t want_all = b0 - q_bytes + (recoverer ? adopted_all : 0);
+  const uint64_t want_large = b0 - q_bytes + (recoverer ? adopted_large : 0);
+  uint64_t seen = 0;
+  for (const uint64_t t0 = now_ns(); now_ns() - t0 < uint64_t(3000) * 1000000u;) {
+    seen = bytes_in_use();
+    if (seen == want_all || seen == want_large) break;
+    if (!churn_once(c, pool, iter++)) return false;
+    store(me.loops, iter);
+    store(me.loops_after, load(me.loops_after) + 1);
+  }
+  const uint64_t q_done = seen == want_all ? 1 : seen == want_large ? 2 : 0;
+  store(me.q_done, q_done);
+  check(c, q_done != 0,
+        "probe Q's deferred free completed once the victim's lease stopped counting (bytes in use " +
+            std::to_string(seen) + ", expected " + std::to_string(want_all) +
+            (want_large != want_all ? " or " + std::to_string(want_large) : "") + ")");
+  if (recoverer && q_done == 2 && want_all != want_large)
+    say("note: bytes_in_use of the recoverer omits the adopted small blocks still leased (%" PRIu64
+        " bytes): library bug, worked around here\n",
+        adopted_all - adopted_large);
+
+  // P, leased only by the dead victim: freeing it now frees it at once.
+  const uint64_t before = bytes_in_use();
+  if (!pool_ok(c, cxlpool_shared_free(pool, probe_dead), "free probe P")) return false;
+  const uint64_t p_delta = before - bytes_in_use();
+  store(me.p_delta, p_delta);
+  check(c, p_delta == load(me.p_bytes),
+        "free of probe P, leased only by the dead victim: freed at once (" + std::to_string(p_delta) + " of " +
+            std::to_string(load(me.p_bytes)) + " bytes dropped)");
+  if (!box_barrier(c, survivors, kPhChecked)) return false;
+
+  // Drop the leases on the victim's blocks; then nothing of the victim's and none of the
+  // probes can be imported any more.
+  for (Held& h : held)
+    if (h.owner == victim) {
+      pool_ok(c, cxlpool_shared_release(pool, h.p), "release a block of the victim");
+      h.p = nullptr;
+    }
+  uint64_t stale_expected = 0, stale_seen = 0, stale_invalid = 0;
+  for (int p = 0; p < c.participants; ++p) {
+    if (p == c.id) continue;
+    for (uint64_t i = 0; i < load(box(c, p).exports) && i < kMaxExports; ++i) {
+      Export e{};
+      std::memcpy(&e, &box(c, p).e[i], sizeof e);
+      if (p != victim && e.role == kShared) continue;  // alive and held: importable
+      ++stale_expected;
+      void* q = nullptr;
+      const cxlpool_status_t st = cxlpool_shared_import(pool, &e.handle, &q, nullptr);
+      stale_seen += st == CXLPOOL_E_STALE;
+      // WORKAROUND (library bug: docs/testing.md, two-host section): a genuine handle whose block
+      // was freed and whose extent went back to the pool (always so for a large block) is
+      // refused with CXLPOOL_E_INVALID_ARGUMENT ("not a block") instead of CXLPOOL_E_STALE.
+      // Counted apart; the import must be refused either way.
+      stale_invalid += st == CXLPOOL_E_INVALID_ARGUMENT;
+      if (st != CXLPOOL_E_STALE)
+        say("import of block %" PRIu64 " of participant %d (generation %u, offset %" PRIu64 "): %s (%s)\n", i, p,
+            e.handle.generation, e.handle.offset, cxlpool_status_str(st),
+            st == CXLPOOL_OK ? "accepted" : cxlpool_last_error_message());
+      if (st == CXLPOOL_OK) cxlpool_shared_release(pool, q);
+    }
+  }
+  store(me.stale_expected, stale_expected);
+  store(me.stale_seen, stale_seen);
+  store(me.stale_invalid, stale_invalid);
+  check(c, stale_seen + stale_invalid == stale_expected,
+        "the victim's handles and the freed probes are refused: " + std::to_string(stale_seen) + " of " +
+            std::to_string(stale_expected) + " as stale, " + std::to_string(stale_invalid) +
+            " as not a block (library bug, worked around)");
+
+  // Keep working a while, then verify and drop the survivors' blocks held here.
+  for (const uint64_t t0 = now_ns(); now_ns() - t0 < linger;) {
+    if (!churn_once(c, pool, iter++)) return false;
+    store(me.loops, iter);
+    store(me.loops_after, load(me.loops_after) + 1);
+  }
+  ok = 0;
+  checked = 0;
+  for (Held& h : held) {
+    if (!h.p) continue;
+    ++checked;
+    ok += block_sum(h.p, h.e.bytes, h.e.seed, 1) == h.e.sum;
+    pool_ok(c, cxlpool_shared_release(pool, h.p), "release");
+  }
+  check(c, ok == checked,
+        "the other survivors' blocks held here: " + std::to_string(ok) + " of " + std::to_string(checked) +
+            " intact at the end");
+  say("churn: %" PRIu64 " iterations, %" PRIu64 " after the death was seen\n", load(me.loops), load(me.loops_after));
+  if (!box_barrier(c, survivors, kPhReleased)) return false;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    if (mine[i] == probe_alive || mine[i] == probe_dead) continue;
+    ok = block_sum(mine[i], specs[i].bytes, load(me.e[i].seed), 1) == load(me.e[i].sum);
+    check(c, ok, "my block " + std::to_string(i) + " intact before its free");
+    pool_ok(c, cxlpool_shared_free(pool, mine[i]), "free");
+  }
+  info = pool_info(pool);
+  store(me.recovered, info.recovered_slots);
+  check(c, info.leases_held == 0, "no lease left (" + std::to_string(info.leases_held) + ")");
+  say("bytes in use at the end: %" PRIu64 "\n", info.bytes_in_use);
+  return true;
+}
+
+int scenario_pool_kill(Ctx& c, const Args& args) {
+  std::string device = args.str("pool");
+  if (device.empty()) device = "devdax:" + args.str("path");
+  cxlpool_shared_params_t* params = nullptr;
+  cxlpool_shared_pool_t* pool = nullptr;
+  bool ok = pool_ok(c, cxlpool_shared_params_create(&params), "params") &&
+            pool_ok(c, cxlpool_shared_params_set_host_index(params, uint32_t(c.id)), "host index") &&
+            pool_ok(c, cxlpool_shared_pool_open(device.c_str(), params, &pool), "open " + device);
+  cxlpool_shared_params_destroy(params);
+  if (ok) say("opened %s as host %d\n", device.c_str(), c.id);
+  ok = ok && pool_kill_run(c, args, pool);
+  if (pool) ok = pool_ok(c, cxlpool_shared_pool_close(pool), "close") && ok;
+  if (ok) store(box(c, c.id).phase, kPhDone);
+  store(box(c, c.id).failed, uint64_t(c.failed));
+  return ok && !c.failed ? 0 : 1;
+}
+
+// ---- runner commands: the pool of pool-kill -----------------------------------------------
+// Creates the pool (file:PATH, which must not exist) with `pool-size` bytes, then extends the
+// file to `device-size` (the guests' node 1) so that the layout fits after the pool.
+int pool_create(Ctx& c, const Args& args) {
+  const std::string device = args.str("pool");
+  if (device.rfind("file:", 0) != 0) {
+    say("FAIL pool-create needs --pool=file:PATH\n");
+    return 2;
+  }
+  cxlpool_shared_params_t* params = nullptr;
+  cxlpool_shared_pool_t* pool = nullptr;
+  bool ok = pool_ok(c, cxlpool_shared_params_create(&params), "params") &&
+            pool_ok(c, cxlpool_shared_params_set_size(params, args.num("pool-size", uint64_t(128) << 20)), "size") &&
+            pool_ok(c, cxlpool_shared_params_set_coherence(params, CXLPOOL_COHERENCE_NONE), "coherence") &&
+            pool_ok(c, cxlpool_shared_params_set_participants(params, uint32_t(args.num("hosts", 3)), 1), "hosts") &&
+            pool_ok(c,
+                    cxlpool_shared_params_set_lease_timing(params, uint32_t(args.num("heartbeat-ms", 10)),
+                                                           uint32_t(args.num("lease-ms", 1000))),
+                    "lease timing") &&
+            pool_ok(c, cxlpool_shared_params_set_host_index(params, uint32_t(args.num("host-index", 2))), "host") &&
+            pool_ok(c, cxlpool_shared_pool_create(device.c_str(), params, 0, &pool), "create " + device);
+  cxlpool_shared_params_destroy(params);
+  if (!ok) return 1;
+  cxlpool_shared_info_t info = pool_info(pool);
+  std::printf("pool_size=%" PRIu64 "\nextents=%" PRIu64 "\nextent_size=%" PRIu64 "\n", info.size, info.extents_total,
+              info.extent_size);
+  if (!pool_ok(c, cxlpool_shared_pool_close(pool), "close")) return 1;
+  const std::string path = device.substr(5);
+  if (truncate(path.c_str(), off_t(args.num("device-size", uint64_t(256) << 20))) != 0) {
+    say("FAIL truncate %s: %s\n", path.c_str(), std::strerror(errno));
+    return 1;
+  }
+  return 0;
+}
+
+// cxlpool_shared_pool_check without repair, as key=value lines.
+int pool_check(Ctx& c, const Args& args) {
+  cxlpool_shared_check_report_t r{};
+  const cxlpool_status_t st = cxlpool_shared_pool_check(args.str("pool").c_str(), nullptr, 0, &r);
+  if (st != CXLPOOL_OK && st != CXLPOOL_E_CORRUPT) return pool_ok(c, st, "check") ? 0 : 1;
+  std::printf("status=%s\nextents_total=%" PRIu64 "\nextents_free=%" PRIu64 "\nblocks_in_use=%" PRIu64
+              "\nleases=%" PRIu64 "\nleaked_blocks=%" PRIu64 "\ndangling_leases=%" PRIu64 "\ncorrupt_words=%" PRIu64
+              "\norphan_extents=%" PRIu64 "\nlive_participants=%u\ndead_participants=%u\n",
+              st == CXLPOOL_OK ? "ok" : "corrupt", r.extents_total, r.extents_free, r.blocks_in_use, r.leases,
+              r.leaked_blocks, r.dangling_leases, r.corrupt_words, r.orphan_extents, r.live_participants,
+              r.dead_participants);
+  return 0;
+}
+
 // ---- runner commands: set up and read back the layout ------------------------------------
 int init(Ctx& c, const Args& args) {
   Header& h = c.l->h;
@@ -340,22 +811,55 @@ int inspect(Ctx& c, const Args&) {
                 !load(s.area_written) ? "none" : (area_intact(c, p) ? "intact" : "corrupt"));
     for (int q = p + 1; q < c.participants; ++q)
       std::printf("pair%d%d=%" PRIu64 "\n", p, q, load(c.l->pair[pair_index(p, q, c.participants)].flag));
+    const PoolBox& b = box(c, p);  // pool-kill
+    const uint64_t phase = load(b.phase);
+    if (phase == 0) continue;
+    const std::pair<const char*, const uint64_t*> fields[] = {{"exports", &b.exports},
+                                                              {"recovered", &b.recovered},
+                                                              {"participants", &b.participants},
+                                                              {"loops", &b.loops},
+                                                              {"loops_after", &b.loops_after},
+                                                              {"failed", &b.failed},
+                                                              {"victim_checked", &b.victim_checked},
+                                                              {"victim_intact", &b.victim_intact},
+                                                              {"q_bytes", &b.q_bytes},
+                                                              {"q_delta_alive", &b.q_delta_alive},
+                                                              {"q_done", &b.q_done},
+                                                              {"p_bytes", &b.p_bytes},
+                                                              {"p_delta", &b.p_delta},
+                                                              {"stale_expected", &b.stale_expected},
+                                                              {"stale_seen", &b.stale_seen},
+                                                              {"stale_invalid", &b.stale_invalid}};
+    std::printf("box%d.phase=%s\n", p, phase <= kPhDone ? kPhaseNames[phase] : "bad");
+    for (const auto& [name, word] : fields) std::printf("box%d.%s=%" PRIu64 "\n", p, name, load(*word));
   }
   return 0;
 }
 
+enum Kind {
+  kLayout,       // a runner command on the layout
+  kPool,         // a runner command on the pool only (--pool=DEVICE); maps no layout
+  kParticipant,  // takes an ID and joins the run (the header must be initialized)
+};
 struct Command {
   const char* name;
   int (*run)(Ctx&, const Args&);
-  bool participant;  // takes an ID and joins the run (the header must be initialized)
+  Kind kind;
 };
-constexpr Command kCommands[] = {
-    {"init", init, false}, {"inspect", inspect, false}, {"smoke", scenario_smoke, true}, {"kill", scenario_kill, true}};
+constexpr Command kCommands[] = {{"init", init, kLayout},
+                                 {"inspect", inspect, kLayout},
+                                 {"pool-create", pool_create, kPool},
+                                 {"pool-check", pool_check, kPool},
+                                 {"smoke", scenario_smoke, kParticipant},
+                                 {"kill", scenario_kill, kParticipant},
+                                 {"pool-kill", scenario_pool_kill, kParticipant}};
 
 int usage() {
-  std::fprintf(stderr,
-               "usage: vm_multihost init|inspect --path=FILE [--key=value ...]\n"
-               "       vm_multihost SCENARIO ID --path=DEVICE --nonce=N [--key=value ...]   (smoke, kill)\n");
+  std::fprintf(
+      stderr,
+      "usage: vm_multihost init|inspect --path=FILE [--layout-offset=N] [--key=value ...]\n"
+      "       vm_multihost pool-create|pool-check --pool=file:FILE [--key=value ...]\n"
+      "       vm_multihost SCENARIO ID --path=DEVICE --nonce=N [--key=value ...]   (smoke, kill, pool-kill)\n");
   return 2;
 }
 
@@ -380,13 +884,14 @@ int main(int argc, char** argv) {
   const Command* cmd = nullptr;
   for (const Command& k : kCommands)
     if (args.command == k.name) cmd = &k;
-  if (!cmd || !args.opt.count("path")) return usage();
+  if (!cmd || (cmd->kind == kPool ? !args.opt.count("pool") : !args.opt.count("path"))) return usage();
 
   Ctx c;
-  c.base = map_device(args.opt["path"]);
+  if (cmd->kind == kPool) return cmd->run(c, args);
+  c.base = map_device(args.opt["path"], args.num("layout-offset", 0));
   if (!c.base) return 1;
   c.l = reinterpret_cast<Layout*>(c.base);
-  if (!cmd->participant) {
+  if (cmd->kind == kLayout) {
     c.participants = int(std::min<uint64_t>(load(c.l->h.participants), kMaxParticipants));
     return cmd->run(c, args);
   }
