@@ -179,6 +179,7 @@ void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
       if (view_.anyone_holds(offset, bw.generation)) {
         held.push_back(offset);
         ++o.used;
+        if (!large) bytes_in_use_ += view_.class_size(w.cls);  // ours now, until the last lease goes
         continue;
       }
     }

@@ -348,7 +348,7 @@ struct alignas(kLine) PoolBox {             // written only by its participant
   uint64_t q_bytes, q_delta_alive, q_done;  // probe Q: freed while the victim leased it
   uint64_t p_bytes, p_delta;                // probe P: freed after the recovery
   uint64_t stale_expected, stale_seen;      // imports that must be refused; refused as stale
-  uint64_t stale_invalid;                   // ... refused as "not a block" (library bug, see below)
+  uint64_t stale_invalid;                   // ... refused as invalid instead (must stay 0)
   uint64_t detect_ns, recover_ns, seen_ns;  // this participant's CLOCK_MONOTONIC
   alignas(kLine) Export e[kMaxExports];
 };
@@ -609,9 +609,8 @@ bool pool_kill_run(Ctx& c, const Args& args, cxlpool_shared_pool_t* pool) {
   // Q, freed while the victim lived, was kept by its lease; that lease no longer counts, so
   // the owner's deferred free completes: bytes in use drop by Q (churn between iterations
   // holds nothing). The recoverer now also owns the victim's blocks the survivors hold.
-  // WORKAROUND (library bug: docs/testing.md, two-host section): a recoverer counts the adopted
-  // large blocks in bytes_in_use but not the adopted small ones; both sums are accepted and
-  // the one seen is recorded (q_done 1: all adopted blocks counted, 2: large ones only).
+  // q_done 1: bytes in use exact (every adopted block counted); 2: only the large ones
+  // (a past bug, kept visible); 0: neither.
   const uint64_t q_bytes = load(me.q_bytes);
   const uint64_t want_all = b0 - q_bytes + (recoverer ? adopted_all : 0);
   const uint64_t want_large = b0 - q_bytes + (recoverer ? adopted_large : 0);
@@ -625,14 +624,10 @@ bool pool_kill_run(Ctx& c, const Args& args, cxlpool_shared_pool_t* pool) {
   }
   const uint64_t q_done = seen == want_all ? 1 : seen == want_large ? 2 : 0;
   store(me.q_done, q_done);
-  check(c, q_done != 0,
+  check(c, q_done == 1,
         "probe Q's deferred free completed once the victim's lease stopped counting (bytes in use " +
             std::to_string(seen) + ", expected " + std::to_string(want_all) +
             (want_large != want_all ? " or " + std::to_string(want_large) : "") + ")");
-  if (recoverer && q_done == 2 && want_all != want_large)
-    say("note: bytes_in_use of the recoverer omits the adopted small blocks still leased (%" PRIu64
-        " bytes): library bug, worked around here\n",
-        adopted_all - adopted_large);
 
   // P, leased only by the dead victim: freeing it now frees it at once.
   const uint64_t before = bytes_in_use();
@@ -662,10 +657,7 @@ bool pool_kill_run(Ctx& c, const Args& args, cxlpool_shared_pool_t* pool) {
       void* q = nullptr;
       const cxlpool_status_t st = cxlpool_shared_import(pool, &e.handle, &q, nullptr);
       stale_seen += st == CXLPOOL_E_STALE;
-      // WORKAROUND (library bug: docs/testing.md, two-host section): a genuine handle whose block
-      // was freed and whose extent went back to the pool (always so for a large block) is
-      // refused with CXLPOOL_E_INVALID_ARGUMENT ("not a block") instead of CXLPOOL_E_STALE.
-      // Counted apart; the import must be refused either way.
+      // A genuine handle of a freed block is stale, also when its extent went back to the pool.
       stale_invalid += st == CXLPOOL_E_INVALID_ARGUMENT;
       if (st != CXLPOOL_E_STALE)
         say("import of block %" PRIu64 " of participant %d (generation %u, offset %" PRIu64 "): %s (%s)\n", i, p,
@@ -677,10 +669,9 @@ bool pool_kill_run(Ctx& c, const Args& args, cxlpool_shared_pool_t* pool) {
   store(me.stale_expected, stale_expected);
   store(me.stale_seen, stale_seen);
   store(me.stale_invalid, stale_invalid);
-  check(c, stale_seen + stale_invalid == stale_expected,
-        "the victim's handles and the freed probes are refused: " + std::to_string(stale_seen) + " of " +
-            std::to_string(stale_expected) + " as stale, " + std::to_string(stale_invalid) +
-            " as not a block (library bug, worked around)");
+  check(c, stale_seen == stale_expected,
+        "the victim's handles and the freed probes are refused as stale: " + std::to_string(stale_seen) + " of " +
+            std::to_string(stale_expected) + " (" + std::to_string(stale_invalid) + " as invalid)");
 
   // Keep working a while, then verify and drop the survivors' blocks held here.
   for (const uint64_t t0 = now_ns(); now_ns() - t0 < linger;) {
