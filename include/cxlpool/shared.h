@@ -57,6 +57,16 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_leases(cxlpool_shared_par
  * must be at least 3 heartbeats. Size it to the worst stall of the machines (docs/shared.md). */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t* params,
                                                                     uint32_t heartbeat_ms, uint32_t lease_timeout_ms);
+/* Composition: create carves named quotas out of the pool, each of whole extents (bytes are
+ * rounded down; at most 15 quotas). Participants of a quota together own at most its extents;
+ * "default" gets what the named quotas leave. A quota is a reservation too: no other quota can
+ * take its extents. Names: 1-23 characters of [A-Za-z0-9_.-]. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_add_quota(cxlpool_shared_params_t* params, const char* name,
+                                                             uint64_t bytes);
+/* The quota a participant draws on (create and open; "default" when not set). Opening with a
+ * quota the pool does not have fails with CXLPOOL_E_CONFIG naming it. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_quota(cxlpool_shared_params_t* params, const char* name);
+
 /* Test emulation of non-coherent sharing (coherence NONE pools only). This participant sees
  * its blocks through a software model of a stale cache: a private copy of the pool's data area
  * (twice its size in private memory), refreshed only by cxlpool_acquire and written back only
@@ -116,18 +126,21 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_release(cxlpool_shared_pool_t* pool,
 
 typedef struct cxlpool_shared_info {
   uint64_t pool_id[2];
-  uint64_t size;            /* bytes of the device the pool uses */
-  uint64_t extent_size;     /* bytes */
-  uint64_t extents_total;   /* extents in the pool */
-  uint64_t extents_free;    /* extents no participant owns */
-  uint64_t extents_mine;    /* extents this participant owns */
-  uint64_t bytes_in_use;    /* bytes of blocks this participant holds as owner */
-  uint32_t participants;    /* slots active now */
-  uint32_t slot;            /* this participant's slot */
-  uint32_t coherence;       /* cxlpool_coherence_t */
-  uint32_t leases_held;     /* blocks this participant has imported */
-  uint64_t recovered_slots; /* dead participants this one has recovered */
-  uint64_t corrupt_words;   /* metadata words that failed their check (quarantined) */
+  uint64_t size;              /* bytes of the device the pool uses */
+  uint64_t extent_size;       /* bytes */
+  uint64_t extents_total;     /* extents in the pool */
+  uint64_t extents_free;      /* extents no participant owns */
+  uint64_t extents_mine;      /* extents this participant owns */
+  uint64_t bytes_in_use;      /* bytes of blocks this participant holds as owner */
+  uint32_t participants;      /* slots active now */
+  uint32_t slot;              /* this participant's slot */
+  uint32_t coherence;         /* cxlpool_coherence_t */
+  uint32_t leases_held;       /* blocks this participant has imported */
+  uint64_t recovered_slots;   /* dead participants this one has recovered */
+  uint64_t corrupt_words;     /* metadata words that failed their check (quarantined) */
+  char quota[24];             /* the quota this participant draws on ("default" unless set) */
+  uint64_t quota_extents_max; /* extents the quota's participants may own together */
+  uint64_t quota_extents_used;
   uint64_t reserved[8];
 } cxlpool_shared_info_t;
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_info(cxlpool_shared_pool_t* pool, cxlpool_shared_info_t* out);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // C ABI for shared pools (include/cxlpool/shared.h): parameter objects, create/open/close,
 // blocks, handles and leases, publish/acquire.
+#include <cctype>
 #include <string>
 
 #include "capi/capi_guard.hpp"
@@ -103,6 +104,39 @@ cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t*
                 " ms: need 1..60000 ms and a timeout of at least 3 heartbeats (at most an hour)");
     params->p.heartbeat_ms = heartbeat_ms;
     params->p.lease_timeout_ms = lease_timeout_ms;
+  });
+}
+
+namespace {
+void require_quota_name(const char* function, const char* name) {
+  require(name != nullptr, function, "name is NULL");
+  const std::string n = name;
+  bool ok = !n.empty() && n.size() <= 23;
+  for (char c : n) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
+  require(ok, function, "quota name \"" + n + "\": need 1-23 characters of [A-Za-z0-9_.-]");
+}
+}  // namespace
+
+cxlpool_status_t cxlpool_shared_params_add_quota(cxlpool_shared_params_t* params, const char* name, uint64_t bytes) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_add_quota", "params is NULL");
+    require_quota_name("cxlpool_shared_params_add_quota", name);
+    require(std::string(name) != "default", "cxlpool_shared_params_add_quota",
+            "\"default\" is the quota of what the named ones leave; choose another name");
+    for (const auto& q : params->p.quotas)
+      require(q.first != name, "cxlpool_shared_params_add_quota", "quota \"" + std::string(name) + "\" added twice");
+    require(params->p.quotas.size() < S::kMaxQuotas - 1, "cxlpool_shared_params_add_quota",
+            "more than " + std::to_string(S::kMaxQuotas - 1) + " quotas");
+    require(bytes > 0, "cxlpool_shared_params_add_quota", "quota \"" + std::string(name) + "\" of 0 bytes");
+    params->p.quotas.emplace_back(name, bytes);
+  });
+}
+
+cxlpool_status_t cxlpool_shared_params_set_quota(cxlpool_shared_params_t* params, const char* name) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_quota", "params is NULL");
+    require_quota_name("cxlpool_shared_params_set_quota", name);
+    params->p.quota = name;
   });
 }
 

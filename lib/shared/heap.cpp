@@ -24,17 +24,21 @@ using detail::fail;
 
 // ---- Claims ------------------------------------------------------------------------------
 
-bool SharedPool::claim(ClaimKind kind, uint32_t first, uint32_t count) {
+bool SharedPool::claim(ClaimKind kind, uint32_t first, uint32_t count, uint32_t quota_plus_one) {
   const uint64_t salt = view_.salt();
+  view_.store(view_.slot_word(slot_, 2, 1), encode_quota_claim(quota_plus_one, slot_, salt));
   view_.store(view_.slot_word(slot_, 2, 0), encode_claim(kind, first, count, slot_, salt));
   PoolView::fence();
   for (uint32_t s = 0; s < view_.slot_count(); ++s) {
     if (s == slot_ || !view_.slot_live(s)) continue;  // the dead hold no claims
     ClaimKind k{};
-    uint32_t f = 0, c = 0;
+    uint32_t f = 0, c = 0, q = 0;
     if (!decode_claim(view_.load(view_.slot_word(s, 2, 0)), s, salt, &k, &f, &c) || k != kind) continue;
     const bool overlap = kind == kClaimRecover ? f == first : (f < first + count && first < f + c);
-    if (overlap) {
+    const bool same_quota = quota_plus_one != 0 &&
+                            decode_quota_claim(view_.load(view_.slot_word(s, 2, 1)), s, salt, &q) &&
+                            q == quota_plus_one;
+    if (overlap || same_quota) {
       unclaim();
       return false;
     }
@@ -42,7 +46,23 @@ bool SharedPool::claim(ClaimKind kind, uint32_t first, uint32_t count) {
   return true;
 }
 
-void SharedPool::unclaim() { view_.store(view_.slot_word(slot_, 2, 0), 0); }
+void SharedPool::unclaim() {
+  view_.store(view_.slot_word(slot_, 2, 0), 0);
+  view_.store(view_.slot_word(slot_, 2, 1), 0);
+}
+
+uint64_t SharedPool::quota_use(uint32_t quota) const {
+  uint64_t used = 0;
+  for (uint64_t e = 0; e < view_.extent_count(); ++e) {
+    ExtentWord w;
+    if (!view_.extent(e, &w)) {
+      ++used;  // unreadable: counted against every quota rather than handed out twice
+      continue;
+    }
+    if (w.kind != kExtentFree && w.quota == quota) ++used;
+  }
+  return used;
+}
 
 // ---- Extents -----------------------------------------------------------------------------
 
@@ -62,10 +82,16 @@ bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uin
       if (run < count) continue;
       const uint64_t first = e + 1 - count;
       run = 0;
-      if (!claim(kClaimExtents, static_cast<uint32_t>(first), count)) {
+      if (!claim(kClaimExtents, static_cast<uint32_t>(first), count, quota_ + 1)) {
         conflicted = true;
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50));
         continue;
+      }
+      // Under the quota claim no other participant of our quota is counting or claiming.
+      if (quota_use(quota_) + count > view_.sb().quotas[quota_].max_extents) {
+        unclaim();
+        quota_full_ = true;
+        return false;
       }
       bool still_free = true;  // someone may have finished a claim between our scan and claim
       for (uint64_t i = first; i < first + count && still_free; ++i)
@@ -77,12 +103,12 @@ bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uin
       if (kind == kExtentLargeHead) {
         for (uint32_t i = 1; i < count; ++i)
           view_.store(&view_.extent_entry(first + i)->word,
-                      encode_extent({slot_, incarnation_, kExtentLargeTail, 0, i}, first + i, salt));
+                      encode_extent({slot_, incarnation_, kExtentLargeTail, 0, i, quota_}, first + i, salt));
         const uint32_t gen = static_cast<uint32_t>(view_.load(&view_.extent_entry(first)->next_generation)) + 1;
         view_.store(&view_.extent_entry(first)->large_state,
                     encode_block({gen, kBlockAllocated}, view_.extent_offset(first), salt));
         view_.store(&view_.extent_entry(first)->word,
-                    encode_extent({slot_, incarnation_, kExtentLargeHead, 0, count}, first, salt));
+                    encode_extent({slot_, incarnation_, kExtentLargeHead, 0, count, quota_}, first, salt));
         Owned& o = owned_[first];
         o.cls = view_.sb().class_count;
         o.span = count;
@@ -90,7 +116,7 @@ bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uin
         o.max_gen = gen;
       } else {
         view_.store(&view_.extent_entry(first)->word,
-                    encode_extent({slot_, incarnation_, kExtentFormatting, cls, 1}, first, salt));
+                    encode_extent({slot_, incarnation_, kExtentFormatting, cls, 1, quota_}, first, salt));
       }
       unclaim();
       extent_lines_handover(first, count);  // no stale line of a previous owner survives in our caches
@@ -116,7 +142,8 @@ void SharedPool::format_small(uint64_t e, uint32_t cls, uint32_t start_gen) {
     view_.store(view_.block_word(e, b), encode_block({start_gen, kBlockFree}, view_.block_offset(e, cls, b), salt));
     o.free_blocks[g.blocks - 1 - b] = static_cast<uint32_t>(b);  // pop gives the lowest first
   }
-  view_.store(&view_.extent_entry(e)->word, encode_extent({slot_, incarnation_, kExtentSmall, cls, 1}, e, salt));
+  view_.store(&view_.extent_entry(e)->word,
+              encode_extent({slot_, incarnation_, kExtentSmall, cls, 1, quota_}, e, salt));
   partial_[cls].push_back(e);
 }
 
@@ -185,7 +212,13 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
   ensure_usable();
   std::lock_guard<std::mutex> lock(mu_);
   const uint32_t cls = view_.class_for(size);
+  quota_full_ = false;
   void* p = cls < view_.sb().class_count ? alloc_small(cls) : alloc_large(size);
+  if (!p && quota_full_)
+    fail(CXLPOOL_E_CAPACITY, what_ + ": quota \"" + std::string(view_.sb().quotas[quota_].name) + "\" is full (" +
+                                 std::to_string(view_.sb().quotas[quota_].max_extents) + " extents of " +
+                                 std::to_string(view_.extent_size()) + " bytes); " + std::to_string(size) +
+                                 " bytes do not fit");
   if (!p)
     fail(CXLPOOL_E_CAPACITY, what_ + ": no room for " + std::to_string(size) + " bytes (" +
                                  std::to_string(view_.extent_count()) + " extents of " +

@@ -46,7 +46,7 @@ uint64_t encode_extent(const ExtentWord& w, uint64_t index, uint64_t salt) noexc
   if (w.kind == kExtentFree) return 0;
   const uint64_t payload = (uint64_t{(w.owner_slot + 1) & 0xff} << 40) | (uint64_t{w.owner_inc & 0xffff} << 24) |
                            (uint64_t{static_cast<uint8_t>(w.kind) & 7u} << 21) | (uint64_t{w.cls & 63u} << 15) |
-                           (w.span & kMaxSpan);
+                           (uint64_t{w.quota & 15u} << 11) | (w.span & kMaxSpan);
   return (payload << 16) | (word_check(payload, index, salt ^ 0xe1) & 0xffff);
 }
 
@@ -64,6 +64,7 @@ bool decode_extent(uint64_t raw, uint64_t index, uint64_t salt, ExtentWord* out)
   out->owner_inc = static_cast<uint32_t>(payload >> 24) & 0xffff;
   out->kind = static_cast<ExtentKind>(kind);
   out->cls = static_cast<uint32_t>(payload >> 15) & 63u;
+  out->quota = static_cast<uint32_t>(payload >> 11) & 15u;
   out->span = static_cast<uint32_t>(payload) & kMaxSpan;
   return true;
 }
@@ -151,6 +152,17 @@ bool decode_claim(uint64_t raw, uint64_t slot, uint64_t salt, ClaimKind* kind, u
   *first = static_cast<uint32_t>(payload >> 24) & 0xffffffu;
   *count = static_cast<uint32_t>(payload) & 0xffffffu;
   return *kind != kClaimNone;
+}
+
+uint64_t encode_quota_claim(uint32_t quota_plus_one, uint64_t slot, uint64_t salt) noexcept {
+  if (quota_plus_one == 0) return 0;
+  return (uint64_t{quota_plus_one} << 32) | word_check(quota_plus_one, slot, salt ^ 0x9a);
+}
+
+bool decode_quota_claim(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* quota_plus_one) noexcept {
+  *quota_plus_one = static_cast<uint32_t>(raw >> 32);
+  if (raw == 0) return true;
+  return static_cast<uint32_t>(raw) == word_check(*quota_plus_one, slot, salt ^ 0x9a);
 }
 
 uint64_t lease_gen_check(uint64_t offset, uint32_t generation, uint64_t slot, uint64_t salt) noexcept {

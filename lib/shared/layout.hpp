@@ -29,8 +29,9 @@ inline constexpr size_t kLeaseEntryBytes = 16;
 inline constexpr size_t kExtentEntryBytes = kLine;
 inline constexpr size_t kMinBlock = 128;  // blocks are 128-byte aligned: no two owners per line
 inline constexpr uint32_t kMaxClasses = 48;
-inline constexpr uint32_t kMaxSlots = 255;  // slot number + 1 fits in 8 bits of an extent word
-inline constexpr uint32_t kMaxSpan = (1u << 15) - 1;
+inline constexpr uint32_t kMaxSlots = 255;            // slot number + 1 fits in 8 bits of an extent word
+inline constexpr uint32_t kMaxSpan = (1u << 11) - 1;  // extents in one large block
+inline constexpr uint32_t kMaxQuotas = 16;            // quota 0 is "default": what the others leave
 
 enum : uint32_t { kStateCreating = 1, kStateReady = 2 };
 
@@ -53,6 +54,12 @@ struct Superblock {
   uint32_t class_count;
   uint32_t mode;  // permission bits the creator asked for
   uint32_t class_size[kMaxClasses];
+  uint32_t quota_count;  // >= 1
+  uint32_t reserved0;
+  struct Quota {
+    char name[24];         // NUL-terminated
+    uint64_t max_extents;  // extents its participants may own together
+  } quotas[kMaxQuotas];
   uint32_t checksum;  // crc32c of every byte before it
 };
 static_assert(sizeof(Superblock) <= kSuperblockBytes);
@@ -81,7 +88,8 @@ struct SlotLine0 {
 // (high 32 bits) and slot + 1 (low 32 bits).
 enum EvictPhase : uint8_t { kEvictNone = 0, kEvictRecovering = 1, kEvictDone = 2 };
 // Line 2, word 0 "claim": kind (2) | first (24) | count (24) | check (14). Dekker-style: write,
-// fence, read everyone else's; any overlap -> withdraw.
+// fence, read everyone else's; any overlap -> withdraw. Word 1 "quota claim": quota + 1 (or 0)
+// | check: claimers of extents for one quota exclude each other while they count its use.
 enum ClaimKind : uint8_t { kClaimNone = 0, kClaimExtents = 1, kClaimRecover = 2 };
 // Line 3: counters (owner-written; informational).
 struct SlotCounters {
@@ -90,7 +98,8 @@ struct SlotCounters {
 
 // ---- Extent entry (128 B) ----------------------------------------------------------------
 // word 0: payload (48) | check (16); 0 = free. payload: owner slot+1 (8) | owner incarnation
-// low 16 bits (16) | kind (3) | class (6) | span (15).
+// low 16 bits (16) | kind (3) | class (6) | quota (4) | span (11). The quota travels with the
+// extent: a recoverer holding a dead participant's extents holds them on its quota's account.
 enum ExtentKind : uint8_t {
   kExtentFree = 0,
   kExtentFormatting = 1,  // claimed, state words being written; no block handed out yet
@@ -112,6 +121,7 @@ struct ExtentWord {
   ExtentKind kind = kExtentFree;
   uint32_t cls = 0;
   uint32_t span = 0;
+  uint32_t quota = 0;
 };
 uint64_t encode_extent(const ExtentWord& w, uint64_t index, uint64_t salt) noexcept;
 // false when the check bits do not match (corrupt or torn by a scribbler).
@@ -148,6 +158,8 @@ bool decode_eviction(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* inc, 
 uint64_t encode_claim(ClaimKind kind, uint32_t first, uint32_t count, uint64_t slot, uint64_t salt) noexcept;
 bool decode_claim(uint64_t raw, uint64_t slot, uint64_t salt, ClaimKind* kind, uint32_t* first,
                   uint32_t* count) noexcept;
+uint64_t encode_quota_claim(uint32_t quota_plus_one, uint64_t slot, uint64_t salt) noexcept;
+bool decode_quota_claim(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* quota_plus_one) noexcept;
 uint64_t lease_gen_check(uint64_t offset, uint32_t generation, uint64_t slot, uint64_t salt) noexcept;
 
 // ---- Geometry ----------------------------------------------------------------------------

@@ -140,6 +140,25 @@ Superblock plan_superblock(const SharedParams& p, uint64_t device_size) {
     s = std::max(s + kMinBlock, round_up(s + s / 4, kMinBlock));
   }
   sb.class_count = count;
+  // Quotas: each named one reserves whole extents; "default" (quota 0) gets the rest.
+  if (p.quotas.size() + 1 > kMaxQuotas)
+    bad(std::to_string(p.quotas.size()) + " quotas; at most " + std::to_string(kMaxQuotas - 1) +
+        " besides \"default\"");
+  uint64_t reserved = 0;
+  sb.quota_count = static_cast<uint32_t>(p.quotas.size() + 1);
+  std::strcpy(sb.quotas[0].name, "default");
+  for (size_t i = 0; i < p.quotas.size(); ++i) {
+    const auto& [name, bytes] = p.quotas[i];
+    const uint64_t extents = bytes / e;
+    if (extents == 0)
+      bad("quota \"" + name + "\" of " + std::to_string(bytes) + " bytes is smaller than one " + std::to_string(e) +
+          "-byte extent");
+    std::strncpy(sb.quotas[i + 1].name, name.c_str(), sizeof sb.quotas[i + 1].name - 1);
+    sb.quotas[i + 1].max_extents = extents;
+    reserved += extents;
+  }
+  if (reserved > n) bad("quotas reserve " + std::to_string(reserved) + " extents; the pool has " + std::to_string(n));
+  sb.quotas[0].max_extents = n - reserved;
   sb.checksum = crc32c(&sb, offsetof(Superblock, checksum));
   return sb;
 }
@@ -341,6 +360,15 @@ void SharedPool::join(const SharedParams* params) {
     fail(CXLPOOL_E_INVALID_ARGUMENT,
          what_ + ": host index " + std::to_string(host) + " but the pool has " + std::to_string(sb.hosts) + " host(s)");
   pid_ = os::prim::process_id();
+  const std::string quota = params && !params->quota.empty() ? params->quota : "default";
+  quota_ = sb.quota_count;
+  std::string known;
+  for (uint32_t q = 0; q < sb.quota_count; ++q) {
+    if (quota == sb.quotas[q].name) quota_ = q;
+    known += std::string(q ? ", " : "") + sb.quotas[q].name;
+  }
+  if (quota_ == sb.quota_count)
+    fail(CXLPOOL_E_CONFIG, what_ + ": no quota named \"" + quota + "\" (the pool has: " + known + ")");
   const uint64_t salt = view_.salt();
   for (uint32_t s = host * sb.slots_per_host; s < (host + 1) * sb.slots_per_host && !joined_; ++s) {
     uint64_t* word = view_.slot_word(s, 0, 0);
@@ -371,6 +399,7 @@ void SharedPool::join(const SharedParams* params) {
   SlotLine0* line = view_.slot_line0(slot_);
   view_.store(&line->heartbeat, 0);
   view_.store(view_.slot_word(slot_, 2, 0), 0);  // no claim
+  view_.store(view_.slot_word(slot_, 2, 1), 0);
   LeaseEntry* table = view_.lease_table(slot_);
   for (uint32_t i = 0; i < sb.lease_entries; ++i) {
     view_.store(&table[i].offset, 0);

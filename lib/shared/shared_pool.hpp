@@ -32,7 +32,9 @@ struct SharedParams {
   uint32_t heartbeat_ms = 10;
   uint32_t lease_timeout_ms = 300;
   uint32_t host_index = 0;
-  bool coherence_set = false;  // unset with hosts > 1: NONE (no cross-host coherence assumed)
+  std::vector<std::pair<std::string, uint64_t>> quotas;  // create: name -> bytes (whole extents)
+  std::string quota;                                     // the quota this participant draws on
+  bool coherence_set = false;                            // unset with hosts > 1: NONE (no cross-host coherence assumed)
   // Test-only: see this participant's blocks through a NoncoherentView (coherence NONE only).
   bool noncoherent_view = false;
   uint64_t view_seed = 0;
@@ -96,7 +98,8 @@ class SharedPool {
   void adopt_extent(uint64_t e, const ExtentWord& w);
 
   // Claims (Dekker over the slots' claim words).
-  bool claim(ClaimKind kind, uint32_t first, uint32_t count);
+  bool claim(ClaimKind kind, uint32_t first, uint32_t count, uint32_t quota_plus_one = 0);
+  uint64_t quota_use(uint32_t quota) const;  // extents owned on quota's account
   void unclaim();
 
   // Heap (caller holds mu_).
@@ -124,6 +127,7 @@ class SharedPool {
   PoolView view_;
   uint32_t slot_ = 0;
   uint32_t incarnation_ = 0;
+  uint32_t quota_ = 0;  // index in the superblock's quota table
   int pid_ = 0;
   bool joined_ = false;
   std::atomic<bool> evicted_{false};
@@ -145,6 +149,7 @@ class SharedPool {
   uint64_t recovered_slots_ = 0;
   uint64_t extent_hint_ = 0;
   uint64_t ticks_ = 0;
+  bool quota_full_ = false;  // the last grab failed on the quota, not on the pool
 
   // The watch over the others: last heartbeat value seen and when it last changed.
   struct Seen {

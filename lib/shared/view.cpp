@@ -63,6 +63,14 @@ Superblock PoolView::validate(const void* base, uint64_t size, const std::string
       sb.data_offset % kLine != 0 || sb.extent_count == 0 || sb.extent_count > (1u << 24) ||
       sb.data_offset + sb.extent_count * sb.extent_size > sb.size)
     bad("superblock offsets inconsistent");
+  uint64_t quota_extents = 0;
+  if (sb.quota_count == 0 || sb.quota_count > kMaxQuotas) bad("quota table invalid");
+  for (uint32_t q = 0; q < sb.quota_count; ++q) {
+    if (std::memchr(sb.quotas[q].name, 0, sizeof sb.quotas[q].name) == nullptr || sb.quotas[q].name[0] == 0)
+      bad("quota table invalid");
+    quota_extents += sb.quotas[q].max_extents;
+  }
+  if (quota_extents != sb.extent_count) bad("quotas do not add up to the pool's extents");
   uint32_t prev = 0;
   for (uint32_t c = 0; c < sb.class_count; ++c) {
     const uint32_t s = sb.class_size[c];

@@ -283,6 +283,9 @@ cxlpool_shared_info_t SharedPool::info() {
   out.leases_held = static_cast<uint32_t>(leases_.size());
   out.recovered_slots = recovered_slots_;
   out.corrupt_words = corrupt_words_;
+  std::memcpy(out.quota, sb.quotas[quota_].name, sizeof out.quota);
+  out.quota_extents_max = sb.quotas[quota_].max_extents;
+  out.quota_extents_used = quota_use(quota_);
   return out;
 }
 

@@ -547,3 +547,85 @@ TEST_CASE("coherence: defaults and the view's preconditions", "[shared]") {
   cxlpool_shared_pool_close(p);
   unlink(("/dev/shm/" + name).c_str());
 }
+
+TEST_CASE("quotas: a workload cannot allocate past its quota and does not disturb the others", "[shared]") {
+  const std::string name = unique_name("quota");
+  const std::string device = "shm:" + name;
+  Params params;
+  REQUIRE(cxlpool_shared_params_add_quota(params.p, "prefill", 8u << 20) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_params_add_quota(params.p, "decode", (4u << 20) + 12345) == CXLPOOL_OK);  // 4 extents
+  CHECK(cxlpool_shared_params_add_quota(params.p, "decode", 1u << 20) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_shared_params_add_quota(params.p, "default", 1u << 20) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_shared_params_add_quota(params.p, "a b", 1u << 20) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(std::string(cxlpool_last_error_message()).find("\"a b\"") != std::string::npos);
+  cxlpool_shared_pool_t* creator = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &creator) == CXLPOOL_OK);
+  auto ci = info_of(creator);
+  CHECK(std::string(ci.quota) == "default");
+  CHECK(ci.quota_extents_max == ci.extents_total - 12);
+
+  auto open_in = [&](const char* quota) {
+    Params qp;
+    REQUIRE(cxlpool_shared_params_set_quota(qp.p, quota) == CXLPOOL_OK);
+    cxlpool_shared_pool_t* p = nullptr;
+    REQUIRE(cxlpool_shared_pool_open(device.c_str(), qp.p, &p) == CXLPOOL_OK);
+    return p;
+  };
+  auto fill_up = [](cxlpool_shared_pool_t* p, std::vector<void*>* out) {
+    void* b = nullptr;
+    cxlpool_status_t st;
+    while ((st = cxlpool_shared_alloc(p, 1u << 20, &b)) == CXLPOOL_OK) out->push_back(b);
+    return st;
+  };
+  cxlpool_shared_pool_t* prefill = open_in("prefill");
+  cxlpool_shared_pool_t* decode = open_in("decode");
+  std::vector<void*> a, b, d;
+  CHECK(fill_up(prefill, &a) == CXLPOOL_E_CAPACITY);
+  CHECK(std::string(cxlpool_last_error_message()).find("quota \"prefill\" is full") != std::string::npos);
+  CHECK(a.size() == 8);
+  CHECK(fill_up(decode, &b) == CXLPOOL_E_CAPACITY);
+  CHECK(b.size() == 4);
+  CHECK(fill_up(creator, &d) == CXLPOOL_E_CAPACITY);
+  CHECK(d.size() == ci.extents_total - 12);
+  CHECK(info_of(prefill).quota_extents_used == 8);
+  for (void* x : a) REQUIRE(cxlpool_shared_free(prefill, x) == CXLPOOL_OK);
+  CHECK(info_of(prefill).quota_extents_used == 0);
+  CHECK(info_of(decode).quota_extents_used == 4);  // untouched by the others
+
+  // Three processes racing in one quota: together they never exceed it.
+  std::vector<pid_t> kids;
+  for (int k = 0; k < 3; ++k) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      Params qp;
+      cxlpool_shared_params_set_quota(qp.p, "prefill");
+      cxlpool_shared_pool_t* p = nullptr;
+      if (cxlpool_shared_pool_open(device.c_str(), qp.p, &p) != CXLPOOL_OK) _exit(100);
+      int got = 0;
+      void* x = nullptr;
+      while (cxlpool_shared_alloc(p, 1u << 20, &x) == CXLPOOL_OK) ++got;
+      usleep(200000);  // hold them while the others try
+      _exit(got);
+    }
+    kids.push_back(pid);
+  }
+  int total = 0;
+  for (pid_t pid : kids) total += wait_exit(pid);
+  CHECK(total == 8);
+
+  Params unknown;
+  REQUIRE(cxlpool_shared_params_set_quota(unknown.p, "nope") == CXLPOOL_OK);
+  cxlpool_shared_pool_t* p = nullptr;
+  CHECK(cxlpool_shared_pool_open(device.c_str(), unknown.p, &p) == CXLPOOL_E_CONFIG);
+  CHECK(std::string(cxlpool_last_error_message()).find("\"nope\"") != std::string::npos);
+  Params too_big(8u << 20);
+  REQUIRE(cxlpool_shared_params_add_quota(too_big.p, "huge", 64u << 20) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_pool_create(("shm:" + unique_name("big")).c_str(), too_big.p, 0, &p) == CXLPOOL_E_CONFIG);
+
+  for (void* x : b) cxlpool_shared_free(decode, x);
+  for (void* x : d) cxlpool_shared_free(creator, x);
+  cxlpool_shared_pool_close(decode);
+  cxlpool_shared_pool_close(prefill);
+  cxlpool_shared_pool_close(creator);
+  unlink(("/dev/shm/" + name).c_str());
+}
