@@ -16,6 +16,7 @@ const char* kUsage =
     "usage: cxlpool-pool create DEVICE --size BYTES[K|M|G] [--extent BYTES] [--coherence host|fabric|none]\n"
     "                          [--mode OCTAL] [--hosts N] [--participants N] [--leases N]\n"
     "                          [--heartbeat-ms N] [--timeout-ms N] [--format-device]\n"
+    "                          [--quota NAME=BYTES]... [--failure-domain NAME]\n"
     "       cxlpool-pool info DEVICE [--json] [--host-index N]\n"
     "       cxlpool-pool check DEVICE [--repair] [--json] [--host-index N]\n"
     "       cxlpool-pool rm DEVICE\n"
@@ -145,6 +146,16 @@ int main(int argc, char** argv) {
     } else if (cmd == "create" && a == "--participants") {
       participants = u32(a, value());
       hosts_set = true;
+    } else if (cmd == "create" && a == "--quota") {
+      const std::string q = value();
+      const size_t eq = q.find('=');
+      if (eq == std::string::npos) usage_error("--quota: \"" + q + "\" is not NAME=BYTES");
+      check_status("--quota", cxlpool_shared_params_add_quota(params, q.substr(0, eq).c_str(),
+                                                              parse_number(a, q.substr(eq + 1), true)));
+    } else if (cmd == "create" && a == "--failure-domain") {
+      check_status("--failure-domain", cxlpool_shared_params_set_failure_domain(params, value().c_str()));
+    } else if ((cmd == "info" || cmd == "check") && a == "--quota") {
+      check_status("--quota", cxlpool_shared_params_set_quota(params, value().c_str()));
     } else if (cmd == "create" && a == "--leases") {
       check_status("--leases", cxlpool_shared_params_set_leases(params, u32(a, value())));
     } else if (cmd == "create" && a == "--heartbeat-ms") {
@@ -177,17 +188,34 @@ int main(int argc, char** argv) {
     check_status("open", cxlpool_shared_pool_open(device.c_str(), params, &pool));
     cxlpool_shared_info_t i{};
     check_status("info", cxlpool_shared_pool_info(pool, &i));
+    cxlpool_shared_health_t h{};
+    check_status("health", cxlpool_shared_pool_health(pool, &h));
+    cxlpool_shared_quota_t quotas[16];
+    size_t nq = 0;
+    check_status("quotas", cxlpool_shared_pool_quotas(pool, quotas, 16, &nq));
+    std::string qjson, qtext;
+    for (size_t q = 0; q < nq && q < 16; ++q) {
+      char buf[256];
+      snprintf(buf, sizeof buf, "%s{\"name\": \"%.23s\", \"max_extents\": %" PRIu64 ", \"used_extents\": %" PRIu64 "}",
+               q ? ", " : "", quotas[q].name, quotas[q].max_extents, quotas[q].used_extents);
+      qjson += buf;
+      snprintf(buf, sizeof buf, "  quota %-23.23s %" PRIu64 " of %" PRIu64 " extents in use\n", quotas[q].name,
+               quotas[q].used_extents, quotas[q].max_extents);
+      qtext += buf;
+    }
     if (json)
       printf("{\"device\": \"%s\", \"pool_id\": \"%s\", \"size\": %" PRIu64 ", \"extent_size\": %" PRIu64
              ", \"extents_total\": %" PRIu64 ", \"extents_free\": %" PRIu64
-             ", \"participants\": %u, \"coherence\": \"%s\"}\n",
+             ", \"participants\": %u, \"coherence\": \"%s\", \"failure_domain\": \"%s\", \"quotas\": [%s]}\n",
              device.c_str(), hex_id(i.pool_id).c_str(), i.size, i.extent_size, i.extents_total, i.extents_free,
-             i.participants, coherence_name(i.coherence));
+             i.participants, coherence_name(i.coherence), h.failure_domain, qjson.c_str());
     else
       printf("pool %s\n  id            %s\n  size          %" PRIu64 " bytes\n  extents       %" PRIu64 " x %" PRIu64
-             " bytes, %" PRIu64 " free\n  participants  %u alive (including this one)\n  coherence     %s\n",
+             " bytes, %" PRIu64
+             " free\n  participants  %u alive (including this one)\n  coherence     %s\n"
+             "  domain        %s\n%s",
              device.c_str(), hex_id(i.pool_id).c_str(), i.size, i.extents_total, i.extent_size, i.extents_free,
-             i.participants, coherence_name(i.coherence));
+             i.participants, coherence_name(i.coherence), h.failure_domain, qtext.c_str());
     check_status("close", cxlpool_shared_pool_close(pool));
   } else if (cmd == "check") {
     cxlpool_shared_check_report_t r{};

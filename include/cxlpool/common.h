@@ -38,6 +38,7 @@ typedef enum cxlpool_status {
   CXLPOOL_E_STALE = -12,               /* a handle names a block that was freed or reused */
   CXLPOOL_E_EVICTED = -13,             /* this participant missed its lease and was evicted */
   CXLPOOL_E_EXISTS = -14,              /* the name is already taken (pool or foreign object) */
+  CXLPOOL_E_DEVICE_FAILED = -15,       /* the device failed or vanished; its blocks are lost */
   CXLPOOL_STATUS_MAX_ENUM = 0x7fffffff /* keeps any int a valid value (ABI width) */
 } cxlpool_status_t;
 

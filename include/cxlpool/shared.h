@@ -67,6 +67,12 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_params_add_quota(cxlpool_shared_para
  * quota the pool does not have fails with CXLPOOL_E_CONFIG naming it. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_quota(cxlpool_shared_params_t* params, const char* name);
 
+/* The failure domain of a created pool's device (1-31 characters of [A-Za-z0-9_.:-]; "default"
+ * unless set): pools whose devices fail together (one device, one switch, one chassis) share
+ * one. Sets of pools fail over to another domain (cxlpool_shared_set_alloc). */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_failure_domain(cxlpool_shared_params_t* params,
+                                                                      const char* domain);
+
 /* Test emulation of non-coherent sharing (coherence NONE pools only). This participant sees
  * its blocks through a software model of a stale cache: a private copy of the pool's data area
  * (twice its size in private memory), refreshed only by cxlpool_acquire and written back only
@@ -144,6 +150,51 @@ typedef struct cxlpool_shared_info {
   uint64_t reserved[8];
 } cxlpool_shared_info_t;
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_info(cxlpool_shared_pool_t* pool, cxlpool_shared_info_t* out);
+
+/* The pool's quotas: up to capacity entries written to out, *count = how many the pool has. */
+typedef struct cxlpool_shared_quota {
+  char name[24];
+  uint64_t max_extents;
+  uint64_t used_extents;
+} cxlpool_shared_quota_t;
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_quotas(cxlpool_shared_pool_t* pool, cxlpool_shared_quota_t* out,
+                                                        size_t capacity, size_t* count);
+
+/* Health of a pool as this participant sees it. A device fails when it is declared failed
+ * (cxlpool_shared_pool_inject_failure: fault injection, or an operator who knows) or when the
+ * watch sees its name removed, replaced or truncated. From then on cxlpool touches none of its
+ * memory (the application should not either: it may fault), every call on the pool fails with
+ * CXLPOOL_E_DEVICE_FAILED, and this report says what was lost. Never touches the device. */
+typedef enum cxlpool_shared_state {
+  CXLPOOL_SHARED_HEALTHY = 0,
+  CXLPOOL_SHARED_FAILED = 1,
+  CXLPOOL_SHARED_EVICTED = 2, /* this participant was declared dead; the pool itself is fine */
+  CXLPOOL_SHARED_STATE_MAX_ENUM = 0x7fffffff
+} cxlpool_shared_state_t;
+typedef struct cxlpool_shared_health {
+  cxlpool_shared_state_t state;
+  uint32_t leases_lost;  /* blocks this participant had imported from the pool */
+  uint64_t bytes_lost;   /* bytes of blocks it owned there */
+  uint64_t extents_lost; /* extents it owned there */
+  char failure_domain[32];
+  char reason[128]; /* why it failed ("" when healthy) */
+  uint64_t reserved[8];
+} cxlpool_shared_health_t;
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_health(cxlpool_shared_pool_t* pool, cxlpool_shared_health_t* out);
+/* Fault injection: this participant treats the pool's device as failed from now on. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_inject_failure(cxlpool_shared_pool_t* pool, const char* reason);
+
+/* A set of pools to allocate from with failover: the first pool in order that is healthy, whose
+ * failure domain holds no failed pool of the set, and that has room. *from (may be NULL) names
+ * the pool the block came from (free it there). CXLPOOL_E_DEVICE_FAILED when every pool is
+ * failed or in a failed domain; CXLPOOL_E_CAPACITY when the healthy ones are full. The set
+ * does not own its pools: close them after destroying the set. */
+typedef struct cxlpool_shared_set cxlpool_shared_set_t;
+CXLPOOL_API cxlpool_status_t cxlpool_shared_set_create(cxlpool_shared_pool_t* const* pools, size_t count,
+                                                       cxlpool_shared_set_t** out);
+CXLPOOL_API void cxlpool_shared_set_destroy(cxlpool_shared_set_t* set);
+CXLPOOL_API cxlpool_status_t cxlpool_shared_set_alloc(cxlpool_shared_set_t* set, size_t size, void** out,
+                                                      cxlpool_shared_pool_t** from);
 
 /* What cxlpool_shared_pool_check found. A leaked block is in use in an extent whose owner is
  * not alive and that no live participant holds a lease on; a dangling lease names a block that

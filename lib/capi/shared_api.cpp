@@ -3,6 +3,7 @@
 // blocks, handles and leases, publish/acquire.
 #include <cctype>
 #include <string>
+#include <vector>
 
 #include "capi/capi_guard.hpp"
 #include "cxlpool/shared.h"
@@ -13,6 +14,10 @@ namespace S = cxlpool::detail::shared;
 
 struct cxlpool_shared_params {
   S::SharedParams p;
+};
+
+struct cxlpool_shared_set {
+  std::vector<S::SharedPool*> pools;
 };
 
 namespace {
@@ -140,6 +145,20 @@ cxlpool_status_t cxlpool_shared_params_set_quota(cxlpool_shared_params_t* params
   });
 }
 
+cxlpool_status_t cxlpool_shared_params_set_failure_domain(cxlpool_shared_params_t* params, const char* domain) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_failure_domain", "params is NULL");
+    require(domain != nullptr, "cxlpool_shared_params_set_failure_domain", "domain is NULL");
+    const std::string d = domain;
+    bool ok = !d.empty() && d.size() <= 31;
+    for (char c : d)
+      ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == ':' || c == '-');
+    require(ok, "cxlpool_shared_params_set_failure_domain",
+            "failure domain \"" + d + "\": need 1-31 characters of [A-Za-z0-9_.:-]");
+    params->p.failure_domain = d;
+  });
+}
+
 cxlpool_status_t cxlpool_shared_params_set_noncoherent_view(cxlpool_shared_params_t* params, uint64_t seed,
                                                             uint32_t evict_per_call) {
   return guarded([&] {
@@ -261,6 +280,86 @@ cxlpool_status_t cxlpool_shared_pool_info(cxlpool_shared_pool_t* pool, cxlpool_s
     require(pool != nullptr, "cxlpool_shared_pool_info", "pool is NULL");
     require(out != nullptr, "cxlpool_shared_pool_info", "out is NULL");
     *out = impl(pool)->info();
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_quotas(cxlpool_shared_pool_t* pool, cxlpool_shared_quota_t* out, size_t capacity,
+                                            size_t* count) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_pool_quotas", "pool is NULL");
+    require(count != nullptr, "cxlpool_shared_pool_quotas", "count is NULL");
+    require(out != nullptr || capacity == 0, "cxlpool_shared_pool_quotas", "out is NULL with a non-zero capacity");
+    const auto q = impl(pool)->quotas();
+    for (size_t i = 0; i < q.size() && i < capacity; ++i) out[i] = q[i];
+    *count = q.size();
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_health(cxlpool_shared_pool_t* pool, cxlpool_shared_health_t* out) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_pool_health", "pool is NULL");
+    require(out != nullptr, "cxlpool_shared_pool_health", "out is NULL");
+    *out = impl(pool)->health();
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_inject_failure(cxlpool_shared_pool_t* pool, const char* reason) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_pool_inject_failure", "pool is NULL");
+    impl(pool)->declare_failed(std::string("injected: ") + (reason ? reason : "fault injection"));
+  });
+}
+
+cxlpool_status_t cxlpool_shared_set_create(cxlpool_shared_pool_t* const* pools, size_t count,
+                                           cxlpool_shared_set_t** out) {
+  return guarded([&] {
+    require(pools != nullptr, "cxlpool_shared_set_create", "pools is NULL");
+    require(count >= 1 && count <= 64, "cxlpool_shared_set_create",
+            "count " + std::to_string(count) + ": need 1 to 64 pools");
+    require(out != nullptr, "cxlpool_shared_set_create", "out is NULL");
+    auto set = std::make_unique<cxlpool_shared_set>();
+    for (size_t i = 0; i < count; ++i) {
+      require(pools[i] != nullptr, "cxlpool_shared_set_create", "pools[" + std::to_string(i) + "] is NULL");
+      for (auto* p : set->pools)
+        require(p != impl(pools[i]), "cxlpool_shared_set_create", "pools[" + std::to_string(i) + "] given twice");
+      set->pools.push_back(impl(pools[i]));
+    }
+    *out = set.release();
+  });
+}
+
+void cxlpool_shared_set_destroy(cxlpool_shared_set_t* set) { delete set; }
+
+cxlpool_status_t cxlpool_shared_set_alloc(cxlpool_shared_set_t* set, size_t size, void** out,
+                                          cxlpool_shared_pool_t** from) {
+  return guarded([&] {
+    require(set != nullptr, "cxlpool_shared_set_alloc", "set is NULL");
+    require(out != nullptr, "cxlpool_shared_set_alloc", "out is NULL");
+    std::vector<std::string> failed_domains;
+    for (S::SharedPool* p : set->pools)
+      if (p->failed()) failed_domains.push_back(p->view().sb().failure_domain);
+    auto in_failed_domain = [&](S::SharedPool* p) {
+      for (const auto& d : failed_domains)
+        if (d == p->view().sb().failure_domain) return true;
+      return false;
+    };
+    bool any_candidate = false;
+    std::string full;
+    for (S::SharedPool* p : set->pools) {
+      if (p->failed() || in_failed_domain(p)) continue;
+      any_candidate = true;
+      try {
+        *out = p->alloc(size);
+        if (from) *from = handle(p);
+        return;
+      } catch (const Failure& f) {
+        if (f.status() != CXLPOOL_E_CAPACITY && f.status() != CXLPOOL_E_DEVICE_FAILED) throw;
+        full += std::string(full.empty() ? "" : "; ") + f.what();
+      }
+    }
+    if (!any_candidate)
+      fail(CXLPOOL_E_DEVICE_FAILED, "cxlpool_shared_set_alloc: every pool of the set is failed or in a failed domain");
+    fail(CXLPOOL_E_CAPACITY, "cxlpool_shared_set_alloc: no healthy pool has room: " + full);
   });
 }
 

@@ -36,6 +36,8 @@ const char* status_name(cxlpool_status_t status) noexcept {
       return "CXLPOOL_E_EVICTED: participant was evicted from the shared pool";
     case CXLPOOL_E_EXISTS:
       return "CXLPOOL_E_EXISTS: name already exists";
+    case CXLPOOL_E_DEVICE_FAILED:
+      return "CXLPOOL_E_DEVICE_FAILED: the device failed or vanished";
     default:
       break;
   }

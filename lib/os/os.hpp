@@ -93,6 +93,13 @@ void link_new_file(int fd, const std::string& temp_path, const std::string& path
 // following a final symlink; refuses other kinds with CXLPOOL_E_CONFIG.
 int open_existing(const std::string& path, bool char_device, const std::string& what);
 uint64_t fd_size(int fd);
+// Identity of what fd is (device, inode, size), and of what path names now (false when
+// nothing: removed, or unreadable). Tells a pool file that vanished or was replaced.
+struct PathIdentity {
+  uint64_t dev = 0, ino = 0, size = 0;
+};
+PathIdentity fd_identity(int fd);
+bool path_identity(const std::string& path, PathIdentity* out) noexcept;
 // Reserves the file's blocks now (posix_fallocate), so a full filesystem is an error here and
 // not a SIGBUS later; a filesystem that cannot preallocate is accepted as is.
 void allocate_file(int fd, uint64_t size, const std::string& what);

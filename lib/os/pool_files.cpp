@@ -98,6 +98,19 @@ uint64_t fd_size(int fd) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+PathIdentity fd_identity(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) fail_os("fstat", errno);
+  return {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size)};
+}
+
+bool path_identity(const std::string& path, PathIdentity* out) noexcept {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  *out = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino), static_cast<uint64_t>(st.st_size)};
+  return true;
+}
+
 void allocate_file(int fd, uint64_t size, const std::string& what) {
   int err = posix_fallocate(fd, 0, off_t(size));
   if (err == 0 || err == EOPNOTSUPP || err == EINVAL) return;

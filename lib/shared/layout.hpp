@@ -60,7 +60,8 @@ struct Superblock {
     char name[24];         // NUL-terminated
     uint64_t max_extents;  // extents its participants may own together
   } quotas[kMaxQuotas];
-  uint32_t checksum;  // crc32c of every byte before it
+  char failure_domain[32];  // NUL-terminated; devices that fail together share one
+  uint32_t checksum;        // crc32c of every byte before it
 };
 static_assert(sizeof(Superblock) <= kSuperblockBytes);
 

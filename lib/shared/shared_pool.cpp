@@ -159,6 +159,9 @@ Superblock plan_superblock(const SharedParams& p, uint64_t device_size) {
   }
   if (reserved > n) bad("quotas reserve " + std::to_string(reserved) + " extents; the pool has " + std::to_string(n));
   sb.quotas[0].max_extents = n - reserved;
+  if (p.failure_domain.empty() || p.failure_domain.size() >= sizeof sb.failure_domain)
+    bad("failure domain \"" + p.failure_domain + "\": need 1-31 characters");
+  std::strncpy(sb.failure_domain, p.failure_domain.c_str(), sizeof sb.failure_domain - 1);
   sb.checksum = crc32c(&sb, offsetof(Superblock, checksum));
   return sb;
 }
@@ -203,6 +206,7 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_pool_create: unknown flags " + std::to_string(flags));
   Mapped m;
   Superblock sb{};
+  os::PathIdentity identity{};
   if (loc.kind == PoolLocation::kDevdax) {
     if (!os::is_char_device(loc.path) || os::char_device_subsystem(loc.path) != "dax")
       fail(CXLPOOL_E_CONFIG, what + ": " + loc.path + " is not a device-DAX character device");
@@ -238,6 +242,7 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
       os::close_fd(fd);
       throw;
     }
+    identity = os::fd_identity(fd);
     os::close_fd(fd);
   } else {
     if (!os::path_kind(loc.path).empty())
@@ -252,6 +257,7 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
       m = map_pool(fd, sb.size, false, what);
       std::memcpy(m.base, &sb, sizeof sb);  // the rest of a new file reads as zeros: all free
       os::link_new_file(fd, temp, loc.path, what);
+      identity = os::fd_identity(fd);
     } catch (...) {
       if (m.base) os::unmap(m.base, m.size);
       os::close_fd(fd);
@@ -260,6 +266,7 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
     os::close_fd(fd);  // the mapping keeps the memory; no descriptor for a program to close
   }
   std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, &params));
+  pool->watch_path(loc, identity);
   pool->join(&params);
   return pool;
 }
@@ -271,14 +278,17 @@ std::unique_ptr<SharedPool> SharedPool::open(const std::string& device, const Sh
   int fd = os::open_existing(loc.path, devdax, what);
   Mapped m;
   Superblock sb{};
+  os::PathIdentity identity{};
   try {
     m = map_existing(fd, devdax, what, &sb);
+    identity = os::fd_identity(fd);
   } catch (...) {
     os::close_fd(fd);
     throw;
   }
   os::close_fd(fd);
   std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, params));
+  pool->watch_path(loc, identity);
   pool->join(params);
   return pool;
 }
@@ -419,6 +429,36 @@ void SharedPool::join(const SharedParams* params) {
   start_heartbeat();
 }
 
+void SharedPool::declare_failed(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_.load()) return;
+  failure_reason_ = reason;
+  failed_.store(true);
+}
+
+void SharedPool::check_device() {
+  if (!check_path_ || failed_.load()) return;
+  os::PathIdentity now{};
+  if (!os::path_identity(path_, &now))
+    declare_failed("\"" + path_ + "\" vanished");
+  else if (now.dev != identity_.dev || now.ino != identity_.ino)
+    declare_failed("\"" + path_ + "\" was replaced by another file or device");
+  else if (!devdax_ && now.size < view_.sb().size)
+    declare_failed("\"" + path_ + "\" was truncated to " + std::to_string(now.size) + " bytes");
+}
+
+cxlpool_shared_health_t SharedPool::health() {
+  cxlpool_shared_health_t h{};
+  std::lock_guard<std::mutex> lock(mu_);
+  h.state = failed_.load() ? CXLPOOL_SHARED_FAILED : evicted_.load() ? CXLPOOL_SHARED_EVICTED : CXLPOOL_SHARED_HEALTHY;
+  h.leases_lost = h.state == CXLPOOL_SHARED_HEALTHY ? 0 : static_cast<uint32_t>(leases_.size());
+  h.bytes_lost = h.state == CXLPOOL_SHARED_HEALTHY ? 0 : bytes_in_use_;
+  for (auto& [e, o] : owned_) h.extents_lost += h.state == CXLPOOL_SHARED_HEALTHY ? 0 : o.span;
+  std::strncpy(h.failure_domain, view_.sb().failure_domain, sizeof h.failure_domain - 1);
+  std::strncpy(h.reason, failure_reason_.c_str(), sizeof h.reason - 1);
+  return h;
+}
+
 bool SharedPool::in_fork_child() const { return pid_ != 0 && pid_ != os::prim::process_id(); }
 
 void SharedPool::abandon_in_fork_child() {
@@ -462,6 +502,12 @@ void SharedPool::ensure_usable() {
     fail(CXLPOOL_E_NOT_SUPPORTED, what_ + ": joined by process " + std::to_string(pid_) +
                                       "; a forked child is not a participant (open the pool in the child)");
   if (!joined_) fail(CXLPOOL_E_INVALID_ARGUMENT, what_ + ": this participant has left the pool");
+  if (failed_.load()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fail(CXLPOOL_E_DEVICE_FAILED, what_ + ": the device failed (" + failure_reason_ + "); " +
+                                      std::to_string(leases_.size()) + " imported blocks and " +
+                                      std::to_string(bytes_in_use_) + " bytes of owned blocks on it are lost");
+  }
   if (evicted_.load())
     fail(CXLPOOL_E_EVICTED, what_ + ": this participant was declared dead and evicted; reopen the pool");
   // Self-fencing: after a stall (SIGSTOP, swapping) longer than half the lease, beat and
@@ -498,6 +544,10 @@ void SharedPool::heartbeat_once() {
 void SharedPool::leave() {
   if (!joined_ || os::prim::process_id() != pid_) return;
   stop_heartbeat();
+  if (failed_.load()) {  // nothing of the device may be touched; the others recover us if they can
+    joined_ = false;
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (evicted_.load()) {  // the others own our state now; touch nothing
     joined_ = false;

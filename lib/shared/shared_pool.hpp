@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cxlpool/shared.h"
+#include "os/os.hpp"
 #include "shared/noncoherent_view.hpp"
 #include "shared/view.hpp"
 
@@ -34,6 +35,7 @@ struct SharedParams {
   uint32_t host_index = 0;
   std::vector<std::pair<std::string, uint64_t>> quotas;  // create: name -> bytes (whole extents)
   std::string quota;                                     // the quota this participant draws on
+  std::string failure_domain = "default";                // create: what fails together
   bool coherence_set = false;                            // unset with hosts > 1: NONE (no cross-host coherence assumed)
   // Test-only: see this participant's blocks through a NoncoherentView (coherence NONE only).
   bool noncoherent_view = false;
@@ -66,6 +68,15 @@ class SharedPool {
   // unmaps the pool; the caller then forgets the object instead of deleting it.
   bool in_fork_child() const;
   void abandon_in_fork_child();
+
+  // Failure of the device: declared (fault injection, or an operator) or seen by the watch
+  // (the name removed, replaced or truncated). From then on cxlpool touches none of the
+  // pool's memory and every call fails with CXLPOOL_E_DEVICE_FAILED; health() reports what
+  // was lost, from this participant's own bookkeeping.
+  void declare_failed(const std::string& reason);
+  bool failed() const { return failed_.load(); }
+  cxlpool_shared_health_t health();
+  std::vector<cxlpool_shared_quota_t> quotas();
 
   const PoolView& view() const { return view_; }
   uint32_t slot() const { return slot_; }
@@ -124,6 +135,19 @@ class SharedPool {
   [[noreturn]] void corrupt(const std::string& what);
 
   std::string what_;
+  std::string path_;             // what the pool's name resolves to, for the health watch
+  os::PathIdentity identity_{};  // what it was when opened
+  bool check_path_ = false;
+  std::atomic<bool> failed_{false};
+  std::string failure_reason_;  // under mu_
+  void check_device();
+  void watch_path(const PoolLocation& loc, const os::PathIdentity& identity) {
+    path_ = loc.path;
+    identity_ = identity;
+    check_path_ = true;
+    devdax_ = loc.kind == PoolLocation::kDevdax;
+  }
+  bool devdax_ = false;
   PoolView view_;
   uint32_t slot_ = 0;
   uint32_t incarnation_ = 0;

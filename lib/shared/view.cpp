@@ -71,6 +71,7 @@ Superblock PoolView::validate(const void* base, uint64_t size, const std::string
     quota_extents += sb.quotas[q].max_extents;
   }
   if (quota_extents != sb.extent_count) bad("quotas do not add up to the pool's extents");
+  if (std::memchr(sb.failure_domain, 0, sizeof sb.failure_domain) == nullptr) bad("failure domain invalid");
   uint32_t prev = 0;
   for (uint32_t c = 0; c < sb.class_count; ++c) {
     const uint32_t s = sb.class_size[c];

@@ -23,7 +23,8 @@
 namespace cxlpool::detail::shared {
 
 void SharedPool::tick() {
-  if (!joined_ || evicted_.load()) return;
+  check_device();  // before anything reads the mapping
+  if (!joined_ || evicted_.load() || failed_.load()) return;
   heartbeat_once();
   if (evicted_.load()) return;
   observe_others();
@@ -258,6 +259,17 @@ void SharedPool::recover_dead_now() {
     }
     std::this_thread::sleep_for(std::chrono::nanoseconds(heartbeat_ns_));
   }
+}
+
+std::vector<cxlpool_shared_quota_t> SharedPool::quotas() {
+  ensure_usable();
+  std::vector<cxlpool_shared_quota_t> out(view_.sb().quota_count);
+  for (uint32_t q = 0; q < view_.sb().quota_count; ++q) {
+    std::memcpy(out[q].name, view_.sb().quotas[q].name, sizeof out[q].name);
+    out[q].max_extents = view_.sb().quotas[q].max_extents;
+    out[q].used_extents = quota_use(q);
+  }
+  return out;
 }
 
 cxlpool_shared_info_t SharedPool::info() {

@@ -629,3 +629,83 @@ TEST_CASE("quotas: a workload cannot allocate past its quota and does not distur
   cxlpool_shared_pool_close(creator);
   unlink(("/dev/shm/" + name).c_str());
 }
+
+TEST_CASE("failure domains: a failed device is reported, allocations fail over, nothing else breaks", "[shared]") {
+  auto make = [](const char* tag, const char* domain, std::string* name) {
+    *name = unique_name(tag);
+    Params params(16u << 20);
+    REQUIRE(cxlpool_shared_params_set_failure_domain(params.p, domain) == CXLPOOL_OK);
+    cxlpool_shared_pool_t* p = nullptr;
+    REQUIRE(cxlpool_shared_pool_create(("shm:" + *name).c_str(), params.p, 0, &p) == CXLPOOL_OK);
+    return p;
+  };
+  std::string na, nb, nc;
+  cxlpool_shared_pool_t* a = make("fda", "rack1.sw0", &na);
+  cxlpool_shared_pool_t* b = make("fdb", "rack1.sw0", &nb);
+  cxlpool_shared_pool_t* c = make("fdc", "rack2.sw0", &nc);
+  Params bad;
+  CHECK(cxlpool_shared_params_set_failure_domain(bad.p, "") == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_shared_params_set_failure_domain(bad.p, "a/b") == CXLPOOL_E_INVALID_ARGUMENT);
+  cxlpool_shared_pool_t* pools[] = {a, b, c};
+  cxlpool_shared_set_t* set = nullptr;
+  REQUIRE(cxlpool_shared_set_create(pools, 3, &set) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* twice[] = {a, a};
+  cxlpool_shared_set_t* bad_set = nullptr;
+  CHECK(cxlpool_shared_set_create(twice, 2, &bad_set) == CXLPOOL_E_INVALID_ARGUMENT);
+
+  void* x = nullptr;
+  cxlpool_shared_pool_t* from = nullptr;
+  REQUIRE(cxlpool_shared_set_alloc(set, 5000, &x, &from) == CXLPOOL_OK);
+  CHECK(from == a);
+  fill(x, 5000, 4);
+  cxlpool_shared_health_t h{};
+  REQUIRE(cxlpool_shared_pool_health(a, &h) == CXLPOOL_OK);
+  CHECK(h.state == CXLPOOL_SHARED_HEALTHY);
+  CHECK(std::string(h.failure_domain) == "rack1.sw0");
+
+  REQUIRE(cxlpool_shared_pool_inject_failure(a, "test") == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_health(a, &h) == CXLPOOL_OK);
+  CHECK(h.state == CXLPOOL_SHARED_FAILED);
+  CHECK(std::string(h.reason).find("injected: test") != std::string::npos);
+  CHECK(h.bytes_lost >= 5000);
+  CHECK(h.extents_lost == 1);
+  void* y = nullptr;
+  CHECK(cxlpool_shared_alloc(a, 100, &y) == CXLPOOL_E_DEVICE_FAILED);
+  CHECK(std::string(cxlpool_last_error_message()).find("bytes of owned blocks on it are lost") != std::string::npos);
+  CHECK(cxlpool_shared_free(a, x) == CXLPOOL_E_DEVICE_FAILED);
+  // Failover skips the failed pool and its whole domain.
+  REQUIRE(cxlpool_shared_set_alloc(set, 5000, &y, &from) == CXLPOOL_OK);
+  CHECK(from == c);
+  REQUIRE(cxlpool_shared_free(c, y) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_alloc(b, 100, &y) == CXLPOOL_OK);  // b itself is fine when asked directly
+  REQUIRE(cxlpool_shared_free(b, y) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_inject_failure(c, nullptr) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_set_alloc(set, 5000, &y, &from) == CXLPOOL_E_DEVICE_FAILED);
+  cxlpool_shared_set_destroy(set);
+
+  // A device that vanishes (its name removed) or shrinks is seen by the watch.
+  REQUIRE(unlink(("/dev/shm/" + nb).c_str()) == 0);
+  CHECK(eventually([&] {
+    cxlpool_shared_health_t hb{};
+    return cxlpool_shared_pool_health(b, &hb) == CXLPOOL_OK && hb.state == CXLPOOL_SHARED_FAILED &&
+           std::string(hb.reason).find("vanished") != std::string::npos;
+  }));
+  CHECK(cxlpool_shared_alloc(b, 100, &y) == CXLPOOL_E_DEVICE_FAILED);
+  std::string nd;
+  cxlpool_shared_pool_t* d = make("fdd", "rack3", &nd);
+  cxlpool::detail::shared::Superblock sb{};
+  {
+    int fd = open(("/dev/shm/" + nd).c_str(), O_RDWR);
+    REQUIRE(fd >= 0);
+    REQUIRE(pread(fd, &sb, sizeof sb, 0) == static_cast<ssize_t>(sizeof sb));
+    REQUIRE(ftruncate(fd, static_cast<off_t>(sb.data_offset)) == 0);  // metadata stays, data is cut off
+    close(fd);
+  }
+  CHECK(eventually([&] {
+    cxlpool_shared_health_t hd{};
+    return cxlpool_shared_pool_health(d, &hd) == CXLPOOL_OK && hd.state == CXLPOOL_SHARED_FAILED &&
+           std::string(hd.reason).find("truncated") != std::string::npos;
+  }));
+  for (cxlpool_shared_pool_t* p : {a, b, c, d}) CHECK(cxlpool_shared_pool_close(p) == CXLPOOL_OK);
+  for (const std::string& n : {na, nc, nd}) unlink(("/dev/shm/" + n).c_str());
+}
