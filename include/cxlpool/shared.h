@@ -93,8 +93,9 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_host_index(cxlpool_shared
 #define CXLPOOL_SHARED_FORMAT_DEVICE 1u
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_create(const char* device, const cxlpool_shared_params_t* params,
                                                         unsigned flags, cxlpool_shared_pool_t** out);
-/* Opens an existing pool and joins it (params may be NULL: only the host index, timing and
- * nothing else is taken from it). Anything without a valid cxlpool header is refused
+/* Opens an existing pool and joins it (params may be NULL; only the host index, the quota and
+ * the non-coherent view are taken from it: geometry, coherence and lease timing are the pool's,
+ * fixed at creation). Anything without a valid cxlpool header is refused
  * (CXLPOOL_E_CORRUPT) and never written. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_open(const char* device, const cxlpool_shared_params_t* params,
                                                       cxlpool_shared_pool_t** out);

@@ -2,6 +2,9 @@
 // C ABI for shared pools (include/cxlpool/shared.h): parameter objects, create/open/close,
 // blocks, handles and leases, publish/acquire.
 #include <cctype>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,13 +19,47 @@ struct cxlpool_shared_params {
   S::SharedParams p;
 };
 
+// A pool handle is a small shell around the pool. Closing destroys the pool but keeps the
+// shell, marked closed, in a quarantine of the last kQuarantine closed shells: a second close
+// or a call on a closed handle is refused with a status instead of reaching freed memory or
+// (the address being reused) another pool.
+struct cxlpool_shared_pool {
+  static constexpr uint64_t kOpen = 0x43584c504f4f4c31ull, kClosed = 0x636c6f7365643030ull;
+  uint64_t magic = kOpen;
+  S::SharedPool* pool = nullptr;
+};
+
 struct cxlpool_shared_set {
-  std::vector<S::SharedPool*> pools;
+  std::vector<cxlpool_shared_pool_t*> pools;
 };
 
 namespace {
-inline S::SharedPool* impl(cxlpool_shared_pool_t* p) { return reinterpret_cast<S::SharedPool*>(p); }
-inline cxlpool_shared_pool_t* handle(S::SharedPool* p) { return reinterpret_cast<cxlpool_shared_pool_t*>(p); }
+constexpr size_t kQuarantine = 1024;
+std::mutex g_shell_mu;
+std::deque<cxlpool_shared_pool_t*> g_closed_shells;
+
+inline S::SharedPool* impl(cxlpool_shared_pool_t* p) {
+  if (p->magic != cxlpool_shared_pool::kOpen || p->pool == nullptr)
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         p->magic == cxlpool_shared_pool::kClosed ? "the pool handle was closed" : "not a shared pool handle");
+  return p->pool;
+}
+inline cxlpool_shared_pool_t* handle(S::SharedPool* p) {
+  std::unique_ptr<S::SharedPool> owned(p);
+  auto* shell = new cxlpool_shared_pool_t{};
+  shell->pool = owned.release();
+  return shell;
+}
+void retire_shell(cxlpool_shared_pool_t* shell) {
+  shell->magic = cxlpool_shared_pool::kClosed;
+  shell->pool = nullptr;
+  std::lock_guard<std::mutex> lock(g_shell_mu);
+  g_closed_shells.push_back(shell);
+  if (g_closed_shells.size() > kQuarantine) {
+    delete g_closed_shells.front();
+    g_closed_shells.pop_front();
+  }
+}
 bool pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 }  // namespace
 
@@ -205,9 +242,11 @@ cxlpool_status_t cxlpool_shared_pool_close(cxlpool_shared_pool_t* pool) {
     S::SharedPool* p = impl(pool);
     if (p->in_fork_child()) {  // not a participant; the parent's copies must not be destroyed
       p->abandon_in_fork_child();
+      retire_shell(pool);
       return;
     }
     std::unique_ptr<S::SharedPool> owned(p);
+    retire_shell(pool);
     owned->leave();
   });
 }
@@ -320,9 +359,10 @@ cxlpool_status_t cxlpool_shared_set_create(cxlpool_shared_pool_t* const* pools, 
     auto set = std::make_unique<cxlpool_shared_set>();
     for (size_t i = 0; i < count; ++i) {
       require(pools[i] != nullptr, "cxlpool_shared_set_create", "pools[" + std::to_string(i) + "] is NULL");
+      impl(pools[i]);  // open?
       for (auto* p : set->pools)
-        require(p != impl(pools[i]), "cxlpool_shared_set_create", "pools[" + std::to_string(i) + "] given twice");
-      set->pools.push_back(impl(pools[i]));
+        require(p != pools[i], "cxlpool_shared_set_create", "pools[" + std::to_string(i) + "] given twice");
+      set->pools.push_back(pools[i]);
     }
     *out = set.release();
   });
@@ -336,8 +376,8 @@ cxlpool_status_t cxlpool_shared_set_alloc(cxlpool_shared_set_t* set, size_t size
     require(set != nullptr, "cxlpool_shared_set_alloc", "set is NULL");
     require(out != nullptr, "cxlpool_shared_set_alloc", "out is NULL");
     std::vector<std::string> failed_domains;
-    for (S::SharedPool* p : set->pools)
-      if (p->failed()) failed_domains.push_back(p->view().sb().failure_domain);
+    for (cxlpool_shared_pool_t* h : set->pools)  // a pool closed while in the set is refused here
+      if (impl(h)->failed()) failed_domains.push_back(impl(h)->view().sb().failure_domain);
     auto in_failed_domain = [&](S::SharedPool* p) {
       for (const auto& d : failed_domains)
         if (d == p->view().sb().failure_domain) return true;
@@ -345,12 +385,13 @@ cxlpool_status_t cxlpool_shared_set_alloc(cxlpool_shared_set_t* set, size_t size
     };
     bool any_candidate = false;
     std::string full;
-    for (S::SharedPool* p : set->pools) {
+    for (cxlpool_shared_pool_t* h : set->pools) {
+      S::SharedPool* p = impl(h);
       if (p->failed() || in_failed_domain(p)) continue;
       any_candidate = true;
       try {
         *out = p->alloc(size);
-        if (from) *from = handle(p);
+        if (from) *from = h;
         return;
       } catch (const Failure& f) {
         if (f.status() != CXLPOOL_E_CAPACITY && f.status() != CXLPOOL_E_DEVICE_FAILED) throw;

@@ -3,12 +3,14 @@
 // exists without following symlinks, shared mappings, and the identity of processes (boot id,
 // pid namespace, start time) that tells a live participant from a reused pid.
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -141,6 +143,14 @@ void random_bytes(void* out, size_t len) {
     len -= static_cast<size_t>(n);
   }
 }
+
+namespace {
+std::atomic<uint64_t> g_fork_generation{0};
+void bump_fork_generation() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+[[gnu::constructor]] void register_fork_generation() { pthread_atfork(nullptr, nullptr, bump_fork_generation); }
+}  // namespace
+
+uint64_t fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
 
 uint64_t realtime_ns() noexcept {
   struct timespec ts {};

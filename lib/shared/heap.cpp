@@ -68,6 +68,7 @@ uint64_t SharedPool::quota_use(uint32_t quota) const {
 
 bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uint64_t* first_out) {
   const uint64_t n = view_.extent_count();
+  if (count == 0 || count > n || count > kMaxSpan) return false;
   const uint64_t salt = view_.salt();
   std::minstd_rand rng(static_cast<uint32_t>(slot_ * 7919 + incarnation_));
   for (int round = 0; round < 8; ++round) {
@@ -192,8 +193,8 @@ void* SharedPool::alloc_small(uint32_t cls) {
 
 void* SharedPool::alloc_large(uint64_t size) {
   const uint64_t es = view_.extent_size();
-  const uint64_t count = (size + es - 1) / es;
-  if (count > kMaxSpan || count > view_.extent_count()) return nullptr;
+  const uint64_t count = size / es + (size % es != 0);  // no overflow near SIZE_MAX
+  if (count == 0 || count > kMaxSpan || count > view_.extent_count()) return nullptr;
   uint64_t first = 0;
   if (!grab_extents(static_cast<uint32_t>(count), kExtentLargeHead, 0, &first)) return nullptr;
   bytes_in_use_ += count * es;
@@ -209,8 +210,7 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
                                                     : "written by several participants") +
              " needs a coherent pool (host, or fabric for CXL 3.x hardware coherence); on none each object has one "
              "writer, which publishes, and readers acquire");
-  ensure_usable();
-  std::lock_guard<std::mutex> lock(mu_);
+  Op op(*this);
   const uint32_t cls = view_.class_for(size);
   quota_full_ = false;
   void* p = cls < view_.sb().class_count ? alloc_small(cls) : alloc_large(size);
@@ -227,8 +227,7 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
 }
 
 void SharedPool::free(void* ptr) {
-  ensure_usable();
-  std::lock_guard<std::mutex> lock(mu_);
+  Op op(*this);
   uint64_t offset = 0;
   if (!user_offset(ptr, &offset)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_free: pointer is not in " + what_);
   BlockRef at;
@@ -318,8 +317,7 @@ uint32_t handle_check(const cxlpool_shared_handle_t& h) {
 }  // namespace
 
 cxlpool_shared_handle_t SharedPool::export_block(const void* ptr) {
-  ensure_usable();
-  std::lock_guard<std::mutex> lock(mu_);
+  Op op(*this);
   uint64_t offset = 0;
   if (!user_offset(ptr, &offset)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: pointer is not in " + what_);
   BlockRef at;
@@ -345,7 +343,6 @@ cxlpool_shared_handle_t SharedPool::export_block(const void* ptr) {
 }
 
 void* SharedPool::import_block(const cxlpool_shared_handle_t& h, size_t* size_out) {
-  ensure_usable();
   if (h.check != handle_check(h)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_import: damaged handle (check)");
   if (h.pool_id[0] != view_.sb().pool_id[0] || h.pool_id[1] != view_.sb().pool_id[1])
     fail(CXLPOOL_E_NOT_FOUND, "cxlpool_shared_import: the handle names another pool than " + what_);
@@ -354,7 +351,7 @@ void* SharedPool::import_block(const cxlpool_shared_handle_t& h, size_t* size_ou
       h.offset % kMinBlock != 0)
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_import: offset " + std::to_string(h.offset) +
                                          " is outside the pool's blocks or misaligned (forged or damaged handle)");
-  std::lock_guard<std::mutex> lock(mu_);
+  Op op(*this);
   // The extent may be given back and formatted anew by another participant while we look:
   // every read of a block's state is bracketed by two reads of its extent's word.
   const uint64_t* extent_word = &view_.extent_entry((h.offset - sb.data_offset) / sb.extent_size)->word;
@@ -391,8 +388,7 @@ void* SharedPool::import_block(const cxlpool_shared_handle_t& h, size_t* size_ou
 }
 
 void SharedPool::release(void* ptr) {
-  ensure_usable();
-  std::lock_guard<std::mutex> lock(mu_);
+  Op op(*this);
   uint64_t offset = 0;
   if (!user_offset(ptr, &offset))
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_release: pointer is not in " + what_);

@@ -83,6 +83,7 @@ struct SlotLine0 {
   uint64_t pidns;
   uint64_t host_index;
   uint64_t facts_incarnation;  // written after pid..host_index: they describe this incarnation
+  uint64_t op_seq;             // odd while an operation that writes the pool is in progress
 };
 // Line 1, word 0 "eviction": incarnation (32) | check (24) | phase (8), written by the
 // participant that won the claim to recover the slot; word 1 = that participant's incarnation

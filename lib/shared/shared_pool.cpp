@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
+#include <thread>
 
 #include "common/error.hpp"
 #include "os/os.hpp"
@@ -370,6 +371,9 @@ void SharedPool::join(const SharedParams* params) {
     fail(CXLPOOL_E_INVALID_ARGUMENT,
          what_ + ": host index " + std::to_string(host) + " but the pool has " + std::to_string(sb.hosts) + " host(s)");
   pid_ = os::prim::process_id();
+  fork_generation_ = os::fork_generation();
+  boot_hash_ = os::boot_id_hash();
+  pidns_ = os::pid_namespace_id();
   const std::string quota = params && !params->quota.empty() ? params->quota : "default";
   quota_ = sb.quota_count;
   std::string known;
@@ -400,9 +404,10 @@ void SharedPool::join(const SharedParams* params) {
     incarnation_ = inc + 1;
     joined_ = true;
   }
+  if (!joined_) take_over_dead_slot(host);
   if (!joined_)
     fail(CXLPOOL_E_BUSY, what_ + ": all " + std::to_string(sb.slots_per_host) + " participant slots of host " +
-                             std::to_string(host) + " are taken");
+                             std::to_string(host) + " are held by live participants");
   // The slot's previous incarnation left its leases and facts behind: clear the leases first,
   // then write the facts, then say whose they are. Until facts_incarnation names us, observers
   // judge us by the heartbeat alone and the checker ignores our lease table.
@@ -417,16 +422,93 @@ void SharedPool::join(const SharedParams* params) {
   }
   view_.store(&line->pid, static_cast<uint64_t>(pid_));
   view_.store(&line->start_ticks, os::process_start_ticks(pid_));
-  view_.store(&line->boot_hash, os::boot_id_hash());
-  view_.store(&line->pidns, os::pid_namespace_id());
+  view_.store(&line->boot_hash, boot_hash_);
+  view_.store(&line->pidns, pidns_);
   view_.store(&line->host_index, host);
+  view_.store(&line->op_seq, 0);
   view_.store(&line->facts_incarnation, incarnation_);
-  last_beat_ns_ = os::monotonic_ns();
+  last_beat_ns_ = os::coarse_now_ns();
   {
     std::unique_lock<std::shared_mutex> lock(g_open_mu);
     g_open.push_back(this);
   }
   start_heartbeat();
+  if (predecessor_ != 0) recover_predecessor();
+}
+
+// Every slot of our host is taken. With nobody alive to recover them (every participant
+// killed), the pool would be closed to everyone for good: a slot whose process is gone (this
+// host), or silent for a lease (another host sharing our host index), is taken over by
+// compare-and-swap; its previous incarnation is then recovered by us like any dead one.
+void SharedPool::take_over_dead_slot(uint32_t host) {
+  const Superblock& sb = view_.sb();
+  const uint64_t salt = view_.salt();
+  const uint32_t first = host * sb.slots_per_host, last = first + sb.slots_per_host;
+  auto try_take = [&](uint32_t s, uint64_t raw, uint32_t inc) {
+    const uint64_t desired = encode_slot_identity(inc + 1, kSlotActive, s, salt);
+    uint64_t expected = raw;
+    if (!__atomic_compare_exchange_n(view_.slot_word(s, 0, 0), &expected, desired, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE))
+      return false;
+    if (view_.noncoherent()) writeback_lines(view_.slot_word(s, 0, 0), sizeof(uint64_t));
+    slot_ = s;
+    incarnation_ = inc + 1;
+    predecessor_ = inc;
+    joined_ = true;
+    return true;
+  };
+  std::vector<uint64_t> beats(view_.slot_count(), 0), idents(view_.slot_count(), 0);
+  for (int pass = 0; pass < 2 && !joined_; ++pass) {
+    if (pass == 1) {  // nobody gone on this host: look for silence over one lease
+      for (uint32_t s = first; s < last; ++s) {
+        beats[s] = view_.load(&view_.slot_line0(s)->heartbeat);
+        idents[s] = view_.load(view_.slot_word(s, 0, 0));
+      }
+      std::this_thread::sleep_for(std::chrono::nanoseconds(timeout_ns_ + 2 * heartbeat_ns_));
+    }
+    for (uint32_t s = first; s < last && !joined_; ++s) {
+      const uint64_t raw = view_.load(view_.slot_word(s, 0, 0));
+      uint32_t inc = 0;
+      SlotState state{};
+      if (!decode_slot_identity(raw, s, salt, &inc, &state)) {
+        // Scribbled, and nobody repaired it (a live holder rewrites its own at every beat)
+        // for a whole lease: take it with an incarnation its extents cannot match.
+        if (pass == 1 && raw == idents[s]) try_take(s, raw, static_cast<uint32_t>(raw >> 32) + 0x10000u);
+        continue;
+      }
+      if (state == kSlotFree) continue;
+      const bool dead = pass == 0 ? same_host_dead(s, inc)
+                                  : view_.load(&view_.slot_line0(s)->heartbeat) == beats[s] &&
+                                        !stopped_mid_operation(s, inc) && !same_host_alive(s, inc);
+      if (dead) try_take(s, raw, inc);
+    }
+  }
+}
+
+void SharedPool::recover_predecessor() {
+  // Someone may be recovering it already (it saw the death before we took the slot): then
+  // our recover claim conflicts until that one finishes.
+  const uint64_t deadline = os::monotonic_ns() + 2 * timeout_ns_ + 10 * heartbeat_ns_;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (evicted_.load()) return;
+      Marked marked(*this);
+      if (claim(kClaimRecover, slot_, predecessor_ & 0xffffff)) {
+        view_.store(view_.slot_word(slot_, 1, 1), (uint64_t{incarnation_} << 32) | (slot_ + 1));
+        view_.store(view_.slot_word(slot_, 1, 0), encode_eviction(predecessor_, kEvictRecovering, slot_, view_.salt()));
+        PoolView::fence();
+        recover_slot(slot_, predecessor_);
+        view_.store(view_.slot_word(slot_, 1, 0), encode_eviction(predecessor_, kEvictDone, slot_, view_.salt()));
+        unclaim();
+        ++recovered_slots_;
+        predecessor_ = 0;
+        return;
+      }
+    }
+    if (os::monotonic_ns() > deadline) return;  // the orphan sweep finishes it later
+    std::this_thread::sleep_for(std::chrono::nanoseconds(heartbeat_ns_));
+  }
 }
 
 void SharedPool::declare_failed(const std::string& reason) {
@@ -459,7 +541,7 @@ cxlpool_shared_health_t SharedPool::health() {
   return h;
 }
 
-bool SharedPool::in_fork_child() const { return pid_ != 0 && pid_ != os::prim::process_id(); }
+bool SharedPool::in_fork_child() const { return pid_ != 0 && fork_generation_ != os::fork_generation(); }
 
 void SharedPool::abandon_in_fork_child() {
   // The registry stays as it is (its lock may be a copy held by a parent thread); the object
@@ -490,47 +572,79 @@ void SharedPool::stop_heartbeat() {
   }
   hb_cv_.notify_all();
   if (!heartbeat_thread_) return;
-  if (pid_ == os::prim::process_id())
+  if (!in_fork_child())
     heartbeat_thread_->join();
   else
     (void)heartbeat_thread_.release();  // a forked child has no such thread: forget the object
   heartbeat_thread_.reset();
 }
 
-void SharedPool::ensure_usable() {
-  if (os::prim::process_id() != pid_)
+void SharedPool::op_mark(bool begin) {
+  op_depth_ += begin ? 1 : -1;  // callers hold mu_
+  if (!joined_ || evicted_.load() || failed_.load() || in_fork_child()) return;
+  const bool inside = op_depth_ > 0;
+  if (inside == ((op_seq_ & 1) == 1)) return;
+  ++op_seq_;  // odd inside an operation, even outside
+  view_.store(&view_.slot_line0(slot_)->op_seq, op_seq_);
+}
+
+void SharedPool::ensure_usable(bool holding_mu) {
+  if (in_fork_child())
     fail(CXLPOOL_E_NOT_SUPPORTED, what_ + ": joined by process " + std::to_string(pid_) +
                                       "; a forked child is not a participant (open the pool in the child)");
   if (!joined_) fail(CXLPOOL_E_INVALID_ARGUMENT, what_ + ": this participant has left the pool");
   if (failed_.load()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    if (!holding_mu) lock.lock();
     fail(CXLPOOL_E_DEVICE_FAILED, what_ + ": the device failed (" + failure_reason_ + "); " +
                                       std::to_string(leases_.size()) + " imported blocks and " +
                                       std::to_string(bytes_in_use_) + " bytes of owned blocks on it are lost");
   }
   if (evicted_.load())
     fail(CXLPOOL_E_EVICTED, what_ + ": this participant was declared dead and evicted; reopen the pool");
-  // Self-fencing: after a stall (SIGSTOP, swapping) longer than half the lease, beat and
-  // learn whether the others evicted us before touching anything.
-  if (os::monotonic_ns() - last_beat_ns_.load() > timeout_ns_ / 2) {
-    heartbeat_once();
-    if (evicted_.load())
-      fail(CXLPOOL_E_EVICTED, what_ + ": this participant stalled past its lease and was evicted; reopen the pool");
+  // Self-fencing: a writing operation (holding mu_, its mark already published) reads the
+  // eviction word every time; anything else beats first after a stall longer than half the
+  // lease. Either way it learns whether the others evicted us before touching anything.
+  if (holding_mu) {
+    uint32_t evict_inc = 0;
+    EvictPhase phase{};
+    if (view_.slot_eviction(slot_, &evict_inc, &phase) && phase != kEvictNone && evict_inc == incarnation_)
+      mark_evicted(true);
+  } else if (os::coarse_now_ns() - last_beat_ns_.load() > timeout_ns_ / 2) {
+    heartbeat_once(false);
   }
+  if (evicted_.load())
+    fail(CXLPOOL_E_EVICTED, what_ + ": this participant stalled past its lease and was evicted; reopen the pool");
 }
 
-void SharedPool::heartbeat_once() {
-  if (evicted_.load() || !joined_) return;
+// The others own what was ours now. Every store this process still makes into the pool (the
+// application's too) must fault rather than land in memory someone else reuses: the mapping
+// becomes read-only, once no operation of ours is half done (under mu_).
+void SharedPool::mark_evicted(bool holding_mu) {
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  if (!holding_mu) lock.lock();
+  std::lock_guard<std::mutex> beat(beat_mu_);  // lock order: mu_, then beat_mu_
+  if (!evicted_.exchange(true)) os::prim::protect_read_only(view_.base(), view_.size());
+}
+
+void SharedPool::heartbeat_once(bool holding_mu) {
+  bool evicted_now = false;
+  {
+    // Under beat_mu_: mark_evicted takes it before making the mapping read-only, so no beat
+    // is stored after that.
+    std::lock_guard<std::mutex> beat(beat_mu_);
+    if (evicted_.load() || !joined_) return;
+    evicted_now = beat_locked();
+  }
+  if (evicted_now) mark_evicted(holding_mu);
+}
+
+// One beat (caller holds beat_mu_); true when the eviction word names us instead.
+bool SharedPool::beat_locked() {
   uint32_t evict_inc = 0, inc = 0;
   EvictPhase phase{};
   SlotState state{};
-  if (view_.slot_eviction(slot_, &evict_inc, &phase) && phase != kEvictNone && evict_inc == incarnation_) {
-    // The others own what was ours now. Every store this process still makes into the pool
-    // (the application's too) must fault rather than land in memory someone else reuses:
-    // the mapping becomes read-only.
-    if (!evicted_.exchange(true)) os::prim::protect_read_only(view_.base(), view_.size());
-    return;
-  }
+  if (view_.slot_eviction(slot_, &evict_inc, &phase) && phase != kEvictNone && evict_inc == incarnation_) return true;
   uint64_t* identity = view_.slot_word(slot_, 0, 0);
   if (!view_.slot_identity(slot_, &inc, &state) || inc != incarnation_ || state != kSlotActive) {
     ++corrupt_words_;  // only this participant writes it: repair
@@ -538,11 +652,12 @@ void SharedPool::heartbeat_once() {
   }
   SlotLine0* line = view_.slot_line0(slot_);
   view_.store(&line->heartbeat, view_.load(&line->heartbeat) + 1);
-  last_beat_ns_.store(os::monotonic_ns());
+  last_beat_ns_.store(os::coarse_now_ns());
+  return false;
 }
 
 void SharedPool::leave() {
-  if (!joined_ || os::prim::process_id() != pid_) return;
+  if (!joined_ || in_fork_child()) return;
   stop_heartbeat();
   if (failed_.load()) {  // nothing of the device may be touched; the others recover us if they can
     joined_ = false;

@@ -99,8 +99,51 @@ class SharedPool {
   void join(const SharedParams* params);
   void start_heartbeat();
   void stop_heartbeat();
-  void ensure_usable();  // fork child, evicted, self-fencing
-  void heartbeat_once();
+  void ensure_usable(bool holding_mu = false);  // fork child, left, failed, evicted, self-fencing
+  // A writing operation: holds mu_, checks under it that this participant may still write,
+  // and marks the operation in its slot (op_seq odd) for its duration, so that observers on
+  // this host do not reclaim from a live process stopped in the middle of it.
+  void op_mark(bool begin);
+  class Op {
+   public:
+    explicit Op(SharedPool& p) : p_(p), lock_(p.mu_, std::defer_lock) {
+      if (p.in_fork_child()) p.ensure_usable(true);  // throws: its locks are the parent's copies
+      lock_.lock();
+      p.op_mark(true);  // mark, fence, then read the eviction word (observers: the reverse)
+      PoolView::fence();
+      try {
+        p.ensure_usable(true);
+      } catch (...) {
+        p.op_mark(false);
+        throw;
+      }
+    }
+    ~Op() { p_.op_mark(false); }
+    Op(const Op&) = delete;
+    Op& operator=(const Op&) = delete;
+
+   private:
+    SharedPool& p_;
+    std::unique_lock<std::mutex> lock_;
+  };
+  struct Marked {  // the same mark, for the watch's writes (the caller holds mu_)
+    explicit Marked(SharedPool& p) : p_(p) { p.op_mark(true); }
+    ~Marked() { p_.op_mark(false); }
+    Marked(const Marked&) = delete;
+    Marked& operator=(const Marked&) = delete;
+    SharedPool& p_;
+  };
+  uint64_t op_seq_ = 0;
+  int op_depth_ = 0;
+  bool stopped_mid_operation(uint32_t slot, uint32_t incarnation) const;
+  bool same_host_alive(uint32_t slot, uint32_t incarnation) const;
+  void take_over_dead_slot(uint32_t host);
+  void recover_predecessor();
+  uint32_t predecessor_ = 0;  // incarnation of a dead slot taken over, until recovered
+  void heartbeat_once(bool holding_mu);
+  void mark_evicted(bool holding_mu);
+  bool beat_locked();
+  std::mutex beat_mu_;  // heartbeat stores vs making the mapping read-only
   void observe_others();
   bool same_host_dead(uint32_t slot, uint32_t incarnation) const;
   void sweep_orphans();
@@ -153,6 +196,8 @@ class SharedPool {
   uint32_t incarnation_ = 0;
   uint32_t quota_ = 0;  // index in the superblock's quota table
   int pid_ = 0;
+  uint64_t fork_generation_ = 0;
+  uint64_t boot_hash_ = 0, pidns_ = 0;  // this process's, read once
   bool joined_ = false;
   std::atomic<bool> evicted_{false};
   std::atomic<uint64_t> last_beat_ns_{0};

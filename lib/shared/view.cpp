@@ -57,11 +57,16 @@ Superblock PoolView::validate(const void* base, uint64_t size, const std::string
       sb.class_count > kMaxClasses || sb.heartbeat_ms == 0 || sb.lease_timeout_ms < 3 * sb.heartbeat_ms ||
       sb.coherence > CXLPOOL_COHERENCE_NONE)
     bad("superblock geometry out of range");
+  // Every product below is bounded first, so a forged superblock cannot wrap the arithmetic.
+  const bool bounded = sb.size <= (uint64_t{1} << 52) && sb.extent_size <= (uint64_t{1} << 30) &&
+                       sb.lease_entries <= (1u << 20) && sb.extent_count >= 1 && sb.extent_count <= (1u << 24) &&
+                       sb.slots_offset <= sb.size && sb.leases_offset <= sb.size && sb.extents_offset <= sb.size &&
+                       sb.data_offset <= sb.size;
+  if (!bounded) bad("superblock geometry out of range");
   const uint64_t leases_end = sb.leases_offset + slots * sb.lease_entries * kLeaseEntryBytes;
   if (sb.slots_offset < kSuperblockBytes || sb.leases_offset < sb.slots_offset + slots * kSlotBytes ||
       sb.extents_offset < leases_end || sb.data_offset < sb.extents_offset + sb.extent_count * kExtentEntryBytes ||
-      sb.data_offset % kLine != 0 || sb.extent_count == 0 || sb.extent_count > (1u << 24) ||
-      sb.data_offset + sb.extent_count * sb.extent_size > sb.size)
+      sb.data_offset % kLine != 0 || sb.extent_count * sb.extent_size > sb.size - sb.data_offset)
     bad("superblock offsets inconsistent");
   uint64_t quota_extents = 0;
   if (sb.quota_count == 0 || sb.quota_count > kMaxQuotas) bad("quota table invalid");

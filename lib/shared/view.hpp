@@ -87,7 +87,14 @@ class PoolView {
   static void fence() noexcept { full_fence(); }
 
   // ---- decoded reads ----
-  bool extent(uint64_t e, ExtentWord* out) const { return decode_extent(load(&extent_entry(e)->word), e, salt(), out); }
+  // The decoded word of extent e; false when it fails its check or describes the impossible
+  // (a large block of 0 extents or running past the table, a tail before the table's start).
+  bool extent(uint64_t e, ExtentWord* out) const {
+    if (!decode_extent(load(&extent_entry(e)->word), e, salt(), out)) return false;
+    if (out->kind == kExtentLargeHead) return out->span != 0 && e + out->span <= sb_.extent_count;
+    if (out->kind == kExtentLargeTail) return out->span != 0 && out->span <= e;
+    return out->cls < sb_.class_count || out->kind == kExtentFree;
+  }
   bool slot_identity(uint32_t slot, uint32_t* inc, SlotState* state) const {
     return decode_slot_identity(load(slot_word(slot, 0, 0)), slot, salt(), inc, state);
   }

@@ -25,11 +25,13 @@ namespace cxlpool::detail::shared {
 void SharedPool::tick() {
   check_device();  // before anything reads the mapping
   if (!joined_ || evicted_.load() || failed_.load()) return;
-  heartbeat_once();
+  heartbeat_once(false);
   if (evicted_.load()) return;
   observe_others();
   if (++ticks_ % 16 == 0) sweep_orphans();
   std::lock_guard<std::mutex> lock(mu_);
+  if (evicted_.load() || failed_.load()) return;  // (re-read under mu_: the mapping may be read-only now)
+  Marked marked(*this);
   if (!released_pending_.empty()) recheck_released();
   SlotCounters* c = view_.slot_counters(slot_);
   view_.store(&c->bytes_in_use, bytes_in_use_);
@@ -44,9 +46,25 @@ bool SharedPool::same_host_dead(uint32_t s, uint32_t incarnation) const {
   const auto pid = static_cast<int>(view_.load(&line->pid));
   const uint64_t start = view_.load(&line->start_ticks);
   if (pid <= 0 || start == 0) return false;  // still joining, or nothing to compare
-  if (view_.load(&line->boot_hash) != os::boot_id_hash() || view_.load(&line->pidns) != os::pid_namespace_id())
+  if (view_.load(&line->boot_hash) != boot_hash_ || view_.load(&line->pidns) != pidns_)
     return false;  // another host or pid namespace: only the heartbeat tells
   return os::process_start_ticks(pid) != start;
+}
+
+bool SharedPool::same_host_alive(uint32_t s, uint32_t incarnation) const {
+  const SlotLine0* line = view_.slot_line0(s);
+  if (view_.load(&line->facts_incarnation) != incarnation) return false;
+  if (view_.load(&line->boot_hash) != boot_hash_ || view_.load(&line->pidns) != pidns_) return false;
+  const auto pid = static_cast<int>(view_.load(&line->pid));
+  return pid > 0 && os::process_start_ticks(pid) == view_.load(&line->start_ticks);
+}
+
+bool SharedPool::stopped_mid_operation(uint32_t s, uint32_t incarnation) const {
+  const SlotLine0* line = view_.slot_line0(s);
+  if (view_.load(&line->facts_incarnation) != incarnation) return false;
+  if (view_.load(&line->boot_hash) != boot_hash_ || view_.load(&line->pidns) != pidns_)
+    return false;  // another host: the lease alone decides
+  return (view_.load(&line->op_seq) & 1) != 0;
 }
 
 void SharedPool::observe_others() {
@@ -72,7 +90,9 @@ void SharedPool::observe_others() {
     const bool evict_ok = view_.slot_eviction(s, &evict_inc, &phase);
     const bool evicted_now = evict_ok && evict_inc == inc && phase != kEvictNone;
     if (evicted_now && phase == kEvictDone) continue;
-    bool dead = state == kSlotLeft || now - seen.changed_ns > timeout_ns_ || same_host_dead(s, inc);
+    // The /proc look-up costs ~5 us: only for a peer whose heartbeat has stalled for 2 periods.
+    const bool stalled = now - seen.changed_ns > 2 * heartbeat_ns_;
+    bool dead = state == kSlotLeft || now - seen.changed_ns > timeout_ns_ || (stalled && same_host_dead(s, inc));
     if (evicted_now && phase == kEvictRecovering) {  // resume only if its recoverer died too
       const uint64_t by = view_.load(view_.slot_word(s, 1, 1));
       const auto by_slot = static_cast<uint32_t>(by & 0xffffffffu), by_inc = static_cast<uint32_t>(by >> 32);
@@ -80,8 +100,11 @@ void SharedPool::observe_others() {
       SlotState rstate{};
       // The recoverer is named with its incarnation: its slot may since hold someone else.
       dead = by_slot == 0 || by_slot - 1 >= view_.slot_count() || !view_.slot_live(by_slot - 1) ||
-             !view_.slot_identity(by_slot - 1, &rinc, &rstate) || rinc != by_inc;
+             !view_.slot_identity(by_slot - 1, &rinc, &rstate) || rinc != by_inc ||
+             (by_slot - 1 == slot_ && by_inc == incarnation_);  // ours, waiting for the victim's operation
     }
+    // A live process of this host stopped in the middle of a writing operation is evicted, but
+    // its state is reclaimed only once that operation is done (try_recover checks).
     if (dead) try_recover(s, inc);
   }
 }
@@ -89,6 +112,7 @@ void SharedPool::observe_others() {
 bool SharedPool::try_recover(uint32_t victim, uint32_t incarnation) {
   std::lock_guard<std::mutex> lock(mu_);
   if (evicted_.load()) return false;
+  Marked marked(*this);
   if (!claim(kClaimRecover, victim, incarnation & 0xffffff)) return false;
   uint32_t inc = 0, evict_inc = 0;
   SlotState state{};
@@ -104,6 +128,14 @@ bool SharedPool::try_recover(uint32_t victim, uint32_t incarnation) {
   view_.store(view_.slot_word(victim, 1, 1), (uint64_t{incarnation_} << 32) | (slot_ + 1));
   view_.store(view_.slot_word(victim, 1, 0), encode_eviction(incarnation, kEvictRecovering, victim, salt));
   PoolView::fence();
+  // The victim marks an operation, fences, then reads its eviction word; we wrote that word,
+  // fenced, and now read its mark: if it is inside an operation it did not see the eviction
+  // and is storing. A live process of this host finishes first (it then sees the eviction);
+  // we come back at the next period.
+  if (same_host_alive(victim, incarnation) && stopped_mid_operation(victim, incarnation)) {
+    unclaim();
+    return false;
+  }
   recover_slot(victim, incarnation);
   view_.store(view_.slot_word(victim, 1, 0), encode_eviction(incarnation, kEvictDone, victim, salt));
   unclaim();
@@ -204,6 +236,7 @@ void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
 void SharedPool::sweep_orphans() {
   std::lock_guard<std::mutex> lock(mu_);
   if (evicted_.load()) return;
+  Marked marked(*this);
   const uint64_t salt = view_.salt();
   auto owner_gone = [&](const ExtentWord& w) {
     uint32_t inc = 0, evict_inc = 0;
@@ -217,6 +250,15 @@ void SharedPool::sweep_orphans() {
     ExtentWord w;
     const uint64_t raw = view_.load(&view_.extent_entry(e)->word);
     if (raw == 0 || !decode_extent(raw, e, salt, &w)) continue;
+    const bool impossible = (w.kind == kExtentLargeHead && (w.span == 0 || e + w.span > view_.extent_count())) ||
+                            (w.kind == kExtentLargeTail && (w.span == 0 || w.span > e));
+    if (impossible && owner_gone(w)) {  // a word no correct writer makes: give the extent back
+      if (claim(kClaimExtents, static_cast<uint32_t>(e), 1)) {
+        if (view_.load(&view_.extent_entry(e)->word) == raw) view_.store(&view_.extent_entry(e)->word, 0);
+        unclaim();
+      }
+      continue;
+    }
     if ((w.owner_slot == slot_ && w.owner_inc == owner_word_inc()) || !owner_gone(w)) continue;
     const uint32_t span = w.kind == kExtentLargeHead ? w.span : 1;
     if (span == 0 || e + span > view_.extent_count() || !claim(kClaimExtents, static_cast<uint32_t>(e), span)) continue;
