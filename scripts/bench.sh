@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # Builds Release and runs the benchmarks, each against its peers in the same run: the allocator
 # (glibc, jemalloc, mimalloc, tcmalloc, memkind; every placement policy; peak RSS), fork()
-# with a far heap (vs glibc), backings, and the interposer on real programs. Prints the tables
-# and ratios and saves bench-results/*.json.
+# with a far heap (vs glibc), backings, the interposer on real programs, and shared pools (vs
+# Boost.Interprocess; publish/acquire, handles, recovery). Prints the tables and ratios and
+# saves bench-results/*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$(bash scripts/build-release.sh)
@@ -11,3 +12,4 @@ python3 bench/run_alloc_bench.py --build "$BUILD" --out bench-results/alloc_benc
 python3 bench/run_fork_bench.py --build "$BUILD" --out bench-results/fork_bench.json
 "$BUILD/bench/backing_bench" --benchmark_out=bench-results/backing_bench.json --benchmark_out_format=json
 python3 bench/run_preload_bench.py --preload "$BUILD/lib/libcxlpool_preload.so" --out bench-results/preload_bench.json
+python3 bench/run_shared_bench.py --build "$BUILD" --out bench-results/shared_bench.json
