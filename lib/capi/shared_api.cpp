@@ -36,7 +36,8 @@ struct cxlpool_shared_set {
 namespace {
 constexpr size_t kQuarantine = 1024;
 std::mutex g_shell_mu;
-std::deque<cxlpool_shared_pool_t*> g_closed_shells;
+// Never destroyed: shells stay reachable (and refusable) until the process ends.
+std::deque<cxlpool_shared_pool_t*>& g_closed_shells = *new std::deque<cxlpool_shared_pool_t*>;
 
 inline S::SharedPool* impl(cxlpool_shared_pool_t* p) {
   if (p->magic != cxlpool_shared_pool::kOpen || p->pool == nullptr)

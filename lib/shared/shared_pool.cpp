@@ -3,6 +3,7 @@
 // one (validated before anything is written), joining a slot, the heartbeat thread, leaving.
 #include "shared/shared_pool.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -27,6 +28,22 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 // fully set up and removed before it is torn down; lookups take the lock shared.
 std::shared_mutex g_open_mu;
 std::vector<SharedPool*> g_open;
+
+// fork() never happens in the middle of a heartbeat pass: a pass may allocate (recovery) and
+// take locks, and a child must not inherit an allocator lock held by a thread it does not have.
+// (A plain rwlock: in the child it is re-initialised, since its writer's thread id is the
+// parent's and glibc would take the child's unlock for a reader's.)
+pthread_rwlock_t g_fork_rwlock = PTHREAD_RWLOCK_INITIALIZER;
+void fork_prepare() { pthread_rwlock_wrlock(&g_fork_rwlock); }
+void fork_parent() { pthread_rwlock_unlock(&g_fork_rwlock); }
+void fork_child() { g_fork_rwlock = PTHREAD_RWLOCK_INITIALIZER; }
+[[gnu::constructor]] void register_fork_quiesce() { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+struct NoForkDuringPass {
+  NoForkDuringPass() { pthread_rwlock_rdlock(&g_fork_rwlock); }
+  ~NoForkDuringPass() { pthread_rwlock_unlock(&g_fork_rwlock); }
+  NoForkDuringPass(const NoForkDuringPass&) = delete;
+  NoForkDuringPass& operator=(const NoForkDuringPass&) = delete;
+};
 
 std::string pool_what(const std::string& device) { return "shared pool \"" + device + "\""; }
 
@@ -556,6 +573,7 @@ void SharedPool::start_heartbeat() {
     while (!hb_stop_) {
       lock.unlock();
       try {
+        NoForkDuringPass no_fork;
         tick();
       } catch (...) {  // a failed pass is retried at the next period
       }

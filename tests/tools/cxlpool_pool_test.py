@@ -43,30 +43,35 @@ try:
     rep = json.loads(r.stdout)
     check(r.returncode == 0 and rep["consistent"] and rep["blocks_in_use"] == 0, "check of a fresh pool")
 
-    # A participant that allocates and is killed: check finds it, --repair recovers it.
-    victim = subprocess.Popen([tool, "info", dev], stdout=subprocess.PIPE)  # joins and leaves quickly
-    victim.wait()
-    prog = ("import ctypes,os,sys,time\n"
-            f"lib=ctypes.CDLL({sys.argv[2]!r})\n"
-            "p=ctypes.c_void_p(); assert lib.cxlpool_shared_pool_open(" + repr(dev.encode()) + ",None,ctypes.byref(p))==0\n"
-            "b=ctypes.c_void_p()\n"
-            "for i in range(20): assert lib.cxlpool_shared_alloc(p,ctypes.c_size_t(1000),ctypes.byref(b))==0\n"
-            "print('ready',flush=True); time.sleep(60)\n")
-    child = subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE, text=True)
-    line = child.stdout.readline()
-    check(line.strip() == "ready", "a participant allocated 20 blocks")
-    child.send_signal(signal.SIGKILL)
-    child.wait()
-    r = run("check", dev, "--json")
-    rep = json.loads(r.stdout)
-    check(r.returncode == 1 and rep["dead_participants"] == 1 and rep["leaked_blocks"] == 20,
-          f"check finds the dead participant and its 20 leaked blocks (got {rep})")
-    r = run("check", dev, "--repair")
-    check(r.returncode == 0 and "consistent" in r.stdout, "check --repair recovers it")
-    r = run("check", dev, "--json")
-    rep = json.loads(r.stdout)
-    check(r.returncode == 0 and rep["blocks_in_use"] == 0 and rep["extents_free"] == rep["extents_total"],
-          "afterwards the pool is empty and whole")
+    # A participant that allocates and is killed: check finds it, --repair recovers it. The
+    # participant is Python loading the library with ctypes, which a sanitizer build's library
+    # cannot do (its runtime must come first): skipped there, visibly.
+    libs = subprocess.run(["ldd", sys.argv[2]], capture_output=True, text=True).stdout
+    sanitized = "libasan" in libs or "libtsan" in libs
+    if sanitized:
+        print("skip  killed-participant scenario: sanitizer build (python cannot load the library)")
+    if not sanitized:
+        prog = ("import ctypes,os,sys,time\n"
+                f"lib=ctypes.CDLL({sys.argv[2]!r})\n"
+                "p=ctypes.c_void_p(); assert lib.cxlpool_shared_pool_open(" + repr(dev.encode()) + ",None,ctypes.byref(p))==0\n"
+                "b=ctypes.c_void_p()\n"
+                "for i in range(20): assert lib.cxlpool_shared_alloc(p,ctypes.c_size_t(1000),ctypes.byref(b))==0\n"
+                "print('ready',flush=True); time.sleep(60)\n")
+        child = subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE, text=True)
+        line = child.stdout.readline()
+        check(line.strip() == "ready", "a participant allocated 20 blocks")
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        r = run("check", dev, "--json")
+        rep = json.loads(r.stdout)
+        check(r.returncode == 1 and rep["dead_participants"] == 1 and rep["leaked_blocks"] == 20,
+              f"check finds the dead participant and its 20 leaked blocks (got {rep})")
+        r = run("check", dev, "--repair")
+        check(r.returncode == 0 and "consistent" in r.stdout, "check --repair recovers it")
+        r = run("check", dev, "--json")
+        rep = json.loads(r.stdout)
+        check(r.returncode == 0 and rep["blocks_in_use"] == 0 and rep["extents_free"] == rep["extents_total"],
+              "afterwards the pool is empty and whole")
 
     # Things that are not pools.
     other = path + "-foreign"
