@@ -31,16 +31,27 @@ std::vector<SharedPool*> g_open;
 
 // fork() never happens in the middle of a heartbeat pass: a pass may allocate (recovery) and
 // take locks, and a child must not inherit an allocator lock held by a thread it does not have.
-// (A plain rwlock: in the child it is re-initialised, since its writer's thread id is the
-// parent's and glibc would take the child's unlock for a reader's.)
-pthread_rwlock_t g_fork_rwlock = PTHREAD_RWLOCK_INITIALIZER;
-void fork_prepare() { pthread_rwlock_wrlock(&g_fork_rwlock); }
-void fork_parent() { pthread_rwlock_unlock(&g_fork_rwlock); }
-void fork_child() { g_fork_rwlock = PTHREAD_RWLOCK_INITIALIZER; }
-[[gnu::constructor]] void register_fork_quiesce() { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+// (Two atomics rather than a lock held across fork(): nothing needs re-initialising in the
+// child, and the handshake is plain Dekker: the forker raises the flag and then waits for the
+// passes to drain; a pass counts itself in and then looks at the flag.)
+std::atomic<bool> g_forking{false};
+std::atomic<int> g_passes{0};
+void fork_prepare() {
+  g_forking.store(true);
+  while (g_passes.load() != 0) std::this_thread::yield();
+}
+void fork_done() { g_forking.store(false); }
+[[gnu::constructor]] void register_fork_quiesce() { pthread_atfork(fork_prepare, fork_done, fork_done); }
 struct NoForkDuringPass {
-  NoForkDuringPass() { pthread_rwlock_rdlock(&g_fork_rwlock); }
-  ~NoForkDuringPass() { pthread_rwlock_unlock(&g_fork_rwlock); }
+  NoForkDuringPass() {
+    for (;;) {
+      while (g_forking.load()) std::this_thread::yield();
+      g_passes.fetch_add(1);
+      if (!g_forking.load()) return;
+      g_passes.fetch_sub(1);
+    }
+  }
+  ~NoForkDuringPass() { g_passes.fetch_sub(1); }
   NoForkDuringPass(const NoForkDuringPass&) = delete;
   NoForkDuringPass& operator=(const NoForkDuringPass&) = delete;
 };

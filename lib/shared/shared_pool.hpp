@@ -217,7 +217,7 @@ class SharedPool {
   uint64_t corrupt_words_ = 0;
   uint64_t recovered_slots_ = 0;
   uint64_t extent_hint_ = 0;
-  uint64_t ticks_ = 0;
+  std::atomic<uint64_t> ticks_{0};
   bool quota_full_ = false;  // the last grab failed on the quota, not on the pool
 
   // The watch over the others: last heartbeat value seen and when it last changed.
