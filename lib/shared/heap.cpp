@@ -226,18 +226,26 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
   return p;
 }
 
-void SharedPool::free(void* ptr) {
-  Op op(*this);
+// The block of this participant that ptr starts (fn names the caller in messages).
+BlockRef SharedPool::own_block(const void* ptr, const char* fn) {
   uint64_t offset = 0;
-  if (!user_offset(ptr, &offset)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_free: pointer is not in " + what_);
+  if (!user_offset(ptr, &offset)) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": pointer is not in " + what_);
   BlockRef at;
   ExtentWord w;
   if (!view_.locate(offset, &at, &w))
-    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_free: pointer is not a block start");
+    fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": pointer is not a block start");
   if (w.owner_slot != slot_ || w.owner_inc != owner_word_inc() || !owned_.count(at.extent))
-    fail(CXLPOOL_E_INVALID_ARGUMENT,
-         "cxlpool_shared_free: block belongs to another participant (imported blocks are "
-         "given back with cxlpool_shared_release)");
+    fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) +
+                                         ": block belongs to another participant (only the participant that allocated "
+                                         "a block frees or exports it; imported blocks are given back with "
+                                         "cxlpool_shared_release)");
+  return at;
+}
+
+void SharedPool::free(void* ptr) {
+  Op op(*this);
+  const BlockRef at = own_block(ptr, "cxlpool_shared_free");
+  const uint64_t offset = at.offset;
   BlockWord bw;
   if (!decode_block(view_.load(at.state), offset, view_.salt(), &bw)) {
     ++corrupt_words_;
@@ -318,14 +326,8 @@ uint32_t handle_check(const cxlpool_shared_handle_t& h) {
 
 cxlpool_shared_handle_t SharedPool::export_block(const void* ptr) {
   Op op(*this);
-  uint64_t offset = 0;
-  if (!user_offset(ptr, &offset)) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: pointer is not in " + what_);
-  BlockRef at;
-  ExtentWord w;
-  if (!view_.locate(offset, &at, &w))
-    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: pointer is not a block start");
-  if (w.owner_slot != slot_ || w.owner_inc != owner_word_inc())
-    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: only the participant that allocated a block exports it");
+  const BlockRef at = own_block(ptr, "cxlpool_shared_export");
+  const uint64_t offset = at.offset;
   BlockWord bw;
   if (!decode_block(view_.load(at.state), offset, view_.salt(), &bw))
     fail(CXLPOOL_E_CORRUPT, what_ + ": block state word at offset " + std::to_string(offset) + " fails its check");

@@ -90,45 +90,49 @@ bool decode_block(uint64_t raw, uint64_t offset, uint64_t salt, BlockWord* out) 
   return true;
 }
 
-uint64_t encode_slot_identity(uint32_t incarnation, SlotState state, uint64_t slot, uint64_t salt) noexcept {
-  const uint64_t payload = (uint64_t{incarnation} << 8) | state;
-  return (uint64_t{incarnation} << 32) | ((word_check(payload, slot, salt ^ 0x51) & 0xffffffu) << 8) | state;
+namespace {
+// Identity and eviction words share one shape: incarnation (32) | check (24) | tag (8).
+uint64_t encode_tagged(uint32_t incarnation, uint8_t tag, uint64_t where, uint64_t salt) noexcept {
+  const uint64_t payload = (uint64_t{incarnation} << 8) | tag;
+  return (uint64_t{incarnation} << 32) | ((word_check(payload, where, salt) & 0xffffffu) << 8) | tag;
 }
-
-bool decode_slot_identity(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* inc, SlotState* state) noexcept {
-  if (raw == 0) {  // never used
+// 0 decodes as incarnation 0, tag 0 (never written).
+bool decode_tagged(uint64_t raw, uint8_t max_tag, uint64_t where, uint64_t salt, uint32_t* inc, uint8_t* tag) noexcept {
+  if (raw == 0) {
     *inc = 0;
-    *state = kSlotFree;
+    *tag = 0;
     return true;
   }
   const auto incarnation = static_cast<uint32_t>(raw >> 32);
-  const auto st = static_cast<uint8_t>(raw & 0xff);
-  if (st > kSlotLeft) return false;
-  const uint64_t payload = (uint64_t{incarnation} << 8) | st;
-  if ((word_check(payload, slot, salt ^ 0x51) & 0xffffffu) != ((raw >> 8) & 0xffffffu)) return false;
+  const auto t = static_cast<uint8_t>(raw & 0xff);
+  if (t > max_tag) return false;
+  const uint64_t payload = (uint64_t{incarnation} << 8) | t;
+  if ((word_check(payload, where, salt) & 0xffffffu) != ((raw >> 8) & 0xffffffu)) return false;
   *inc = incarnation;
-  *state = static_cast<SlotState>(st);
+  *tag = t;
+  return true;
+}
+}  // namespace
+
+uint64_t encode_slot_identity(uint32_t incarnation, SlotState state, uint64_t slot, uint64_t salt) noexcept {
+  return encode_tagged(incarnation, state, slot, salt ^ 0x51);
+}
+
+bool decode_slot_identity(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* inc, SlotState* state) noexcept {
+  uint8_t tag = 0;
+  if (!decode_tagged(raw, kSlotLeft, slot, salt ^ 0x51, inc, &tag)) return false;
+  *state = static_cast<SlotState>(tag);
   return true;
 }
 
 uint64_t encode_eviction(uint32_t incarnation, EvictPhase phase, uint64_t slot, uint64_t salt) noexcept {
-  const uint64_t payload = (uint64_t{incarnation} << 8) | phase;
-  return (uint64_t{incarnation} << 32) | ((word_check(payload, slot, salt ^ 0xe7) & 0xffffffu) << 8) | phase;
+  return encode_tagged(incarnation, phase, slot, salt ^ 0xe7);
 }
 
 bool decode_eviction(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* inc, EvictPhase* phase) noexcept {
-  if (raw == 0) {
-    *inc = 0;
-    *phase = kEvictNone;
-    return true;
-  }
-  const auto incarnation = static_cast<uint32_t>(raw >> 32);
-  const auto ph = static_cast<uint8_t>(raw & 0xff);
-  if (ph > kEvictDone) return false;
-  const uint64_t payload = (uint64_t{incarnation} << 8) | ph;
-  if ((word_check(payload, slot, salt ^ 0xe7) & 0xffffffu) != ((raw >> 8) & 0xffffffu)) return false;
-  *inc = incarnation;
-  *phase = static_cast<EvictPhase>(ph);
+  uint8_t tag = 0;
+  if (!decode_tagged(raw, kEvictDone, slot, salt ^ 0xe7, inc, &tag)) return false;
+  *phase = static_cast<EvictPhase>(tag);
   return true;
 }
 

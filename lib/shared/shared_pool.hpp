@@ -169,6 +169,7 @@ class SharedPool {
   bool grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uint64_t* first);
   void format_small(uint64_t e, uint32_t cls, uint32_t start_gen);
   void release_extents(uint64_t first, uint32_t count, uint32_t next_gen);
+  BlockRef own_block(const void* ptr, const char* fn);
   void let_go(const BlockRef& at, BlockWord bw);  // owner drops its hold
   bool try_finish_release(const BlockRef& at, BlockWord bw);
   void recheck_released();
