@@ -60,19 +60,17 @@ std::string pool_what(const std::string& device) { return "shared pool \"" + dev
 
 }  // namespace
 
-bool publish_in_open_pool(const void* p, size_t len) {
+namespace {
+bool in_open_pool(const void* p, size_t len, bool publishing) {
   std::shared_lock<std::shared_mutex> lock(g_open_mu);
   for (SharedPool* pool : g_open)
-    if (pool->publish(p, len)) return true;
+    if (publishing ? pool->publish(p, len) : pool->acquire(p, len)) return true;
   return false;
 }
+}  // namespace
 
-bool acquire_in_open_pool(const void* p, size_t len) {
-  std::shared_lock<std::shared_mutex> lock(g_open_mu);
-  for (SharedPool* pool : g_open)
-    if (pool->acquire(p, len)) return true;
-  return false;
-}
+bool publish_in_open_pool(const void* p, size_t len) { return in_open_pool(p, len, true); }
+bool acquire_in_open_pool(const void* p, size_t len) { return in_open_pool(p, len, false); }
 
 std::byte* SharedPool::user_ptr(uint64_t offset) const {
   if (nc_view_) return nc_view_->view() + (offset - view_.sb().data_offset);
@@ -91,30 +89,27 @@ bool SharedPool::user_offset(const void* p, uint64_t* offset) const {
   return true;
 }
 
-bool SharedPool::publish(const void* p, size_t len) {
+bool SharedPool::publish(const void* p, size_t len) { return lines(p, len, true); }
+bool SharedPool::acquire(const void* p, size_t len) { return lines(p, len, false); }
+
+// publish (write back) or acquire (write back dirty, then reload) the lines of [p, p+len).
+bool SharedPool::lines(const void* p, size_t len, bool publishing) {
   uint64_t off = 0;
   if (!user_offset(p, &off)) return false;
   if (in_fork_child()) return true;  // an abandoned copy: its memory is gone
   if (nc_view_) {
     std::lock_guard<std::mutex> lock(nc_mu_);
     const uint64_t begin = off - view_.sb().data_offset;
-    nc_view_->publish(begin, std::min<uint64_t>(len, nc_view_->size() - begin));
+    const uint64_t n = std::min<uint64_t>(len, nc_view_->size() - begin);
+    if (publishing)
+      nc_view_->publish(begin, n);
+    else
+      nc_view_->acquire(begin, n);
   } else if (view_.noncoherent()) {
-    writeback_lines(p, len);
-  }
-  return true;
-}
-
-bool SharedPool::acquire(const void* p, size_t len) {
-  uint64_t off = 0;
-  if (!user_offset(p, &off)) return false;
-  if (in_fork_child()) return true;
-  if (nc_view_) {
-    std::lock_guard<std::mutex> lock(nc_mu_);
-    const uint64_t begin = off - view_.sb().data_offset;
-    nc_view_->acquire(begin, std::min<uint64_t>(len, nc_view_->size() - begin));
-  } else if (view_.noncoherent()) {
-    invalidate_lines(p, len);
+    if (publishing)
+      writeback_lines(p, len);
+    else
+      invalidate_lines(p, len);
   }
   return true;
 }

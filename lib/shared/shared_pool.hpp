@@ -87,6 +87,7 @@ class SharedPool {
   // publish/acquire of application memory in this pool; false when p is not in it.
   bool publish(const void* p, size_t len);
   bool acquire(const void* p, size_t len);
+  bool lines(const void* p, size_t len, bool publishing);
   bool noncoherent() const { return view_.noncoherent(); }
   // One pass of the watch: heartbeat, look at the others, recover the dead, re-check blocks
   // this participant let go that others still held. The heartbeat thread runs it; tests too.
