@@ -152,14 +152,23 @@ std::vector<uint32_t> size_table(bool mixed, unsigned seed) {
   return t;
 }
 
-// The loop measured: alloc, write one word, free.
+// The loop measured: alloc, write one word, free; with burst > 1, burst allocations (each
+// written) then their frees in the same order, so that many blocks are live at once and a
+// per-process block cache cannot serve them all (cxlpool's holds 64 of 256 B).
+constexpr uint64_t kBurst = 512;
 template <class Heap>
-bool alloc_write_free(Heap& heap, const std::vector<uint32_t>& sizes, uint64_t ops) {
-  for (uint64_t i = 0; i < ops; ++i) {
-    void* p = heap.alloc(sizes[i % kSizeTable]);
-    if (!p) return false;
-    *static_cast<volatile uint64_t*>(p) = i;
-    if (!heap.free(p)) return false;
+bool alloc_write_free(Heap& heap, const std::vector<uint32_t>& sizes, uint64_t ops, uint64_t burst) {
+  std::vector<void*> live(burst);
+  for (uint64_t i = 0; i < ops; i += burst) {
+    const uint64_t n = std::min(burst, ops - i);
+    for (uint64_t k = 0; k < n; ++k) {
+      void* p = heap.alloc(sizes[(i + k) % kSizeTable]);
+      if (!p) return false;
+      *static_cast<volatile uint64_t*>(p) = i + k;
+      live[k] = p;
+    }
+    for (uint64_t k = 0; k < n; ++k)
+      if (!heap.free(live[k])) return false;
   }
   return true;
 }
@@ -181,23 +190,23 @@ enum class Impl { kCxlpool, kBoost };
 
 // One child: open the heap, warm up, barrier, timed loop, report.
 template <class Heap>
-ChildResult child_run(Heap& heap, bool mixed, unsigned index, int ready_fd, int go_fd) {
+ChildResult child_run(Heap& heap, bool mixed, uint64_t burst, unsigned index, int ready_fd, int go_fd) {
   ChildResult r;
   const auto sizes = size_table(mixed, index);
-  if (!alloc_write_free(heap, sizes, g_warmup)) note_error(&r, 2, heap.last_error());
+  if (!alloc_write_free(heap, sizes, g_warmup, burst)) note_error(&r, 2, heap.last_error());
   char byte = 1;
   if (!write_all(ready_fd, &byte, 1)) note_error(&r, 3, "ready pipe");
   if (read(go_fd, &byte, 1) != 0) note_error(&r, 4, "go pipe");  // the parent closes its end: EOF for all at once
   const uint64_t cpu0 = cpu_now_ns();
   r.start_ns = now_ns();
-  if (r.error == 0 && !alloc_write_free(heap, sizes, g_ops)) note_error(&r, 5, heap.last_error());
+  if (r.error == 0 && !alloc_write_free(heap, sizes, g_ops, burst)) note_error(&r, 5, heap.last_error());
   r.end_ns = now_ns();
   r.cpu_ns = cpu_now_ns() - cpu0;
   r.ops = g_ops;
   return r;
 }
 
-void BM_alloc_free(benchmark::State& state, Impl impl, bool mixed, int procs) {
+void BM_alloc_free(benchmark::State& state, Impl impl, bool mixed, uint64_t burst, int procs) {
   const std::string name = unique_name(impl == Impl::kCxlpool ? "tput" : "tput-boost");
   const std::string device = "shm:" + name;
   std::unique_ptr<bip::managed_shared_memory> boost_seg;
@@ -230,7 +239,7 @@ void BM_alloc_free(benchmark::State& state, Impl impl, bool mixed, int procs) {
         if (impl == Impl::kCxlpool) {
           CxlpoolHeap heap;
           if (cxlpool_shared_pool_open(device.c_str(), nullptr, &heap.pool) == CXLPOOL_OK) {
-            r = child_run(heap, mixed, unsigned(k), ready[1], go[0]);
+            r = child_run(heap, mixed, burst, unsigned(k), ready[1], go[0]);
             cxlpool_shared_pool_close(heap.pool);
           } else {
             note_error(&r, 1, cxlpool_last_error_message());
@@ -239,7 +248,7 @@ void BM_alloc_free(benchmark::State& state, Impl impl, bool mixed, int procs) {
           try {
             bip::managed_shared_memory seg(bip::open_only, name.c_str());
             BoostHeap heap{&seg};
-            r = child_run(heap, mixed, unsigned(k), ready[1], go[0]);
+            r = child_run(heap, mixed, burst, unsigned(k), ready[1], go[0]);
           } catch (const std::exception& e) {
             note_error(&r, 1, e.what());
           }
@@ -804,12 +813,15 @@ void BM_part(benchmark::State& state, Part part) {
 }
 
 void register_all() {
-  for (bool mixed : {false, true})
+  for (int workload = 0; workload < 3; ++workload)
     for (int procs : {1, 2, 4})
       for (Impl impl : {Impl::kCxlpool, Impl::kBoost}) {
+        const bool mixed = workload == 1;
+        const uint64_t burst = workload == 2 ? kBurst : 1;
+        const char* sizes = workload == 0 ? "256B" : workload == 1 ? "mixed128-4096" : "256B-burst512";
         const std::string n = std::string("alloc_free/") + (impl == Impl::kCxlpool ? "cxlpool" : "boost") + "/" +
-                              (mixed ? "mixed128-4096" : "256B") + "/procs:" + std::to_string(procs);
-        benchmark::RegisterBenchmark(n.c_str(), BM_alloc_free, impl, mixed, procs)
+                              sizes + "/procs:" + std::to_string(procs);
+        benchmark::RegisterBenchmark(n.c_str(), BM_alloc_free, impl, mixed, burst, procs)
             ->Iterations(1)
             ->UseManualTime()
             ->Unit(benchmark::kMillisecond);

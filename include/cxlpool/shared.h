@@ -138,7 +138,7 @@ typedef struct cxlpool_shared_info {
   uint64_t extents_total;     /* extents in the pool */
   uint64_t extents_free;      /* extents no participant owns */
   uint64_t extents_mine;      /* extents this participant owns */
-  uint64_t bytes_in_use;      /* bytes of blocks this participant holds as owner */
+  uint64_t bytes_in_use;      /* bytes of blocks this participant holds as owner (the application's) */
   uint32_t participants;      /* slots active now */
   uint32_t slot;              /* this participant's slot */
   uint32_t coherence;         /* cxlpool_coherence_t */
@@ -148,7 +148,11 @@ typedef struct cxlpool_shared_info {
   char quota[24];             /* the quota this participant draws on ("default" unless set) */
   uint64_t quota_extents_max; /* extents the quota's participants may own together */
   uint64_t quota_extents_used;
-  uint64_t reserved[8];
+  /* bytes of blocks the application freed that stay allocated to this participant in its block
+   * cache (at most 64 blocks or 64 KiB per size class; given back on a capacity failure, at
+   * close, and freed by recovery if the participant dies) */
+  uint64_t bytes_cached;
+  uint64_t reserved[7];
 } cxlpool_shared_info_t;
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_info(cxlpool_shared_pool_t* pool, cxlpool_shared_info_t* out);
 

@@ -74,9 +74,13 @@ bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uin
   for (int round = 0; round < 8; ++round) {
     bool conflicted = false;
     uint64_t run = 0;
-    for (uint64_t k = 0; k < n; ++k) {
-      const uint64_t e = (extent_hint_ + k) % n;
-      if (e == 0 && k != 0) run = 0;  // runs do not wrap around the end
+    // From the hint to the end, then the whole table from 0: a run that starts before the hint
+    // and ends after it is found too.
+    const uint64_t hint = extent_hint_ % n;
+    const uint64_t steps = hint == 0 ? n : 2 * n - hint;
+    for (uint64_t k = 0; k < steps; ++k) {
+      const uint64_t e = (hint + k) % n;
+      if (e == 0) run = 0;  // runs do not wrap around the end
       ExtentWord w;
       const bool ok = view_.extent(e, &w);
       run = (ok && w.kind == kExtentFree) ? run + 1 : 0;
@@ -139,6 +143,7 @@ void SharedPool::format_small(uint64_t e, uint32_t cls, uint32_t start_gen) {
   o.used = 0;
   o.max_gen = start_gen;
   o.free_blocks.resize(g.blocks);
+  o.app.assign(g.blocks, kNotHeld);
   for (uint64_t b = 0; b < g.blocks; ++b) {
     view_.store(view_.block_word(e, b), encode_block({start_gen, kBlockFree}, view_.block_offset(e, cls, b), salt));
     o.free_blocks[g.blocks - 1 - b] = static_cast<uint32_t>(b);  // pop gives the lowest first
@@ -158,12 +163,14 @@ void SharedPool::release_extents(uint64_t first, uint32_t count, uint32_t next_g
 
 // ---- Blocks ------------------------------------------------------------------------------
 
-void* SharedPool::alloc_small(uint32_t cls) {
+// One block of class cls allocated in the pool (its state word says so), not yet handed out.
+// may_grab: take a new extent when the owned ones are full (not for filling the cache).
+bool SharedPool::alloc_small(uint32_t cls, bool may_grab, CachedBlock* out) {
   const uint64_t salt = view_.salt();
   for (;;) {
     if (partial_[cls].empty()) {
       uint64_t e = 0;
-      if (!grab_extents(1, kExtentFormatting, cls, &e)) return nullptr;
+      if (!may_grab || !grab_extents(1, kExtentFormatting, cls, &e)) return false;
       format_small(e, cls, static_cast<uint32_t>(view_.load(&view_.extent_entry(e)->next_generation)));
     }
     const uint64_t e = partial_[cls].back();
@@ -187,8 +194,74 @@ void* SharedPool::alloc_small(uint32_t cls) {
     o.max_gen = gen;
     ++o.used;
     bytes_in_use_ += view_.class_size(cls);
-    return user_ptr(offset);
+    *out = CachedBlock{e, b};
+    return true;
   }
+}
+
+uint64_t SharedPool::cache_cap(uint32_t cls) const {
+  const uint64_t cap = std::min<uint64_t>(kCacheMaxBlocks, kCacheBytes / view_.class_size(cls));
+  return cap >= 2 ? cap : 0;  // classes too big for two blocks in the budget are not cached
+}
+
+bool SharedPool::fast_path_usable() const {
+  // What ensure_usable checks, without the fence: the slot's eviction word is the one it was
+  // when we joined (any eviction rewrites it; a writing Op decodes it after its fence), and
+  // the heartbeat is recent, so this process was not stalled past the lease unawares.
+  return joined_ && !evicted_.load(std::memory_order_relaxed) && !failed_.load(std::memory_order_relaxed) &&
+         view_.load(view_.slot_word(slot_, 1, 0)) == eviction_raw_ &&
+         os::coarse_now_ns() - last_beat_ns_.load(std::memory_order_relaxed) <= timeout_ns_ / 2;
+}
+
+void* SharedPool::hand_out(uint32_t cls, CachedBlock c) {
+  owned_[c.extent].app[c.block] = kHeld;
+  return user_ptr(view_.block_offset(c.extent, cls, c.block));
+}
+
+// Gives cached blocks of class cls back to the pool until keep are left (caller holds an Op).
+void SharedPool::flush_cache(uint32_t cls, uint64_t keep) {
+  auto& cache = cache_[cls];
+  while (cache.size() > keep) {
+    const CachedBlock c = cache.back();
+    cache.pop_back();
+    BlockRef at;
+    at.extent = c.extent;
+    at.block = c.block;
+    at.offset = view_.block_offset(c.extent, cls, c.block);
+    at.state = view_.block_word(c.extent, c.block);
+    BlockWord bw;
+    if (!decode_block(view_.load(at.state), at.offset, view_.salt(), &bw) || bw.state != kBlockAllocated) {
+      ++corrupt_words_;  // scribbled while cached: quarantined with its extent, never reused
+      continue;
+    }
+    view_.store(at.state, encode_block({bw.generation, kBlockFree}, at.offset, view_.salt()));
+    try_finish_release(at, bw);
+  }
+}
+
+// Before reporting a capacity failure: every cached block back to the pool, and the empty
+// extents kept for speed (one per class) back to the others.
+void SharedPool::trim() {
+  for (uint32_t cls = 0; cls < cache_.size(); ++cls) {
+    flush_cache(cls, 0);
+    auto& list = partial_[cls];
+    for (auto it = list.begin(); it != list.end();) {
+      Owned* o = owned_.find(*it);
+      if (o == nullptr || o->used != 0) {
+        ++it;
+        continue;
+      }
+      release_extents(*it, 1, o->max_gen + 1);
+      owned_.erase(*it);
+      it = list.erase(it);
+    }
+  }
+}
+
+uint64_t SharedPool::cached_bytes() const {
+  uint64_t bytes = 0;
+  for (uint32_t cls = 0; cls < cache_.size(); ++cls) bytes += cache_[cls].size() * view_.class_size(cls);
+  return bytes;
 }
 
 void* SharedPool::alloc_large(uint64_t size) {
@@ -210,10 +283,34 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
                                                     : "written by several participants") +
              " needs a coherent pool (host, or fabric for CXL 3.x hardware coherence); on none each object has one "
              "writer, which publishes, and readers acquire");
-  Op op(*this);
   const uint32_t cls = view_.class_for(size);
-  quota_full_ = false;
-  void* p = cls < view_.sb().class_count ? alloc_small(cls) : alloc_large(size);
+  const bool small = cls < view_.sb().class_count;
+  if (small && !in_fork_child()) {  // a forked child's mu_ may be a held copy: the Op refuses it
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fast_path_usable() && !cache_[cls].empty()) {
+      const CachedBlock c = cache_[cls].back();
+      cache_[cls].pop_back();
+      return hand_out(cls, c);
+    }
+  }
+  Op op(*this);
+  void* p = nullptr;
+  for (int attempt = 0; attempt < 2 && !p; ++attempt) {
+    if (attempt == 1) trim();  // cached blocks and kept empty extents may be what is missing
+    quota_full_ = false;
+    CachedBlock c{};
+    if (!small) {
+      p = alloc_large(size);
+    } else if (!cache_[cls].empty()) {  // another thread refilled it meanwhile
+      c = cache_[cls].back();
+      cache_[cls].pop_back();
+      p = hand_out(cls, c);
+    } else if (alloc_small(cls, true, &c)) {
+      p = hand_out(cls, c);
+      for (uint64_t refill = cache_cap(cls) / 2; refill > 0 && alloc_small(cls, false, &c); --refill)
+        cache_[cls].push_back(c);
+    }
+  }
   if (!p && quota_full_)
     fail(CXLPOOL_E_CAPACITY, what_ + ": quota \"" + std::string(view_.sb().quotas[quota_].name) + "\" is full (" +
                                  std::to_string(view_.sb().quotas[quota_].max_extents) + " extents of " +
@@ -226,15 +323,17 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
   return p;
 }
 
-// The block of this participant that ptr starts (fn names the caller in messages).
-BlockRef SharedPool::own_block(const void* ptr, const char* fn) {
+// The block of this participant that ptr starts (fn names the caller in messages); *owned is
+// its extent's bookkeeping.
+BlockRef SharedPool::own_block(const void* ptr, const char* fn, Owned** owned) {
   uint64_t offset = 0;
   if (!user_offset(ptr, &offset)) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": pointer is not in " + what_);
   BlockRef at;
   ExtentWord w;
   if (!view_.locate(offset, &at, &w))
     fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": pointer is not a block start");
-  if (w.owner_slot != slot_ || w.owner_inc != owner_word_inc() || !owned_.count(at.extent))
+  *owned = owned_.find(at.extent);
+  if (w.owner_slot != slot_ || w.owner_inc != owner_word_inc() || *owned == nullptr)
     fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) +
                                          ": block belongs to another participant (only the participant that allocated "
                                          "a block frees or exports it; imported blocks are given back with "
@@ -243,17 +342,49 @@ BlockRef SharedPool::own_block(const void* ptr, const char* fn) {
 }
 
 void SharedPool::free(void* ptr) {
+  uint64_t offset = 0;
+  if (!in_fork_child() && user_offset(ptr, &offset) && offset >= view_.sb().data_offset) {
+    std::unique_lock<std::mutex> lock(mu_);
+    const uint64_t e = (offset - view_.sb().data_offset) / view_.extent_size();
+    Owned* o = owned_.find(e);
+    if (fast_path_usable() && o != nullptr && o->cls < view_.sb().class_count && cache_cap(o->cls) > 0) {
+      const uint64_t first = view_.block_offset(e, o->cls, 0);
+      const uint64_t size = view_.class_size(o->cls);
+      const uint64_t b = (offset - first) / size;
+      if (offset >= first && (offset - first) % size == 0 && b < o->app.size() && o->app[b] == kHeld) {
+        o->app[b] = kNotHeld;
+        const uint32_t cls = o->cls;
+        cache_[cls].push_back(CachedBlock{e, b});
+        if (cache_[cls].size() <= cache_cap(cls)) return;
+        lock.unlock();
+        try {  // the free happened; giving blocks back to the pool can wait for the next one
+          Op op(*this);
+          flush_cache(cls, cache_cap(cls) / 2);
+        } catch (const Failure&) {
+        }
+        return;
+      }
+    }
+  }
+  free_slow(ptr);
+}
+
+void SharedPool::free_slow(void* ptr) {
   Op op(*this);
-  const BlockRef at = own_block(ptr, "cxlpool_shared_free");
+  Owned* o = nullptr;
+  const BlockRef at = own_block(ptr, "cxlpool_shared_free", &o);
   const uint64_t offset = at.offset;
   BlockWord bw;
   if (!decode_block(view_.load(at.state), offset, view_.salt(), &bw)) {
     ++corrupt_words_;
     fail(CXLPOOL_E_CORRUPT, what_ + ": block state word at offset " + std::to_string(offset) + " fails its check");
   }
-  if (bw.state == kBlockFree || bw.state == kBlockReleased)
+  const bool small = o->cls < view_.sb().class_count;
+  const bool held = !small || (at.block < o->app.size() && o->app[at.block] != kNotHeld);
+  if (!held || bw.state == kBlockFree || bw.state == kBlockReleased)
     fail(CXLPOOL_E_INVALID_ARGUMENT,
          "cxlpool_shared_free: double free of the block at offset " + std::to_string(offset));
+  if (small) o->app[at.block] = kNotHeld;
   if (bw.state == kBlockExported) {
     let_go(at, bw);
     return;
@@ -276,14 +407,14 @@ void SharedPool::let_go(const BlockRef& at, BlockWord bw) {
 
 // Bookkeeping after a block's state became free: back on the free list, extents given back.
 bool SharedPool::try_finish_release(const BlockRef& at, BlockWord bw) {
-  auto it = owned_.find(at.extent);
-  if (it == owned_.end()) return false;
-  Owned& o = it->second;
+  Owned* found = owned_.find(at.extent);
+  if (found == nullptr) return false;
+  Owned& o = *found;
   o.max_gen = std::max(o.max_gen, bw.generation);
   if (o.cls >= view_.sb().class_count) {  // large: the extents go back to the pool
     bytes_in_use_ -= std::min<uint64_t>(bytes_in_use_, uint64_t{o.span} * view_.extent_size());
     release_extents(at.extent, o.span, o.max_gen + 1);
-    owned_.erase(it);
+    owned_.erase(at.extent);
     return true;
   }
   bytes_in_use_ -= std::min<uint64_t>(bytes_in_use_, view_.class_size(o.cls));
@@ -293,7 +424,7 @@ bool SharedPool::try_finish_release(const BlockRef& at, BlockWord bw) {
     auto& list = partial_[o.cls];
     list.erase(std::remove(list.begin(), list.end(), at.extent), list.end());
     release_extents(at.extent, 1, o.max_gen + 1);
-    owned_.erase(it);
+    owned_.erase(at.extent);
   }
   return true;
 }
@@ -304,7 +435,7 @@ void SharedPool::recheck_released() {
     BlockRef at;
     ExtentWord w;
     BlockWord bw;
-    if (!view_.locate(offset, &at, &w) || w.owner_slot != slot_ || !owned_.count(at.extent)) continue;
+    if (!view_.locate(offset, &at, &w) || w.owner_slot != slot_ || !owned_.find(at.extent)) continue;
     if (!decode_block(view_.load(at.state), offset, view_.salt(), &bw) || bw.state != kBlockReleased) continue;
     if (view_.anyone_holds(offset, bw.generation)) {
       still.push_back(offset);
@@ -326,15 +457,20 @@ uint32_t handle_check(const cxlpool_shared_handle_t& h) {
 
 cxlpool_shared_handle_t SharedPool::export_block(const void* ptr) {
   Op op(*this);
-  const BlockRef at = own_block(ptr, "cxlpool_shared_export");
+  Owned* o = nullptr;
+  const BlockRef at = own_block(ptr, "cxlpool_shared_export", &o);
   const uint64_t offset = at.offset;
   BlockWord bw;
   if (!decode_block(view_.load(at.state), offset, view_.salt(), &bw))
     fail(CXLPOOL_E_CORRUPT, what_ + ": block state word at offset " + std::to_string(offset) + " fails its check");
+  const bool small = o->cls < view_.sb().class_count;
+  if (small && (at.block >= o->app.size() || o->app[at.block] == kNotHeld))
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: the block is not allocated");
   if (bw.state == kBlockAllocated)
     view_.store(at.state, encode_block({bw.generation, kBlockExported}, offset, view_.salt()));
   else if (bw.state != kBlockExported)
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_export: the block is not allocated");
+  if (small) o->app[at.block] = kHeldExported;
   cxlpool_shared_handle_t h{};
   h.pool_id[0] = view_.sb().pool_id[0];
   h.pool_id[1] = view_.sb().pool_id[1];

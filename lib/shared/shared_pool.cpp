@@ -360,6 +360,8 @@ SharedPool::SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std
   timeout_ns_ = uint64_t{sb.lease_timeout_ms} * 1000000u;
   heartbeat_ns_ = uint64_t{sb.heartbeat_ms} * 1000000u;
   partial_.resize(sb.class_count);
+  cache_.resize(sb.class_count);
+  owned_.resize(sb.extent_count);
   seen_.resize(view_.slot_count());
   if (params && params->noncoherent_view) {
     if (sb.coherence != CXLPOOL_COHERENCE_NONE)
@@ -450,6 +452,7 @@ void SharedPool::join(const SharedParams* params) {
   view_.store(&line->host_index, host);
   view_.store(&line->op_seq, 0);
   view_.store(&line->facts_incarnation, incarnation_);
+  eviction_raw_ = view_.load(view_.slot_word(slot_, 1, 0));  // any change: the block cache stops serving
   last_beat_ns_ = os::coarse_now_ns();
   {
     std::unique_lock<std::shared_mutex> lock(g_open_mu);
@@ -558,7 +561,7 @@ cxlpool_shared_health_t SharedPool::health() {
   h.state = failed_.load() ? CXLPOOL_SHARED_FAILED : evicted_.load() ? CXLPOOL_SHARED_EVICTED : CXLPOOL_SHARED_HEALTHY;
   h.leases_lost = h.state == CXLPOOL_SHARED_HEALTHY ? 0 : static_cast<uint32_t>(leases_.size());
   h.bytes_lost = h.state == CXLPOOL_SHARED_HEALTHY ? 0 : bytes_in_use_;
-  for (auto& [e, o] : owned_) h.extents_lost += h.state == CXLPOOL_SHARED_HEALTHY ? 0 : o.span;
+  if (h.state != CXLPOOL_SHARED_HEALTHY) owned_.for_each([&](uint64_t, const Owned& o) { h.extents_lost += o.span; });
   std::strncpy(h.failure_domain, view_.sb().failure_domain, sizeof h.failure_domain - 1);
   std::strncpy(h.reason, failure_reason_.c_str(), sizeof h.reason - 1);
   return h;
@@ -696,7 +699,8 @@ void SharedPool::leave() {
   leases_.clear();
   bool others_hold = false;
   std::vector<uint64_t> extents;
-  for (auto& [e, owned] : owned_) extents.push_back(e);
+  owned_.for_each([&](uint64_t e, const Owned&) { extents.push_back(e); });
+  for (auto& cache : cache_) cache.clear();  // cached blocks are allocated in the pool: freed below
   for (uint64_t e : extents) {
     ExtentWord w;
     if (!view_.extent(e, &w)) continue;

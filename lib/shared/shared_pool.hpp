@@ -161,16 +161,63 @@ class SharedPool {
   struct Owned {
     uint32_t cls = 0;      // class, or class_count for a large block head
     uint32_t span = 1;     // extents (large)
-    uint64_t used = 0;     // blocks held (small) / 1 (large)
+    uint64_t used = 0;     // blocks allocated in the pool (small, cached ones too) / 1 (large)
     uint32_t max_gen = 0;  // highest generation issued in this extent
     std::vector<uint32_t> free_blocks;
+    // Small blocks as the application has them: kNotHeld (free in the pool, in the block
+    // cache, or let go while leased), kHeld, kHeldExported. Only this process writes a
+    // block's state word, so this shadow agrees with it (a scribbled word is found when the
+    // block goes back to the pool).
+    std::vector<uint8_t> app;
   };
-  void* alloc_small(uint32_t cls);
+  enum : uint8_t { kNotHeld = 0, kHeld = 1, kHeldExported = 2 };
+  // Owned extents by extent index: one lookup per free, no hashing.
+  class OwnedTable {
+   public:
+    void resize(uint64_t extents) { slots_.resize(extents); }
+    Owned* find(uint64_t e) const { return e < slots_.size() ? slots_[e].get() : nullptr; }
+    Owned& operator[](uint64_t e) {
+      auto& s = slots_.at(e);
+      if (!s) s = std::make_unique<Owned>();
+      return *s;
+    }
+    void erase(uint64_t e) { slots_.at(e).reset(); }
+    void clear() {
+      for (auto& s : slots_) s.reset();
+    }
+    template <class F>
+    void for_each(F&& f) const {
+      for (uint64_t e = 0; e < slots_.size(); ++e)
+        if (slots_[e]) f(e, *slots_[e]);
+    }
+
+   private:
+    std::vector<std::unique_ptr<Owned>> slots_;
+  };
+  // The block cache: small blocks the application freed stay allocated in the pool, owned by
+  // this participant, and are handed out again without a write to the pool (no fence, no
+  // mark): the pool's truth does not change, and a crash frees them with everything else the
+  // dead participant owned. Refilled and drained in batches under one Op. Bounded per class
+  // (kCacheBytes); drained (trim) on a capacity failure before it is reported.
+  struct CachedBlock {
+    uint64_t extent;
+    uint64_t block;
+  };
+  static constexpr uint64_t kCacheBytes = 64u << 10;
+  static constexpr uint64_t kCacheMaxBlocks = 64;
+  uint64_t cache_cap(uint32_t cls) const;
+  bool fast_path_usable() const;  // caller holds mu_: the cache may serve without an Op
+  void* hand_out(uint32_t cls, CachedBlock c);
+  void flush_cache(uint32_t cls, uint64_t keep);
+  void trim();
+  uint64_t cached_bytes() const;
+  bool alloc_small(uint32_t cls, bool may_grab, CachedBlock* out);
   void* alloc_large(uint64_t size);
   bool grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uint64_t* first);
   void format_small(uint64_t e, uint32_t cls, uint32_t start_gen);
   void release_extents(uint64_t first, uint32_t count, uint32_t next_gen);
-  BlockRef own_block(const void* ptr, const char* fn);
+  BlockRef own_block(const void* ptr, const char* fn, Owned** owned);
+  void free_slow(void* ptr);
   void let_go(const BlockRef& at, BlockWord bw);  // owner drops its hold
   bool try_finish_release(const BlockRef& at, BlockWord bw);
   void recheck_released();
@@ -201,21 +248,23 @@ class SharedPool {
   uint64_t fork_generation_ = 0;
   uint64_t boot_hash_ = 0, pidns_ = 0;  // this process's, read once
   bool joined_ = false;
+  uint64_t eviction_raw_ = 0;  // this slot's eviction word as it was when we joined
   std::atomic<bool> evicted_{false};
   std::atomic<uint64_t> last_beat_ns_{0};
   uint64_t timeout_ns_ = 0;
   uint64_t heartbeat_ns_ = 0;
 
-  std::mutex mu_;                               // heap and leases of this participant
-  std::unordered_map<uint64_t, Owned> owned_;   // extent index -> state
-  std::vector<std::vector<uint64_t>> partial_;  // per class: extents with free blocks
-  std::vector<uint64_t> released_pending_;      // offsets let go but still leased
+  std::mutex mu_;                                // heap and leases of this participant
+  OwnedTable owned_;                             // extent index -> state
+  std::vector<std::vector<uint64_t>> partial_;   // per class: extents with free blocks
+  std::vector<std::vector<CachedBlock>> cache_;  // per class: the block cache
+  std::vector<uint64_t> released_pending_;       // offsets let go but still leased
   struct Lease {
     uint32_t generation;
     uint32_t count;
   };
   std::unordered_map<uint64_t, Lease> leases_;  // offset -> lease
-  uint64_t bytes_in_use_ = 0;
+  uint64_t bytes_in_use_ = 0;                   // blocks owned in the pool: held by the application, cached, or leased
   uint64_t corrupt_words_ = 0;
   uint64_t recovered_slots_ = 0;
   uint64_t extent_hint_ = 0;

@@ -34,7 +34,7 @@ void SharedPool::tick() {
   Marked marked(*this);
   if (!released_pending_.empty()) recheck_released();
   SlotCounters* c = view_.slot_counters(slot_);
-  view_.store(&c->bytes_in_use, bytes_in_use_);
+  view_.store(&c->bytes_in_use, bytes_in_use_ - cached_bytes());
   view_.store(&c->recovered_slots, recovered_slots_);
 }
 
@@ -190,6 +190,7 @@ void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
   o.cls = large ? view_.sb().class_count : w.cls;
   o.span = span;
   const uint64_t blocks = large ? 1 : view_.geometry(w.cls).blocks;
+  if (!large) o.app.assign(blocks, kNotHeld);  // what we adopt, the application does not hold
   bool corrupt = false;
   std::vector<uint64_t> held;
   for (uint64_t b = 0; b < blocks; ++b) {
@@ -330,8 +331,9 @@ cxlpool_shared_info_t SharedPool::info() {
   for (uint32_t s = 0; s < view_.slot_count(); ++s)
     if (view_.slot_live(s)) ++out.participants;
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [e, o] : owned_) out.extents_mine += o.span;
-  out.bytes_in_use = bytes_in_use_;
+  owned_.for_each([&](uint64_t, const Owned& o) { out.extents_mine += o.span; });
+  out.bytes_cached = cached_bytes();
+  out.bytes_in_use = bytes_in_use_ - out.bytes_cached;
   out.slot = slot_;
   out.coherence = sb.coherence;
   out.leases_held = static_cast<uint32_t>(leases_.size());

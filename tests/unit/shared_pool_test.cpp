@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -191,6 +192,110 @@ TEST_CASE("blocks of every class and whole extents; capacity runs out cleanly an
   REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
 }
 
+TEST_CASE(
+    "the block cache: freed blocks come back without a pool write, but never twice, never exported, "
+    "never in the way of capacity",
+    "[shared]") {
+  ShmPool a("cache", 32u << 20);
+  void* p = nullptr;
+  REQUIRE(cxlpool_shared_alloc(a.pool, 256, &p) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
+  auto i = info_of(a.pool);
+  CHECK(i.bytes_in_use == 0);
+  CHECK(i.bytes_cached > 0);  // the refill and the freed block
+  // A cached block is freed again: refused, and it is not handed out twice afterwards.
+  CHECK(cxlpool_shared_free(a.pool, p) == CXLPOOL_E_INVALID_ARGUMENT);
+  cxlpool_shared_handle_t h{};
+  CHECK(cxlpool_shared_export(a.pool, p, &h) == CXLPOOL_E_INVALID_ARGUMENT);  // not allocated
+  std::set<void*> out;
+  std::vector<void*> held;
+  for (int k = 0; k < 300; ++k) {  // through the cache, its refills and the pool
+    void* q = nullptr;
+    REQUIRE(cxlpool_shared_alloc(a.pool, 256, &q) == CXLPOOL_OK);
+    CHECK(out.insert(q).second);
+    held.push_back(q);
+  }
+  for (void* q : held) REQUIRE(cxlpool_shared_free(a.pool, q) == CXLPOOL_OK);
+  // An exported block freed by its owner is not cached: when its address comes back, its old
+  // handle is stale.
+  REQUIRE(cxlpool_shared_alloc(a.pool, 256, &p) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_export(a.pool, p, &h) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* b = a.open_again();
+  void* again = nullptr;
+  held.clear();
+  for (int k = 0; k < 20000 && again != p; ++k) {
+    REQUIRE(cxlpool_shared_alloc(a.pool, 256, &again) == CXLPOOL_OK);
+    held.push_back(again);
+  }
+  CHECK(again == p);
+  void* q = nullptr;
+  CHECK(cxlpool_shared_import(b, &h, &q, nullptr) == CXLPOOL_E_STALE);
+  for (void* r : held) REQUIRE(cxlpool_shared_free(a.pool, r) == CXLPOOL_OK);
+  // Every small class cached and an empty extent kept for each: a block of the whole pool
+  // still fits, because a capacity failure trims first.
+  for (size_t size : {size_t{16}, size_t{200}, size_t{1000}, size_t{3000}, size_t{12000}, size_t{30000}}) {
+    held.clear();
+    for (int k = 0; k < 100; ++k) {
+      REQUIRE(cxlpool_shared_alloc(a.pool, size, &q) == CXLPOOL_OK);
+      held.push_back(q);
+    }
+    for (void* r : held) REQUIRE(cxlpool_shared_free(a.pool, r) == CXLPOOL_OK);
+  }
+  i = info_of(a.pool);
+  CHECK(i.extents_mine > 1);
+  INFO("extents: " << i.extents_total << " total, " << i.extents_free << " free, " << i.extents_mine << " mine");
+  REQUIRE(cxlpool_shared_alloc(a.pool, i.extents_total * i.extent_size, &q) == CXLPOOL_OK);
+  CHECK(info_of(a.pool).bytes_cached == 0);
+  REQUIRE(cxlpool_shared_free(a.pool, q) == CXLPOOL_OK);
+  cxlpool_shared_pool_close(b);
+  REQUIRE(cxlpool_shared_pool_close(a.pool) == CXLPOOL_OK);
+  a.pool = nullptr;
+  cxlpool_status_t st = CXLPOOL_OK;
+  auto r = check(a.device, 0, &st);
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.blocks_in_use == 0);  // the cache went back at close
+}
+
+TEST_CASE("threads of one participant share its heap and cache: no block given to two, contents intact", "[shared]") {
+  ShmPool a("threads", 64u << 20);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(static_cast<unsigned>(t) + 100);
+      std::vector<std::pair<void*, size_t>> live;
+      for (int k = 0; k < 20000; ++k) {
+        if (live.size() < 200 && (live.empty() || rng() % 2 == 0)) {
+          const size_t size = 16 + rng() % 5000;
+          void* p = nullptr;
+          if (cxlpool_shared_alloc(a.pool, size, &p) != CXLPOOL_OK) {
+            ++failures;
+            continue;
+          }
+          fill(p, size, static_cast<uint8_t>(t * 50 + size));
+          live.emplace_back(p, size);
+        } else {
+          const size_t at = rng() % live.size();
+          auto [p, size] = live[at];
+          if (!holds(p, size, static_cast<uint8_t>(t * 50 + size))) ++failures;
+          if (cxlpool_shared_free(a.pool, p) != CXLPOOL_OK) ++failures;
+          live[at] = live.back();
+          live.pop_back();
+        }
+      }
+      for (auto [p, size] : live)
+        if (!holds(p, size, static_cast<uint8_t>(t * 50 + size)) || cxlpool_shared_free(a.pool, p) != CXLPOOL_OK)
+          ++failures;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(failures.load() == 0);
+  CHECK(info_of(a.pool).bytes_in_use == 0);
+  auto r = check(a.device, 0);
+  CHECK(r.leaked_blocks == 0);
+  CHECK(r.corrupt_words == 0);
+}
+
 TEST_CASE("handles: export, import under a lease, owner frees, stale and forged handles refused", "[shared]") {
   ShmPool a("handles");
   cxlpool_shared_pool_t* b = a.open_again();
@@ -315,6 +420,8 @@ TEST_CASE("the checker finds dead participants and leaks; repair recovers them",
   ShmPool a("check");
   cxlpool_shared_pool_close(a.pool);  // nobody alive: the checker's own view only
   a.pool = nullptr;
+  int report[2];
+  REQUIRE(pipe(report) == 0);
   pid_t child = fork();
   if (child == 0) {
     cxlpool_shared_pool_t* c = nullptr;
@@ -322,14 +429,23 @@ TEST_CASE("the checker finds dead participants and leaks; repair recovers them",
     void* p = nullptr;
     for (int k = 0; k < 50; ++k)
       if (cxlpool_shared_alloc(c, 300, &p) != CXLPOOL_OK) _exit(3);
+    cxlpool_shared_info_t i{};
+    if (cxlpool_shared_pool_info(c, &i) != CXLPOOL_OK) _exit(4);
+    const uint64_t blocks = 50 + i.bytes_cached / (i.bytes_in_use / 50);  // its block cache's too
+    if (write(report[1], &blocks, sizeof blocks) != sizeof blocks) _exit(5);
     kill(getpid(), SIGKILL);
   }
+  close(report[1]);
+  uint64_t allocated = 0;
+  REQUIRE(read(report[0], &allocated, sizeof allocated) == sizeof allocated);
+  close(report[0]);
+  CHECK(allocated > 50);
   CHECK(wait_exit(child) == 128 + SIGKILL);
   cxlpool_status_t st;
   auto r = check(a.device, 0, &st);
   CHECK(st == CXLPOOL_E_CORRUPT);
   CHECK(r.dead_participants == 1);
-  CHECK(r.leaked_blocks == 50);
+  CHECK(r.leaked_blocks == allocated);
   r = check(a.device, 1, &st);
   CHECK(st == CXLPOOL_OK);
   CHECK(r.recovered == 1);
