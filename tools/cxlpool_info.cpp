@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: MIT
 // cxlpool-info: the machine's memory targets and tiers as cxlpool sees them (like numactl -H
-// plus cxl list), every attribute with its source, the kernel's tiering state and warnings.
-// Uses only the public C++ API. --json prints the same as one JSON document.
+// plus cxl list), every attribute with its source, the kernel's tiering state and warnings,
+// and the shared pools found in /dev/shm or named with --pool (participants, quotas, leases,
+// health), looked at from outside without joining them. Uses only the public API. --json
+// prints the same as one JSON document.
+#include <dirent.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -14,10 +19,12 @@ namespace {
 
 const char* kUsage =
     "usage: cxlpool-info [--json] [--sysfs-root DIR] [--procfs-root DIR] [--devices SPEC]\n"
-    "                    [--config FILE] [--no-default-device] [--no-hwloc] [--help] [--version]\n"
+    "                    [--config FILE] [--no-default-device] [--no-hwloc] [--pool DEVICE]...\n"
+    "                    [--no-pool-scan] [--help] [--version]\n"
     "\n"
     "Shows the memory targets cxlpool discovers (NUMA nodes, DAX devices, emulated CXL devices),\n"
-    "their tiers (0 = fastest) and where each attribute came from.\n"
+    "their tiers (0 = fastest) and where each attribute came from, then the shared pools: those\n"
+    "in /dev/shm and those named with --pool, with their participants, quotas, leases and health.\n"
     "  --json               one JSON document instead of tables (schema: docs/topology.md)\n"
     "  --sysfs-root DIR     read a (fake) sysfs tree instead of /sys\n"
     "  --procfs-root DIR    read kernel settings from DIR instead of /proc\n"
@@ -25,6 +32,8 @@ const char* kUsage =
     "  --config FILE        device file, overriding CXLPOOL_CONFIG\n"
     "  --no-default-device  do not add the default emulated device\n"
     "  --no-hwloc           do not consult hwloc\n"
+    "  --pool DEVICE        also show this shared pool (shm:NAME, file:/PATH, devdax:/dev/daxX.Y)\n"
+    "  --no-pool-scan       do not look for shared pools in /dev/shm\n"
     "Environment: CXLPOOL_DEVICES, CXLPOOL_CONFIG (docs/config.md).\n";
 
 std::string bytes(uint64_t b) {
@@ -166,6 +175,162 @@ void print_text(const cxlpool::Topology& topo) {
   }
 }
 
+// ---- Shared pools ----------------------------------------------------------------------
+
+struct PoolReport {
+  std::string device;
+  bool ok = false;
+  cxlpool_status_t status = CXLPOOL_OK;
+  std::string error;  // when !ok
+  cxlpool_shared_survey_t survey{};
+  std::vector<cxlpool_shared_participant_t> participants;
+  bool consistent = false;
+  std::string problems;  // the checker's message when not consistent
+};
+
+PoolReport report_pool(const std::string& device) {
+  PoolReport r;
+  r.device = device;
+  r.participants.resize(64);
+  cxlpool_status_t st;
+  while ((st = cxlpool_shared_pool_survey(device.c_str(), &r.survey, r.participants.data(), r.participants.size())) ==
+             CXLPOOL_OK &&
+         r.survey.participant_count > r.participants.size())
+    r.participants.resize(r.survey.participant_count);
+  if (st != CXLPOOL_OK) {
+    r.status = st;
+    r.error = cxlpool_last_error_message();
+    return r;
+  }
+  r.participants.resize(r.survey.participant_count);
+  r.ok = true;
+  cxlpool_shared_check_report_t check{};
+  r.consistent = cxlpool_shared_pool_check(device.c_str(), nullptr, 0, &check) == CXLPOOL_OK;
+  if (!r.consistent) r.problems = cxlpool_last_error_message();
+  return r;
+}
+
+// Pools in /dev/shm (files carrying a cxlpool header; others are not opened further), then
+// the named ones. A damaged pool in /dev/shm is listed with its error.
+std::vector<PoolReport> find_pools(bool scan, const std::vector<std::string>& named) {
+  std::vector<PoolReport> out;
+  if (scan) {
+    std::vector<std::string> names;
+    if (DIR* d = opendir("/dev/shm")) {
+      while (dirent* e = readdir(d))
+        if (e->d_type == DT_REG) names.push_back(e->d_name);
+      closedir(d);
+    }
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      PoolReport r = report_pool("shm:" + n);
+      if (r.ok || r.status == CXLPOOL_E_CORRUPT) out.push_back(std::move(r));
+    }
+  }
+  for (const auto& d : named)
+    if (std::none_of(out.begin(), out.end(), [&](const PoolReport& r) { return r.device == d; }))
+      out.push_back(report_pool(d));
+  return out;
+}
+
+const char* coherence_str(uint32_t c) {
+  return c == CXLPOOL_COHERENCE_HOST ? "host" : c == CXLPOOL_COHERENCE_FABRIC ? "fabric" : "none";
+}
+const char* slot_state_str(cxlpool_shared_slot_state_t s) {
+  return s == CXLPOOL_SHARED_SLOT_ACTIVE ? "active" : s == CXLPOOL_SHARED_SLOT_LEFT ? "left" : "evicted";
+}
+
+void print_pools(const std::vector<PoolReport>& pools, bool scanned) {
+  std::cout << "\nshared pools (" << (scanned ? "/dev/shm and --pool" : "--pool") << ", seen from outside):\n";
+  if (pools.empty()) {
+    std::cout << "  none\n";
+    return;
+  }
+  for (const auto& p : pools) {
+    if (!p.ok) {
+      std::cout << "  " << p.device << ": " << p.error << "\n";
+      continue;
+    }
+    const auto& s = p.survey;
+    uint64_t leases = 0;
+    for (const auto& x : p.participants) leases += x.leases;
+    std::cout << "  " << p.device << ": " << bytes(s.size) << ", " << s.extents_free << " of " << s.extents_total
+              << " extents of " << bytes(s.extent_size) << " free, coherence " << coherence_str(s.coherence)
+              << ", failure domain \"" << s.failure_domain << "\", " << s.participants_alive << " of "
+              << s.participant_count << " participants alive, " << leases
+              << " leases; health: " << (p.consistent ? "consistent" : p.problems) << "\n";
+    for (uint32_t q = 0; q < s.quota_count; ++q)
+      std::cout << "    quota " << s.quotas[q].name << ": " << s.quotas[q].used_extents << " of "
+                << s.quotas[q].max_extents << " extents\n";
+    std::vector<std::vector<std::string>> rows = {
+        {"    SLOT", "HOST", "PID", "STATE", "ALIVE", "EXTENTS", "IN USE", "LEASES"}};
+    for (const auto& x : p.participants)
+      rows.push_back({"    " + std::to_string(x.slot), std::to_string(x.host_index), std::to_string(x.pid),
+                      slot_state_str(x.state), x.alive ? "yes" : "no", std::to_string(x.extents_owned),
+                      bytes(x.bytes_in_use), std::to_string(x.leases)});
+    if (rows.size() > 1) print_table(rows);
+  }
+}
+
+std::string json_str(const std::string& in) {
+  std::string out = "\"";
+  for (unsigned char c : in) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string pools_json(const std::vector<PoolReport>& pools) {
+  std::string j = "[";
+  for (size_t i = 0; i < pools.size(); ++i) {
+    const auto& p = pools[i];
+    j += i ? ",\n    {" : "\n    {";
+    j += "\"device\": " + json_str(p.device);
+    if (!p.ok) {
+      j += ", \"error\": " + json_str(p.error) + "}";
+      continue;
+    }
+    const auto& s = p.survey;
+    char id[40];
+    std::snprintf(id, sizeof id, "%016llx%016llx", static_cast<unsigned long long>(s.pool_id[0]),
+                  static_cast<unsigned long long>(s.pool_id[1]));
+    j += std::string(", \"pool_id\": \"") + id + "\", \"size\": " + std::to_string(s.size) +
+         ", \"extent_size\": " + std::to_string(s.extent_size) +
+         ", \"extents_total\": " + std::to_string(s.extents_total) +
+         ", \"extents_free\": " + std::to_string(s.extents_free) + ", \"coherence\": \"" + coherence_str(s.coherence) +
+         "\", \"failure_domain\": " + json_str(s.failure_domain) + ", \"hosts\": " + std::to_string(s.hosts) +
+         ", \"slots_per_host\": " + std::to_string(s.slots_per_host) +
+         ", \"heartbeat_ms\": " + std::to_string(s.heartbeat_ms) +
+         ", \"lease_timeout_ms\": " + std::to_string(s.lease_timeout_ms) +
+         ", \"health\": {\"consistent\": " + (p.consistent ? "true" : "false") +
+         ", \"problems\": " + json_str(p.problems) + "}, \"quotas\": [";
+    for (uint32_t q = 0; q < s.quota_count; ++q)
+      j += std::string(q ? ", " : "") + "{\"name\": " + json_str(s.quotas[q].name) +
+           ", \"max_extents\": " + std::to_string(s.quotas[q].max_extents) +
+           ", \"used_extents\": " + std::to_string(s.quotas[q].used_extents) + "}";
+    j += "], \"participants\": [";
+    for (size_t k = 0; k < p.participants.size(); ++k) {
+      const auto& x = p.participants[k];
+      j += std::string(k ? ", " : "") + "{\"slot\": " + std::to_string(x.slot) +
+           ", \"host_index\": " + std::to_string(x.host_index) + ", \"incarnation\": " + std::to_string(x.incarnation) +
+           ", \"state\": \"" + slot_state_str(x.state) + "\", \"pid\": " + std::to_string(x.pid) +
+           ", \"alive\": " + (x.alive ? "true" : "false") + ", \"extents_owned\": " + std::to_string(x.extents_owned) +
+           ", \"bytes_in_use\": " + std::to_string(x.bytes_in_use) + ", \"leases\": " + std::to_string(x.leases) + "}";
+    }
+    j += "]}";
+  }
+  return j + (pools.empty() ? "]" : "\n  ]");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -173,6 +338,8 @@ int main(int argc, char** argv) {
   try {
     cxlpool::Config config;
     uint32_t flags = 0;
+    std::vector<std::string> pools;
+    bool scan = true;
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       auto need = [&](const char* opt) -> std::string {
@@ -196,6 +363,10 @@ int main(int argc, char** argv) {
         flags |= CXLPOOL_CONFIG_NO_DEFAULT_DEVICE;
       else if (a == "--no-hwloc")
         flags |= CXLPOOL_CONFIG_NO_HWLOC;
+      else if (a == "--pool")
+        pools.push_back(need("--pool"));
+      else if (a == "--no-pool-scan")
+        scan = false;
       else if (a == "--help" || a == "-h") {
         std::cout << kUsage;
         return 0;
@@ -209,10 +380,20 @@ int main(int argc, char** argv) {
     }
     if (flags) config.flags(flags);
     cxlpool::Topology topo = cxlpool::Topology::discover(&config);
-    if (json)
-      std::cout << topo.to_json();
-    else
+    const std::vector<PoolReport> found = find_pools(scan, pools);
+    if (json) {
+      // The topology document with one more member, "shared_pools" (docs/topology.md).
+      std::string doc = topo.to_json();
+      const size_t end = doc.find_last_of('}');
+      if (end == std::string::npos) throw cxlpool::Error(CXLPOOL_E_INTERNAL, 0, "topology JSON is not an object");
+      doc.insert(end, ",\n  \"shared_pools\": " + pools_json(found) + "\n");
+      std::cout << doc;
+    } else {
       print_text(topo);
+      print_pools(found, scan);
+    }
+    for (const auto& p : found)  // a pool named on the command line that cannot be shown: an error
+      if (!p.ok && std::find(pools.begin(), pools.end(), p.device) != pools.end()) return 1;
     return 0;
   } catch (const cxlpool::Error& e) {
     std::cerr << "cxlpool-info: " << e.what() << "\n";

@@ -218,6 +218,45 @@ typedef struct cxlpool_shared_check_report {
   uint64_t recovered;         /* participants recovered by --repair */
   uint64_t reserved[8];
 } cxlpool_shared_check_report_t;
+/* A look at a pool from outside, without joining it (cxlpool-info): geometry, quotas and the
+ * participant slots in use. Liveness as the checker judges it: a participant on this host is
+ * alive while its process exists; one on another host (or still joining) while its heartbeat
+ * moves, which the survey samples over one lease timeout. Read-only; a device without a cxlpool
+ * header gives CXLPOOL_E_NOT_FOUND and is left untouched, a damaged header CXLPOOL_E_CORRUPT. */
+typedef enum cxlpool_shared_slot_state {
+  CXLPOOL_SHARED_SLOT_ACTIVE = 1,
+  CXLPOOL_SHARED_SLOT_LEFT = 2,    /* left while others still held its blocks; they adopt them */
+  CXLPOOL_SHARED_SLOT_EVICTED = 3, /* declared dead; recovery done (or under way, see alive) */
+  CXLPOOL_SHARED_SLOT_STATE_MAX_ENUM = 0x7fffffff
+} cxlpool_shared_slot_state_t;
+typedef struct cxlpool_shared_participant {
+  uint32_t slot;
+  uint32_t host_index;
+  uint32_t incarnation;
+  cxlpool_shared_slot_state_t state;
+  int64_t pid;            /* as it recorded itself (its host's, its pid namespace's) */
+  uint32_t alive;         /* 1: alive as above */
+  uint32_t leases;        /* entries in its lease table (blocks it has imported) */
+  uint64_t extents_owned; /* extents whose word names it */
+  uint64_t bytes_in_use;  /* its own count, published at its heartbeat */
+  uint64_t reserved[4];
+} cxlpool_shared_participant_t;
+typedef struct cxlpool_shared_survey {
+  uint64_t pool_id[2];
+  uint64_t size, extent_size, extents_total, extents_free;
+  uint32_t coherence; /* cxlpool_coherence_t */
+  uint32_t hosts, slots_per_host;
+  uint32_t heartbeat_ms, lease_timeout_ms;
+  uint32_t quota_count;
+  cxlpool_shared_quota_t quotas[16];
+  char failure_domain[32];
+  uint32_t participant_count; /* slots in use: entries written up to the caller's capacity */
+  uint32_t participants_alive;
+  uint64_t reserved[8];
+} cxlpool_shared_survey_t;
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_survey(const char* device, cxlpool_shared_survey_t* out,
+                                                        cxlpool_shared_participant_t* participants, size_t capacity);
+
 /* Verifies every invariant of a pool's metadata. repair != 0 first joins the pool (host index
  * from params, which may be NULL), recovers every dead participant (waiting up to two lease
  * timeouts for silent participants of other hosts) and leaves. The report is written also when

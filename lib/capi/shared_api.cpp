@@ -424,6 +424,19 @@ cxlpool_status_t cxlpool_shared_pool_check(const char* device, const cxlpool_sha
   });
 }
 
+cxlpool_status_t cxlpool_shared_pool_survey(const char* device, cxlpool_shared_survey_t* out,
+                                            cxlpool_shared_participant_t* participants, size_t capacity) {
+  return guarded([&] {
+    require(device != nullptr, "cxlpool_shared_pool_survey", "device is NULL");
+    require(out != nullptr, "cxlpool_shared_pool_survey", "out is NULL");
+    require(participants != nullptr || capacity == 0, "cxlpool_shared_pool_survey",
+            "participants is NULL with a capacity");
+    std::vector<cxlpool_shared_participant_t> all;
+    *out = S::survey_pool(device, &all);
+    for (size_t i = 0; i < all.size() && i < capacity; ++i) participants[i] = all[i];
+  });
+}
+
 cxlpool_status_t cxlpool_publish(const void* ptr, size_t len) {
   if (len == 0) return CXLPOOL_OK;
   if (ptr == nullptr) {

@@ -4,6 +4,8 @@
 // nobody alive owns or leases (leaks), leases naming blocks that are not alive (dangling),
 // extents of dead owners, tails without heads. With repair it first joins the pool and
 // recovers every dead participant, exactly as a surviving participant would.
+#include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include "common/error.hpp"
@@ -156,6 +158,79 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
         if (!ok) ++r.dangling_leases;
       }
     }
+  } catch (...) {
+    unmap_pool(m);
+    throw;
+  }
+  unmap_pool(m);
+  return r;
+}
+
+cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpool_shared_participant_t>* out) {
+  if (!has_pool_header(device))
+    fail(CXLPOOL_E_NOT_FOUND, "\"" + device + "\" carries no cxlpool shared-pool header (not a pool); left untouched");
+  cxlpool_shared_survey_t r{};
+  out->clear();
+  MappedPool m = map_pool_unjoined(device);
+  try {
+    PoolView v(m.base, m.sb.size, m.sb);
+    const Superblock& sb = v.sb();
+    r.pool_id[0] = sb.pool_id[0];
+    r.pool_id[1] = sb.pool_id[1];
+    r.size = sb.size;
+    r.extent_size = sb.extent_size;
+    r.extents_total = sb.extent_count;
+    r.coherence = sb.coherence;
+    r.hosts = sb.hosts;
+    r.slots_per_host = sb.slots_per_host;
+    r.heartbeat_ms = sb.heartbeat_ms;
+    r.lease_timeout_ms = sb.lease_timeout_ms;
+    r.quota_count = std::min<uint32_t>(sb.quota_count, 16);
+    std::memcpy(r.failure_domain, sb.failure_domain, sizeof r.failure_domain - 1);
+    std::vector<uint64_t> owned(v.slot_count(), 0);
+    for (uint32_t q = 0; q < r.quota_count; ++q) {
+      std::memcpy(r.quotas[q].name, sb.quotas[q].name, sizeof r.quotas[q].name - 1);
+      r.quotas[q].max_extents = sb.quotas[q].max_extents;
+    }
+    for (uint64_t e = 0; e < v.extent_count(); ++e) {
+      ExtentWord w;
+      if (v.extent(e, &w) && w.kind == kExtentFree) {
+        ++r.extents_free;
+        continue;
+      }
+      if (!v.extent(e, &w)) continue;
+      if (w.quota < r.quota_count) ++r.quotas[w.quota].used_extents;
+      if (w.owner_slot < v.slot_count()) ++owned[w.owner_slot];
+    }
+    std::vector<bool> joining;
+    const std::vector<bool> alive = alive_slots(v, &joining);
+    for (uint32_t s = 0; s < v.slot_count(); ++s) {
+      uint32_t inc = 0, evict_inc = 0;
+      SlotState state{};
+      EvictPhase phase{};
+      if (!v.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
+      const bool evicted = v.slot_eviction(s, &evict_inc, &phase) && phase != kEvictNone && evict_inc == inc;
+      cxlpool_shared_participant_t p{};
+      const SlotLine0* line = v.slot_line0(s);
+      p.slot = s;
+      p.host_index = s / sb.slots_per_host;
+      p.incarnation = inc;
+      p.state = evicted              ? CXLPOOL_SHARED_SLOT_EVICTED
+                : state == kSlotLeft ? CXLPOOL_SHARED_SLOT_LEFT
+                                     : CXLPOOL_SHARED_SLOT_ACTIVE;
+      p.pid = static_cast<int64_t>(v.load(&line->pid));
+      p.alive = alive[s] ? 1 : 0;
+      const LeaseEntry* table = v.lease_table(s);
+      for (uint32_t i = 0; i < sb.lease_entries && !joining[s]; ++i) {
+        const uint64_t offset = v.load(&table[i].offset);
+        if (offset != 0 && offset != kLeaseTombstone) ++p.leases;
+      }
+      p.extents_owned = owned[s];
+      p.bytes_in_use = v.load(&v.slot_counters(s)->bytes_in_use);
+      if (p.alive) ++r.participants_alive;
+      out->push_back(p);
+    }
+    r.participant_count = static_cast<uint32_t>(out->size());
   } catch (...) {
     unmap_pool(m);
     throw;

@@ -337,6 +337,27 @@ MappedPool map_pool_unjoined(const std::string& device) {
 
 void unmap_pool(const MappedPool& m) { os::unmap(m.base, m.size); }
 
+bool has_pool_header(const std::string& device) {
+  const PoolLocation loc = parse_location(device);
+  const std::string what = pool_what(device);
+  const bool devdax = loc.kind == PoolLocation::kDevdax;
+  int fd = os::open_existing(loc.path, devdax, what);
+  bool has = false;
+  try {
+    if (devdax || os::fd_size(fd) >= kSuperblockBytes) {
+      const uint64_t len = devdax ? (2u << 20) : kSuperblockBytes;
+      void* head = os::map_shared_fd(fd, len, 0, what);
+      has = std::memcmp(head, kMagic, sizeof kMagic) == 0;
+      os::unmap(head, len);
+    }
+  } catch (...) {
+    os::close_fd(fd);
+    throw;
+  }
+  os::close_fd(fd);
+  return has;
+}
+
 void SharedPool::unlink(const std::string& device) {
   const PoolLocation loc = parse_location(device);
   const std::string what = pool_what(device);

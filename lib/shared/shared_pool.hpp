@@ -301,6 +301,11 @@ struct MappedPool {
 };
 MappedPool map_pool_unjoined(const std::string& device);
 void unmap_pool(const MappedPool& m);
+// Whether the device starts with a cxlpool shared-pool magic (valid or not); reads only.
+bool has_pool_header(const std::string& device);
+
+// A look from outside, without joining (check.cpp): geometry, quotas, participants.
+cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpool_shared_participant_t>* out);
 
 // Checks every invariant (check.cpp); with repair, recovers dead participants first.
 cxlpool_shared_check_report_t check_pool(const std::string& device, const SharedParams* params, bool repair);

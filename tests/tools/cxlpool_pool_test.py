@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 # cxlpool-pool end to end: create, info, check (clean, then with a participant killed, then
 # --repair), rm; names that exist or are not pools are refused and left untouched; bad
-# options name the bad token.
+# options name the bad token. cxlpool-info's view of shared pools from outside: participants
+# alive and dead, quotas, health; files in /dev/shm that are not pools neither listed nor
+# changed, a damaged pool listed with its error.
 import json
 import os
 import signal
@@ -11,6 +13,7 @@ import sys
 import time
 
 tool = sys.argv[1]
+info_tool = sys.argv[3]
 failures = 0
 name = f"cxlpool-tooltest-{os.getpid()}"
 dev = f"shm:{name}"
@@ -26,6 +29,15 @@ def check(cond, what):
 
 def run(*args):
     return subprocess.run([tool, *args], capture_output=True, text=True, timeout=60)
+
+
+def pools_seen(*args):
+    """cxlpool-info --json [args]: (exit code, {device: pool}) or (code, None) when not JSON."""
+    r = subprocess.run([info_tool, "--json", *args], capture_output=True, text=True, timeout=60)
+    try:
+        return r.returncode, {p["device"]: p for p in json.loads(r.stdout)["shared_pools"]}, r
+    except (ValueError, KeyError):
+        return r.returncode, None, r
 
 
 try:
@@ -66,8 +78,20 @@ try:
         line = child.stdout.readline().split()
         check(len(line) == 2 and line[0] == "ready", "a participant allocated 20 blocks")
         cached = int(line[1]) if len(line) == 2 else -1  # freed by nobody: its block cache's refill
+        code, pools, _ = pools_seen("--no-pool-scan", "--pool", dev)
+        p = (pools or {}).get(dev, {})
+        parts = p.get("participants", [])
+        check(code == 0 and len(parts) == 1 and parts[0]["alive"] and parts[0]["pid"] == child.pid and
+              parts[0]["state"] == "active" and parts[0]["extents_owned"] >= 1 and p["health"]["consistent"] and
+              [q["name"] for q in p["quotas"]] == ["default"] and p["quotas"][0]["used_extents"] >= 1,
+              f"cxlpool-info shows the live participant, its extents and the quota in use (got {p})")
         child.send_signal(signal.SIGKILL)
         child.wait()
+        code, pools, _ = pools_seen("--no-pool-scan", "--pool", dev)
+        p = (pools or {}).get(dev, {})
+        parts = p.get("participants", [])
+        check(code == 0 and len(parts) == 1 and not parts[0]["alive"] and not p["health"]["consistent"] and
+              "leaked" in p["health"]["problems"], f"... and, once killed, the dead one and the leak (got {p})")
         r = run("check", dev, "--json")
         rep = json.loads(r.stdout)
         check(r.returncode == 1 and rep["dead_participants"] == 1 and cached > 0 and
@@ -84,6 +108,25 @@ try:
     other = path + "-foreign"
     with open(other, "wb") as f:
         f.write(b"precious" * 1000)
+    damaged = path + "-damaged"
+    with open(path, "rb") as f:
+        head = bytearray(f.read(1 << 16))
+    head[100] ^= 0xFF  # the superblock's checksum no longer holds
+    with open(damaged, "wb") as f:
+        f.write(head)
+    code, pools, r = pools_seen()
+    check(code == 0 and pools is not None and dev in pools and "participants" in pools[dev],
+          "cxlpool-info lists the pool found in /dev/shm")
+    check(pools is not None and f"shm:{name}-foreign" not in pools, "... not the foreign file")
+    check(open(other, "rb").read() == b"precious" * 1000, "... which stays byte-identical")
+    check(pools is not None and "error" in pools.get(f"shm:{name}-damaged", {}),
+          f"... and the damaged pool with its error (got {(pools or {}).get(f'shm:{name}-damaged')})")
+    os.unlink(damaged)
+    code, pools, r = pools_seen("--no-pool-scan", "--pool", f"shm:{name}-nosuch")
+    check(code == 1 and pools is not None and "error" in pools.get(f"shm:{name}-nosuch", {}),
+          "cxlpool-info --pool of a missing pool: exit 1, the error in its entry")
+    r = subprocess.run([info_tool, "--no-pool-scan", "--pool", f"file:{other}"], capture_output=True, text=True)
+    check(r.returncode == 1 and "no cxlpool shared-pool header" in r.stdout, "--pool of a foreign file: named, refused")
     r = run("check", f"file:{other}")
     check(r.returncode == 2 and "no cxlpool shared-pool header" in r.stderr, "check refuses a foreign file")
     r = run("rm", f"file:{other}")
