@@ -85,6 +85,24 @@ class Device {
   cxlpool_status_t release(void* addr, int client, DeviceError* err) noexcept;
   cxlpool_status_t offset_of(const void* addr, uint64_t* out) const noexcept;
 
+  // Moves a whole reservation of this device (addr = what reserve() returned) to device to,
+  // under the same address (rebind.cpp): NUMA node to NUMA node by the kernel (mbind
+  // MPOL_MF_MOVE, verified page by page); otherwise its committed bytes are copied into to's
+  // storage mapped at a staging address, which then replaces the old mapping in one mremap.
+  // While the bytes are copied the range is read-only and writers wait in a write fence
+  // (os/write_fence.hpp): no write is lost. Capacity moves from this ledger to to's; the
+  // reservation then belongs to to (commit, decommit, release go there). Statuses: OK;
+  // NOT_FOUND (addr does not start a reservation here); NOT_SUPPORTED (memory shared with
+  // other processes or forked children, ranges mapped with map_range, this device = to);
+  // INVALID_ARGUMENT (to's page size does not divide the reservation); CAPACITY (to is full:
+  // ledger, offsets, or a full filesystem); NO_MEMORY (address space); OS.
+  struct MoveReport {
+    uint64_t bytes = 0;            // committed bytes moved
+    bool by_kernel = false;        // migrated in place (NUMA to NUMA)
+    size_t pages_left_behind = 0;  // by_kernel: present pages the kernel could not move
+  };
+  cxlpool_status_t move_reservation(void* addr, Device& to, MoveReport* report, DeviceError* err) noexcept;
+
   // The descriptor of the shared storage (raw backings hand it to other processes); -1 for
   // anonymous (numa) devices. Throws Failure when the storage cannot be opened.
   int shared_fd();

@@ -31,6 +31,15 @@ int advise_remove(void* addr, size_t size) noexcept;    // also frees the file p
 int populate_write(void* addr, size_t size) noexcept;
 // mbind(MPOL_BIND) of the range to one node; EINVAL for a node the kernel does not know.
 int bind_node(void* addr, size_t size, int node) noexcept;
+// Binds the range to node and moves its present pages there (mbind MPOL_MF_MOVE), then asks
+// move_pages where each page is: *elsewhere = present pages still on another node after the
+// retries (EBUSY pages are retried; absent pages are not counted: later faults follow the
+// new policy). ENOMEM: the node is full. EINVAL: no such node.
+int move_to_node(void* addr, size_t size, int node, size_t* elsewhere) noexcept;
+// Moves the mapping at from to to (mremap MREMAP_FIXED), replacing what was mapped at to.
+int move_mapping(void* from, size_t size, void* to) noexcept;
+// Frees [offset, offset+size) of a file (fallocate PUNCH_HOLE, size kept).
+int punch_hole(int fd, uint64_t offset, size_t size) noexcept;
 
 // ---- Descriptors ---------------------------------------------------------------------------
 struct FileId {

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -97,6 +98,44 @@ int bind_node(void* addr, size_t size, int node) noexcept {
   unsigned long maxnode = (unsigned long)(node / 64 + 1) * 64 + 1;
   long r = syscall(SYS_mbind, addr, size, MPOL_BIND, mask, maxnode, 0U);
   return r == 0 ? 0 : errno;
+}
+
+int move_to_node(void* addr, size_t size, int node, size_t* elsewhere) noexcept {
+  constexpr int kMaxNodes = 4096;
+  if (node < 0 || node >= kMaxNodes) return EINVAL;
+  unsigned long mask[kMaxNodes / 64 + 1] = {};
+  mask[unsigned(node) / 64] |= 1UL << (unsigned(node) % 64);
+  unsigned long maxnode = (unsigned long)(node / 64 + 1) * 64 + 1;
+  *elsewhere = 0;
+  const size_t ps = size_t(sysconf(_SC_PAGESIZE));
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    // MPOL_MF_MOVE = 1 << 1: moves the pages only this process maps (no root needed).
+    long r = syscall(SYS_mbind, addr, size, MPOL_BIND, mask, maxnode, 2U);
+    if (r != 0 && errno != EIO) return errno;  // EIO: some pages could not be moved; counted below
+    // Where are they now? move_pages with nodes = NULL only queries, in batches.
+    size_t left = 0;
+    constexpr size_t kBatch = 512;
+    void* pages[kBatch];
+    int status[kBatch];
+    for (size_t done = 0; done < size; done += kBatch * ps) {
+      size_t n = std::min(kBatch, (size - done) / ps);
+      for (size_t i = 0; i < n; ++i) pages[i] = static_cast<char*>(addr) + done + i * ps;
+      if (syscall(SYS_move_pages, 0, n, pages, nullptr, status, 0) != 0) return errno;
+      for (size_t i = 0; i < n; ++i)
+        if (status[i] >= 0 && status[i] != node) ++left;  // negative: absent (ENOENT) or not movable
+    }
+    *elsewhere = left;
+    if (left == 0) return 0;
+  }
+  return 0;  // the caller decides what pages left behind mean
+}
+
+int move_mapping(void* from, size_t size, void* to) noexcept {
+  return mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, to) == MAP_FAILED ? errno : 0;
+}
+
+int punch_hole(int fd, uint64_t offset, size_t size) noexcept {
+  return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(size)) == 0 ? 0 : errno;
 }
 
 int file_id(int fd, FileId* out) noexcept {

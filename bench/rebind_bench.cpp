@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: MIT
+// Movable residency against its peers in one run: Device::move_reservation of a fully
+// committed range (memfd <-> numa, shm <-> numa), memcpy of the same bytes into fresh memory
+// (mmap + copy: the same page faults) and into memory already faulted in, and a naive move
+// that copies page by page (mmap 4 KiB, copy, mremap over the old page). Sizes 64 KiB, 2 MiB,
+// 4 MiB. bench/run_rebind_bench.py prints the table and ratios. Refuses a non-Release build.
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "device/device.hpp"
+
+namespace {
+
+using cxlpool::detail::BackingSpec;
+using cxlpool::detail::Device;
+using cxlpool::detail::Sharing;
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+std::unique_ptr<Device> make(const std::string& kind) {
+  static int counter = 0;
+  BackingSpec spec;
+  spec.device_name = kind + std::to_string(++counter);
+  spec.capacity = 256 * kMiB;
+  if (kind == "numa") {
+    spec.kind = CXLPOOL_BACKING_NUMA;
+    spec.numa_node = 0;
+  } else if (kind == "memfd") {
+    spec.kind = CXLPOOL_BACKING_MEMFD;
+  } else {
+    spec.kind = CXLPOOL_BACKING_SHM;
+    spec.path = "cxlpool-rebind-bench-" + std::to_string(getpid()) + "-" + std::to_string(counter);
+  }
+  return std::make_unique<Device>(spec);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// One move per iteration, alternating direction, of a reservation whose pages are all there.
+void BM_rebind(benchmark::State& state, const char* a, const char* b) {
+  const size_t size = size_t(state.range(0));
+  auto one = make(a), two = make(b);
+  void* base = nullptr;
+  if (one->reserve(size, std::min(size, 2 * kMiB), 0, Sharing::kPrivate, 1, &base, nullptr) ||
+      one->commit(base, size, false, 1, nullptr)) {
+    state.SkipWithError("reserve/commit failed");
+    return;
+  }
+  std::memset(base, 7, size);
+  Device* from = one.get();
+  Device* to = two.get();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (from->move_reservation(base, *to, nullptr, nullptr) != CXLPOOL_OK) {
+      state.SkipWithError("move failed");
+      break;
+    }
+    state.SetIterationTime(seconds_since(t0));
+    std::swap(from, to);
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(size));
+  from->release(base, 1, nullptr);
+}
+
+// memcpy of the same bytes into fresh anonymous memory (faults included) or into memory
+// already faulted in (hot = true).
+void BM_memcpy(benchmark::State& state, bool hot) {
+  const size_t size = size_t(state.range(0));
+  void* src = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* warm = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  std::memset(src, 7, size);
+  std::memset(warm, 1, size);
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    void* dst = hot ? warm : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    std::memcpy(dst, src, size);
+    benchmark::DoNotOptimize(dst);
+    state.SetIterationTime(seconds_since(t0));
+    if (!hot) munmap(dst, size);
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(size));
+  munmap(src, size);
+  munmap(warm, size);
+}
+
+// A naive move: page by page, fresh page, copy, mremap over the old one.
+void BM_naive_4k(benchmark::State& state) {
+  const size_t size = size_t(state.range(0));
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  auto* base = static_cast<char*>(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  std::memset(base, 7, size);
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t off = 0; off < size; off += page) {
+      void* fresh = mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      std::memcpy(fresh, base + off, page);
+      if (mremap(fresh, page, page, MREMAP_MAYMOVE | MREMAP_FIXED, base + off) == MAP_FAILED) {
+        state.SkipWithError("mremap failed");
+        break;
+      }
+    }
+    state.SetIterationTime(seconds_since(t0));
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(size));
+  munmap(base, size);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (std::string(CXLPOOL_BENCH_BUILD_TYPE) != "Release") {
+    std::fprintf(stderr, "rebind_bench: built as %s; benchmarks need CMAKE_BUILD_TYPE=Release\n",
+                 CXLPOOL_BENCH_BUILD_TYPE);
+    return 2;
+  }
+  for (int64_t size : {int64_t(64 << 10), int64_t(2 * kMiB), int64_t(4 * kMiB)}) {
+    benchmark::RegisterBenchmark("rebind/memfd-numa", BM_rebind, "memfd", "numa")->Arg(size)->UseManualTime();
+    benchmark::RegisterBenchmark("rebind/shm-numa", BM_rebind, "shm", "numa")->Arg(size)->UseManualTime();
+    benchmark::RegisterBenchmark("memcpy/fresh", BM_memcpy, false)->Arg(size)->UseManualTime();
+    benchmark::RegisterBenchmark("memcpy/hot", BM_memcpy, true)->Arg(size)->UseManualTime();
+    benchmark::RegisterBenchmark("naive_4k", BM_naive_4k)->Arg(size)->UseManualTime();
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
