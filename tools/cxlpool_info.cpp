@@ -185,7 +185,7 @@ struct PoolReport {
   cxlpool_shared_survey_t survey{};
   std::vector<cxlpool_shared_participant_t> participants;
   bool consistent = false;
-  std::string problems;  // the checker's message when not consistent
+  std::string problems;  // what is wrong, when not consistent
 };
 
 PoolReport report_pool(const std::string& device) {
@@ -204,9 +204,14 @@ PoolReport report_pool(const std::string& device) {
   }
   r.participants.resize(r.survey.participant_count);
   r.ok = true;
-  cxlpool_shared_check_report_t check{};
-  r.consistent = cxlpool_shared_pool_check(device.c_str(), nullptr, 0, &check) == CXLPOOL_OK;
-  if (!r.consistent) r.problems = cxlpool_last_error_message();
+  // Health as far as the metadata tells, from the same read-only look (cxlpool-pool check
+  // walks every block too, and maps the pool: for an operator who means to).
+  const auto& s = r.survey;
+  r.consistent = s.dead_not_recovered == 0 && s.orphan_extents == 0 && s.corrupt_words == 0;
+  if (!r.consistent)
+    r.problems = std::to_string(s.dead_not_recovered) + " dead participants not recovered, " +
+                 std::to_string(s.orphan_extents) + " extents of dead owners, " + std::to_string(s.corrupt_words) +
+                 " corrupt words (cxlpool-pool check " + device + " --repair recovers the dead)";
   return r;
 }
 
@@ -224,12 +229,50 @@ std::vector<PoolReport> find_pools(bool scan, const std::vector<std::string>& na
     std::sort(names.begin(), names.end());
     for (const auto& n : names) {
       PoolReport r = report_pool("shm:" + n);
+      if (r.status == CXLPOOL_E_CONFIG) r = report_pool("file:/dev/shm/" + n);  // a name shm: refuses
+      // Not a pool, gone meanwhile, or not ours to read: not listed. Damaged pools are.
       if (r.ok || r.status == CXLPOOL_E_CORRUPT) out.push_back(std::move(r));
     }
   }
   for (const auto& d : named)
     if (std::none_of(out.begin(), out.end(), [&](const PoolReport& r) { return r.device == d; }))
       out.push_back(report_pool(d));
+  return out;
+}
+
+// The next valid UTF-8 sequence at in[i], its length, or 0 when in[i] does not start one.
+size_t utf8_length(const std::string& in, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(in[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  const size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (n == 0 || i + n > in.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  const unsigned char d = b(i + 1);
+  if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F))
+    return 0;  // overlong, a surrogate, or past U+10FFFF
+  return n;
+}
+
+// Names and strings from pools (anyone may write them) as text that cannot move the cursor,
+// clear the screen or split a line: control bytes, backslashes and bytes that are not UTF-8
+// become \xNN / \\.
+std::string printable(const std::string& in) {
+  std::string out;
+  for (size_t i = 0; i < in.size();) {
+    const size_t n = utf8_length(in, i);
+    const auto c = static_cast<unsigned char>(in[i]);
+    if (n == 0 || c < 0x20 || c == 0x7F || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, c == '\\' ? "\\\\" : "\\x%02X", c);
+      out += buf;
+      ++i;
+    } else {
+      out.append(in, i, n);
+      i += n;
+    }
+  }
   return out;
 }
 
@@ -248,42 +291,56 @@ void print_pools(const std::vector<PoolReport>& pools, bool scanned) {
   }
   for (const auto& p : pools) {
     if (!p.ok) {
-      std::cout << "  " << p.device << ": " << p.error << "\n";
+      std::cout << "  " << printable(p.device) << ": " << printable(p.error) << "\n";
       continue;
     }
     const auto& s = p.survey;
     uint64_t leases = 0;
     for (const auto& x : p.participants) leases += x.leases;
-    std::cout << "  " << p.device << ": " << bytes(s.size) << ", " << s.extents_free << " of " << s.extents_total
-              << " extents of " << bytes(s.extent_size) << " free, coherence " << coherence_str(s.coherence)
-              << ", failure domain \"" << s.failure_domain << "\", " << s.participants_alive << " of "
-              << s.participant_count << " participants alive, " << leases
-              << " leases; health: " << (p.consistent ? "consistent" : p.problems) << "\n";
+    std::cout << "  " << printable(p.device) << ": " << bytes(s.size) << ", " << s.extents_free << " of "
+              << s.extents_total << " extents of " << bytes(s.extent_size) << " free, coherence "
+              << coherence_str(s.coherence) << ", failure domain \"" << printable(s.failure_domain) << "\", "
+              << s.participants_alive << " of " << s.participant_count << " participants alive, " << leases
+              << " leases; health: " << (p.consistent ? "consistent" : printable(p.problems)) << "\n";
     for (uint32_t q = 0; q < s.quota_count; ++q)
-      std::cout << "    quota " << s.quotas[q].name << ": " << s.quotas[q].used_extents << " of "
+      std::cout << "    quota " << printable(s.quotas[q].name) << ": " << s.quotas[q].used_extents << " of "
                 << s.quotas[q].max_extents << " extents\n";
     std::vector<std::vector<std::string>> rows = {
         {"    SLOT", "HOST", "PID", "STATE", "ALIVE", "EXTENTS", "IN USE", "LEASES"}};
     for (const auto& x : p.participants)
       rows.push_back({"    " + std::to_string(x.slot), std::to_string(x.host_index), std::to_string(x.pid),
-                      slot_state_str(x.state), x.alive ? "yes" : "no", std::to_string(x.extents_owned),
-                      bytes(x.bytes_in_use), std::to_string(x.leases)});
+                      slot_state_str(x.state),
+                      x.alive == 1   ? "yes"
+                      : x.alive == 2 ? "undecided"
+                                     : "no",
+                      std::to_string(x.extents_owned), bytes(x.bytes_in_use), std::to_string(x.leases)});
     if (rows.size() > 1) print_table(rows);
   }
 }
 
+// A JSON string (valid UTF-8 whatever the input): a byte that is not part of a valid UTF-8
+// sequence is written as the four characters \xNN (that is, "\\xNN" in the JSON text).
 std::string json_str(const std::string& in) {
   std::string out = "\"";
-  for (unsigned char c : in) {
-    if (c == '"' || c == '\\') {
+  for (size_t i = 0; i < in.size();) {
+    const size_t n = utf8_length(in, i);
+    const auto c = static_cast<unsigned char>(in[i]);
+    char buf[8];
+    if (n == 0) {
+      std::snprintf(buf, sizeof buf, "\\\\x%02X", c);
+      out += buf;
+      ++i;
+    } else if (c == '"' || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
+      ++i;
+    } else if (c < 0x20 || c == 0x7F) {
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out += buf;
+      ++i;
     } else {
-      out += static_cast<char>(c);
+      out.append(in, i, n);
+      i += n;
     }
   }
   return out + "\"";
@@ -322,8 +379,11 @@ std::string pools_json(const std::vector<PoolReport>& pools) {
       const auto& x = p.participants[k];
       j += std::string(k ? ", " : "") + "{\"slot\": " + std::to_string(x.slot) +
            ", \"host_index\": " + std::to_string(x.host_index) + ", \"incarnation\": " + std::to_string(x.incarnation) +
-           ", \"state\": \"" + slot_state_str(x.state) + "\", \"pid\": " + std::to_string(x.pid) +
-           ", \"alive\": " + (x.alive ? "true" : "false") + ", \"extents_owned\": " + std::to_string(x.extents_owned) +
+           ", \"state\": \"" + slot_state_str(x.state) + "\", \"pid\": " + std::to_string(x.pid) + ", \"alive\": " +
+           (x.alive == 1   ? "true"
+            : x.alive == 2 ? "null"
+                           : "false") +
+           ", \"extents_owned\": " + std::to_string(x.extents_owned) +
            ", \"bytes_in_use\": " + std::to_string(x.bytes_in_use) + ", \"leases\": " + std::to_string(x.leases) + "}";
     }
     j += "]}";

@@ -138,7 +138,8 @@ typedef struct cxlpool_shared_info {
   uint64_t extents_total;     /* extents in the pool */
   uint64_t extents_free;      /* extents no participant owns */
   uint64_t extents_mine;      /* extents this participant owns */
-  uint64_t bytes_in_use;      /* bytes of blocks this participant holds as owner (the application's) */
+  uint64_t bytes_in_use;      /* bytes of blocks this participant owns, its cache aside: held by the application,
+                               freed while another participant leases them, or adopted from a dead one */
   uint32_t participants;      /* slots active now */
   uint32_t slot;              /* this participant's slot */
   uint32_t coherence;         /* cxlpool_coherence_t */
@@ -216,13 +217,21 @@ typedef struct cxlpool_shared_check_report {
   uint32_t live_participants;
   uint32_t dead_participants; /* not alive and not yet recovered */
   uint64_t recovered;         /* participants recovered by --repair */
-  uint64_t reserved[8];
+  /* silent participants of another host (or whose process /proc cannot tell about) whose
+   * lease is longer than the check waits (60 s): neither alive nor dead, never counted as a
+   * problem; their blocks are not counted as leaked */
+  uint32_t undecided_participants;
+  uint32_t reserved32;
+  uint64_t reserved[7];
 } cxlpool_shared_check_report_t;
-/* A look at a pool from outside, without joining it (cxlpool-info): geometry, quotas and the
- * participant slots in use. Liveness as the checker judges it: a participant on this host is
- * alive while its process exists; one on another host (or still joining) while its heartbeat
- * moves, which the survey samples over one lease timeout. Read-only; a device without a cxlpool
- * header gives CXLPOOL_E_NOT_FOUND and is left untouched, a damaged header CXLPOOL_E_CORRUPT. */
+/* A look at a pool from outside, without joining it (cxlpool-info): geometry, quotas, the
+ * participant slots in use and what the metadata says about health. Liveness as the checker
+ * judges it: a participant on this host is alive while its process exists; one on another
+ * host (or still joining, or one /proc cannot tell about) while its heartbeat moves, sampled
+ * for at most 2 s (undecided when its lease is longer). Read-only and never mapped: the device
+ * is opened O_RDONLY after an O_PATH look (FIFOs and the like are refused unopened) and read
+ * with pread, so a device truncated meanwhile gives CXLPOOL_E_NOT_FOUND instead of a SIGBUS.
+ * A device without a cxlpool header gives CXLPOOL_E_NOT_FOUND, a damaged header CXLPOOL_E_CORRUPT. */
 typedef enum cxlpool_shared_slot_state {
   CXLPOOL_SHARED_SLOT_ACTIVE = 1,
   CXLPOOL_SHARED_SLOT_LEFT = 2,    /* left while others still held its blocks; they adopt them */
@@ -235,7 +244,8 @@ typedef struct cxlpool_shared_participant {
   uint32_t incarnation;
   cxlpool_shared_slot_state_t state;
   int64_t pid;            /* as it recorded itself (its host's, its pid namespace's) */
-  uint32_t alive;         /* 1: alive as above */
+  uint32_t alive;         /* 1: alive as above; 0: dead; 2: undecided (silent, but the survey
+                             waited less than its lease: at most 2 s) */
   uint32_t leases;        /* entries in its lease table (blocks it has imported) */
   uint64_t extents_owned; /* extents whose word names it */
   uint64_t bytes_in_use;  /* its own count, published at its heartbeat */
@@ -252,7 +262,12 @@ typedef struct cxlpool_shared_survey {
   char failure_domain[32];
   uint32_t participant_count; /* slots in use: entries written up to the caller's capacity */
   uint32_t participants_alive;
-  uint64_t reserved[8];
+  /* health as far as the metadata tells (cxlpool-pool check also walks every block): */
+  uint32_t dead_not_recovered; /* participants judged dead whose recovery has not completed */
+  uint32_t reserved32;
+  uint64_t orphan_extents; /* extents whose owner is not the live incarnation of its slot */
+  uint64_t corrupt_words;  /* slot and extent words failing their check */
+  uint64_t reserved[6];
 } cxlpool_shared_survey_t;
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_survey(const char* device, cxlpool_shared_survey_t* out,
                                                         cxlpool_shared_participant_t* participants, size_t capacity);

@@ -90,8 +90,13 @@ int create_unnamed_file(const std::string& dir, unsigned mode, const std::string
 // touched) when something already has that name.
 void link_new_file(int fd, const std::string& temp_path, const std::string& path, const std::string& what);
 // Opens an existing regular file (or, char_device, a character device) read-write without
-// following a final symlink; refuses other kinds with CXLPOOL_E_CONFIG.
+// following a final symlink; refuses other kinds with CXLPOOL_E_CONFIG, having looked at them
+// through O_PATH only (a FIFO is never opened, its writers never woken).
 int open_existing(const std::string& path, bool char_device, const std::string& what);
+// The same, read-only (a look that writes nothing: no IN_CLOSE_WRITE for watchers either).
+int open_existing_readonly(const std::string& path, bool char_device, const std::string& what);
+// pread of exactly len bytes at off; false with errno (EIO: the file ends before) otherwise.
+bool read_exact(int fd, void* buf, size_t len, uint64_t off) noexcept;
 uint64_t fd_size(int fd);
 // Identity of what fd is (device, inode, size), and of what path names now (false when
 // nothing: removed, or unreadable). Tells a pool file that vanished or was replaced.
@@ -118,7 +123,10 @@ uint64_t monotonic_ns() noexcept;
 uint64_t boot_id_hash() noexcept;
 uint64_t pid_namespace_id() noexcept;
 // Start time of pid in clock ticks since boot (/proc/PID/stat field 22); 0 when there is no
-// such process. With the boot id and pid namespace it tells a live process from a reused pid.
+// such process (or a zombie); kStartUnknown when /proc cannot be read now (no descriptor
+// left, no permission): nothing may be concluded then. With the boot id and pid namespace it
+// tells a live process from a reused pid.
+inline constexpr uint64_t kStartUnknown = UINT64_MAX;
 uint64_t process_start_ticks(int pid) noexcept;
 
 }  // namespace cxlpool::os

@@ -73,25 +73,75 @@ void link_new_file(int fd, const std::string& temp_path, const std::string& path
   fail_os(what + ": link to \"" + path + "\"", errno);
 }
 
-int open_existing(const std::string& path, bool char_device, const std::string& what) {
-  int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
+namespace {
+// Opens path with flags after looking at what it is through an O_PATH descriptor (which opens
+// nothing): a FIFO, socket or device of the wrong kind is refused before any real open, so no
+// writer blocked on a FIFO is woken and nothing of it changes. The real open goes through
+// /proc/self/fd (the same inode, whatever the name points at by then), or the path again
+// with the identity compared when /proc is not mounted.
+int open_checked(const std::string& path, bool char_device, int flags, const std::string& what) {
+  int probe = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (probe < 0) {
     if (errno == ELOOP) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" is a symbolic link; give the real path");
     fail_os(what + ": open(\"" + path + "\")", errno);
   }
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
+  if (fstat(probe, &st) != 0) {
     int err = errno;
-    ::close(fd);
+    ::close(probe);
     fail_os(what + ": fstat", err);
   }
-  bool ok = char_device ? S_ISCHR(st.st_mode) : S_ISREG(st.st_mode);
+  if (S_ISLNK(st.st_mode)) {
+    ::close(probe);
+    fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" is a symbolic link; give the real path");
+  }
+  const bool ok = char_device ? S_ISCHR(st.st_mode) : S_ISREG(st.st_mode);
   if (!ok) {
-    ::close(fd);
+    ::close(probe);
     fail(CXLPOOL_E_CONFIG,
          what + ": \"" + path + "\" is not a " + (char_device ? "character device" : "regular file") + "; not a pool");
   }
+  char via[64];
+  snprintf(via, sizeof via, "/proc/self/fd/%d", probe);
+  int fd = ::open(via, flags | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0 && errno == ENOENT) {  // no /proc: the path again, then the same inode or nothing
+    fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    struct stat again {};
+    if (fd >= 0 && (fstat(fd, &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino)) {
+      ::close(fd);
+      ::close(probe);
+      fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" was replaced while being opened");
+    }
+  }
+  const int err = errno;
+  ::close(probe);
+  if (fd < 0) fail_os(what + ": open(\"" + path + "\")", err);
   return fd;
+}
+}  // namespace
+
+int open_existing(const std::string& path, bool char_device, const std::string& what) {
+  return open_checked(path, char_device, O_RDWR, what);
+}
+
+int open_existing_readonly(const std::string& path, bool char_device, const std::string& what) {
+  return open_checked(path, char_device, O_RDONLY, what);
+}
+
+bool read_exact(int fd, void* buf, size_t len, uint64_t off) noexcept {
+  auto* p = static_cast<char*>(buf);
+  while (len > 0) {
+    ssize_t n = ::pread(fd, p, len, static_cast<off_t>(off));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;  // end of file: it is shorter than it says
+      return false;
+    }
+    p += n;
+    len -= static_cast<size_t>(n);
+    off += static_cast<uint64_t>(n);
+  }
+  return true;
 }
 
 uint64_t fd_size(int fd) {
@@ -123,7 +173,15 @@ void allocate_file(int fd, uint64_t size, const std::string& what) {
 
 void* map_shared_fd(int fd, size_t size, uint64_t offset, const std::string& what) {
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off_t(offset));
-  if (p == MAP_FAILED) fail_os(what + ": mmap(" + std::to_string(size) + " bytes, MAP_SHARED)", errno);
+  if (p == MAP_FAILED) {
+    const int err = errno;
+    if (err == ENOMEM)  // the address space (RLIMIT_AS, map count), not the pool, is full
+      throw detail::Failure(CXLPOOL_E_NO_MEMORY,
+                            what + ": mmap(" + std::to_string(size) + " bytes, MAP_SHARED): no address space left (" +
+                                std::strerror(err) + "; RLIMIT_AS or vm.max_map_count)",
+                            err);
+    fail_os(what + ": mmap(" + std::to_string(size) + " bytes, MAP_SHARED)", err);
+  }
   return p;
 }
 
@@ -170,7 +228,9 @@ ssize_t read_small(const char* path, char* buf, size_t len) noexcept {
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   ssize_t n = ::read(fd, buf, len - 1);
+  const int err = errno;
   ::close(fd);
+  errno = err;
   if (n >= 0) buf[n] = 0;
   return n;
 }
@@ -194,7 +254,8 @@ uint64_t process_start_ticks(int pid) noexcept {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   ssize_t n = read_small(path, buf, sizeof buf);
-  if (n <= 0) return 0;
+  if (n < 0) return errno == ENOENT || errno == ESRCH ? 0 : kStartUnknown;  // EMFILE, EACCES...: cannot tell
+  if (n == 0) return 0;
   const char* p = strrchr(buf, ')');                              // the command name may contain spaces and parentheses
   if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') return 0;  // a zombie is not a participant
   int field = 2;                                                  // p points at the end of field 2

@@ -6,6 +6,7 @@
 // recovers every dead participant, exactly as a surviving participant would.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "common/error.hpp"
@@ -16,43 +17,76 @@ namespace cxlpool::detail::shared {
 
 namespace {
 
+// How a slot was judged, and which incarnation of it: a participant that took the slot after
+// the judgement is not the one judged (the slot and extent words read later say whose).
+enum class Life : uint8_t { kAlive, kDead, kUnknown };
+struct SlotLife {
+  Life life = Life::kDead;
+  uint32_t incarnation = 0;
+  bool joining = false;  // its lease table is not yet its own
+};
+
 // Which slots hold a participant that is alive: same host -> its process exists; another host,
-// or a participant still joining (its facts not yet written) -> its heartbeat moves within one
-// lease timeout (sampled once for all such slots). joining[s]: its lease table is not yet its own.
-std::vector<bool> alive_slots(const PoolView& v, std::vector<bool>* joining) {
+// a participant still joining (its facts not yet written), or a process /proc cannot tell
+// about now -> its heartbeat moves within one lease timeout, sampled once for all such slots
+// but for at most max_wait_ms: a slot whose lease is longer and whose heartbeat did not move
+// in that time is kUnknown, never dead.
+std::vector<SlotLife> judge_slots(const PoolView& v, uint64_t max_wait_ms, const std::function<void()>& refresh = {}) {
   const uint32_t n = v.slot_count();
-  std::vector<bool> alive(n, false);
-  joining->assign(n, false);
+  std::vector<SlotLife> out(n);
   std::vector<uint64_t> beats(n, 0);
   std::vector<uint32_t> sampled;
   const uint64_t boot = os::boot_id_hash(), pidns = os::pid_namespace_id();
   for (uint32_t s = 0; s < n; ++s) {
+    uint32_t inc = 0;
+    SlotState state{};
+    if (!v.slot_identity(s, &inc, &state)) continue;
+    out[s].incarnation = inc;
     if (!v.slot_live(s)) continue;
+    const SlotLine0* line = v.slot_line0(s);
+    const bool facts_ours = v.load(&line->facts_incarnation) == inc;
+    const uint64_t start = v.load(&line->start_ticks);
+    if (facts_ours && start != 0 && v.load(&line->boot_hash) == boot && v.load(&line->pidns) == pidns) {
+      const auto pid = static_cast<int>(v.load(&line->pid));
+      const uint64_t now = pid > 0 ? os::process_start_ticks(pid) : 0;
+      if (now != os::kStartUnknown) {
+        out[s].life = now == start ? Life::kAlive : Life::kDead;
+        continue;
+      }
+    }
+    out[s].joining = !facts_ours;
+    sampled.push_back(s);
+    beats[s] = v.load(&line->heartbeat);
+  }
+  if (sampled.empty()) return out;
+  const uint64_t full = uint64_t{v.sb().lease_timeout_ms} + 2 * uint64_t{v.sb().heartbeat_ms};
+  const uint64_t waited = std::min(full, max_wait_ms);
+  std::this_thread::sleep_for(std::chrono::milliseconds(waited));
+  if (refresh) refresh();  // a copy of the slots (the survey): read them again
+  for (uint32_t s : sampled) {
     const SlotLine0* line = v.slot_line0(s);
     uint32_t inc = 0;
     SlotState state{};
-    const bool facts_ours = v.slot_identity(s, &inc, &state) && v.load(&line->facts_incarnation) == inc;
-    if (facts_ours && v.load(&line->boot_hash) == boot && v.load(&line->pidns) == pidns) {
-      const auto pid = static_cast<int>(v.load(&line->pid));
-      alive[s] = pid > 0 && os::process_start_ticks(pid) == v.load(&line->start_ticks);
-    } else {
-      (*joining)[s] = !facts_ours;
-      sampled.push_back(s);
-      beats[s] = v.load(&line->heartbeat);
-    }
+    const bool moved = v.load(&line->heartbeat) != beats[s];
+    out[s].life = moved ? Life::kAlive : waited < full ? Life::kUnknown : Life::kDead;
+    if (out[s].joining) out[s].joining = !(v.slot_identity(s, &inc, &state) && v.load(&line->facts_incarnation) == inc);
   }
-  if (!sampled.empty()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(v.sb().lease_timeout_ms + 2 * v.sb().heartbeat_ms));
-    for (uint32_t s : sampled) {
-      const SlotLine0* line = v.slot_line0(s);
-      uint32_t inc = 0;
-      SlotState state{};
-      alive[s] = v.load(&line->heartbeat) != beats[s];
-      if ((*joining)[s]) (*joining)[s] = !(v.slot_identity(s, &inc, &state) && v.load(&line->facts_incarnation) == inc);
-    }
-  }
-  return alive;
+  return out;
 }
+
+// Whether slot s, as it is now, holds a participant that was judged dead (the same incarnation).
+bool dead_now(const PoolView& v, const std::vector<SlotLife>& judged, uint32_t s) {
+  uint32_t inc = 0;
+  SlotState state{};
+  return s < judged.size() && judged[s].life == Life::kDead && v.slot_identity(s, &inc, &state) &&
+         inc == judged[s].incarnation;
+}
+
+// The checker waits at most this long for silent participants (a lease may be up to an hour):
+// those it could not decide on are reported undecided, not dead.
+constexpr uint64_t kCheckMaxWaitMs = 60000;
+// A survey (cxlpool-info) is a quick look.
+constexpr uint64_t kSurveyMaxWaitMs = 2000;
 
 }  // namespace
 
@@ -68,11 +102,12 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
   try {
     PoolView v(m.base, m.sb.size, m.sb);
     const uint64_t salt = v.salt();
-    std::vector<bool> joining;
-    const std::vector<bool> alive = alive_slots(v, &joining);
+    const std::vector<SlotLife> judged = judge_slots(v, kCheckMaxWaitMs);
+    // Alive for leases: judged alive or undecided, or a newer incarnation since the judgement.
+    auto counts_alive = [&](uint32_t s) { return v.slot_live(s) && !dead_now(v, judged, s); };
     auto held_by_alive = [&](uint64_t offset, uint32_t gen) {
       for (uint32_t s = 0; s < v.slot_count(); ++s)
-        if (alive[s] && !joining[s] && v.slot_holds(s, offset, gen)) return true;
+        if (counts_alive(s) && !judged[s].joining && v.slot_holds(s, offset, gen)) return true;
       return false;
     };
     for (uint32_t s = 0; s < v.slot_count(); ++s) {
@@ -83,11 +118,13 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
         ++r.corrupt_words;
         continue;
       }
-      if (alive[s]) {
-        ++r.live_participants;
-      } else if (state != kSlotFree && !(evict_inc == inc && phase == kEvictDone)) {
+      if (state == kSlotFree || (evict_inc == inc && phase == kEvictDone)) continue;
+      if (inc != judged[s].incarnation || judged[s].life == Life::kAlive)
+        ++r.live_participants;  // (a participant that joined the slot since: alive)
+      else if (judged[s].life == Life::kUnknown)
+        ++r.undecided_participants;
+      else
         ++r.dead_participants;
-      }
     }
     r.extents_total = v.extent_count();
     for (uint64_t e = 0; e < v.extent_count(); ++e) {
@@ -100,7 +137,13 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
         ++r.extents_free;
         continue;
       }
-      const bool owner_alive = w.owner_slot < v.slot_count() && alive[w.owner_slot];
+      // Owned by the slot's current incarnation, which was not judged dead (an extent of an
+      // earlier incarnation is an orphan whatever holds the slot now).
+      uint32_t owner_inc_now = 0;
+      SlotState owner_state{};
+      const bool owner_alive = w.owner_slot < v.slot_count() && v.slot_live(w.owner_slot) &&
+                               v.slot_identity(w.owner_slot, &owner_inc_now, &owner_state) &&
+                               (owner_inc_now & 0xffff) == w.owner_inc && !dead_now(v, judged, w.owner_slot);
       if (!owner_alive) ++r.orphan_extents;
       if (w.kind == kExtentFormatting) {
         ++r.extents_formatting;
@@ -138,7 +181,7 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
       }
     }
     for (uint32_t s = 0; s < v.slot_count(); ++s) {
-      if (!alive[s] || joining[s]) continue;  // a joiner's table still holds its predecessor's leases
+      if (!counts_alive(s) || judged[s].joining) continue;  // a joiner's table: its predecessor's leases
       const LeaseEntry* table = v.lease_table(s);
       for (uint32_t i = 0; i < v.sb().lease_entries; ++i) {
         const uint64_t offset = v.load(&table[i].offset);
@@ -166,76 +209,131 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
   return r;
 }
 
+// Read-only, with pread on a descriptor opened O_RDONLY after an O_PATH look: nothing of the
+// device is mapped (a file truncated meanwhile cannot SIGBUS us, holes of a sparse file are
+// not filled in on tmpfs), and the extent and lease tables are streamed in bounded chunks.
 cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpool_shared_participant_t>* out) {
-  if (!has_pool_header(device))
+  const PoolLocation loc = parse_location(device);
+  const std::string what = "shared pool \"" + device + "\"";
+  const bool devdax = loc.kind == PoolLocation::kDevdax;
+  const int fd = os::open_existing_readonly(loc.path, devdax, what);
+  struct Closer {
+    int fd;
+    ~Closer() { os::close_fd(fd); }
+  } closer{fd};
+  auto not_a_pool = [&] {
     fail(CXLPOOL_E_NOT_FOUND, "\"" + device + "\" carries no cxlpool shared-pool header (not a pool); left untouched");
+  };
+  auto read = [&](void* buf, uint64_t len, uint64_t off) {
+    if (!os::read_exact(fd, buf, len, off))
+      fail(CXLPOOL_E_NOT_FOUND,
+           what + ": shrank, vanished or could not be read while surveyed (" + std::strerror(errno) + ")");
+  };
+  const uint64_t device_size = devdax ? UINT64_MAX : os::fd_size(fd);
+  if (device_size < kSuperblockBytes) not_a_pool();
+  std::vector<uint64_t> head(kSuperblockBytes / 8);
+  read(head.data(), kSuperblockBytes, 0);
+  if (std::memcmp(head.data(), kMagic, sizeof kMagic) != 0) not_a_pool();
+  const Superblock sb = PoolView::validate(head.data(), device_size, what);
+  const uint64_t slot_count = uint64_t{sb.hosts} * sb.slots_per_host;
+  const uint64_t slots_end = sb.slots_offset + slot_count * kSlotBytes;
+  std::vector<uint64_t> words((slots_end + 7) / 8);  // the superblock and the slots, nothing else
+  auto* base = reinterpret_cast<std::byte*>(words.data());
+  std::memcpy(base, head.data(), kSuperblockBytes);
+  auto read_slots = [&] { read(base + sb.slots_offset, slot_count * kSlotBytes, sb.slots_offset); };
+  read_slots();
+  PoolView v(base, slots_end, sb);
+
   cxlpool_shared_survey_t r{};
   out->clear();
-  MappedPool m = map_pool_unjoined(device);
-  try {
-    PoolView v(m.base, m.sb.size, m.sb);
-    const Superblock& sb = v.sb();
-    r.pool_id[0] = sb.pool_id[0];
-    r.pool_id[1] = sb.pool_id[1];
-    r.size = sb.size;
-    r.extent_size = sb.extent_size;
-    r.extents_total = sb.extent_count;
-    r.coherence = sb.coherence;
-    r.hosts = sb.hosts;
-    r.slots_per_host = sb.slots_per_host;
-    r.heartbeat_ms = sb.heartbeat_ms;
-    r.lease_timeout_ms = sb.lease_timeout_ms;
-    r.quota_count = std::min<uint32_t>(sb.quota_count, 16);
-    std::memcpy(r.failure_domain, sb.failure_domain, sizeof r.failure_domain - 1);
-    std::vector<uint64_t> owned(v.slot_count(), 0);
-    for (uint32_t q = 0; q < r.quota_count; ++q) {
-      std::memcpy(r.quotas[q].name, sb.quotas[q].name, sizeof r.quotas[q].name - 1);
-      r.quotas[q].max_extents = sb.quotas[q].max_extents;
-    }
-    for (uint64_t e = 0; e < v.extent_count(); ++e) {
+  r.pool_id[0] = sb.pool_id[0];
+  r.pool_id[1] = sb.pool_id[1];
+  r.size = sb.size;
+  r.extent_size = sb.extent_size;
+  r.extents_total = sb.extent_count;
+  r.coherence = sb.coherence;
+  r.hosts = sb.hosts;
+  r.slots_per_host = sb.slots_per_host;
+  r.heartbeat_ms = sb.heartbeat_ms;
+  r.lease_timeout_ms = sb.lease_timeout_ms;
+  r.quota_count = std::min<uint32_t>(sb.quota_count, 16);
+  std::memcpy(r.failure_domain, sb.failure_domain, sizeof r.failure_domain - 1);
+  for (uint32_t q = 0; q < r.quota_count; ++q) {
+    std::memcpy(r.quotas[q].name, sb.quotas[q].name, sizeof r.quotas[q].name - 1);
+    r.quotas[q].max_extents = sb.quotas[q].max_extents;
+  }
+
+  // The extent table, 8192 entries (1 MiB) at a time.
+  std::vector<uint64_t> owned(slot_count, 0);
+  std::vector<ExtentEntry> chunk(8192);
+  std::vector<std::pair<uint32_t, uint32_t>> extent_owners;  // (slot, incarnation low bits), per owned extent
+  for (uint64_t e0 = 0; e0 < sb.extent_count; e0 += chunk.size()) {
+    const uint64_t n = std::min<uint64_t>(chunk.size(), sb.extent_count - e0);
+    read(chunk.data(), n * sizeof(ExtentEntry), sb.extents_offset + e0 * sizeof(ExtentEntry));
+    for (uint64_t i = 0; i < n; ++i) {
       ExtentWord w;
-      if (v.extent(e, &w) && w.kind == kExtentFree) {
+      if (!v.extent_word(chunk[i].word, e0 + i, &w)) {
+        ++r.corrupt_words;
+        continue;
+      }
+      if (w.kind == kExtentFree) {
         ++r.extents_free;
         continue;
       }
-      if (!v.extent(e, &w)) continue;
       if (w.quota < r.quota_count) ++r.quotas[w.quota].used_extents;
-      if (w.owner_slot < v.slot_count()) ++owned[w.owner_slot];
-    }
-    std::vector<bool> joining;
-    const std::vector<bool> alive = alive_slots(v, &joining);
-    for (uint32_t s = 0; s < v.slot_count(); ++s) {
-      uint32_t inc = 0, evict_inc = 0;
-      SlotState state{};
-      EvictPhase phase{};
-      if (!v.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
-      const bool evicted = v.slot_eviction(s, &evict_inc, &phase) && phase != kEvictNone && evict_inc == inc;
-      cxlpool_shared_participant_t p{};
-      const SlotLine0* line = v.slot_line0(s);
-      p.slot = s;
-      p.host_index = s / sb.slots_per_host;
-      p.incarnation = inc;
-      p.state = evicted              ? CXLPOOL_SHARED_SLOT_EVICTED
-                : state == kSlotLeft ? CXLPOOL_SHARED_SLOT_LEFT
-                                     : CXLPOOL_SHARED_SLOT_ACTIVE;
-      p.pid = static_cast<int64_t>(v.load(&line->pid));
-      p.alive = alive[s] ? 1 : 0;
-      const LeaseEntry* table = v.lease_table(s);
-      for (uint32_t i = 0; i < sb.lease_entries && !joining[s]; ++i) {
-        const uint64_t offset = v.load(&table[i].offset);
-        if (offset != 0 && offset != kLeaseTombstone) ++p.leases;
+      if (w.owner_slot < slot_count) {
+        ++owned[w.owner_slot];
+        extent_owners.emplace_back(w.owner_slot, w.owner_inc);
       }
-      p.extents_owned = owned[s];
-      p.bytes_in_use = v.load(&v.slot_counters(s)->bytes_in_use);
-      if (p.alive) ++r.participants_alive;
-      out->push_back(p);
     }
-    r.participant_count = static_cast<uint32_t>(out->size());
-  } catch (...) {
-    unmap_pool(m);
-    throw;
   }
-  unmap_pool(m);
+
+  const std::vector<SlotLife> judged = judge_slots(v, kSurveyMaxWaitMs, read_slots);
+  std::vector<LeaseEntry> leases(std::min<uint64_t>(sb.lease_entries, 65536));
+  for (uint32_t s = 0; s < slot_count; ++s) {
+    uint32_t inc = 0, evict_inc = 0;
+    SlotState state{};
+    EvictPhase phase{};
+    if (!v.slot_identity(s, &inc, &state)) {
+      ++r.corrupt_words;
+      continue;
+    }
+    if (state == kSlotFree) continue;
+    const bool evicted = v.slot_eviction(s, &evict_inc, &phase) && phase != kEvictNone && evict_inc == inc;
+    cxlpool_shared_participant_t p{};
+    const SlotLine0* line = v.slot_line0(s);
+    p.slot = s;
+    p.host_index = s / sb.slots_per_host;
+    p.incarnation = inc;
+    p.state = evicted              ? CXLPOOL_SHARED_SLOT_EVICTED
+              : state == kSlotLeft ? CXLPOOL_SHARED_SLOT_LEFT
+                                   : CXLPOOL_SHARED_SLOT_ACTIVE;
+    p.pid = static_cast<int64_t>(v.load(&line->pid));
+    const bool newer = inc != judged[s].incarnation;  // joined the slot during the look
+    p.alive = newer || judged[s].life == Life::kAlive ? 1 : judged[s].life == Life::kUnknown ? 2 : 0;
+    if (p.alive == 0 && !(evicted && phase == kEvictDone)) ++r.dead_not_recovered;
+    for (uint64_t i0 = 0; i0 < sb.lease_entries && !judged[s].joining && p.state != CXLPOOL_SHARED_SLOT_EVICTED;
+         i0 += leases.size()) {
+      const uint64_t n = std::min<uint64_t>(leases.size(), sb.lease_entries - i0);
+      read(leases.data(), n * sizeof(LeaseEntry),
+           sb.leases_offset + (uint64_t{s} * sb.lease_entries + i0) * sizeof(LeaseEntry));
+      for (uint64_t i = 0; i < n; ++i)
+        if (leases[i].offset != 0 && leases[i].offset != kLeaseTombstone) ++p.leases;
+    }
+    p.extents_owned = owned[s];
+    p.bytes_in_use = v.load(&v.slot_counters(s)->bytes_in_use);
+    if (p.alive == 1) ++r.participants_alive;
+    out->push_back(p);
+  }
+  // Extents whose owner is not the live incarnation of their slot.
+  for (const auto& [slot, inc16] : extent_owners) {
+    uint32_t inc = 0;
+    SlotState state{};
+    const bool owner_alive = v.slot_live(slot) && v.slot_identity(slot, &inc, &state) && (inc & 0xffff) == inc16 &&
+                             !dead_now(v, judged, slot);
+    if (!owner_alive) ++r.orphan_extents;
+  }
+  r.participant_count = static_cast<uint32_t>(out->size());
   return r;
 }
 

@@ -218,24 +218,30 @@ void* SharedPool::hand_out(uint32_t cls, CachedBlock c) {
   return user_ptr(view_.block_offset(c.extent, cls, c.block));
 }
 
+// A block allocated in the pool and not held by the application goes back to the pool (caller
+// holds an Op).
+void SharedPool::give_back_block(uint32_t cls, CachedBlock c) {
+  BlockRef at;
+  at.extent = c.extent;
+  at.block = c.block;
+  at.offset = view_.block_offset(c.extent, cls, c.block);
+  at.state = view_.block_word(c.extent, c.block);
+  BlockWord bw;
+  if (!decode_block(view_.load(at.state), at.offset, view_.salt(), &bw) || bw.state != kBlockAllocated) {
+    ++corrupt_words_;  // scribbled while cached: quarantined with its extent, never reused
+    return;
+  }
+  view_.store(at.state, encode_block({bw.generation, kBlockFree}, at.offset, view_.salt()));
+  try_finish_release(at, bw);
+}
+
 // Gives cached blocks of class cls back to the pool until keep are left (caller holds an Op).
 void SharedPool::flush_cache(uint32_t cls, uint64_t keep) {
   auto& cache = cache_[cls];
   while (cache.size() > keep) {
     const CachedBlock c = cache.back();
     cache.pop_back();
-    BlockRef at;
-    at.extent = c.extent;
-    at.block = c.block;
-    at.offset = view_.block_offset(c.extent, cls, c.block);
-    at.state = view_.block_word(c.extent, c.block);
-    BlockWord bw;
-    if (!decode_block(view_.load(at.state), at.offset, view_.salt(), &bw) || bw.state != kBlockAllocated) {
-      ++corrupt_words_;  // scribbled while cached: quarantined with its extent, never reused
-      continue;
-    }
-    view_.store(at.state, encode_block({bw.generation, kBlockFree}, at.offset, view_.salt()));
-    try_finish_release(at, bw);
+    give_back_block(cls, c);
   }
 }
 
@@ -306,9 +312,20 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
       cache_[cls].pop_back();
       p = hand_out(cls, c);
     } else if (alloc_small(cls, true, &c)) {
+      // The cache holds blocks of one extent per class, the one allocations come from (kept
+      // owned anyway): it never pins an extent that would otherwise go back to the pool.
+      cache_extent_[cls] = c.extent;
       p = hand_out(cls, c);
-      for (uint64_t refill = cache_cap(cls) / 2; refill > 0 && alloc_small(cls, false, &c); --refill)
-        cache_[cls].push_back(c);
+      for (uint64_t refill = cache_cap(cls) / 2; refill > 0; --refill) {
+        if (partial_[cls].empty() || partial_[cls].back() != c.extent) break;
+        CachedBlock more{};
+        if (!alloc_small(cls, false, &more)) break;
+        if (more.extent != c.extent) {  // the extent ran out on a quarantined block
+          give_back_block(cls, more);
+          break;
+        }
+        cache_[cls].push_back(more);
+      }
     }
   }
   if (!p && quota_full_)
@@ -347,7 +364,8 @@ void SharedPool::free(void* ptr) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t e = (offset - view_.sb().data_offset) / view_.extent_size();
     Owned* o = owned_.find(e);
-    if (fast_path_usable() && o != nullptr && o->cls < view_.sb().class_count && cache_cap(o->cls) > 0) {
+    if (fast_path_usable() && o != nullptr && o->cls < view_.sb().class_count && cache_cap(o->cls) > 0 &&
+        cache_extent_[o->cls] == e) {
       const uint64_t first = view_.block_offset(e, o->cls, 0);
       const uint64_t size = view_.class_size(o->cls);
       const uint64_t b = (offset - first) / size;
@@ -420,7 +438,11 @@ bool SharedPool::try_finish_release(const BlockRef& at, BlockWord bw) {
   bytes_in_use_ -= std::min<uint64_t>(bytes_in_use_, view_.class_size(o.cls));
   if (o.free_blocks.empty()) partial_[o.cls].push_back(at.extent);
   o.free_blocks.push_back(static_cast<uint32_t>(at.block));
-  if (--o.used == 0 && partial_[o.cls].size() > 1) {  // keep one empty extent per class, give back the rest
+  // Keep one extent per class for the next allocations (the cache's, or one empty one); give
+  // back the rest.
+  const uint64_t cached_in = cache_extent_[o.cls];
+  const bool other_kept = partial_[o.cls].size() > 1 || (cached_in != at.extent && owned_.find(cached_in) != nullptr);
+  if (--o.used == 0 && other_kept) {
     auto& list = partial_[o.cls];
     list.erase(std::remove(list.begin(), list.end(), at.extent), list.end());
     release_extents(at.extent, 1, o.max_gen + 1);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
+#include <system_error>
 #include <thread>
 
 #include "common/error.hpp"
@@ -337,27 +338,6 @@ MappedPool map_pool_unjoined(const std::string& device) {
 
 void unmap_pool(const MappedPool& m) { os::unmap(m.base, m.size); }
 
-bool has_pool_header(const std::string& device) {
-  const PoolLocation loc = parse_location(device);
-  const std::string what = pool_what(device);
-  const bool devdax = loc.kind == PoolLocation::kDevdax;
-  int fd = os::open_existing(loc.path, devdax, what);
-  bool has = false;
-  try {
-    if (devdax || os::fd_size(fd) >= kSuperblockBytes) {
-      const uint64_t len = devdax ? (2u << 20) : kSuperblockBytes;
-      void* head = os::map_shared_fd(fd, len, 0, what);
-      has = std::memcmp(head, kMagic, sizeof kMagic) == 0;
-      os::unmap(head, len);
-    }
-  } catch (...) {
-    os::close_fd(fd);
-    throw;
-  }
-  os::close_fd(fd);
-  return has;
-}
-
 void SharedPool::unlink(const std::string& device) {
   const PoolLocation loc = parse_location(device);
   const std::string what = pool_what(device);
@@ -382,6 +362,7 @@ SharedPool::SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std
   heartbeat_ns_ = uint64_t{sb.heartbeat_ms} * 1000000u;
   partial_.resize(sb.class_count);
   cache_.resize(sb.class_count);
+  cache_extent_.assign(sb.class_count, UINT64_MAX);
   owned_.resize(sb.extent_count);
   seen_.resize(view_.slot_count());
   if (params && params->noncoherent_view) {
@@ -467,7 +448,8 @@ void SharedPool::join(const SharedParams* params) {
     view_.store(&table[i].gen_check, 0);
   }
   view_.store(&line->pid, static_cast<uint64_t>(pid_));
-  view_.store(&line->start_ticks, os::process_start_ticks(pid_));
+  const uint64_t start = os::process_start_ticks(pid_);
+  view_.store(&line->start_ticks, start == os::kStartUnknown ? 0 : start);  // 0: judged by heartbeat only
   view_.store(&line->boot_hash, boot_hash_);
   view_.store(&line->pidns, pidns_);
   view_.store(&line->host_index, host);
@@ -559,6 +541,7 @@ void SharedPool::recover_predecessor() {
 }
 
 void SharedPool::declare_failed(const std::string& reason) {
+  if (in_fork_child()) ensure_usable();  // throws: the child's mu_ is a copy, maybe held
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_.load()) return;
   failure_reason_ = reason;
@@ -577,6 +560,7 @@ void SharedPool::check_device() {
 }
 
 cxlpool_shared_health_t SharedPool::health() {
+  if (in_fork_child()) ensure_usable();  // throws: the child's mu_ is a copy, maybe held
   cxlpool_shared_health_t h{};
   std::lock_guard<std::mutex> lock(mu_);
   h.state = failed_.load() ? CXLPOOL_SHARED_FAILED : evicted_.load() ? CXLPOOL_SHARED_EVICTED : CXLPOOL_SHARED_HEALTHY;
@@ -598,6 +582,15 @@ void SharedPool::abandon_in_fork_child() {
 }
 
 void SharedPool::start_heartbeat() {
+  try {
+    start_heartbeat_thread();
+  } catch (const std::system_error& e) {  // no thread to be had: a resource, not a bug
+    fail(CXLPOOL_E_NO_MEMORY, what_ + ": cannot start the heartbeat thread (" + e.code().message() +
+                                  "; RLIMIT_NPROC, threads-max or memory)");
+  }
+}
+
+void SharedPool::start_heartbeat_thread() {
   heartbeat_thread_ = std::make_unique<std::thread>([this] {
     std::unique_lock<std::mutex> lock(hb_mu_);
     while (!hb_stop_) {

@@ -99,6 +99,7 @@ class SharedPool {
   SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what, const SharedParams* params);
   void join(const SharedParams* params);
   void start_heartbeat();
+  void start_heartbeat_thread();
   void stop_heartbeat();
   void ensure_usable(bool holding_mu = false);  // fork child, left, failed, evicted, self-fencing
   // A writing operation: holds mu_, checks under it that this participant may still write,
@@ -198,7 +199,8 @@ class SharedPool {
   // this participant, and are handed out again without a write to the pool (no fence, no
   // mark): the pool's truth does not change, and a crash frees them with everything else the
   // dead participant owned. Refilled and drained in batches under one Op. Bounded per class
-  // (kCacheBytes); drained (trim) on a capacity failure before it is reported.
+  // (kCacheBytes) and to one extent per class, the one allocations come from (so it never
+  // holds an extent the others could use); drained (trim) on a capacity failure.
   struct CachedBlock {
     uint64_t extent;
     uint64_t block;
@@ -208,6 +210,7 @@ class SharedPool {
   uint64_t cache_cap(uint32_t cls) const;
   bool fast_path_usable() const;  // caller holds mu_: the cache may serve without an Op
   void* hand_out(uint32_t cls, CachedBlock c);
+  void give_back_block(uint32_t cls, CachedBlock c);
   void flush_cache(uint32_t cls, uint64_t keep);
   void trim();
   uint64_t cached_bytes() const;
@@ -258,6 +261,7 @@ class SharedPool {
   OwnedTable owned_;                             // extent index -> state
   std::vector<std::vector<uint64_t>> partial_;   // per class: extents with free blocks
   std::vector<std::vector<CachedBlock>> cache_;  // per class: the block cache
+  std::vector<uint64_t> cache_extent_;           // per class: the one extent the cache holds blocks of
   std::vector<uint64_t> released_pending_;       // offsets let go but still leased
   struct Lease {
     uint32_t generation;
@@ -301,10 +305,8 @@ struct MappedPool {
 };
 MappedPool map_pool_unjoined(const std::string& device);
 void unmap_pool(const MappedPool& m);
-// Whether the device starts with a cxlpool shared-pool magic (valid or not); reads only.
-bool has_pool_header(const std::string& device);
 
-// A look from outside, without joining (check.cpp): geometry, quotas, participants.
+// A look from outside, without joining or mapping (check.cpp): geometry, quotas, participants.
 cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpool_shared_participant_t>* out);
 
 // Checks every invariant (check.cpp); with repair, recovers dead participants first.

@@ -54,7 +54,8 @@ Superblock PoolView::validate(const void* base, uint64_t size, const std::string
   if (sb.size > size)
     bad("superblock says " + std::to_string(sb.size) + " bytes, the device has " + std::to_string(size));
   if (slots == 0 || slots > kMaxSlots || !pow2_leases || !pow2_extent || sb.class_count == 0 ||
-      sb.class_count > kMaxClasses || sb.heartbeat_ms == 0 || sb.lease_timeout_ms < 3 * sb.heartbeat_ms ||
+      sb.class_count > kMaxClasses || sb.heartbeat_ms == 0 || sb.heartbeat_ms > 60000 ||
+      sb.lease_timeout_ms < 3 * uint64_t{sb.heartbeat_ms} || sb.lease_timeout_ms > 3600000 ||
       sb.coherence > CXLPOOL_COHERENCE_NONE)
     bad("superblock geometry out of range");
   // Every product below is bounded first, so a forged superblock cannot wrap the arithmetic.

@@ -89,8 +89,10 @@ class PoolView {
   // ---- decoded reads ----
   // The decoded word of extent e; false when it fails its check or describes the impossible
   // (a large block of 0 extents or running past the table, a tail before the table's start).
-  bool extent(uint64_t e, ExtentWord* out) const {
-    if (!decode_extent(load(&extent_entry(e)->word), e, salt(), out)) return false;
+  bool extent(uint64_t e, ExtentWord* out) const { return extent_word(load(&extent_entry(e)->word), e, out); }
+  // The same for a word read some other way (the survey reads the table with pread).
+  bool extent_word(uint64_t raw, uint64_t e, ExtentWord* out) const {
+    if (!decode_extent(raw, e, salt(), out)) return false;
     if (out->kind == kExtentLargeHead) return out->span != 0 && e + out->span <= sb_.extent_count;
     if (out->kind == kExtentLargeTail) return out->span != 0 && out->span <= e;
     return out->cls < sb_.class_count || out->kind == kExtentFree;

@@ -48,7 +48,8 @@ bool SharedPool::same_host_dead(uint32_t s, uint32_t incarnation) const {
   if (pid <= 0 || start == 0) return false;  // still joining, or nothing to compare
   if (view_.load(&line->boot_hash) != boot_hash_ || view_.load(&line->pidns) != pidns_)
     return false;  // another host or pid namespace: only the heartbeat tells
-  return os::process_start_ticks(pid) != start;
+  const uint64_t now = os::process_start_ticks(pid);
+  return now != os::kStartUnknown && now != start;  // unknown: the heartbeat decides
 }
 
 bool SharedPool::same_host_alive(uint32_t s, uint32_t incarnation) const {

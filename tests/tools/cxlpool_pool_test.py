@@ -91,7 +91,8 @@ try:
         p = (pools or {}).get(dev, {})
         parts = p.get("participants", [])
         check(code == 0 and len(parts) == 1 and not parts[0]["alive"] and not p["health"]["consistent"] and
-              "leaked" in p["health"]["problems"], f"... and, once killed, the dead one and the leak (got {p})")
+              "dead participants not recovered" in p["health"]["problems"],
+              f"... and, once killed, the dead one not recovered (got {p})")
         r = run("check", dev, "--json")
         rep = json.loads(r.stdout)
         check(r.returncode == 1 and rep["dead_participants"] == 1 and cached > 0 and
@@ -122,6 +123,44 @@ try:
     check(pools is not None and "error" in pools.get(f"shm:{name}-damaged", {}),
           f"... and the damaged pool with its error (got {(pools or {}).get(f'shm:{name}-damaged')})")
     os.unlink(damaged)
+
+    # A FIFO with a writer blocked on it: refused without being opened (the writer stays
+    # blocked, nothing is thrown away); a sparse file is read without being filled in.
+    fifo = path + "-fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"echo precious > {fifo}"])
+    time.sleep(0.2)
+    r = subprocess.run([info_tool, "--no-pool-scan", "--pool", f"shm:{name}-fifo"], capture_output=True, text=True)
+    time.sleep(0.2)
+    check(r.returncode == 1 and "not a regular file" in r.stdout, "--pool of a FIFO: refused, named")
+    check(writer.poll() is None, "... its blocked writer was not woken")
+    pools_seen()  # the scan passes it by as well
+    check(writer.poll() is None, "... not by the /dev/shm scan either")
+    writer.kill()
+    writer.wait()
+    os.unlink(fifo)
+    sparse = path + "-sparse"
+    with open(sparse, "wb") as f:
+        f.truncate(1 << 30)
+    pools_seen()
+    check(os.stat(sparse).st_blocks == 0, "a sparse file in /dev/shm is not filled in by the scan")
+    os.unlink(sparse)
+    # Names and strings that are not UTF-8 or carry control bytes: valid JSON, escaped text.
+    odd = name.encode() + b"-\xff\x1b[2J\nx"
+    r = subprocess.run([tool.encode(), b"create", b"shm:" + odd, b"--size", b"16M"], capture_output=True)
+    check(r.returncode == 0, f"a pool with an odd name is created ({r.stderr[-200:]!r})")
+    rj = subprocess.run([info_tool, "--json"], capture_output=True)
+    try:
+        doc = json.loads(rj.stdout.decode("utf-8"))
+        devices = [p["device"] for p in doc["shared_pools"]]
+    except (ValueError, KeyError, UnicodeDecodeError) as e:
+        devices = [f"invalid: {e}"]
+    check(f"shm:{name}-\\xFF\u001b[2J\nx" in devices, f"... listed in valid JSON, escaped (got {devices[-3:]})")
+    rt = subprocess.run([info_tool], capture_output=True)
+    check(b"\x1b" not in rt.stdout and (name.encode() + b"-\\xFF\\x1B[2J\\x0Ax") in rt.stdout,
+          "... and in the text as \\xNN, no control byte reaching the terminal")
+    os.unlink(b"/dev/shm/" + odd)
+
     code, pools, r = pools_seen("--no-pool-scan", "--pool", f"shm:{name}-nosuch")
     check(code == 1 and pools is not None and "error" in pools.get(f"shm:{name}-nosuch", {}),
           "cxlpool-info --pool of a missing pool: exit 1, the error in its entry")

@@ -94,6 +94,17 @@ bool eventually(P pred, int timeout_ms = 3000) {
   return pred();
 }
 
+// CRC-32C (Castagnoli), as the superblock's checksum: a forger can recompute it.
+uint32_t crc32c_of(const void* data, size_t len) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  uint32_t c = ~0u;
+  for (size_t i = 0; i < len; ++i) {
+    c ^= p[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
+  }
+  return ~c;
+}
+
 int wait_exit(pid_t pid) {
   int st = 0;
   waitpid(pid, &st, 0);
@@ -255,6 +266,51 @@ TEST_CASE(
   auto r = check(a.device, 0, &st);
   CHECK(st == CXLPOOL_OK);
   CHECK(r.blocks_in_use == 0);  // the cache went back at close
+}
+
+TEST_CASE("the block cache never holds capacity another participant needs", "[shared]") {
+  for (bool with_quota : {false, true}) {
+    INFO((with_quota ? "quota" : "pool"));
+    const std::string name = unique_name("pinned"), device = "shm:" + name;
+    Params params(64u << 20);
+    if (with_quota) REQUIRE(cxlpool_shared_params_add_quota(params.p, "q", 10u << 20) == CXLPOOL_OK);
+    cxlpool_shared_pool_t* a = nullptr;
+    REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+    Params joiner(64u << 20);
+    if (with_quota) REQUIRE(cxlpool_shared_params_set_quota(joiner.p, "q") == CXLPOOL_OK);
+    cxlpool_shared_pool_t* pa = nullptr;
+    cxlpool_shared_pool_t* pb = nullptr;
+    REQUIRE(cxlpool_shared_pool_open(device.c_str(), joiner.p, &pa) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_open(device.c_str(), joiner.p, &pb) == CXLPOOL_OK);
+    // A fills everything it may with 128 B blocks, then frees one block of every extent
+    // first (each would stay cached if the cache took any block), then the rest.
+    std::vector<void*> blocks;
+    void* p = nullptr;
+    while (cxlpool_shared_alloc(pa, 128, &p) == CXLPOOL_OK) blocks.push_back(p);
+    REQUIRE(blocks.size() > 1000);
+    const uint64_t extent = info_of(pa).extent_size;
+    std::vector<bool> freed(blocks.size(), false);
+    std::set<uint64_t> seen;
+    for (size_t k = 0; k < blocks.size(); ++k)
+      if (seen.insert(reinterpret_cast<uintptr_t>(blocks[k]) / extent).second) {
+        REQUIRE(cxlpool_shared_free(pa, blocks[k]) == CXLPOOL_OK);
+        freed[k] = true;
+      }
+    CHECK(seen.size() > 4);
+    for (size_t k = 0; k < blocks.size(); ++k)
+      if (!freed[k]) REQUIRE(cxlpool_shared_free(pa, blocks[k]) == CXLPOOL_OK);
+    auto ia = info_of(pa);
+    CHECK(ia.bytes_in_use == 0);
+    CHECK(ia.extents_mine <= 1);  // the one extent kept for the class, with the cache's blocks
+    // B gets everything else: the whole quota, or the whole pool, but one extent.
+    const uint64_t room = with_quota ? ia.quota_extents_max : ia.extents_total;
+    REQUIRE(cxlpool_shared_alloc(pb, (room - ia.extents_mine) * extent, &p) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_free(pb, p) == CXLPOOL_OK);
+    cxlpool_shared_pool_close(pa);
+    cxlpool_shared_pool_close(pb);
+    cxlpool_shared_pool_close(a);
+    cxlpool_shared_pool_unlink(device.c_str());
+  }
 }
 
 TEST_CASE("threads of one participant share its heap and cache: no block given to two, contents intact", "[shared]") {
@@ -488,6 +544,71 @@ TEST_CASE("a stopped participant past its lease is evicted and gets an error, no
   CHECK(check(a.device, 0).leaked_blocks == 0);
 }
 
+TEST_CASE("an observer out of descriptors judges a stalled peer by its heartbeat, not as dead", "[shared]") {
+  const std::string name = unique_name("emfile"), device = "shm:" + name;
+  Params params(64u << 20, 10, 3000);  // a 3 s lease: a 150 ms stall is not death
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);  // the child joins with no participant here
+  int ready[2], go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    void* p = nullptr;
+    if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK) _exit(3);
+    char byte = 1;
+    if (write(ready[1], &byte, 1) != 1) _exit(4);
+    if (read(go[0], &byte, 1) != 1) _exit(5);
+    if (cxlpool_shared_free(c, p) != CXLPOOL_OK) _exit(6);  // not evicted
+    _exit(cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0 : 7);
+  }
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+  a = nullptr;
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  // No descriptor left in the observer while the peer is stopped: /proc cannot be read.
+  std::vector<int> fds;
+  for (int fd; (fd = open("/dev/null", O_RDONLY)) >= 0;) fds.push_back(fd);
+  kill(child, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  kill(child, SIGCONT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int fd : fds) close(fd);
+  CHECK(fds.size() > 10);
+  CHECK(info_of(a).recovered_slots == 0);
+  REQUIRE(write(go[1], &byte, 1) == 1);
+  CHECK(wait_exit(child) == 0);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+TEST_CASE("a forged superblock with an endless lease is refused, not waited on", "[shared]") {
+  ShmPool a("forged", 32u << 20);
+  REQUIRE(cxlpool_shared_pool_close(a.pool) == CXLPOOL_OK);
+  a.pool = nullptr;
+  const std::string path = "/dev/shm/" + a.name;
+  int fd = open(path.c_str(), O_RDWR);
+  REQUIRE(fd >= 0);
+  cxlpool::detail::shared::Superblock sb{};
+  REQUIRE(pread(fd, &sb, sizeof sb, 0) == ssize_t(sizeof sb));
+  sb.lease_timeout_ms = 0xfffffff0u;  // ~49 days: a look at the pool would sample that long
+  sb.checksum = crc32c_of(&sb, offsetof(cxlpool::detail::shared::Superblock, checksum));
+  REQUIRE(pwrite(fd, &sb, sizeof sb, 0) == ssize_t(sizeof sb));
+  close(fd);
+  cxlpool_shared_pool_t* p = nullptr;
+  CHECK(cxlpool_shared_pool_open(a.device.c_str(), nullptr, &p) == CXLPOOL_E_CORRUPT);
+  cxlpool_shared_survey_t survey{};
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(cxlpool_shared_pool_survey(a.device.c_str(), &survey, nullptr, 0) == CXLPOOL_E_CORRUPT);
+  cxlpool_status_t st = CXLPOOL_OK;
+  check(a.device, 0, &st);
+  CHECK(st == CXLPOOL_E_CORRUPT);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+}
+
 TEST_CASE("racing creators: exactly one wins, the others get CXLPOOL_E_EXISTS", "[shared]") {
   const std::string name = unique_name("race");
   const std::string device = "shm:" + name;
@@ -539,6 +660,34 @@ TEST_CASE("a forked child is not a participant: its calls fail cleanly and the p
   std::this_thread::sleep_for(std::chrono::milliseconds(250));  // past the lease timeout
   CHECK(info_of(a.pool).participants == 1);
   CHECK(holds(p, 512, 3));
+  // Forks while another thread of the parent is inside the pool's calls (holding its locks):
+  // no call of the child may wait on a lock copied in the held state.
+  std::atomic<bool> stop{false};
+  std::thread busy([&] {
+    void* q = nullptr;
+    while (!stop.load())
+      if (cxlpool_shared_alloc(a.pool, 512, &q) == CXLPOOL_OK) cxlpool_shared_free(a.pool, q);
+  });
+  int bad = 0;
+  for (int k = 0; k < 20; ++k) {
+    pid_t c = fork();
+    if (c == 0) {
+      alarm(5);  // a hang becomes SIGALRM
+      cxlpool_shared_health_t h{};
+      void* q = nullptr;
+      if (cxlpool_shared_pool_health(a.pool, &h) != CXLPOOL_E_NOT_SUPPORTED) _exit(2);
+      if (cxlpool_shared_pool_inject_failure(a.pool, "child") != CXLPOOL_E_NOT_SUPPORTED) _exit(3);
+      if (cxlpool_shared_alloc(a.pool, 512, &q) != CXLPOOL_E_NOT_SUPPORTED) _exit(4);
+      cxlpool_shared_info_t i{};
+      if (cxlpool_shared_pool_info(a.pool, &i) != CXLPOOL_E_NOT_SUPPORTED) _exit(5);
+      _exit(0);
+    }
+    bad += wait_exit(c) != 0;
+  }
+  stop = true;
+  busy.join();
+  CHECK(bad == 0);
+  CHECK(info_of(a.pool).participants == 1);
   REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
 }
 
