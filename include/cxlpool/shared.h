@@ -187,6 +187,13 @@ typedef struct cxlpool_shared_health {
   uint64_t reserved[8];
 } cxlpool_shared_health_t;
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_health(cxlpool_shared_pool_t* pool, cxlpool_shared_health_t* out);
+/* Statistics of this participant and of the pool as it sees it, as JSON (docs/shared.md,
+ * "Statistics"): pool id, coherence, failure domain, health, this participant's figures
+ * (bytes in use and cached, leases held, recovered slots, corrupt words), quotas with their
+ * use, and every slot in use (state, liveness as this participant's watch sees it, extents,
+ * bytes in use, leases). After a device failure only this participant's figures and health.
+ * Release *out with cxlpool_string_free (cxlpool/topology.h, or the umbrella cxlpool/cxlpool.h). */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_stats_json(cxlpool_shared_pool_t* pool, char** out);
 /* Fault injection: this participant treats the pool's device as failed from now on. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_inject_failure(cxlpool_shared_pool_t* pool, const char* reason);
 

@@ -2,6 +2,8 @@
 // C ABI for shared pools (include/cxlpool/shared.h): parameter objects, create/open/close,
 // blocks, handles and leases, publish/acquire.
 #include <cctype>
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -421,6 +423,18 @@ cxlpool_status_t cxlpool_shared_pool_check(const char* device, const cxlpool_sha
                " leaked blocks, " + std::to_string(r.dangling_leases) + " dangling leases, " +
                std::to_string(r.corrupt_words) + " corrupt words, " + std::to_string(r.orphan_extents) +
                " extents of dead owners, " + std::to_string(r.dead_participants) + " dead participants not recovered");
+  });
+}
+
+cxlpool_status_t cxlpool_shared_pool_stats_json(cxlpool_shared_pool_t* pool, char** out) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_pool_stats_json", "pool is NULL");
+    require(out != nullptr, "cxlpool_shared_pool_stats_json", "out is NULL");
+    const std::string json = impl(pool)->stats_json();
+    char* s = static_cast<char*>(std::malloc(json.size() + 1));
+    if (!s) throw std::bad_alloc();
+    std::memcpy(s, json.c_str(), json.size() + 1);
+    *out = s;
   });
 }
 

@@ -65,9 +65,44 @@ JsonWriter& JsonWriter::value(std::string_view s) {
   return *this;
 }
 
+namespace {
+// Length of the valid UTF-8 sequence starting at s[i], or 0 when s[i] does not start one
+// (overlong forms, surrogates and code points past U+10FFFF are not valid).
+size_t utf8_sequence(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  const size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k)
+    if ((b(i + k) & 0xC0) != 0x80) return 0;
+  const unsigned char d = b(i + 1);
+  if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F))
+    return 0;
+  return n;
+}
+}  // namespace
+
+// Strings come from file names, sysfs and pools that anyone may have written: the output is
+// valid UTF-8 JSON whatever they hold. A byte that is not part of a valid UTF-8 sequence is
+// written as the four characters \xNN (the JSON text "\\xNN").
 void JsonWriter::write_string(std::string_view s) {
   out_ += '"';
-  for (unsigned char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = utf8_sequence(s, i);
+    char buf[8];
+    if (n == 0) {
+      std::snprintf(buf, sizeof buf, "\\\\x%02X", c);
+      out_ += buf;
+      ++i;
+      continue;
+    }
+    if (n > 1) {
+      out_.append(s.substr(i, n));
+      i += n;
+      continue;
+    }
     switch (c) {
       case '"':
         out_ += "\\\"";
@@ -85,14 +120,14 @@ void JsonWriter::write_string(std::string_view s) {
         out_ += "\\t";
         break;
       default:
-        if (c < 0x20) {
-          char buf[8];
+        if (c < 0x20 || c == 0x7F) {
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out_ += buf;
         } else {
           out_ += char(c);
         }
     }
+    ++i;
   }
   out_ += '"';
 }

@@ -61,6 +61,7 @@ class SharedPool {
   void* import_block(const cxlpool_shared_handle_t& handle, size_t* size_out);
   void release(void* ptr);
   cxlpool_shared_info_t info();
+  std::string stats_json();  // docs/shared.md, "Statistics"
   // Leaves the pool (the destructor does it too); idempotent.
   void leave();
   // In a forked child the pool's threads, mutexes and condition variable are copies of the

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "common/json.hpp"
 #include "os/os.hpp"
 #include "shared/shared_pool.hpp"
 
@@ -344,6 +345,100 @@ cxlpool_shared_info_t SharedPool::info() {
   out.quota_extents_max = sb.quotas[quota_].max_extents;
   out.quota_extents_used = quota_use(quota_);
   return out;
+}
+
+// Statistics of this participant and of the pool as it sees it, as JSON: its own figures,
+// health, quotas, and every slot in use with its state, liveness as the watch judges it
+// (active and not evicted), extents owned, published bytes in use and lease entries. Nothing
+// of the device is read once it failed (only this participant's own figures and health).
+std::string SharedPool::stats_json() {
+  if (in_fork_child()) ensure_usable();  // throws: the child's locks are copies
+  const cxlpool_shared_health_t h = health();
+  const Superblock& sb = view_.sb();
+  JsonWriter j;
+  char id[40];
+  std::snprintf(id, sizeof id, "%016llx%016llx", static_cast<unsigned long long>(sb.pool_id[0]),
+                static_cast<unsigned long long>(sb.pool_id[1]));
+  j.begin_object();
+  j.key("pool").value(what_).key("pool_id").value(id);
+  j.key("coherence")
+      .value(sb.coherence == CXLPOOL_COHERENCE_HOST     ? "host"
+             : sb.coherence == CXLPOOL_COHERENCE_FABRIC ? "fabric"
+                                                        : "none");
+  j.key("failure_domain")
+      .value(std::string_view(sb.failure_domain, strnlen(sb.failure_domain, sizeof sb.failure_domain)));
+  j.key("extent_size").value(sb.extent_size).key("extents_total").value(sb.extent_count);
+  j.key("health").begin_object();
+  j.key("state").value(h.state == CXLPOOL_SHARED_HEALTHY  ? "healthy"
+                       : h.state == CXLPOOL_SHARED_FAILED ? "failed"
+                                                          : "evicted");
+  j.key("reason").value(h.reason).key("leases_lost").value(uint64_t{h.leases_lost});
+  j.key("bytes_lost").value(h.bytes_lost).key("extents_lost").value(h.extents_lost);
+  j.end_object();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t mine = 0;
+    owned_.for_each([&](uint64_t, const Owned& o) { mine += o.span; });
+    j.key("participant").begin_object();
+    j.key("slot").value(uint64_t{slot_}).key("incarnation").value(uint64_t{incarnation_});
+    j.key("quota").value(
+        std::string_view(sb.quotas[quota_].name, strnlen(sb.quotas[quota_].name, sizeof sb.quotas[quota_].name)));
+    j.key("extents_mine").value(mine);
+    j.key("bytes_cached").value(cached_bytes()).key("bytes_in_use").value(bytes_in_use_ - cached_bytes());
+    j.key("leases_held").value(uint64_t{leases_.size()}).key("recovered_slots").value(recovered_slots_);
+    j.key("corrupt_words").value(corrupt_words_);
+    j.end_object();
+  }
+  if (h.state != CXLPOOL_SHARED_FAILED) {
+    std::vector<uint64_t> owned(view_.slot_count(), 0), quota_used(sb.quota_count, 0);
+    uint64_t free_extents = 0;
+    for (uint64_t e = 0; e < view_.extent_count(); ++e) {
+      ExtentWord w;
+      if (!view_.extent(e, &w)) continue;
+      if (w.kind == kExtentFree) {
+        ++free_extents;
+        continue;
+      }
+      if (w.owner_slot < owned.size()) ++owned[w.owner_slot];
+      if (w.quota < quota_used.size()) ++quota_used[w.quota];
+    }
+    j.key("extents_free").value(free_extents);
+    j.key("quotas").begin_array();
+    for (uint32_t q = 0; q < sb.quota_count; ++q) {
+      j.begin_object();
+      j.key("name").value(std::string_view(sb.quotas[q].name, strnlen(sb.quotas[q].name, sizeof sb.quotas[q].name)));
+      j.key("max_extents").value(sb.quotas[q].max_extents).key("used_extents").value(quota_used[q]);
+      j.end_object();
+    }
+    j.end_array();
+    j.key("participants").begin_array();
+    for (uint32_t s = 0; s < view_.slot_count(); ++s) {
+      uint32_t inc = 0, evict_inc = 0;
+      SlotState state{};
+      EvictPhase phase{};
+      if (!view_.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
+      const bool evicted = view_.slot_eviction(s, &evict_inc, &phase) && phase != kEvictNone && evict_inc == inc;
+      uint64_t leases = 0;
+      const LeaseEntry* table = view_.lease_table(s);
+      for (uint32_t i = 0; i < sb.lease_entries; ++i) {
+        const uint64_t off = view_.load(&table[i].offset);
+        leases += off != 0 && off != kLeaseTombstone;
+      }
+      j.begin_object();
+      j.key("slot").value(uint64_t{s}).key("host_index").value(uint64_t{s / sb.slots_per_host});
+      j.key("incarnation").value(uint64_t{inc});
+      j.key("state").value(evicted ? "evicted" : state == kSlotLeft ? "left" : "active");
+      j.key("pid").value(view_.load(&view_.slot_line0(s)->pid));
+      j.key("alive").value(view_.slot_live(s)).key("self").value(s == slot_);
+      j.key("extents_owned").value(owned[s]);
+      j.key("bytes_in_use").value(view_.load(&view_.slot_counters(s)->bytes_in_use));
+      j.key("leases").value(leases);
+      j.end_object();
+    }
+    j.end_array();
+  }
+  j.end_object();
+  return j.str();
 }
 
 }  // namespace cxlpool::detail::shared

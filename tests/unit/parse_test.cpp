@@ -79,3 +79,15 @@ TEST_CASE("json writer escapes strings and nests containers", "[unit]") {
   CHECK(s.find("\"empty\": {}") != std::string::npos);
   CHECK(s.find("1.5") != std::string::npos);
 }
+
+TEST_CASE("json writer output is valid UTF-8 whatever the strings hold", "[unit]") {
+  JsonWriter j;
+  // Valid two-, three- and four-byte sequences pass; a lone 0xFF, a truncated sequence, an
+  // overlong form, a surrogate and DEL do not reach the output raw.
+  j.begin_array().value("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80").value("\xff|\xe2\x82|\xc0\xaf|\xed\xa0\x80|\x7f");
+  j.end_array();
+  const std::string& s = j.str();
+  CHECK(s.find("\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"") != std::string::npos);
+  CHECK(s.find(R"("\\xFF|\\xE2\\x82|\\xC0\\xAF|\\xED\\xA0\\x80|\u007f")") != std::string::npos);
+  for (unsigned char c : s) CHECK((c != 0xFF && c != 0x7F && c != 0xC0));
+}

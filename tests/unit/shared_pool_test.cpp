@@ -21,7 +21,8 @@
 #include <vector>
 
 #include "cxlpool/shared.h"
-#include "shared/layout.hpp"  // the on-device layout, for the scribbling peer
+#include "cxlpool/topology.h"  // cxlpool_string_free
+#include "shared/layout.hpp"   // the on-device layout, for the scribbling peer
 
 namespace {
 
@@ -311,6 +312,47 @@ TEST_CASE("the block cache never holds capacity another participant needs", "[sh
     cxlpool_shared_pool_close(a);
     cxlpool_shared_pool_unlink(device.c_str());
   }
+}
+
+TEST_CASE("statistics as JSON: this participant, the pool's slots, quotas and health", "[shared]") {
+  ShmPool a("stats");
+  cxlpool_shared_pool_t* b = a.open_again();
+  void* p = nullptr;
+  REQUIRE(cxlpool_shared_alloc(a.pool, 4000, &p) == CXLPOOL_OK);
+  cxlpool_shared_handle_t h{};
+  REQUIRE(cxlpool_shared_export(a.pool, p, &h) == CXLPOOL_OK);
+  void* q = nullptr;
+  REQUIRE(cxlpool_shared_import(b, &h, &q, nullptr) == CXLPOOL_OK);
+  auto stats = [](cxlpool_shared_pool_t* pool) {
+    char* json = nullptr;
+    REQUIRE(cxlpool_shared_pool_stats_json(pool, &json) == CXLPOOL_OK);
+    std::string s(json);
+    cxlpool_string_free(json);
+    return s;
+  };
+  const std::string sa = stats(a.pool), sb = stats(b);
+  INFO(sa);
+  CHECK(sa.find("\"state\": \"healthy\"") != std::string::npos);
+  CHECK(sa.find("\"bytes_in_use\": " + std::to_string(info_of(a.pool).bytes_in_use) + ",") != std::string::npos);
+  CHECK(info_of(a.pool).bytes_in_use >= 4000);
+  CHECK(sb.find("\"leases_held\": 1") != std::string::npos);
+  CHECK(sa.find("\"name\": \"default\"") != std::string::npos);
+  size_t slots = 0;
+  for (size_t at = 0; (at = sa.find("\"host_index\"", at)) != std::string::npos; ++at) ++slots;
+  CHECK(slots == 2);
+  CHECK(sa.find("\"leases\": 1") != std::string::npos);  // b's lease, seen in the pool
+  CHECK(sa.find("\"alive\": false") == std::string::npos);
+  REQUIRE(cxlpool_shared_release(b, q) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_free(a.pool, p) == CXLPOOL_OK);
+  // After a device failure: the participant's own figures and health, nothing read from it.
+  REQUIRE(cxlpool_shared_pool_inject_failure(b, "test") == CXLPOOL_OK);
+  const std::string failed = stats(b);
+  CHECK(failed.find("\"state\": \"failed\"") != std::string::npos);
+  CHECK(failed.find("\"participants\"") == std::string::npos);
+  char* json = nullptr;
+  CHECK(cxlpool_shared_pool_stats_json(a.pool, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_shared_pool_stats_json(nullptr, &json) == CXLPOOL_E_INVALID_ARGUMENT);
+  cxlpool_shared_pool_close(b);
 }
 
 TEST_CASE("threads of one participant share its heap and cache: no block given to two, contents intact", "[shared]") {
@@ -680,6 +722,8 @@ TEST_CASE("a forked child is not a participant: its calls fail cleanly and the p
       if (cxlpool_shared_alloc(a.pool, 512, &q) != CXLPOOL_E_NOT_SUPPORTED) _exit(4);
       cxlpool_shared_info_t i{};
       if (cxlpool_shared_pool_info(a.pool, &i) != CXLPOOL_E_NOT_SUPPORTED) _exit(5);
+      char* json = nullptr;
+      if (cxlpool_shared_pool_stats_json(a.pool, &json) != CXLPOOL_E_NOT_SUPPORTED) _exit(6);
       _exit(0);
     }
     bad += wait_exit(c) != 0;
