@@ -3,7 +3,8 @@
 # Builds Release and runs the benchmarks, each against its peers in the same run: the allocator
 # (glibc, jemalloc, mimalloc, tcmalloc, memkind; every placement policy; peak RSS), fork()
 # with a far heap (vs glibc), backings, the interposer on real programs, and shared pools (vs
-# Boost.Interprocess; publish/acquire, handles, recovery). Prints the tables and ratios and
+# Boost.Interprocess; publish/acquire, handles, recovery), and movable residency (vs memcpy and
+# a naive page-by-page move). Prints the tables and ratios and
 # saves bench-results/*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,3 +14,5 @@ python3 bench/run_fork_bench.py --build "$BUILD" --out bench-results/fork_bench.
 "$BUILD/bench/backing_bench" --benchmark_out=bench-results/backing_bench.json --benchmark_out_format=json
 python3 bench/run_preload_bench.py --preload "$BUILD/lib/libcxlpool_preload.so" --out bench-results/preload_bench.json
 python3 bench/run_shared_bench.py --build "$BUILD" --out bench-results/shared_bench.json
+"$BUILD/bench/rebind_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  --benchmark_out=bench-results/rebind_bench.json --benchmark_out_format=json

@@ -292,7 +292,7 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
   const uint32_t cls = view_.class_for(size);
   const bool small = cls < view_.sb().class_count;
   if (small && !in_fork_child()) {  // a forked child's mu_ may be a held copy: the Op refuses it
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<HeapLock> lock(mu_);
     if (fast_path_usable() && !cache_[cls].empty()) {
       const CachedBlock c = cache_[cls].back();
       cache_[cls].pop_back();
@@ -361,7 +361,7 @@ BlockRef SharedPool::own_block(const void* ptr, const char* fn, Owned** owned) {
 void SharedPool::free(void* ptr) {
   uint64_t offset = 0;
   if (!in_fork_child() && user_offset(ptr, &offset) && offset >= view_.sb().data_offset) {
-    std::unique_lock<std::mutex> lock(mu_);
+    std::unique_lock<HeapLock> lock(mu_);
     const uint64_t e = (offset - view_.sb().data_offset) / view_.extent_size();
     Owned* o = owned_.find(e);
     if (fast_path_usable() && o != nullptr && o->cls < view_.sb().class_count && cache_cap(o->cls) > 0 &&

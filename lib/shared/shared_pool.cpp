@@ -520,7 +520,7 @@ void SharedPool::recover_predecessor() {
   const uint64_t deadline = os::monotonic_ns() + 2 * timeout_ns_ + 10 * heartbeat_ns_;
   for (;;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<HeapLock> lock(mu_);
       if (evicted_.load()) return;
       Marked marked(*this);
       if (claim(kClaimRecover, slot_, predecessor_ & 0xffffff)) {
@@ -542,7 +542,7 @@ void SharedPool::recover_predecessor() {
 
 void SharedPool::declare_failed(const std::string& reason) {
   if (in_fork_child()) ensure_usable();  // throws: the child's mu_ is a copy, maybe held
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<HeapLock> lock(mu_);
   if (failed_.load()) return;
   failure_reason_ = reason;
   failed_.store(true);
@@ -562,7 +562,7 @@ void SharedPool::check_device() {
 cxlpool_shared_health_t SharedPool::health() {
   if (in_fork_child()) ensure_usable();  // throws: the child's mu_ is a copy, maybe held
   cxlpool_shared_health_t h{};
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<HeapLock> lock(mu_);
   h.state = failed_.load() ? CXLPOOL_SHARED_FAILED : evicted_.load() ? CXLPOOL_SHARED_EVICTED : CXLPOOL_SHARED_HEALTHY;
   h.leases_lost = h.state == CXLPOOL_SHARED_HEALTHY ? 0 : static_cast<uint32_t>(leases_.size());
   h.bytes_lost = h.state == CXLPOOL_SHARED_HEALTHY ? 0 : bytes_in_use_;
@@ -635,7 +635,7 @@ void SharedPool::ensure_usable(bool holding_mu) {
                                       "; a forked child is not a participant (open the pool in the child)");
   if (!joined_) fail(CXLPOOL_E_INVALID_ARGUMENT, what_ + ": this participant has left the pool");
   if (failed_.load()) {
-    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    std::unique_lock<HeapLock> lock(mu_, std::defer_lock);
     if (!holding_mu) lock.lock();
     fail(CXLPOOL_E_DEVICE_FAILED, what_ + ": the device failed (" + failure_reason_ + "); " +
                                       std::to_string(leases_.size()) + " imported blocks and " +
@@ -662,7 +662,7 @@ void SharedPool::ensure_usable(bool holding_mu) {
 // application's too) must fault rather than land in memory someone else reuses: the mapping
 // becomes read-only, once no operation of ours is half done (under mu_).
 void SharedPool::mark_evicted(bool holding_mu) {
-  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  std::unique_lock<HeapLock> lock(mu_, std::defer_lock);
   if (!holding_mu) lock.lock();
   std::lock_guard<std::mutex> beat(beat_mu_);  // lock order: mu_, then beat_mu_
   if (!evicted_.exchange(true)) os::prim::protect_read_only(view_.base(), view_.size());
@@ -704,7 +704,7 @@ void SharedPool::leave() {
     joined_ = false;
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<HeapLock> lock(mu_);
   if (evicted_.load()) {  // the others own our state now; touch nothing
     joined_ = false;
     return;

@@ -30,7 +30,7 @@ void SharedPool::tick() {
   if (evicted_.load()) return;
   observe_others();
   if (++ticks_ % 16 == 0) sweep_orphans();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<HeapLock> lock(mu_);
   if (evicted_.load() || failed_.load()) return;  // (re-read under mu_: the mapping may be read-only now)
   Marked marked(*this);
   if (!released_pending_.empty()) recheck_released();
@@ -112,7 +112,7 @@ void SharedPool::observe_others() {
 }
 
 bool SharedPool::try_recover(uint32_t victim, uint32_t incarnation) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<HeapLock> lock(mu_);
   if (evicted_.load()) return false;
   Marked marked(*this);
   if (!claim(kClaimRecover, victim, incarnation & 0xffffff)) return false;
@@ -237,7 +237,7 @@ void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
 // recovery saw: a participant evicted while alive may have claimed one before it noticed (it
 // learns at its next heartbeat). Whoever sweeps first adopts them under an extent claim.
 void SharedPool::sweep_orphans() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<HeapLock> lock(mu_);
   if (evicted_.load()) return;
   Marked marked(*this);
   const uint64_t salt = view_.salt();
@@ -332,7 +332,7 @@ cxlpool_shared_info_t SharedPool::info() {
   }
   for (uint32_t s = 0; s < view_.slot_count(); ++s)
     if (view_.slot_live(s)) ++out.participants;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<HeapLock> lock(mu_);
   owned_.for_each([&](uint64_t, const Owned& o) { out.extents_mine += o.span; });
   out.bytes_cached = cached_bytes();
   out.bytes_in_use = bytes_in_use_ - out.bytes_cached;
@@ -376,7 +376,7 @@ std::string SharedPool::stats_json() {
   j.key("bytes_lost").value(h.bytes_lost).key("extents_lost").value(h.extents_lost);
   j.end_object();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<HeapLock> lock(mu_);
     uint64_t mine = 0;
     owned_.for_each([&](uint64_t, const Owned& o) { mine += o.span; });
     j.key("participant").begin_object();
