@@ -7,10 +7,13 @@
 #include <dirent.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include "cxlpool/cxlpool.hpp"
@@ -217,26 +220,55 @@ PoolReport report_pool(const std::string& device) {
 
 // Pools in /dev/shm (files carrying a cxlpool header; others are not opened further), then
 // the named ones. A damaged pool in /dev/shm is listed with its error.
+// Surveys of many pools at once: a survey may sample silent participants for up to 2 s, so
+// they run side by side (up to 64 at a time) and a scan of /dev/shm takes about as long as the
+// slowest pool, not the sum (the last error message is per thread).
+std::vector<PoolReport> report_all(const std::vector<std::string>& devices, bool scanned) {
+  std::vector<PoolReport> reports(devices.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < devices.size();) {
+      reports[i] = report_pool(devices[i]);
+      if (scanned && reports[i].status == CXLPOOL_E_CONFIG)  // a name shm: refuses
+        reports[i] = report_pool("file:/dev/shm/" + devices[i].substr(4));
+    }
+  };
+  std::vector<std::thread> workers;
+  const size_t n = std::min<size_t>(64, devices.size());
+  for (size_t k = 1; k < n; ++k) {
+    try {
+      workers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads: the ones there share the work
+    }
+  }
+  work();
+  for (auto& w : workers) w.join();
+  return reports;
+}
+
+// Pools in /dev/shm (files carrying a cxlpool header; others are not opened further), then
+// the named ones. A damaged pool in /dev/shm is listed with its error.
 std::vector<PoolReport> find_pools(bool scan, const std::vector<std::string>& named) {
   std::vector<PoolReport> out;
   if (scan) {
-    std::vector<std::string> names;
+    std::vector<std::string> devices;
     if (DIR* d = opendir("/dev/shm")) {
       while (dirent* e = readdir(d))
-        if (e->d_type == DT_REG) names.push_back(e->d_name);
+        if (e->d_type == DT_REG) devices.push_back(std::string("shm:") + e->d_name);
       closedir(d);
     }
-    std::sort(names.begin(), names.end());
-    for (const auto& n : names) {
-      PoolReport r = report_pool("shm:" + n);
-      if (r.status == CXLPOOL_E_CONFIG) r = report_pool("file:/dev/shm/" + n);  // a name shm: refuses
+    std::sort(devices.begin(), devices.end());
+    for (auto& r : report_all(devices, true))
       // Not a pool, gone meanwhile, or not ours to read: not listed. Damaged pools are.
       if (r.ok || r.status == CXLPOOL_E_CORRUPT) out.push_back(std::move(r));
-    }
   }
+  std::vector<std::string> more;
   for (const auto& d : named)
-    if (std::none_of(out.begin(), out.end(), [&](const PoolReport& r) { return r.device == d; }))
-      out.push_back(report_pool(d));
+    if (std::none_of(out.begin(), out.end(), [&](const PoolReport& r) { return r.device == d; }) &&
+        std::find(more.begin(), more.end(), d) == more.end())
+      more.push_back(d);
+  for (auto& r : report_all(more, false)) out.push_back(std::move(r));
   return out;
 }
 

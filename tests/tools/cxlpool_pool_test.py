@@ -105,6 +105,31 @@ try:
         check(r.returncode == 0 and rep["blocks_in_use"] == 0 and rep["extents_free"] == rep["extents_total"],
               "afterwards the pool is empty and whole")
 
+        # Participants another pid namespace holds (the survey can only watch their heartbeat,
+        # sampled up to 2 s per pool): 12 such pools are looked at side by side, not one after
+        # the other (24 s).
+        many = [f"{dev}-ns{k}" for k in range(12)]
+        for d in many:
+            run("create", d, "--size", "16M", "--timeout-ms", "5000")
+        prog = ("import ctypes,sys,time\n"
+                f"lib=ctypes.CDLL({sys.argv[2]!r})\n"
+                f"for d in {[d.encode() for d in many]!r}:\n"
+                "    p=ctypes.c_void_p(); assert lib.cxlpool_shared_pool_open(d,None,ctypes.byref(p))==0\n"
+                "print('ready',flush=True); time.sleep(60)\n")
+        holder = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-c", prog], stdout=subprocess.PIPE,
+                                  text=True)
+        ready = holder.stdout.readline().strip() == "ready"
+        t0 = time.monotonic()
+        code, pools, _ = pools_seen()
+        took = time.monotonic() - t0
+        seen = [pools.get(d, {}).get("participants", [{}])[0].get("alive") for d in many] if pools else []
+        check(ready and code == 0 and seen == [True] * len(many) and took < 12,
+              f"12 pools held from another pid namespace: all alive by heartbeat, surveyed in {took:.1f} s (got {seen})")
+        holder.kill()
+        holder.wait()
+        for d in many:
+            run("rm", d)
+
     # Things that are not pools.
     other = path + "-foreign"
     with open(other, "wb") as f:
