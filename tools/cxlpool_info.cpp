@@ -287,14 +287,37 @@ size_t utf8_length(const std::string& in, size_t i) {
   return n;
 }
 
+// Code points that move the cursor, split a line or reorder text: C1 controls, line and
+// paragraph separators, bidirectional marks, embeddings, overrides and isolates.
+bool unsafe_code_point(const std::string& in, size_t i, size_t n, uint32_t* cp) {
+  const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(in[i + k])); };
+  if (n == 2)
+    *cp = ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+  else if (n == 3)
+    *cp = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+  else
+    return false;
+  const uint32_t c = *cp;
+  return (c >= 0x80 && c <= 0x9F) || c == 0x061C || c == 0x200E || c == 0x200F || (c >= 0x2028 && c <= 0x202E) ||
+         (c >= 0x2066 && c <= 0x2069);
+}
+
 // Names and strings from pools (anyone may write them) as text that cannot move the cursor,
-// clear the screen or split a line: control bytes, backslashes and bytes that are not UTF-8
-// become \xNN / \\.
+// clear the screen, split a line or reorder what follows: control bytes, backslashes and bytes
+// that are not UTF-8 become \xNN / \\, the code points above \u{XXXX}.
 std::string printable(const std::string& in) {
   std::string out;
   for (size_t i = 0; i < in.size();) {
     const size_t n = utf8_length(in, i);
     const auto c = static_cast<unsigned char>(in[i]);
+    uint32_t cp = 0;
+    if (n > 1 && unsafe_code_point(in, i, n, &cp)) {
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\u{%04X}", cp);
+      out += buf;
+      i += n;
+      continue;
+    }
     if (n == 0 || c < 0x20 || c == 0x7F || c == '\\') {
       char buf[8];
       std::snprintf(buf, sizeof buf, c == '\\' ? "\\\\" : "\\x%02X", c);
@@ -351,7 +374,8 @@ void print_pools(const std::vector<PoolReport>& pools, bool scanned) {
 }
 
 // A JSON string (valid UTF-8 whatever the input): a byte that is not part of a valid UTF-8
-// sequence is written as the four characters \xNN (that is, "\\xNN" in the JSON text).
+// sequence is written as the four characters \xNN (that is, "\\xNN" in the JSON text), and a
+// backslash of the name as two, so that the two cannot be confused.
 std::string json_str(const std::string& in) {
   std::string out = "\"";
   for (size_t i = 0; i < in.size();) {
@@ -362,7 +386,10 @@ std::string json_str(const std::string& in) {
       std::snprintf(buf, sizeof buf, "\\\\x%02X", c);
       out += buf;
       ++i;
-    } else if (c == '"' || c == '\\') {
+    } else if (c == '\\') {
+      out += "\\\\\\\\";
+      ++i;
+    } else if (c == '"') {
       out += '\\';
       out += static_cast<char>(c);
       ++i;

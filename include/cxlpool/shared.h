@@ -100,7 +100,9 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_create(const char* device, cons
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_open(const char* device, const cxlpool_shared_params_t* params,
                                                       cxlpool_shared_pool_t** out);
 /* Leaves the pool: imported blocks are released, blocks no one else holds are freed, blocks
- * others still hold are left for them. The mapping goes away; pointers into it die. */
+ * others still hold are left for them. The mapping goes away; pointers into it die. Calls on
+ * the handle after the close fail with CXLPOOL_E_INVALID_ARGUMENT; a call running while
+ * another thread closes the same handle is the caller's bug, as a use racing free(). */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_close(cxlpool_shared_pool_t* pool);
 /* Removes a shm/file pool's name (the memory lives on while mapped). Refuses anything that
  * does not carry a cxlpool shared-pool header. */

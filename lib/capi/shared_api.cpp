@@ -41,11 +41,14 @@ std::mutex g_shell_mu;
 // Never destroyed: shells stay reachable (and refusable) until the process ends.
 std::deque<cxlpool_shared_pool_t*>& g_closed_shells = *new std::deque<cxlpool_shared_pool_t*>;
 
+// A call racing cxlpool_shared_pool_close on the same handle is the caller's bug (as a call
+// racing free); the pointer is read once, so a call that starts after the close fails cleanly.
 inline S::SharedPool* impl(cxlpool_shared_pool_t* p) {
-  if (p->magic != cxlpool_shared_pool::kOpen || p->pool == nullptr)
+  S::SharedPool* pool = p->pool;
+  if (p->magic != cxlpool_shared_pool::kOpen || pool == nullptr)
     fail(CXLPOOL_E_INVALID_ARGUMENT,
          p->magic == cxlpool_shared_pool::kClosed ? "the pool handle was closed" : "not a shared pool handle");
-  return p->pool;
+  return pool;
 }
 inline cxlpool_shared_pool_t* handle(S::SharedPool* p) {
   std::unique_ptr<S::SharedPool> owned(p);

@@ -123,8 +123,9 @@ uint64_t monotonic_ns() noexcept;
 uint64_t boot_id_hash() noexcept;
 uint64_t pid_namespace_id() noexcept;
 // Start time of pid in clock ticks since boot (/proc/PID/stat field 22); 0 when there is no
-// such process (or a zombie); kStartUnknown when /proc cannot be read now (no descriptor
-// left, no permission): nothing may be concluded then. With the boot id and pid namespace it
+// such process (kill(pid, 0) says ESRCH); kStartUnknown when it cannot be told now (no
+// descriptor left, /proc hiding other users' processes, a zombie leader whose threads may
+// still run): nothing may be concluded then. With the boot id and pid namespace it
 // tells a live process from a reused pid.
 inline constexpr uint64_t kStartUnknown = UINT64_MAX;
 uint64_t process_start_ticks(int pid) noexcept;

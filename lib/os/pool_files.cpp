@@ -4,6 +4,7 @@
 // pid namespace, start time) that tells a live participant from a reused pid.
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -254,11 +255,16 @@ uint64_t process_start_ticks(int pid) noexcept {
   char path[64], buf[1024];
   snprintf(path, sizeof path, "/proc/%d/stat", pid);
   ssize_t n = read_small(path, buf, sizeof buf);
-  if (n < 0) return errno == ENOENT || errno == ESRCH ? 0 : kStartUnknown;  // EMFILE, EACCES...: cannot tell
-  if (n == 0) return 0;
-  const char* p = strrchr(buf, ')');                              // the command name may contain spaces and parentheses
-  if (!p || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') return 0;  // a zombie is not a participant
-  int field = 2;                                                  // p points at the end of field 2
+  // Only the kernel's "no such process" means gone: /proc may hide other users' processes
+  // (hidepid=2 gives ENOENT for them), and EMFILE or EACCES say nothing either.
+  const auto gone = [pid] { return ::kill(pid, 0) != 0 && errno == ESRCH; };
+  if (n <= 0) return gone() ? 0 : kStartUnknown;
+  const char* p = strrchr(buf, ')');  // the command name may contain spaces and parentheses
+  if (!p || p[1] != ' ') return kStartUnknown;
+  // A zombie thread-group leader may still have live threads (the main thread called
+  // pthread_exit): the heartbeat decides. A reaped process is ESRCH above.
+  if (p[2] == 'Z' || p[2] == 'X') return gone() ? 0 : kStartUnknown;
+  int field = 2;  // p points at the end of field 2
   for (++p; *p && field < 22; ++p)
     if (*p == ' ') ++field;
   return field == 22 ? strtoull(p, nullptr, 10) : 0;

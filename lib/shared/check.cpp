@@ -59,17 +59,30 @@ std::vector<SlotLife> judge_slots(const PoolView& v, uint64_t max_wait_ms, const
     beats[s] = v.load(&line->heartbeat);
   }
   if (sampled.empty()) return out;
+  // Look again every heartbeat period (at least 1 ms, at most 100 ms) and stop as soon as every
+  // sampled heartbeat has moved: live participants cost one or two periods, not the budget.
   const uint64_t full = uint64_t{v.sb().lease_timeout_ms} + 2 * uint64_t{v.sb().heartbeat_ms};
-  const uint64_t waited = std::min(full, max_wait_ms);
-  std::this_thread::sleep_for(std::chrono::milliseconds(waited));
-  if (refresh) refresh();  // a copy of the slots (the survey): read them again
+  const uint64_t budget = std::min(full, max_wait_ms);
+  const uint64_t step = std::clamp<uint64_t>(v.sb().heartbeat_ms, 1, 100);
+  std::vector<bool> moved(n, false);
+  for (uint64_t waited = 0; waited < budget;) {
+    const uint64_t nap = std::min(step, budget - waited);
+    std::this_thread::sleep_for(std::chrono::milliseconds(nap));
+    waited += nap;
+    if (refresh) refresh();  // a copy of the slots (the survey): read them again
+    bool all = true;
+    for (uint32_t s : sampled) {
+      if (!moved[s]) moved[s] = v.load(&v.slot_line0(s)->heartbeat) != beats[s];
+      all = all && moved[s];
+    }
+    if (all) break;
+  }
   for (uint32_t s : sampled) {
-    const SlotLine0* line = v.slot_line0(s);
     uint32_t inc = 0;
     SlotState state{};
-    const bool moved = v.load(&line->heartbeat) != beats[s];
-    out[s].life = moved ? Life::kAlive : waited < full ? Life::kUnknown : Life::kDead;
-    if (out[s].joining) out[s].joining = !(v.slot_identity(s, &inc, &state) && v.load(&line->facts_incarnation) == inc);
+    out[s].life = moved[s] ? Life::kAlive : budget < full ? Life::kUnknown : Life::kDead;
+    if (out[s].joining)
+      out[s].joining = !(v.slot_identity(s, &inc, &state) && v.load(&v.slot_line0(s)->facts_incarnation) == inc);
   }
   return out;
 }
@@ -305,9 +318,9 @@ cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpo
     p.slot = s;
     p.host_index = s / sb.slots_per_host;
     p.incarnation = inc;
-    p.state = evicted              ? CXLPOOL_SHARED_SLOT_EVICTED
-              : state == kSlotLeft ? CXLPOOL_SHARED_SLOT_LEFT
-                                   : CXLPOOL_SHARED_SLOT_ACTIVE;
+    p.state = state == kSlotLeft ? CXLPOOL_SHARED_SLOT_LEFT  // (its blocks adopted: an eviction record too)
+              : evicted          ? CXLPOOL_SHARED_SLOT_EVICTED
+                                 : CXLPOOL_SHARED_SLOT_ACTIVE;
     p.pid = static_cast<int64_t>(v.load(&line->pid));
     const bool newer = inc != judged[s].incarnation;  // joined the slot during the look
     p.alive = newer || judged[s].life == Life::kAlive ? 1 : judged[s].life == Life::kUnknown ? 2 : 0;

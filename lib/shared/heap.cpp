@@ -248,19 +248,33 @@ void SharedPool::flush_cache(uint32_t cls, uint64_t keep) {
 // Before reporting a capacity failure: every cached block back to the pool, and the empty
 // extents kept for speed (one per class) back to the others.
 void SharedPool::trim() {
-  for (uint32_t cls = 0; cls < cache_.size(); ++cls) {
-    flush_cache(cls, 0);
-    auto& list = partial_[cls];
-    for (auto it = list.begin(); it != list.end();) {
-      Owned* o = owned_.find(*it);
-      if (o == nullptr || o->used != 0) {
-        ++it;
-        continue;
-      }
-      release_extents(*it, 1, o->max_gen + 1);
-      owned_.erase(*it);
-      it = list.erase(it);
+  for (uint32_t cls = 0; cls < cache_.size(); ++cls) trim_class(cls);
+}
+
+// One class's cached blocks back to the pool, and its empty extents back to the others.
+void SharedPool::trim_class(uint32_t cls) {
+  flush_cache(cls, 0);
+  auto& list = partial_[cls];
+  for (auto it = list.begin(); it != list.end();) {
+    Owned* o = owned_.find(*it);
+    if (o == nullptr || o->used != 0) {
+      ++it;
+      continue;
     }
+    release_extents(*it, 1, o->max_gen + 1);
+    owned_.erase(*it);
+    it = list.erase(it);
+  }
+}
+
+// Called by the watch, holding mu_ and marked: a class this participant has not allocated
+// from for a second gives back what it kept for speed (its cached blocks, its empty extent),
+// so capacity that another participant needs is never held by an idle one for long.
+void SharedPool::trim_idle_classes() {
+  const uint64_t per_second = heartbeat_ns_ ? std::max<uint64_t>(1, 1000000000u / heartbeat_ns_) : 1;
+  for (uint32_t cls = 0; cls < idle_ticks_.size(); ++cls) {
+    if (++idle_ticks_[cls] != per_second) continue;  // once per idle spell
+    trim_class(cls);
   }
 }
 
@@ -296,10 +310,12 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
     if (fast_path_usable() && !cache_[cls].empty()) {
       const CachedBlock c = cache_[cls].back();
       cache_[cls].pop_back();
+      idle_ticks_[cls] = 0;
       return hand_out(cls, c);
     }
   }
   Op op(*this);
+  if (small) idle_ticks_[cls] = 0;
   void* p = nullptr;
   for (int attempt = 0; attempt < 2 && !p; ++attempt) {
     if (attempt == 1) trim();  // cached blocks and kept empty extents may be what is missing

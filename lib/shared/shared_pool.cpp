@@ -363,6 +363,7 @@ SharedPool::SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std
   partial_.resize(sb.class_count);
   cache_.resize(sb.class_count);
   cache_extent_.assign(sb.class_count, UINT64_MAX);
+  idle_ticks_.assign(sb.class_count, 0);
   owned_.resize(sb.extent_count);
   seen_.resize(view_.slot_count());
   if (params && params->noncoherent_view) {

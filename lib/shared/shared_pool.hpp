@@ -243,6 +243,9 @@ class SharedPool {
   void give_back_block(uint32_t cls, CachedBlock c);
   void flush_cache(uint32_t cls, uint64_t keep);
   void trim();
+  void trim_class(uint32_t cls);
+  void trim_idle_classes();
+  std::vector<uint64_t> idle_ticks_;  // per class: watch passes since the last allocation
   uint64_t cached_bytes() const;
   bool alloc_small(uint32_t cls, bool may_grab, CachedBlock* out);
   void* alloc_large(uint64_t size);

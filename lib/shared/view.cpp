@@ -65,6 +65,13 @@ Superblock PoolView::validate(const void* base, uint64_t size, const std::string
                        sb.data_offset <= sb.size;
   if (!bounded) bad("superblock geometry out of range");
   const uint64_t leases_end = sb.leases_offset + slots * sb.lease_entries * kLeaseEntryBytes;
+  // The layout every creator writes (plan_superblock): the slots right after the superblock,
+  // each table at the next page after the previous one. Nothing else is accepted, so a forged
+  // superblock cannot make a reader size its buffers by a gap it invented.
+  auto page_up = [](uint64_t v) { return (v + 4095) / 4096 * 4096; };
+  if (sb.slots_offset != kSuperblockBytes || sb.leases_offset != page_up(sb.slots_offset + slots * kSlotBytes) ||
+      sb.extents_offset != page_up(leases_end))
+    bad("superblock offsets inconsistent");
   if (sb.slots_offset < kSuperblockBytes || sb.leases_offset < sb.slots_offset + slots * kSlotBytes ||
       sb.extents_offset < leases_end || sb.data_offset < sb.extents_offset + sb.extent_count * kExtentEntryBytes ||
       sb.data_offset % kLine != 0 || sb.extent_count * sb.extent_size > sb.size - sb.data_offset)

@@ -34,6 +34,7 @@ void SharedPool::tick() {
   if (evicted_.load() || failed_.load()) return;  // (re-read under mu_: the mapping may be read-only now)
   Marked marked(*this);
   if (!released_pending_.empty()) recheck_released();
+  trim_idle_classes();
   SlotCounters* c = view_.slot_counters(slot_);
   view_.store(&c->bytes_in_use, bytes_in_use_ - cached_bytes());
   view_.store(&c->recovered_slots, recovered_slots_);
@@ -427,7 +428,7 @@ std::string SharedPool::stats_json() {
       j.begin_object();
       j.key("slot").value(uint64_t{s}).key("host_index").value(uint64_t{s / sb.slots_per_host});
       j.key("incarnation").value(uint64_t{inc});
-      j.key("state").value(evicted ? "evicted" : state == kSlotLeft ? "left" : "active");
+      j.key("state").value(state == kSlotLeft ? "left" : evicted ? "evicted" : "active");
       j.key("pid").value(view_.load(&view_.slot_line0(s)->pid));
       j.key("alive").value(view_.slot_live(s)).key("self").value(s == slot_);
       j.key("extents_owned").value(owned[s]);

@@ -355,6 +355,28 @@ TEST_CASE("statistics as JSON: this participant, the pool's slots, quotas and he
   cxlpool_shared_pool_close(b);
 }
 
+TEST_CASE("idle participants give back the extents they kept for speed within about a second", "[shared]") {
+  ShmPool a("idle", 32u << 20);
+  cxlpool_shared_pool_t* b = a.open_again();
+  cxlpool_shared_pool_t* c = a.open_again();
+  // a and b touch every small class once: each keeps an extent per class (cache or spare).
+  for (cxlpool_shared_pool_t* p : {a.pool, b})
+    for (size_t size = 16; size <= 32768; size = size * 3 / 2 + 16) {
+      void* q = nullptr;
+      REQUIRE(cxlpool_shared_alloc(p, size, &q) == CXLPOOL_OK);
+      REQUIRE(cxlpool_shared_free(p, q) == CXLPOOL_OK);
+    }
+  const auto total = info_of(c).extents_total;
+  CHECK(info_of(a.pool).extents_mine + info_of(b).extents_mine > total / 2);  // what they keep
+  // Once idle for a second, they hold nothing: c gets the whole pool.
+  CHECK(eventually([&] { return info_of(a.pool).extents_mine == 0 && info_of(b).extents_mine == 0; }, 5000));
+  void* all = nullptr;
+  REQUIRE(cxlpool_shared_alloc(c, total * info_of(c).extent_size, &all) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_free(c, all) == CXLPOOL_OK);
+  cxlpool_shared_pool_close(b);
+  cxlpool_shared_pool_close(c);
+}
+
 TEST_CASE("threads of one participant share its heap and cache: no block given to two, contents intact", "[shared]") {
   ShmPool a("threads", 64u << 20);
   std::atomic<int> failures{0};
