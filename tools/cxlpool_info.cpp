@@ -2,7 +2,8 @@
 // cxlpool-info: the machine's memory targets and tiers as cxlpool sees them (like numactl -H
 // plus cxl list), every attribute with its source, the kernel's tiering state and warnings,
 // and the shared pools found in /dev/shm or named with --pool (participants, quotas, leases,
-// health), looked at from outside without joining them. Uses only the public API. --json
+// health), looked at from outside without joining them. Uses only the public API (and the
+// header-only UTF-8 check of lib/common). --json
 // prints the same as one JSON document.
 #include <dirent.h>
 
@@ -16,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/utf8.hpp"  // header-only; the rest is the public API
 #include "cxlpool/cxlpool.hpp"
 
 namespace {
@@ -272,20 +274,8 @@ std::vector<PoolReport> find_pools(bool scan, const std::vector<std::string>& na
   return out;
 }
 
-// The next valid UTF-8 sequence at in[i], its length, or 0 when in[i] does not start one.
-size_t utf8_length(const std::string& in, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(in[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  const size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-  if (n == 0 || i + n > in.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-  const unsigned char d = b(i + 1);
-  if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F))
-    return 0;  // overlong, a surrogate, or past U+10FFFF
-  return n;
-}
+// The length of the valid UTF-8 sequence at in[i], or 0 (lib/common/utf8.hpp, header-only).
+size_t utf8_length(const std::string& in, size_t i) { return cxlpool::detail::utf8_sequence(in, i); }
 
 // Code points that move the cursor, split a line or reorder text: C1 controls, line and
 // paragraph separators, bidirectional marks, embeddings, overrides and isolates.

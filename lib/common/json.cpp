@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/utf8.hpp"
+
 namespace cxlpool::detail {
 
 void JsonWriter::newline() {
@@ -64,24 +66,6 @@ JsonWriter& JsonWriter::value(std::string_view s) {
   write_string(s);
   return *this;
 }
-
-namespace {
-// Length of the valid UTF-8 sequence starting at s[i], or 0 when s[i] does not start one
-// (overlong forms, surrogates and code points past U+10FFFF are not valid).
-size_t utf8_sequence(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  const size_t n = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k)
-    if ((b(i + k) & 0xC0) != 0x80) return 0;
-  const unsigned char d = b(i + 1);
-  if ((c == 0xE0 && d < 0xA0) || (c == 0xED && d > 0x9F) || (c == 0xF0 && d < 0x90) || (c == 0xF4 && d > 0x8F))
-    return 0;
-  return n;
-}
-}  // namespace
 
 // Strings come from file names, sysfs and pools that anyone may have written: the output is
 // valid UTF-8 JSON whatever they hold. A byte that is not part of a valid UTF-8 sequence is
