@@ -44,16 +44,17 @@ struct SharedParams {
 };
 
 // The participant's heap lock. A cached alloc/free pair takes it twice, so it costs one
-// atomic exchange to take and a plain release store to give back (a pthread mutex's unlock is
-// a second atomic read-modify-write: a third of a pair's time here). Holders never wait on
-// anything but the pool's memory (a claim's backoff is at most 50 us), so waiters spin a
-// little, then yield.
+// atomic read-modify-write to take and a plain release store to give back (a pthread mutex's
+// unlock is a second read-modify-write: a third of a pair's time here). A ticket lock, so
+// that it is fair: a thread calling alloc/free back to back cannot starve the watch, whose
+// heartbeat must not stop (an unfair lock got a busy participant evicted under TSan). Holders
+// never wait on anything but the pool's memory (a claim's backoff is at most 50 us), so
+// waiters spin a little, then yield.
 class HeapLock {
  public:
   void lock() noexcept {
-    if (!state_.exchange(true, std::memory_order_acquire)) return;
-    for (unsigned spins = 0;; ++spins) {
-      if (!state_.load(std::memory_order_relaxed) && !state_.exchange(true, std::memory_order_acquire)) return;
+    const uint32_t me = next_.fetch_add(1, std::memory_order_relaxed);
+    for (unsigned spins = 0; serving_.load(std::memory_order_acquire) != me; ++spins) {
       if (spins >= 128) {
         std::this_thread::yield();
       } else {
@@ -64,12 +65,14 @@ class HeapLock {
     }
   }
   bool try_lock() noexcept {
-    return !state_.load(std::memory_order_relaxed) && !state_.exchange(true, std::memory_order_acquire);
+    uint32_t now = serving_.load(std::memory_order_acquire);
+    return next_.compare_exchange_strong(now, now + 1, std::memory_order_acquire, std::memory_order_relaxed);
   }
-  void unlock() noexcept { state_.store(false, std::memory_order_release); }
+  void unlock() noexcept { serving_.store(serving_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
 
  private:
-  std::atomic<bool> state_{false};
+  std::atomic<uint32_t> next_{0};
+  std::atomic<uint32_t> serving_{0};
 };
 
 // Geometry and offsets a creator writes into the superblock (validated; throws CONFIG).

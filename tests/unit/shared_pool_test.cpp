@@ -273,11 +273,11 @@ TEST_CASE("the block cache never holds capacity another participant needs", "[sh
   for (bool with_quota : {false, true}) {
     INFO((with_quota ? "quota" : "pool"));
     const std::string name = unique_name("pinned"), device = "shm:" + name;
-    Params params(64u << 20);
+    Params params(64u << 20, 10, 3000);  // thousands of calls: slow under sanitizers
     if (with_quota) REQUIRE(cxlpool_shared_params_add_quota(params.p, "q", 10u << 20) == CXLPOOL_OK);
     cxlpool_shared_pool_t* a = nullptr;
     REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
-    Params joiner(64u << 20);
+    Params joiner(64u << 20, 10, 3000);
     if (with_quota) REQUIRE(cxlpool_shared_params_set_quota(joiner.p, "q") == CXLPOOL_OK);
     cxlpool_shared_pool_t* pa = nullptr;
     cxlpool_shared_pool_t* pb = nullptr;
