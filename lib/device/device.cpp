@@ -23,16 +23,6 @@ thread_local char tls_message[320];
 
 void remember(const std::exception& e) noexcept { std::snprintf(tls_message, sizeof tls_message, "%s", e.what()); }
 
-cxlpool_status_t set(DeviceError* err, cxlpool_status_t status, int os_errno, const char* call, uint64_t detail = 0) {
-  if (err) {
-    err->status = status;
-    err->os_errno = os_errno;
-    err->call = call;
-    err->detail = detail;
-  }
-  return status;
-}
-
 cxlpool_status_t status_of_errno(int e) {
   switch (e) {
     case ENOMEM:
@@ -152,7 +142,7 @@ cxlpool_status_t Device::storage_for(Sharing sharing, std::shared_ptr<Storage>& 
                   "device '%s': the program closed cxlpool's descriptor of devdax:%s; the device cannot be "
                   "reopened while its memory is mapped",
                   spec_.device_name.c_str(), spec_.path.c_str());
-    return set(err, CXLPOOL_E_OS, EBADF, "devdax descriptor");
+    return device_failure(err, CXLPOOL_E_OS, EBADF, "devdax descriptor");
   }
   try {
     // A fresh storage: after fork (the parent keeps the old one), or because the program
@@ -166,7 +156,7 @@ cxlpool_status_t Device::storage_for(Sharing sharing, std::shared_ptr<Storage>& 
     }
   } catch (const std::exception& e) {
     remember(e);
-    return set(err, CXLPOOL_E_OS, errno, "opening storage");
+    return device_failure(err, CXLPOOL_E_OS, errno, "opening storage");
   }
   out = slot;
   return CXLPOOL_OK;
@@ -194,7 +184,7 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
                                  DeviceError* err) noexcept {
   const size_t ps = caps_.page_size;
   if (size == 0 || (alignment && !is_pow2(alignment)) || size > (size_t(1) << 50) || span > (size_t(1) << 50))
-    return set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "reserve");
+    return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "reserve");
   size = (size + ps - 1) / ps * ps;
   span = std::max(size, (span + ps - 1) / ps * ps);
   alignment = std::max(alignment, ps);
@@ -205,13 +195,13 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
     uint64_t offset = 0, largest = 0;
     if (!st->anonymous()) {
       int e = st->take_range(size, std::min<size_t>(alignment, size_t(2) << 20), &offset, &largest);
-      if (e == ENOSPC) return set(err, CXLPOOL_E_CAPACITY, 0, "device range", largest);
-      if (e) return set(err, CXLPOOL_E_NO_MEMORY, e, "device range");
+      if (e == ENOSPC) return device_failure(err, CXLPOOL_E_CAPACITY, 0, "device range", largest);
+      if (e) return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "device range");
     }
     void* addr = nullptr;
     if (int e = os::prim::reserve(span, alignment, &addr)) {
       if (!st->anonymous()) st->give_back_range(offset, size);
-      return set(err, e == ENOMEM ? CXLPOOL_E_NO_MEMORY : CXLPOOL_E_OS, e, "mmap(PROT_NONE)");
+      return device_failure(err, e == ENOMEM ? CXLPOOL_E_NO_MEMORY : CXLPOOL_E_OS, e, "mmap(PROT_NONE)");
     }
     Reservation r;
     r.addr = reinterpret_cast<uintptr_t>(addr);
@@ -226,37 +216,38 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
       os::prim::unmap(addr, span);
       if (!st->anonymous() || st->lost()) st->give_back_range(offset, size);
       if (e == EBADF && st->lost() && attempt == 0) continue;  // the program closed our fd: fresh storage
-      return set(err, e == ENOMEM ? CXLPOOL_E_NO_MEMORY : CXLPOOL_E_OS, e, st->anonymous() ? "mbind" : "mmap(fd)");
+      return device_failure(err, e == ENOMEM ? CXLPOOL_E_NO_MEMORY : CXLPOOL_E_OS, e,
+                            st->anonymous() ? "mbind" : "mmap(fd)");
     }
     try {
       reservations_.emplace(r.addr, r);
     } catch (...) {
       os::prim::unmap(addr, span);
       if (!st->anonymous()) st->give_back_range(offset, size);
-      return set(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "reservation table");
+      return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "reservation table");
     }
     reserved_bytes_ += size;
     *out = addr;
     return CXLPOOL_OK;
   }
-  return set(err, CXLPOOL_E_OS, EBADF, "mmap(fd)");
+  return device_failure(err, CXLPOOL_E_OS, EBADF, "mmap(fd)");
 }
 
 cxlpool_status_t Device::map_range(uint64_t offset, size_t size, int client, void** out, DeviceError* err) noexcept {
   const size_t ps = caps_.page_size;
-  if (size == 0 || offset % ps) return set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "map");
-  if (spec_.kind == CXLPOOL_BACKING_NUMA) return set(err, CXLPOOL_E_NOT_SUPPORTED, 0, "map");
+  if (size == 0 || offset % ps) return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "map");
+  if (spec_.kind == CXLPOOL_BACKING_NUMA) return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "map");
   size = (size + ps - 1) / ps * ps;
   if (offset > caps_.capacity_bytes || caps_.capacity_bytes - offset < size)
-    return set(err, CXLPOOL_E_CAPACITY, 0, "map past the end", caps_.capacity_bytes);
+    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "map past the end", caps_.capacity_bytes);
   std::lock_guard<std::mutex> lock(mu_);
   std::shared_ptr<Storage> st;
   if (cxlpool_status_t s = storage_for(Sharing::kShared, st, err)) return s;
   void* addr = nullptr;
-  if (int e = os::prim::reserve(size, ps, &addr)) return set(err, CXLPOOL_E_NO_MEMORY, e, "mmap(PROT_NONE)");
+  if (int e = os::prim::reserve(size, ps, &addr)) return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "mmap(PROT_NONE)");
   if (int e = st->map(addr, size, offset, true)) {
     os::prim::unmap(addr, size);
-    return set(err, CXLPOOL_E_OS, e, "mmap(fd)");
+    return device_failure(err, CXLPOOL_E_OS, e, "mmap(fd)");
   }
   Reservation r;
   r.addr = reinterpret_cast<uintptr_t>(addr);
@@ -270,7 +261,7 @@ cxlpool_status_t Device::map_range(uint64_t offset, size_t size, int client, voi
     reservations_.emplace(r.addr, r);
   } catch (...) {
     os::prim::unmap(addr, size);
-    return set(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "reservation table");
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "reservation table");
   }
   *out = addr;
   return CXLPOOL_OK;
@@ -281,11 +272,11 @@ Device::Reservation* Device::range_of(const void* addr, size_t len, const char* 
   const size_t ps = caps_.page_size;
   auto a = reinterpret_cast<uintptr_t>(addr);
   if (!addr || len == 0 || a % ps || len % ps) {
-    *status = set(err, CXLPOOL_E_INVALID_ARGUMENT, 0, op);
+    *status = device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, op);
     return nullptr;
   }
   Reservation* r = find(addr, len);
-  if (!r) *status = set(err, CXLPOOL_E_NOT_FOUND, 0, op);
+  if (!r) *status = device_failure(err, CXLPOOL_E_NOT_FOUND, 0, op);
   return r;
 }
 
@@ -298,8 +289,9 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
   Storage& st = *r->storage;
   uint64_t off = r->offset + (a - r->addr);
   uint64_t added = len - st.committed.covered(off, off + len);
-  if (committed() + added > ledger_.capacity) return set(err, CXLPOOL_E_CAPACITY, 0, "capacity", committed());
-  if (int e = os::prim::protect(addr, len, true)) return set(err, status_of_errno(e), e, "mprotect(RW)");
+  if (committed() + added > ledger_.capacity)
+    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "capacity", committed());
+  if (int e = os::prim::protect(addr, len, true)) return device_failure(err, status_of_errno(e), e, "mprotect(RW)");
   bool shared_fd = mapped_shared(*r) && !st.anonymous() && !r->inherited;
   // Memory on a size-limited filesystem (a tmpfs, a disk) is allocated now, so a full one is
   // CAPACITY here instead of SIGBUS at the first touch. memfd and device-DAX cannot run out.
@@ -314,13 +306,13 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
         os::prim::advise_dontneed(addr, len);
         os::prim::protect(addr, len, false);
       }
-      return set(err, status_of_errno(e), e, "madvise(POPULATE_WRITE)");
+      return device_failure(err, status_of_errno(e), e, "madvise(POPULATE_WRITE)");
     }
   }
   try {
     st.committed.insert(off, off + len);
   } catch (...) {
-    return set(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "committed-range table");
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "committed-range table");
   }
   account(st, added, 0, client);
   return CXLPOOL_OK;
@@ -339,8 +331,8 @@ cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceErro
   bool remove = mapped_shared(*r) && !r->inherited && caps_.decommit_frees_memory && r->owns_range;
   int e = remove ? os::prim::advise_remove(addr, len) : EINVAL;
   if (e) e = os::prim::advise_dontneed(addr, len);
-  if (e) return set(err, CXLPOOL_E_OS, e, "madvise(DONTNEED)");
-  if ((e = os::prim::protect(addr, len, false))) return set(err, CXLPOOL_E_OS, e, "mprotect(NONE)");
+  if (e) return device_failure(err, CXLPOOL_E_OS, e, "madvise(DONTNEED)");
+  if ((e = os::prim::protect(addr, len, false))) return device_failure(err, CXLPOOL_E_OS, e, "mprotect(NONE)");
   uint64_t off = r->offset + (a - r->addr);
   uint64_t removed = 0;
   try {
@@ -355,7 +347,7 @@ cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceErro
 cxlpool_status_t Device::release(void* addr, int client, DeviceError* err) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = reservations_.find(reinterpret_cast<uintptr_t>(addr));
-  if (it == reservations_.end()) return set(err, CXLPOOL_E_NOT_FOUND, 0, "release");
+  if (it == reservations_.end()) return device_failure(err, CXLPOOL_E_NOT_FOUND, 0, "release");
   Reservation r = it->second;
   Storage& st = *r.storage;
   uint64_t removed = 0;

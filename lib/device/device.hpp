@@ -40,6 +40,19 @@ struct DeviceError {
   uint64_t detail = 0;    // e.g. the largest free range on a capacity failure
 };
 
+// Records a failure in *err (when given) and returns its status: every noexcept device
+// operation ends its failure paths with it.
+inline cxlpool_status_t device_failure(DeviceError* err, cxlpool_status_t status, int os_errno, const char* call,
+                                       uint64_t detail = 0) noexcept {
+  if (err) {
+    err->status = status;
+    err->os_errno = os_errno;
+    err->call = call;
+    err->detail = detail;
+  }
+  return status;
+}
+
 struct Ledger {
   uint64_t capacity = 0;
   std::atomic<uint64_t> committed{0};

@@ -17,16 +17,6 @@
 namespace cxlpool::detail {
 namespace {
 
-cxlpool_status_t fail_with(DeviceError* err, cxlpool_status_t status, int os_errno, const char* call) {
-  if (err) {
-    err->status = status;
-    err->os_errno = os_errno;
-    err->call = call;
-    err->detail = 0;
-  }
-  return status;
-}
-
 struct Run {
   uint64_t lo, hi;  // byte offsets inside the reservation
 };
@@ -37,15 +27,15 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
   MoveReport local;
   MoveReport& out = report ? *report : local;
   out = MoveReport{};
-  if (&to == this) return fail_with(err, CXLPOOL_E_NOT_SUPPORTED, 0, "move to the same device");
+  if (&to == this) return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "move to the same device");
   std::scoped_lock lock(mu_, to.mu_);
   auto it = reservations_.find(reinterpret_cast<uintptr_t>(addr));
-  if (it == reservations_.end()) return fail_with(err, CXLPOOL_E_NOT_FOUND, 0, "move");
+  if (it == reservations_.end()) return device_failure(err, CXLPOOL_E_NOT_FOUND, 0, "move");
   Reservation r = it->second;
   if (r.sharing == Sharing::kShared || r.inherited || !r.owns_range)
-    return fail_with(err, CXLPOOL_E_NOT_SUPPORTED, 0, "move of shared memory");
+    return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "move of shared memory");
   const size_t to_ps = to.caps_.page_size;
-  if (r.size % to_ps || r.addr % to_ps) return fail_with(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "move: page size");
+  if (r.size % to_ps || r.addr % to_ps) return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "move: page size");
 
   // What is committed, as runs of offsets inside the reservation.
   std::vector<Run> runs;
@@ -56,10 +46,10 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
       bytes += hi - lo;
     });
   } catch (...) {
-    return fail_with(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "move: committed ranges");
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "move: committed ranges");
   }
   if (to.committed() + bytes > to.ledger_.capacity)
-    return fail_with(err, CXLPOOL_E_CAPACITY, 0, "move: target capacity");
+    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "move: target capacity");
   std::shared_ptr<Storage> dst;
   if (cxlpool_status_t s = to.storage_for(Sharing::kPrivate, dst, err)) return s;
   Storage& src = *r.storage;
@@ -69,8 +59,8 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
   if (!dst->anonymous()) {
     uint64_t largest = 0;
     int e = dst->take_range(r.size, std::min<size_t>(r.size, size_t(2) << 20), &new_offset, &largest);
-    if (e == ENOSPC) return fail_with(err, CXLPOOL_E_CAPACITY, 0, "move: target offsets");
-    if (e) return fail_with(err, CXLPOOL_E_NO_MEMORY, e, "move: target offsets");
+    if (e == ENOSPC) return device_failure(err, CXLPOOL_E_CAPACITY, 0, "move: target offsets");
+    if (e) return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "move: target offsets");
   }
   auto give_back = [&] {
     if (!dst->anonymous()) dst->give_back_range(new_offset, r.size);
@@ -84,7 +74,7 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
     to.reservations_.emplace(moved.addr, moved);
   } catch (...) {
     give_back();
-    return fail_with(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "move: reservation table");
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "move: reservation table");
   }
   auto undo_entry = [&] { to.reservations_.erase(moved.addr); };
   if (by_kernel) {
@@ -93,7 +83,7 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
     int e = os::prim::move_to_node(addr, r.size, dst->numa_node(), &left);
     if (e) {
       undo_entry();
-      return fail_with(err, e == ENOMEM ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e, "mbind(MPOL_MF_MOVE)");
+      return device_failure(err, e == ENOMEM ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e, "mbind(MPOL_MF_MOVE)");
     }
     out.by_kernel = true;
     out.pages_left_behind = left;
@@ -102,13 +92,13 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
     if (int e = os::prim::reserve(r.size, to_ps, &staging)) {
       undo_entry();
       give_back();
-      return fail_with(err, CXLPOOL_E_NO_MEMORY, e, "move: staging address space");
+      return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "move: staging address space");
     }
     auto drop_staging = [&](cxlpool_status_t status, int e, const char* call) {
       os::prim::unmap(staging, r.size);
       undo_entry();
       give_back();
-      return fail_with(err, status, e, call);
+      return device_failure(err, status, e, call);
     };
     if (int e = dst->map(staging, r.size, new_offset, to.mapped_shared(moved)))
       return drop_staging(CXLPOOL_E_OS, e, "move: mapping the target");
