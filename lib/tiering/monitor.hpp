@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+// Hotness monitors behind one interface. A monitor watches ranges the tiering engine tracks
+// (pool regions and huge spans: whole reservations, page aligned) and, once per interval on
+// the engine's thread, reports which pages were touched since the previous interval to a
+// HeatSink, then re-arms. Each kind is detected at start and says whether it is available
+// and why (or why not). Kinds: "hint" (explicit cxlpool_hint_access/cxlpool_pin calls, built
+// into the engine), "pagemap_scan" (PAGEMAP_SCAN + UFFD_FEATURE_WP_ASYNC: exact written
+// pages), "sample" (a bounded sample of ranges made PROT_NONE: first touches, reads too),
+// "damon" (the kernel's DAMON, vaddr operations), "perf" (PEBS/IBS memory sampling),
+// "numa_balancing" (the kernel's own NUMA hint faults).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cxlpool::detail::tiering {
+
+enum class AccessKind : uint8_t { kWrite = 1, kRead = 2, kAny = 3 };
+
+// Receives what a monitor saw: runs of touched pages (page aligned), each page counted as
+// weight accesses. Called on the engine's thread only.
+class HeatSink {
+ public:
+  virtual void touched(uintptr_t addr, size_t len, AccessKind kind, uint32_t weight) noexcept = 0;
+
+ protected:
+  ~HeatSink() = default;
+};
+
+struct MonitorAvailability {
+  bool available = false;
+  // Available: what it uses ("PAGEMAP_SCAN + UFFD_FEATURE_WP_ASYNC, kernel 6.18").
+  // Unavailable: why, precisely enough to act on ("kernel.perf_event_paranoid=2 and no
+  // CAP_PERFMON", "no PMU: perf_event_open(PERF_COUNT_HW_CPU_CYCLES) = ENOENT").
+  std::string reason;
+};
+
+class Monitor {
+ public:
+  virtual ~Monitor() = default;
+  virtual const char* name() const noexcept = 0;
+  virtual AccessKind sees() const noexcept = 0;
+  // Starts watching [addr, addr+len) (page aligned). Called again for a range whose mapping
+  // was replaced (a move swaps in a new mapping): re-arms it. 0 or an errno.
+  virtual int watch(uintptr_t addr, size_t len) noexcept = 0;
+  // Stops watching (before the range is released or moved); leaves the memory as it was.
+  virtual void unwatch(uintptr_t addr, size_t len) noexcept = 0;
+  // Reports accesses since the previous collect and re-arms. Engine thread only.
+  virtual void collect(HeatSink& sink) noexcept = 0;
+  // Faults the application took because of this monitor, and time spent in collect (ns).
+  virtual uint64_t faults() const noexcept { return 0; }
+  virtual uint64_t scan_ns() const noexcept { return 0; }
+};
+
+struct MonitorInfo {
+  std::string name;
+  MonitorAvailability availability;
+};
+
+// Every monitor kind with its availability on this machine and process, in a fixed order.
+std::vector<MonitorInfo> detect_monitors();
+// An instance of the named kind (not "hint": the engine owns hints), or nullptr with the
+// reason in *why_not.
+std::unique_ptr<Monitor> make_monitor(std::string_view name, std::string* why_not);
+
+}  // namespace cxlpool::detail::tiering
