@@ -89,16 +89,20 @@ CXLPOOL_API void cxlpool_free(void* p);
 /* Bytes usable at p (>= the size asked for); 0 for NULL, foreign and interior pointers. */
 CXLPOOL_API size_t cxlpool_usable_size(const void* p);
 
-/* Where a pointer lives. Statuses: OK, INVALID_ARGUMENT, NOT_FOUND (not a cxlpool pointer). */
+/* Where a pointer lives. device, target_index, device_name and tier describe the device that
+ * holds the bytes now (the resident device); home_device is the device the block was placed
+ * on, whose lists it stays on when the tiering engine moves its bytes (docs/tiering.md).
+ * Statuses: OK, INVALID_ARGUMENT, NOT_FOUND (not a cxlpool pointer). */
 typedef struct cxlpool_pointer_info {
   cxlpool_pool_t* pool;
-  int device;              /* index of the device within the pool */
-  size_t target_index;     /* topology target index of the device */
+  int device;              /* index of the resident device within the pool */
+  size_t target_index;     /* topology target index of the resident device */
   const char* device_name; /* owned by the pool */
   int tier;
   size_t block_size;
   size_t usable_size;
-  int huge; /* 1 for a block with segments of its own (> 1 MiB) */
+  int huge;        /* 1 for a block with segments of its own (> 1 MiB) */
+  int home_device; /* index of the device the block was placed on */
   uint64_t reserved[4];
 } cxlpool_ptr_info_t;
 CXLPOOL_API cxlpool_status_t cxlpool_ptr_info(const void* p, cxlpool_ptr_info_t* out);

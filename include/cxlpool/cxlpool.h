@@ -6,5 +6,6 @@
 #include "cxlpool/backing.h"
 #include "cxlpool/common.h"
 #include "cxlpool/shared.h"
+#include "cxlpool/tiering.h"
 #include "cxlpool/topology.h"
 #endif

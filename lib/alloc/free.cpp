@@ -139,9 +139,10 @@ bool ptr_info(const void* p, PtrInfo* out) noexcept {
   PtrInfo info;
   if (!g_arena_ops[size_t(hdr->kind)]->info(hdr, p, &info)) return false;
   info.pool = hdr->pool;
-  info.device = hdr->device;
-  info.target = hdr->pool->dev[hdr->device].target;
-  info.tier = hdr->pool->dev[hdr->device].tier;
+  info.home_device = hdr->device;
+  info.device = resident_of(hdr);
+  info.target = hdr->pool->dev[info.device].target;
+  info.tier = hdr->pool->dev[info.device].tier;
   *out = info;
   return true;
 }

@@ -10,10 +10,11 @@
 
 namespace cxlpool::detail::alloc {
 
-void huge_release_span(Pool* pool, PoolDevice& d, HugeSpan* span) noexcept {
+void huge_release_span(Pool* pool, PoolDevice&, HugeSpan* span) noexcept {
+  PoolDevice& at = pool->dev[span->resident];
   pagemap_release(span->base, span->segments);
-  d.resident.fetch_sub(span->committed, std::memory_order_relaxed);
-  d.device->release(reinterpret_cast<void*>(span->base), int(pool->index), nullptr);
+  at.resident.fetch_sub(span->committed, std::memory_order_relaxed);
+  at.device->release(reinterpret_cast<void*>(span->base), int(pool->index), nullptr);
   meta_delete(span);
 }
 
@@ -51,6 +52,7 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
     span->base = reinterpret_cast<uintptr_t>(base);
     span->segments = n;
     span->block = device_bytes;
+    span->serial = next_unit_serial();
     if (!pagemap_set(span->base, n, span)) {
       d.device->release(base, int(pool->index), nullptr);
       meta_delete(span);
@@ -58,7 +60,7 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
     }
   }
   if (span->committed < device_bytes) {
-    if (!device_commit(pool, d, span->base + span->committed, size_t(device_bytes - span->committed))) {
+    if (!device_commit(pool, pool->dev[span->resident], span->base + span->committed, size_t(device_bytes - span->committed))) {
       span->cached = true;  // consistent: keep it for a later request
       span->cached_at = d.purge_passes;
       list_push(d.huge_cache, span);

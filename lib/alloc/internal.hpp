@@ -34,7 +34,15 @@ inline void init_header(SegmentHeader* h, Pool* pool, int di, ArenaKind kind) no
   h->pool_index = pool->index;
   h->pool_generation = pool->generation;
   h->device = uint8_t(di);
+  h->resident = uint8_t(di);
 }
+// The device holding an arena's bytes, for readers without the home's lock.
+inline int resident_of(const SegmentHeader* h) noexcept { return __atomic_load_n(&h->resident, __ATOMIC_RELAXED); }
+inline void set_resident(SegmentHeader* h, int di) noexcept {
+  __atomic_store_n(&h->resident, uint8_t(di), __ATOMIC_RELAXED);
+}
+// A fresh serial number for a region or huge span (tiering tells reused addresses apart).
+uint64_t next_unit_serial() noexcept;
 
 // ---- segment.cpp: regions, segments, commit/decommit of slices, purge passes ---------------
 bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;

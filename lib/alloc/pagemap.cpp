@@ -8,7 +8,7 @@
 namespace cxlpool::detail::alloc {
 
 std::atomic<PagemapLeaf*> g_pagemap_root[size_t(1) << kRootBits];
-SegmentHeader g_released_header{ArenaKind::kReleased, 0, 0, 0, nullptr};
+SegmentHeader g_released_header{ArenaKind::kReleased, 0, 0, 0, 0, nullptr};
 
 namespace {
 PagemapLeaf* leaf_for(uintptr_t a) noexcept {

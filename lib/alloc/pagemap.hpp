@@ -22,7 +22,9 @@ enum class ArenaKind : uint8_t { kHeapSmall, kHeapHuge, kReleased, kCount };
 
 struct SegmentHeader {
   ArenaKind kind = ArenaKind::kHeapSmall;
-  uint8_t device = 0;            // index of the device in the pool (its home)
+  uint8_t device = 0;            // index of the device in the pool (its home: which lists it is on)
+  uint8_t resident = 0;          // index of the device holding its bytes now (tiering moves them);
+                                 // written under the home's PoolDevice::mu, read with resident_of()
   uint32_t pool_index = 0;       // copies of the pool's, so free() finds the thread's heap
   uint32_t pool_generation = 0;  // with one load less
   Pool* pool = nullptr;

@@ -46,8 +46,9 @@ struct DeviceStats {
 
 struct PtrInfo {
   Pool* pool = nullptr;
-  int device = -1;    // index in the pool
-  size_t target = 0;  // topology target index
+  int device = -1;       // index in the pool of the device holding the bytes (resident)
+  int home_device = -1;  // the device whose lists the block belongs to (differs once tiering moved it)
+  size_t target = 0;     // topology target index
   int tier = 0;
   size_t block_size = 0;  // size of the block holding the pointer
   size_t usable = 0;      // bytes from the pointer to the end of its block
@@ -88,6 +89,64 @@ uint64_t pool_trim(Pool* pool) noexcept;
 // delay (a short-lived purger thread runs while anything is pending); 0 purges at once.
 void set_purge_delay_ms(uint64_t ms) noexcept;
 uint64_t purge_delay_ms() noexcept;
+
+// ---- Residency (residency.cpp): the tiering engine's hook ----------------------------------
+// A unit is what moves between devices: a region of small segments or a huge span, each one
+// device reservation. Its home (which pool lists it is on) never changes; its resident device
+// (where its bytes are) does.
+//
+// Regions made from now on have n segments (1..16; default 16 = 64 MiB): the tiering engine
+// asks for 1 so that 4 MiB segments move one by one.
+void set_region_segments(size_t n) noexcept;
+size_t region_segments() noexcept;
+
+struct UnitRef {
+  uint32_t pool_index = 0, pool_generation = 0;
+  uintptr_t base = 0;
+  uint64_t serial = 0;  // tells a unit from a later one at the same address
+};
+struct Unit {
+  UnitRef ref;
+  Pool* pool = nullptr;
+  size_t size = 0;         // device bytes mapped from ref.base
+  uint64_t committed = 0;  // bytes committed (what a move copies)
+  int home = 0, resident = 0;
+  bool huge = false;
+};
+// Calls fn for every unit of every pool that may move: private pools of two devices or more
+// (not detached fork views). fn runs with the unit's home PoolDevice::mu held: it must not
+// call back into the allocator. Returns the number of units visited.
+size_t for_each_unit(void (*fn)(void* ctx, const Unit& unit), void* ctx) noexcept;
+// Runs fn with the unit's home lock held if the unit still exists (same pool incarnation,
+// base and serial); false when it is gone. What the engine uses to arm monitors on memory it
+// knows is still ours.
+bool with_unit(const UnitRef& ref, void (*fn)(void* ctx, const Unit& unit), void* ctx) noexcept;
+// Moves a unit's bytes to device `to` of its pool (Device::move_reservation) under the unit's
+// home lock; on success the unit's segments (or span) and the pool's per-device resident
+// figures follow. Statuses: OK; NOT_FOUND (the unit is gone); NOT_SUPPORTED (already there,
+// shared memory, or devices of different page sizes); INVALID_ARGUMENT (no device `to`);
+// and the move's own (CAPACITY, NO_MEMORY, OS). *message (when given) says why, on failure.
+struct UnitMove {
+  uint64_t bytes = 0;
+  bool by_kernel = false;
+  size_t pages_left_behind = 0;
+  int from = -1;
+};
+// hook (when given) runs under the same lock just before the move (after = false) and after
+// it (after = true, with the status): the engine disarms and re-arms its monitors there.
+using UnitHook = void (*)(void* ctx, const Unit& unit, bool after, cxlpool_status_t status);
+cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::string* message, UnitHook hook = nullptr,
+                           void* hook_ctx = nullptr) noexcept;
+// The Device behind a pool device (shared by every pool on its target) and its declared read
+// bandwidth (MB/s, 0 when unknown).
+const Device& pool_device_of(const Pool* pool, int device) noexcept;
+uint64_t pool_device_read_bandwidth(const Pool* pool, int device) noexcept;
+// Runs the interposer's internal-scope hooks (set_internal_scope_hooks) on the calling
+// thread: a cxlpool background thread's own allocations then go to the internal heap.
+void enter_internal_scope() noexcept;
+void leave_internal_scope() noexcept;
+// The unit holding p, if p is in a movable pool's memory (any unit, live block or not).
+bool unit_of(const void* p, Unit* out) noexcept;
 // The interposer marks threads that run inside cxlpool (the purger) so their own
 // allocations go to its internal heap.
 void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept;

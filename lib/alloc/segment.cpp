@@ -23,7 +23,15 @@ void (*g_leave_internal)() noexcept = nullptr;
 
 namespace {
 std::atomic<int> g_limited{-1};
+std::atomic<size_t> g_region_segments{kRegionSegments};
+std::atomic<uint64_t> g_unit_serial{0};
 }  // namespace
+
+uint64_t next_unit_serial() noexcept { return g_unit_serial.fetch_add(1, std::memory_order_relaxed) + 1; }
+void set_region_segments(size_t n) noexcept {
+  g_region_segments.store(std::clamp<size_t>(n, 1, kRegionSegments), std::memory_order_relaxed);
+}
+size_t region_segments() noexcept { return g_region_segments.load(std::memory_order_relaxed); }
 
 bool address_space_limited() noexcept {
   int v = g_limited.load(std::memory_order_relaxed);
@@ -36,6 +44,12 @@ bool address_space_limited() noexcept {
 
 void set_purge_delay_ms(uint64_t ms) noexcept { g_purge_delay_ns.store(ms * 1'000'000, std::memory_order_relaxed); }
 uint64_t purge_delay_ms() noexcept { return g_purge_delay_ns.load(std::memory_order_relaxed) / 1'000'000; }
+void enter_internal_scope() noexcept {
+  if (g_enter_internal) g_enter_internal();
+}
+void leave_internal_scope() noexcept {
+  if (g_leave_internal) g_leave_internal();
+}
 void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept {
   g_enter_internal = enter;
   g_leave_internal = leave;
@@ -61,9 +75,10 @@ void device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noex
 // Commits slices [first, first+count) of a segment that are not committed yet (mutex held).
 // A coarse device commits the whole segment the first time.
 bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsigned count) noexcept {
+  PoolDevice& at = pool->dev[seg->resident];  // where the segment's bytes live
   if (d.coarse) {
     if (seg->committed_slices == ~uint64_t(0)) return true;
-    if (!device_commit(pool, d, seg->base, kSegmentSize)) return false;
+    if (!device_commit(pool, at, seg->base, kSegmentSize)) return false;
     seg->committed_slices = ~uint64_t(0);
     return true;
   }
@@ -75,7 +90,7 @@ bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsi
     }
     unsigned j = i;
     while (j < end && !(seg->committed_slices >> j & 1)) ++j;
-    if (!device_commit(pool, d, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift)) return false;
+    if (!device_commit(pool, at, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift)) return false;
     seg->committed_slices |= run_mask(i, j - i);
     i = j;
   }
@@ -85,9 +100,10 @@ bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsi
 // Decommits the free committed slices of a segment selected by mask (mutex held). A coarse
 // device decommits only a whole segment (mask all ones, from free_segment).
 void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noexcept {
+  PoolDevice& at = pool->dev[seg->resident];
   if (d.coarse) {
     if (mask == ~uint64_t(0) && seg->committed_slices == ~uint64_t(0)) {
-      device_decommit(pool, d, seg->base, kSegmentSize);
+      device_decommit(pool, at, seg->base, kSegmentSize);
       seg->committed_slices = 0;
     }
     seg->purge_mark = 0;
@@ -100,7 +116,7 @@ void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noe
     }
     unsigned j = i;
     while (j < kSlicesPerSegment && (mask >> j & 1)) ++j;
-    device_decommit(pool, d, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift);
+    device_decommit(pool, at, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift);
     uint64_t run = run_mask(i, j - i);
     seg->committed_slices &= ~run;
     seg->purge_mark &= ~run;
@@ -115,7 +131,7 @@ namespace {
 // regions of at most 1/8 of their capacity so huge blocks still find device offsets; under
 // an RLIMIT_AS, regions shrink to a small share of what is left.
 long new_region(Pool* pool, PoolDevice& d) noexcept {
-  size_t want = kRegionSegments;
+  size_t want = std::min(kRegionSegments, region_segments());
   if (d.device->caps().kind != CXLPOOL_BACKING_NUMA) {
     uint64_t cap = d.capacity, reserved = d.device->reserved_bytes();
     uint64_t left = (cap - std::min(cap, reserved)) / kSegmentSize;
@@ -130,6 +146,8 @@ long new_region(Pool* pool, PoolDevice& d) noexcept {
   Region r;
   r.base = reinterpret_cast<uintptr_t>(base);
   r.segments = want;
+  r.serial = next_unit_serial();
+  r.resident = int(&d - pool->dev);
   try {
     d.regions.push_back(r);
   } catch (...) {
@@ -161,7 +179,7 @@ void give_back_segment(Pool* pool, PoolDevice& d, size_t ri, uintptr_t base) noe
   Region& r = d.regions[ri];
   r.used &= ~(uint64_t(1) << ((base - r.base) / kSegmentSize));
   if (!r.used) {  // the whole region is free: return its address space and device range
-    d.device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);
+    pool->dev[r.resident].device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);
     r.segments = 0;
   }
 }
@@ -181,6 +199,7 @@ Segment* new_segment(Pool* pool, int di) noexcept {
   init_header(seg, pool, di, ArenaKind::kHeapSmall);
   seg->base = base;
   seg->region = ri;
+  seg->resident = uint8_t(d.regions[ri].resident);
   for (unsigned i = 0; i < kSlicesPerSegment; ++i) {
     seg->pages[i].segment = seg;
     seg->pages[i].remote_bits = seg->remote_bits[i];
@@ -229,7 +248,7 @@ void release_regions(Pool* pool, PoolDevice& d) noexcept {
       pagemap_release(r.base + s * kSegmentSize, 1);
       segment_delete(static_cast<Segment*>(hdr));
     }
-    d.device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);
+    pool->dev[r.resident].device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);
     r.segments = 0;
   }
   d.regions.clear();

@@ -101,15 +101,21 @@ struct HugeSpan : SegmentHeader {
   size_t block = 0;        // device bytes mapped from base
   uint64_t committed = 0;  // bytes committed from base
   uint64_t cached_at = 0;  // purge pass count when it entered the cache
+  uint64_t serial = 0;     // next_unit_serial()
   bool cached = false;
   HugeSpan* next = nullptr;  // live list or cache list of the pool device
   HugeSpan* prev = nullptr;
 };
 
+// One reservation of a pool device for small segments. Its bytes live on the resident
+// device (the home, until the tiering engine moves the region); commit, decommit and release
+// go there.
 struct Region {
   uintptr_t base = 0;
   size_t segments = 0;  // 0 once released
   uint64_t used = 0;    // bit per segment (regions of <= 64 segments)
+  uint64_t serial = 0;  // next_unit_serial()
+  int resident = 0;
 };
 
 // Single-writer counters readable by other threads (relaxed atomics, no RMW on the hot path).

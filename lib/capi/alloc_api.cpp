@@ -35,6 +35,7 @@ void create_default_pool() {
   g_default_status = guarded([] {
     install_fork_handlers();
     A::configure_from_environment();
+    tiering::start_from_environment();  // before the pool, so that its regions are 4 MiB units
     Topology topo = discover(DiscoverOptions{});
     g_default_pool = A::pool_create_from_environment(topo, "default");
   });
@@ -120,6 +121,7 @@ cxlpool_status_t cxlpool_pool_create(const cxlpool_topology_t* topology, const c
   return guarded([&] {
     require(topology && out, "cxlpool_pool_create", "topology or out is NULL");
     install_fork_handlers();
+    tiering::start_from_environment();
     A::PoolOptions o;
     if (params) {
       o.policy = params->policy;
@@ -264,6 +266,7 @@ cxlpool_status_t cxlpool_ptr_info(const void* p, cxlpool_ptr_info_t* out) {
     r.block_size = info.block_size;
     r.usable_size = info.usable;
     r.huge = info.huge;
+    r.home_device = info.home_device;
     *out = r;
   });
 }

@@ -8,12 +8,28 @@
 #include <mutex>
 
 #include "alloc/pool.hpp"
+#include "tiering/engine.hpp"
 
 namespace cxlpool::detail {
 
+// The tiering engine's locks come before the allocator's (the engine never takes one of its
+// own while holding an allocator lock).
+inline void prepare_fork() noexcept {
+  tiering::fork_prepare();
+  alloc::fork_prepare();
+}
+inline void parent_after_fork() noexcept {
+  alloc::fork_parent();
+  tiering::fork_parent();
+}
+inline void child_after_fork() noexcept {
+  alloc::fork_child();
+  tiering::after_fork_child();
+}
+
 inline void install_fork_handlers() {
   static std::once_flag once;
-  std::call_once(once, [] { pthread_atfork(alloc::fork_prepare, alloc::fork_parent, alloc::fork_child); });
+  std::call_once(once, [] { pthread_atfork(prepare_fork, parent_after_fork, child_after_fork); });
 }
 
 }  // namespace cxlpool::detail

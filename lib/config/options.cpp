@@ -14,6 +14,8 @@ constexpr OptionInfo kOptions[] = {
     {Option::kStats, "CXLPOOL_STATS", "interposer: print per-device statistics at exit: 1 (stderr) or a file path"},
     {Option::kPurgeDelayMs, "CXLPOOL_PURGE_DELAY_MS",
      "free memory returns to its device after being idle about twice this long (default 250; 0: at once)"},
+    {Option::kTiering, "CXLPOOL_TIERING",
+     "tiering engine: on, off, or key=value,... e.g. budget=200MB/s,interval=100ms (docs/tiering.md)"},
 };
 static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");
 }  // namespace

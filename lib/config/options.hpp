@@ -11,6 +11,7 @@ enum class Option {
   kPolicy,        // CXLPOOL_POLICY
   kStats,         // CXLPOOL_STATS
   kPurgeDelayMs,  // CXLPOOL_PURGE_DELAY_MS
+  kTiering,       // CXLPOOL_TIERING
   kCount
 };
 

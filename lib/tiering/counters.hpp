@@ -18,9 +18,9 @@ struct Counters {
     void set(uint64_t n) noexcept { v.store(n, std::memory_order_relaxed); }
     uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
   };
-  Value pgpromote_success;    // pages moved to a faster tier
-  Value pgdemote_success;     // pages moved to a slower tier (the kernel splits kswapd/direct; we have one)
-  Value pgmigrate_fail;       // pages of moves that failed (target full, busy, refused)
+  Value pgpromote_success;  // pages moved to a faster tier
+  Value pgdemote_success;   // pages moved to a slower tier (the kernel splits kswapd/direct; we have one)
+  Value pgmigrate_fail;     // pages of moves that failed (target full, busy, refused)
   Value promote_bytes, demote_bytes;
   Value moves, move_failures;  // unit moves attempted and failed
   Value move_ns;               // time spent moving (copy + remap, or the kernel's migration)

@@ -1,0 +1,224 @@
+// SPDX-License-Identifier: MIT
+// Residency: the tiering engine's view of the allocator. Units (regions of small segments
+// and huge spans, each one device reservation) are listed with their home and resident
+// devices, checked still alive by serial under their home lock, and moved to another device
+// of their pool with Device::move_reservation while that lock is held, so that no commit,
+// decommit, release or purge of the unit runs during the move.
+#include <algorithm>
+
+#include "alloc/fast.hpp"
+
+namespace cxlpool::detail::alloc {
+
+namespace {
+
+bool movable(const Pool* pool) noexcept {
+  return pool && !pool->detached && pool->sharing == Sharing::kPrivate && pool->ndev >= 2;
+}
+
+uint64_t region_committed(const Pool* pool, const PoolDevice& d, const Region& r) noexcept {
+  uint64_t bytes = 0;
+  for (size_t s = 0; s < r.segments; ++s) {
+    if (!(r.used >> s & 1)) continue;
+    SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(r.base + s * kSegmentSize));
+    if (!hdr || hdr->kind != ArenaKind::kHeapSmall || hdr->pool != pool) continue;
+    auto* seg = static_cast<Segment*>(hdr);
+    bytes += d.coarse && seg->committed_slices ? kSegmentSize
+                                               : uint64_t(__builtin_popcountll(seg->committed_slices)) << kSliceShift;
+  }
+  return bytes;
+}
+
+Unit region_unit(Pool* pool, int di, const Region& r) noexcept {
+  Unit u;
+  u.ref = {pool->index, pool->generation, r.base, r.serial};
+  u.pool = pool;
+  u.size = r.segments * kSegmentSize;
+  u.committed = region_committed(pool, pool->dev[di], r);
+  u.home = di;
+  u.resident = r.resident;
+  return u;
+}
+
+Unit span_unit(Pool* pool, int di, const HugeSpan& s) noexcept {
+  Unit u;
+  u.ref = {pool->index, pool->generation, s.base, s.serial};
+  u.pool = pool;
+  u.size = s.block;
+  u.committed = s.committed;
+  u.home = di;
+  u.resident = s.resident;
+  u.huge = true;
+  return u;
+}
+
+// The live pool of ref, with g_registry_mu held by the caller.
+Pool* pool_of(const UnitRef& ref) noexcept {
+  if (ref.pool_index >= uint32_t(kMaxPools)) return nullptr;
+  const RegistryEntry& e = g_registry[ref.pool_index];
+  return e.pool && e.generation == ref.pool_generation && movable(e.pool) ? e.pool : nullptr;
+}
+
+// The home device and the region or span of ref (home mutex held); -1 when gone.
+struct Found {
+  Region* region = nullptr;
+  HugeSpan* span = nullptr;
+};
+Found find_unit(Pool* pool, int di, const UnitRef& ref) noexcept {
+  PoolDevice& d = pool->dev[di];
+  for (Region& r : d.regions)
+    if (r.segments && r.base == ref.base) return r.serial == ref.serial ? Found{&r, nullptr} : Found{};
+  SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(ref.base));
+  if (hdr && hdr->kind == ArenaKind::kHeapHuge && hdr->pool == pool && hdr->device == di) {
+    auto* span = static_cast<HugeSpan*>(hdr);
+    if (span->base == ref.base && span->serial == ref.serial) return {nullptr, span};
+  }
+  return {};
+}
+
+// Locks the home of ref and returns it (registry lock released once the home's is held: the
+// pool cannot be destroyed while one of its device mutexes is held). nullptr when gone.
+PoolDevice* lock_home(const UnitRef& ref, Pool** pool_out, int* home_out) noexcept {
+  std::unique_lock<std::mutex> registry(g_registry_mu);
+  Pool* pool = pool_of(ref);
+  if (!pool) return nullptr;
+  SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(ref.base));
+  if (!hdr || hdr->pool != pool) return nullptr;
+  int di = hdr->device;
+  pool->dev[di].mu.lock();
+  *pool_out = pool;
+  *home_out = di;
+  return &pool->dev[di];
+}
+
+}  // namespace
+
+size_t for_each_unit(void (*fn)(void* ctx, const Unit& unit), void* ctx) noexcept {
+  size_t n = 0;
+  std::lock_guard<std::mutex> registry(g_registry_mu);
+  for (auto& e : g_registry) {
+    if (!movable(e.pool)) continue;
+    for (int di = 0; di < e.pool->ndev; ++di) {
+      PoolDevice& d = e.pool->dev[di];
+      std::lock_guard<std::mutex> lock(d.mu);
+      for (const Region& r : d.regions)
+        if (r.segments) {
+          fn(ctx, region_unit(e.pool, di, r));
+          ++n;
+        }
+      for (HugeSpan* list : {d.huge_live, d.huge_cache})
+        for (HugeSpan* s = list; s; s = s->next) {
+          fn(ctx, span_unit(e.pool, di, *s));
+          ++n;
+        }
+    }
+  }
+  return n;
+}
+
+bool with_unit(const UnitRef& ref, void (*fn)(void* ctx, const Unit& unit), void* ctx) noexcept {
+  Pool* pool = nullptr;
+  int di = 0;
+  PoolDevice* d = lock_home(ref, &pool, &di);
+  if (!d) return false;
+  std::lock_guard<std::mutex> lock(d->mu, std::adopt_lock);
+  Found f = find_unit(pool, di, ref);
+  if (!f.region && !f.span) return false;
+  fn(ctx, f.region ? region_unit(pool, di, *f.region) : span_unit(pool, di, *f.span));
+  return true;
+}
+
+const Device& pool_device_of(const Pool* pool, int device) noexcept { return *pool->dev[device].device; }
+uint64_t pool_device_read_bandwidth(const Pool* pool, int device) noexcept { return pool->dev[device].read_bandwidth; }
+
+cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::string* message, UnitHook hook,
+                           void* hook_ctx) noexcept {
+  UnitMove local;
+  UnitMove& result = out ? *out : local;
+  result = UnitMove{};
+  auto refuse = [&](cxlpool_status_t status, const char* why) {
+    if (message) {
+      try {
+        *message = why;
+      } catch (...) {
+      }
+    }
+    return status;
+  };
+  Pool* pool = nullptr;
+  int di = 0;
+  PoolDevice* home = lock_home(ref, &pool, &di);
+  if (!home) return refuse(CXLPOOL_E_NOT_FOUND, "the unit is gone");
+  std::lock_guard<std::mutex> lock(home->mu, std::adopt_lock);
+  Found f = find_unit(pool, di, ref);
+  if (!f.region && !f.span) return refuse(CXLPOOL_E_NOT_FOUND, "the unit is gone");
+  if (to < 0 || to >= pool->ndev) return refuse(CXLPOOL_E_INVALID_ARGUMENT, "no such device in the pool");
+  const int from = f.region ? f.region->resident : f.span->resident;
+  if (from == to) return refuse(CXLPOOL_E_NOT_SUPPORTED, "already on that device");
+  PoolDevice& src = pool->dev[from];
+  PoolDevice& dst = pool->dev[to];
+  if (dst.page_size != home->page_size || dst.coarse != home->coarse)
+    return refuse(CXLPOOL_E_NOT_SUPPORTED, "the devices have different page sizes");
+  Device::MoveReport report;
+  DeviceError err;
+  const Unit before = f.region ? region_unit(pool, di, *f.region) : span_unit(pool, di, *f.span);
+  if (hook) hook(hook_ctx, before, false, CXLPOOL_OK);
+  cxlpool_status_t s = src.device->move_reservation(reinterpret_cast<void*>(ref.base), *dst.device, &report, &err);
+  if (s != CXLPOOL_OK) {
+    if (hook) hook(hook_ctx, before, true, s);
+    if (message) {
+      try {
+        *message = src.device->describe("move", reinterpret_cast<void*>(ref.base),
+                                        f.region ? f.region->segments * kSegmentSize : f.span->block, err) +
+                   " (moving to device '" + dst.name + "')";
+      } catch (...) {
+      }
+    }
+    return s;
+  }
+  if (f.region) {
+    f.region->resident = to;
+    for (size_t i = 0; i < f.region->segments; ++i) {
+      SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(f.region->base + i * kSegmentSize));
+      if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool) set_resident(hdr, to);
+    }
+  } else {
+    set_resident(f.span, to);
+  }
+  src.resident.fetch_sub(std::min(report.bytes, src.resident.load(std::memory_order_relaxed)),
+                         std::memory_order_relaxed);
+  uint64_t now = dst.resident.fetch_add(report.bytes, std::memory_order_relaxed) + report.bytes;
+  uint64_t peak = dst.peak_resident.load(std::memory_order_relaxed);
+  while (now > peak && !dst.peak_resident.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  if (hook)
+    hook(hook_ctx, f.region ? region_unit(pool, di, *f.region) : span_unit(pool, di, *f.span), true, CXLPOOL_OK);
+  result.bytes = report.bytes;
+  result.by_kernel = report.by_kernel;
+  result.pages_left_behind = report.pages_left_behind;
+  result.from = from;
+  return CXLPOOL_OK;
+}
+
+bool unit_of(const void* p, Unit* out) noexcept {
+  SegmentHeader* hdr = pagemap_lookup(p);
+  if (!hdr || (hdr->kind != ArenaKind::kHeapSmall && hdr->kind != ArenaKind::kHeapHuge)) return false;
+  Pool* pool = hdr->pool;
+  int di = hdr->device;
+  std::lock_guard<std::mutex> registry(g_registry_mu);
+  if (!movable(pool) || g_registry[pool->index].pool != pool) return false;
+  PoolDevice& d = pool->dev[di];
+  std::lock_guard<std::mutex> lock(d.mu);
+  hdr = pagemap_lookup(p);  // again, under the lock
+  if (!hdr || hdr->pool != pool) return false;
+  if (hdr->kind == ArenaKind::kHeapHuge) {
+    *out = span_unit(pool, di, *static_cast<HugeSpan*>(hdr));
+    return true;
+  }
+  if (hdr->kind != ArenaKind::kHeapSmall) return false;
+  const Region& r = d.regions[static_cast<Segment*>(hdr)->region];
+  *out = region_unit(pool, di, r);
+  return true;
+}
+
+}  // namespace cxlpool::detail::alloc

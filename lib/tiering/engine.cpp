@@ -1,0 +1,655 @@
+// SPDX-License-Identifier: MIT
+// The tiering engine (engine.hpp): the thread, the unit table with heat, hints and pins, the
+// hot/cold policy and its moves, counters and the JSON view.
+#include "tiering/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "alloc/pool.hpp"
+#include "common/error.hpp"
+#include "common/json.hpp"
+#include "config/options.hpp"
+#include "os/os.hpp"
+#include "tiering/counters.hpp"
+#include "tiering/monitor.hpp"
+
+namespace cxlpool::detail::tiering {
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kMaxQueuedHints = 65536;
+constexpr uint64_t kUnitBurst = 4ull << 20;
+constexpr uint64_t kDefaultBudget = 200'000'000;  // when no device declares a bandwidth
+
+struct Hint {
+  uintptr_t addr;
+  size_t len;
+  uint32_t weight;
+};
+
+struct Pin {
+  uint64_t serial;
+  int tier;
+};
+
+// Pins outlive engine restarts; hints are dropped when no engine runs.
+std::mutex g_pins_mu;
+std::map<uintptr_t, Pin> g_pins;
+std::mutex g_hints_mu;
+std::vector<Hint> g_hints;
+uint64_t g_hints_dropped = 0;
+
+int tier_of(const alloc::Pool* pool, int di) { return alloc::pool_device_tier(pool, di); }
+
+// kernel.numa_balancing (0 when it cannot be read).
+int kernel_numa_balancing() {
+  try {
+    return std::stoi(os::read_text_file("/proc/sys/kernel/numa_balancing"));
+  } catch (...) {
+    return 0;
+  }
+}
+
+class Engine final : public HeatSink {
+ public:
+  explicit Engine(const Config& c) : cfg_(c) {
+    const double interval_s = double(cfg_.interval_ns) / 1e9;
+    alpha_ = 1.0 - std::exp2(-double(cfg_.interval_ns) / double(cfg_.halflife_ns));
+    for (const std::string& name : cfg_.monitors) {
+      if (name == "hint") continue;
+      std::string why;
+      std::unique_ptr<Monitor> m = make_monitor(name, &why);
+      if (!m) fail(CXLPOOL_E_CONFIG, "tiering: monitor '" + name + "' is not available here: " + why);
+      monitors_.push_back(std::move(m));
+    }
+    numa_balancing_ = kernel_numa_balancing();
+    kernel_tiers_ = (numa_balancing_ & 2) != 0;
+    if (cfg_.kernel == KernelMode::kOwn)
+      kernel_reason_ =
+          "own: cxlpool tiers every unit; ranges it moves to a NUMA node are bound there (MPOL_BIND), "
+          "so the kernel's NUMA balancing does not move them back";
+    else if (kernel_tiers_)
+      kernel_reason_ = "respect: kernel.numa_balancing=" + std::to_string(numa_balancing_) +
+                       " (memory tiering on): moves between two NUMA nodes are left to the kernel; cxlpool moves "
+                       "units only when one end is an fd-backed device";
+    else
+      kernel_reason_ = "respect: kernel.numa_balancing=" + std::to_string(numa_balancing_) +
+                       " (the kernel does not tier memory): cxlpool tiers every unit";
+    (void)interval_s;
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Engine() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  const Config& config() const { return cfg_; }
+
+  void touched(uintptr_t addr, size_t len, AccessKind, uint32_t weight) noexcept override {
+    // The units are sorted by base; a run may cover several.
+    auto it = std::upper_bound(units_.begin(), units_.end(), addr,
+                               [](uintptr_t a, const State& s) { return a < s.ref.base; });
+    if (it != units_.begin()) --it;
+    const uintptr_t end = addr + len;
+    for (; it != units_.end() && it->ref.base < end; ++it) {
+      uintptr_t lo = std::max(addr, it->ref.base), hi = std::min(end, it->ref.base + it->size);
+      if (lo < hi) it->touched += double((hi - lo + kPage - 1) / kPage) * weight;
+    }
+  }
+
+  void json(JsonWriter& j) {
+    std::lock_guard<std::mutex> lock(view_mu_);
+    j.key("interval_moved_bytes_max").value(max_interval_bytes_);
+    j.key("budget_bytes_per_interval").value(budget_per_interval_);
+    j.key("budget_source").value(budget_source_);
+    j.key("kernel").begin_object();
+    j.key("numa_balancing")
+        .value(uint64_t(numa_balancing_))
+        .key("mode")
+        .value(cfg_.kernel == KernelMode::kOwn ? "own" : "respect");
+    j.key("why").value(kernel_reason_).end_object();
+    j.key("last_move_error").value(last_error_);
+  }
+
+ private:
+  struct State {
+    alloc::UnitRef ref;
+    alloc::Pool* pool = nullptr;
+    size_t size = 0;
+    uint64_t committed = 0;
+    int home = 0, resident = 0;
+    bool huge = false;
+    double heat = 0, touched = 0;
+    uint64_t moved_at = 0;
+    int pin = -1;
+  };
+
+  void run() {
+    alloc::enter_internal_scope();
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::nanoseconds(cfg_.interval_ns), [this] { return stop_; });
+      if (stop_) break;
+      lock.unlock();
+      step();
+      lock.lock();
+    }
+    lock.unlock();
+    for (auto& m : monitors_)
+      for (const State& s : units_) m->unwatch(s.ref.base, s.size);
+    alloc::leave_internal_scope();
+  }
+
+  static void collect_unit(void* ctx, const alloc::Unit& u) {
+    static_cast<std::vector<alloc::Unit>*>(ctx)->push_back(u);
+  }
+  static void watch_unit(void* ctx, const alloc::Unit& u) {
+    for (auto& m : static_cast<Engine*>(ctx)->monitors_) m->watch(u.ref.base, u.size);
+  }
+  static void move_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t) {
+    for (auto& m : static_cast<Engine*>(ctx)->monitors_) {
+      if (after)
+        m->watch(u.ref.base, u.size);  // the mapping was replaced (or left as it was): arm again
+      else
+        m->unwatch(u.ref.base, u.size);
+    }
+  }
+
+  // The unit table follows the allocator: new units are watched, gone ones dropped.
+  void sync_units() {
+    std::vector<alloc::Unit> now;
+    now.reserve(units_.size() + 16);
+    alloc::for_each_unit(collect_unit, &now);
+    std::sort(now.begin(), now.end(),
+              [](const alloc::Unit& a, const alloc::Unit& b) { return a.ref.base < b.ref.base; });
+    std::vector<State> next;
+    next.reserve(now.size());
+    size_t old = 0;
+    std::map<uintptr_t, Pin> pins;
+    {
+      std::lock_guard<std::mutex> plock(g_pins_mu);
+      // Pins of units that are gone go with them.
+      for (auto it = g_pins.begin(); it != g_pins.end();) {
+        auto found = std::lower_bound(now.begin(), now.end(), it->first,
+                                      [](const alloc::Unit& u, uintptr_t a) { return u.ref.base < a; });
+        if (found == now.end() || found->ref.base != it->first || found->ref.serial != it->second.serial)
+          it = g_pins.erase(it);
+        else
+          ++it;
+      }
+      pins = g_pins;
+    }
+    for (const alloc::Unit& u : now) {
+      while (old < units_.size() && units_[old].ref.base < u.ref.base) ++old;
+      State s;
+      bool known = old < units_.size() && units_[old].ref.base == u.ref.base && units_[old].ref.serial == u.ref.serial;
+      if (known) s = units_[old];
+      s.ref = u.ref;
+      s.pool = u.pool;
+      s.size = u.size;
+      s.committed = u.committed;
+      s.home = u.home;
+      s.resident = u.resident;
+      s.huge = u.huge;
+      auto pin = pins.find(u.ref.base);
+      s.pin = pin != pins.end() ? pin->second.tier : -1;
+      next.push_back(s);
+      if (!known) alloc::with_unit(u.ref, watch_unit, this);
+    }
+    units_.swap(next);
+  }
+
+  void age() {
+    Counters& c = counters();
+    uint64_t hot[kMaxTiers] = {}, resident[kMaxTiers] = {}, tracked = 0;
+    for (State& s : units_) {
+      double pages = double(std::max<size_t>(1, s.size / kPage));
+      double share = std::min(1.0, s.touched / pages);
+      s.heat += alpha_ * (share - s.heat);
+      s.touched = 0;
+      int t = std::clamp(tier_of(s.pool, s.resident), 0, kMaxTiers - 1);
+      resident[t] += s.committed;
+      if (s.heat >= cfg_.hot) hot[t] += s.committed;
+      tracked += s.size;
+    }
+    for (int t = 0; t < kMaxTiers; ++t) {
+      c.hot_bytes[t].set(hot[t]);
+      c.resident_bytes[t].set(resident[t]);
+    }
+    c.units.set(units_.size());
+    c.tracked_bytes.set(tracked);
+  }
+
+  // ---- policy: hot units up, cold units down ---------------------------------------------
+  struct Fast {
+    int di = -1;
+    int tier = 0;
+  };
+  // The pool's fastest device with the most room.
+  static Fast fastest(alloc::Pool* pool) {
+    Fast f;
+    uint64_t best_room = 0;
+    for (int di = 0; di < alloc::pool_device_count(pool); ++di) {
+      const Device& d = alloc::pool_device_of(pool, di);
+      uint64_t cap = d.ledger().capacity, used = d.committed();
+      uint64_t room = cap > used ? cap - used : 0;
+      int t = tier_of(pool, di);
+      if (f.di < 0 || t < f.tier || (t == f.tier && room > best_room)) {
+        f = {di, t};
+        best_room = room;
+      }
+    }
+    return f;
+  }
+  // Where a demoted unit goes: its home when that is slower, else the next slower device
+  // with room.
+  int demotion_target(const State& s, int fast_tier) const {
+    if (tier_of(s.pool, s.home) > fast_tier) return s.home;
+    int best = -1;
+    for (int di = 0; di < alloc::pool_device_count(s.pool); ++di) {
+      int t = tier_of(s.pool, di);
+      if (t <= fast_tier) continue;
+      const Device& d = alloc::pool_device_of(s.pool, di);
+      if (d.committed() + s.committed > d.ledger().capacity) continue;
+      if (best < 0 || t < tier_of(s.pool, best)) best = di;
+    }
+    return best;
+  }
+  uint64_t high_mark(const Device& d) const { return d.ledger().capacity / 100 * cfg_.high_percent; }
+  uint64_t low_mark(const Device& d) const { return d.ledger().capacity / 100 * cfg_.low_percent; }
+
+  bool kernel_owns(const State& s, int to) const {
+    if (cfg_.kernel == KernelMode::kOwn || !kernel_tiers_) return false;
+    return alloc::pool_device_of(s.pool, s.resident).caps().kind == CXLPOOL_BACKING_NUMA &&
+           alloc::pool_device_of(s.pool, to).caps().kind == CXLPOOL_BACKING_NUMA;
+  }
+
+  bool settled(const State& s, uint64_t now) const { return s.moved_at && now - s.moved_at < cfg_.min_residence_ns; }
+
+  // Moves s to device `to`: OK, or why not (BUSY: the budget is spent; NOT_SUPPORTED: the
+  // kernel's; the move's own status).
+  cxlpool_status_t move(State& s, int to, uint64_t now) {
+    Counters& c = counters();
+    if (s.committed > tokens_) {
+      c.budget_deferred.add(1);
+      return CXLPOOL_E_BUSY;
+    }
+    if (kernel_owns(s, to)) return CXLPOOL_E_NOT_SUPPORTED;
+    const bool promote = tier_of(s.pool, to) < tier_of(s.pool, s.resident);
+    alloc::UnitMove result;
+    std::string why;
+    uint64_t t0 = os::monotonic_ns();
+    cxlpool_status_t st = alloc::move_unit(s.ref, to, &result, &why, move_hook, this);
+    c.move_ns.add(os::monotonic_ns() - t0);
+    c.moves.add(1);
+    if (st != CXLPOOL_OK) {
+      c.move_failures.add(1);
+      c.pgmigrate_fail.add(s.committed / kPage);
+      if (st != CXLPOOL_E_CAPACITY) s.moved_at = now;  // not retried at once (a full target is, after making room)
+      std::lock_guard<std::mutex> lock(view_mu_);
+      last_error_ = why;
+      return st;
+    }
+    s.moved_at = now;
+    spent_ += result.bytes;
+    tokens_ -= std::min(tokens_, result.bytes);
+    s.resident = to;
+    (promote ? c.pgpromote_success : c.pgdemote_success).add(result.bytes / kPage);
+    (promote ? c.promote_bytes : c.demote_bytes).add(result.bytes);
+    return CXLPOOL_OK;
+  }
+
+  void plan_and_move() {
+    const uint64_t now = os::monotonic_ns();
+    spent_ = 0;
+    // Pinned units that are not on their tier (a pin made while their device was full).
+    for (State& s : units_) {
+      if (s.pin < 0 || tier_of(s.pool, s.resident) == s.pin || settled(s, now)) continue;
+      for (int di = 0; di < alloc::pool_device_count(s.pool); ++di)
+        if (tier_of(s.pool, di) == s.pin) {
+          (void)move(s, di, now);
+          break;
+        }
+    }
+    // Per fast device: the units that may use it, hottest first, and its coldest residents.
+    std::map<const Device*, std::pair<std::vector<State*>, std::vector<State*>>> by_fast;
+    for (State& s : units_) {
+      if (s.pin >= 0 || settled(s, now)) continue;
+      Fast f = fastest(s.pool);
+      if (f.di < 0) continue;
+      const Device* fd = &alloc::pool_device_of(s.pool, f.di);
+      auto& [up, down] = by_fast[fd];
+      if (tier_of(s.pool, s.resident) == f.tier)
+        down.push_back(&s);
+      else if (s.heat >= cfg_.hot && s.committed)
+        up.push_back(&s);
+    }
+    for (auto& [fd, lists] : by_fast) {
+      auto& [up, down] = lists;
+      std::sort(up.begin(), up.end(), [](const State* a, const State* b) { return a->heat > b->heat; });
+      std::sort(down.begin(), down.end(), [](const State* a, const State* b) { return a->heat < b->heat; });
+      size_t victim = 0;
+      auto demote_one = [&](double below) {
+        while (victim < down.size()) {
+          State& v = *down[victim++];
+          if (v.heat >= below || !v.committed) continue;
+          int to = demotion_target(v, tier_of(v.pool, v.resident));
+          if (to >= 0 && move(v, to, now) == CXLPOOL_OK) return true;
+          if (tokens_ == 0) return false;
+        }
+        return false;
+      };
+      // Above the high watermark: cold residents go down until below the low one.
+      if (cfg_.demote)
+        while (fd->committed() > high_mark(*fd) && tokens_ > 0) {
+          const uint64_t before = fd->committed();
+          if (!demote_one(cfg_.cold) || fd->committed() >= before) break;
+          if (fd->committed() <= low_mark(*fd)) break;
+        }
+      if (!cfg_.promote) continue;
+      for (State* c : up) {
+        if (tokens_ == 0) {
+          counters().budget_deferred.add(1);
+          break;
+        }
+        // Room for it, making room by demoting a resident this many times colder if needed.
+        while (fd->committed() + c->committed > high_mark(*fd)) {
+          if (!cfg_.demote || !demote_one(c->heat / cfg_.hysteresis)) break;
+        }
+        if (fd->committed() + c->committed > high_mark(*fd)) continue;
+        Fast f = fastest(c->pool);
+        if (f.di < 0 || &alloc::pool_device_of(c->pool, f.di) != fd) continue;
+        // A device can be full before its watermark says so (its offsets are fragmented):
+        // make room the same way, once.
+        if (move(*c, f.di, now) == CXLPOOL_E_CAPACITY && cfg_.demote && demote_one(c->heat / cfg_.hysteresis))
+          move(*c, f.di, now);
+      }
+    }
+    std::lock_guard<std::mutex> lock(view_mu_);
+    max_interval_bytes_ = std::max(max_interval_bytes_, spent_);
+  }
+
+  void set_budget() {
+    uint64_t per_s = cfg_.budget_bytes_per_s;
+    if (per_s) {
+      budget_source_ = "configured";
+    } else {
+      // A tenth of the slowest declared bandwidth among the movable pools' devices.
+      uint64_t slowest = 0;
+      for (const State& s : units_)
+        for (int di = 0; di < alloc::pool_device_count(s.pool); ++di) {
+          uint64_t bw = alloc::pool_device_read_bandwidth(s.pool, di);
+          if (bw && (!slowest || bw < slowest)) slowest = bw;
+        }
+      if (slowest) {
+        per_s = slowest * 1'000'000 / 10;
+        budget_source_ = "a tenth of the slowest device's declared bandwidth (" + std::to_string(slowest) + " MB/s)";
+      } else {
+        per_s = kDefaultBudget;
+        budget_source_ = "200 MB/s: no device declares a bandwidth";
+      }
+    }
+    std::lock_guard<std::mutex> lock(view_mu_);
+    budget_per_interval_ = uint64_t(double(per_s) * double(cfg_.interval_ns) / 1e9);
+    // A token bucket: unspent budget carries over up to one interval's worth, or one 4 MiB
+    // unit when an interval's budget is smaller than that (so units still move, at the rate).
+    tokens_ = std::min(std::max<uint64_t>(budget_per_interval_, kUnitBurst), tokens_ + budget_per_interval_);
+  }
+
+  void step() {
+    Counters& c = counters();
+    uint64_t t0 = os::monotonic_ns();
+    sync_units();
+    for (auto& m : monitors_) m->collect(*this);
+    std::vector<Hint> hints;
+    {
+      std::lock_guard<std::mutex> lock(g_hints_mu);
+      hints.swap(g_hints);
+    }
+    for (const Hint& h : hints) touched(h.addr, h.len, AccessKind::kAny, h.weight);
+    uint64_t faults = 0;
+    for (auto& m : monitors_) faults += m->faults();
+    c.monitor_faults.set(faults);
+    c.scans.add(1);
+    c.scan_ns.add(os::monotonic_ns() - t0);
+    age();
+    set_budget();
+    if (cfg_.migrate) plan_and_move();
+  }
+
+  Config cfg_;
+  double alpha_ = 0.5;
+  std::vector<std::unique_ptr<Monitor>> monitors_;
+  std::vector<State> units_;  // engine thread only
+  uint64_t spent_ = 0, tokens_ = 0;
+  int numa_balancing_ = 0;
+  bool kernel_tiers_ = false;
+  std::string kernel_reason_;
+  std::mutex view_mu_;  // what json() reads
+  uint64_t budget_per_interval_ = 0, max_interval_bytes_ = 0;
+  std::string budget_source_, last_error_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+std::mutex g_engine_mu;
+Engine* g_engine = nullptr;
+bool g_env_done = false;
+
+}  // namespace
+
+void start(const Config& c) {
+  std::lock_guard<std::mutex> lock(g_engine_mu);
+  if (g_engine) {
+    if (describe(g_engine->config()) == describe(c)) return;
+    fail(CXLPOOL_E_BUSY, "tiering: the engine runs already with '" + describe(g_engine->config()) +
+                             "'; stop it before starting it with '" + describe(c) + "'");
+  }
+  if (!c.enabled) return;
+  alloc::set_region_segments(1);
+  g_engine = new Engine(c);
+}
+
+void start_from_environment() {
+  {
+    std::lock_guard<std::mutex> lock(g_engine_mu);
+    if (g_env_done) return;
+    g_env_done = true;
+  }
+  const char* text = option_value(Option::kTiering);
+  if (!text) return;
+  Config c = parse_config(text, "CXLPOOL_TIERING");
+  if (c.enabled) start(c);
+}
+
+void stop() noexcept {
+  Engine* e = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_engine_mu);
+    e = g_engine;
+    g_engine = nullptr;
+  }
+  delete e;
+  std::lock_guard<std::mutex> lock(g_hints_mu);
+  g_hints.clear();
+}
+
+bool running() noexcept {
+  std::lock_guard<std::mutex> lock(g_engine_mu);
+  return g_engine != nullptr;
+}
+
+cxlpool_status_t hint_access(const void* p, size_t len, uint32_t weight, std::string* why) noexcept {
+  auto say = [&](cxlpool_status_t s, const char* text) {
+    if (why) {
+      try {
+        *why = text;
+      } catch (...) {
+      }
+    }
+    return s;
+  };
+  if (!p || !len) return say(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_hint_access: p is NULL or len is 0");
+  if (!weight || weight > 1'000'000)
+    return say(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_hint_access: weight must be 1 to 1000000");
+  alloc::PtrInfo info;
+  if (!alloc::ptr_info(p, &info) && !alloc::owns(p))
+    return say(CXLPOOL_E_NOT_FOUND, "cxlpool_hint_access: not memory of a cxlpool pool");
+  if (!running()) return say(CXLPOOL_E_NOT_SUPPORTED, "cxlpool_hint_access: the tiering engine is not running");
+  alloc::Unit u;
+  if (!alloc::unit_of(p, &u))
+    return say(CXLPOOL_E_NOT_SUPPORTED,
+               "cxlpool_hint_access: this memory does not move (its pool has one device, or is shared)");
+  Counters& c = counters();
+  std::lock_guard<std::mutex> lock(g_hints_mu);
+  c.hints.v.fetch_add(1, std::memory_order_relaxed);
+  if (g_hints.size() >= kMaxQueuedHints) {
+    ++g_hints_dropped;
+    return CXLPOOL_OK;  // advisory; counted
+  }
+  try {
+    g_hints.push_back({reinterpret_cast<uintptr_t>(p), len, weight});
+  } catch (...) {
+    return say(CXLPOOL_E_NO_MEMORY, "cxlpool_hint_access: out of memory");
+  }
+  return CXLPOOL_OK;
+}
+
+void pin(const void* p, size_t len, int tier) {
+  if (!p || !len) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: p is NULL or len is 0");
+  if (tier < -1 || tier >= kMaxTiers)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: tier " + std::to_string(tier) + " (0 = fastest .. " +
+                                         std::to_string(kMaxTiers - 1) + ", or -1 to unpin)");
+  auto a = reinterpret_cast<uintptr_t>(p);
+  if (a + len < a) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: range wraps around");
+  // Every unit overlapping the range, first checked, then moved.
+  std::vector<alloc::Unit> units;
+  for (uintptr_t at = a; at < a + len;) {
+    alloc::Unit u;
+    if (!alloc::unit_of(reinterpret_cast<const void*>(at), &u)) {
+      if (!alloc::owns(reinterpret_cast<const void*>(at)))
+        fail(CXLPOOL_E_NOT_FOUND,
+             "cxlpool_pin: " + std::to_string(at - a) + " bytes into the range is not memory of a cxlpool pool");
+      fail(CXLPOOL_E_NOT_SUPPORTED, "cxlpool_pin: this memory does not move (its pool has one device, or is shared)");
+    }
+    units.push_back(u);
+    constexpr uintptr_t kSeg = uintptr_t(4) << 20;  // a huge span's address space is whole segments
+    uintptr_t next = u.ref.base + (u.huge ? (u.size + kSeg - 1) / kSeg * kSeg : u.size);
+    if (next <= at) break;
+    at = next;
+  }
+  for (const alloc::Unit& u : units) {
+    if (tier < 0) continue;
+    int to = -1;
+    for (int di = 0; di < alloc::pool_device_count(u.pool); ++di)
+      if (tier_of(u.pool, di) == tier) {
+        const Device& d = alloc::pool_device_of(u.pool, di);
+        if (to < 0 || d.committed() + u.committed <= d.ledger().capacity) to = di;
+        if (d.committed() + u.committed <= d.ledger().capacity) break;
+      }
+    if (to < 0)
+      fail(CXLPOOL_E_NOT_SUPPORTED,
+           "cxlpool_pin: pool '" + alloc::pool_name(u.pool) + "' has no device of tier " + std::to_string(tier));
+  }
+  for (const alloc::Unit& u : units) {
+    if (tier >= 0 && tier_of(u.pool, u.resident) != tier) {
+      int to = -1;
+      for (int di = 0; di < alloc::pool_device_count(u.pool) && to < 0; ++di)
+        if (tier_of(u.pool, di) == tier) {
+          const Device& d = alloc::pool_device_of(u.pool, di);
+          if (d.committed() + u.committed <= d.ledger().capacity) to = di;
+        }
+      if (to < 0)
+        fail(CXLPOOL_E_CAPACITY, "cxlpool_pin: no device of tier " + std::to_string(tier) + " in pool '" +
+                                     alloc::pool_name(u.pool) + "' has room for " + std::to_string(u.committed) +
+                                     " more bytes");
+      alloc::UnitMove result;
+      std::string why;
+      cxlpool_status_t st = alloc::move_unit(u.ref, to, &result, &why);
+      if (st != CXLPOOL_OK) fail(st, "cxlpool_pin: " + why);
+      Counters& c = counters();
+      (tier_of(u.pool, to) < tier_of(u.pool, u.resident) ? c.pgpromote_success : c.pgdemote_success)
+          .v.fetch_add(result.bytes / kPage, std::memory_order_relaxed);
+    }
+    std::lock_guard<std::mutex> lock(g_pins_mu);
+    if (tier < 0)
+      g_pins.erase(u.ref.base);
+    else
+      g_pins[u.ref.base] = {u.ref.serial, tier};
+  }
+  counters().pins.v.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::string stats_json() {
+  JsonWriter j;
+  j.begin_object();
+  std::lock_guard<std::mutex> lock(g_engine_mu);
+  j.key("running").value(g_engine != nullptr);
+  j.key("config").value(g_engine ? describe(g_engine->config()) : std::string("off"));
+  j.key("monitors").begin_array();
+  for (const MonitorInfo& m : detect_monitors()) {
+    bool active = false;
+    if (g_engine)
+      for (const std::string& n : g_engine->config().monitors) active |= n == m.name;
+    j.begin_object().key("name").value(m.name).key("available").value(m.availability.available);
+    j.key("active").value(active).key("reason").value(m.availability.reason).end_object();
+  }
+  j.end_array();
+  if (g_engine) g_engine->json(j);
+  const Counters& c = counters();
+  j.key("counters").begin_object();
+  j.key("pgpromote_success").value(c.pgpromote_success.get()).key("pgdemote_success").value(c.pgdemote_success.get());
+  j.key("pgmigrate_fail").value(c.pgmigrate_fail.get()).key("promote_bytes").value(c.promote_bytes.get());
+  j.key("demote_bytes").value(c.demote_bytes.get()).key("moves").value(c.moves.get());
+  j.key("move_failures").value(c.move_failures.get()).key("move_ns").value(c.move_ns.get());
+  j.key("scans").value(c.scans.get()).key("scan_ns").value(c.scan_ns.get());
+  j.key("monitor_faults").value(c.monitor_faults.get()).key("hints").value(c.hints.get());
+  j.key("pins").value(c.pins.get()).key("budget_deferred").value(c.budget_deferred.get());
+  j.key("units").value(c.units.get()).key("tracked_bytes").value(c.tracked_bytes.get());
+  j.end_object();
+  j.key("tiers").begin_array();
+  for (int t = 0; t < kMaxTiers; ++t) {
+    if (!c.resident_bytes[t].get() && !c.hot_bytes[t].get()) continue;
+    j.begin_object().key("tier").value(uint64_t(t)).key("resident_bytes").value(c.resident_bytes[t].get());
+    j.key("hot_bytes").value(c.hot_bytes[t].get()).end_object();
+  }
+  j.end_array().end_object();
+  return j.str() + "\n";
+}
+
+void fork_prepare() noexcept {
+  g_engine_mu.lock();
+  g_pins_mu.lock();
+  g_hints_mu.lock();
+}
+
+void fork_parent() noexcept {
+  g_hints_mu.unlock();
+  g_pins_mu.unlock();
+  g_engine_mu.unlock();
+}
+
+void after_fork_child() noexcept {
+  // The thread is not in the child; its Engine (and the lock, which the parent's atfork
+  // prepare did not take) are left as they were: a fresh lock, no engine.
+  new (&g_engine_mu) std::mutex();
+  new (&g_hints_mu) std::mutex();
+  new (&g_pins_mu) std::mutex();
+  g_engine = nullptr;  // leaked on purpose: its destructor would join a thread that is not here
+  g_hints.clear();
+}
+
+}  // namespace cxlpool::detail::tiering

@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: MIT
+// The tiering engine through the C API: pins move a block's unit to another tier under the
+// same pointer on every backing kind (bytes, ptr_info, statistics and device ledgers follow;
+// later commits, frees and trims go to the resident device); refusals change nothing; the
+// CXLPOOL_TIERING grammar names bad items; writer threads lose no write while their memory is
+// pinned back and forth; the engine promotes a hinted hot set into a small fast tier, follows
+// it when it shifts, stays within its byte budget and stops moving under a stable workload;
+// a fork child inherits moved memory intact and no engine.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "capi_topology.hpp"
+#include "cxlpool/cxlpool.h"
+#include "test_support.hpp"
+
+namespace {
+
+constexpr size_t kMiB = size_t(1) << 20;
+
+struct Topo : cxlpool_test::CapiTopology {
+  explicit Topo(const std::string& devices)
+      : CapiTopology(devices, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE) {}
+};
+
+cxlpool_ptr_info_t info_of(const void* p) {
+  cxlpool_ptr_info_t i{};
+  REQUIRE(cxlpool_ptr_info(p, &i) == CXLPOOL_OK);
+  return i;
+}
+
+cxlpool_stats_t stats_of(cxlpool_pool_t* pool, int device) {
+  cxlpool_stats_t s{};
+  REQUIRE(cxlpool_pool_get_stats(pool, device, &s) == CXLPOOL_OK);
+  return s;
+}
+
+void fill(unsigned char* p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i += 256) p[i] = static_cast<unsigned char>(seed * 7 + i / 256);
+}
+bool holds(const unsigned char* p, size_t n, unsigned seed) {
+  for (size_t i = 0; i < n; i += 256)
+    if (p[i] != static_cast<unsigned char>(seed * 7 + i / 256)) return false;
+  return true;
+}
+
+// The engine's JSON without whitespace.
+std::string tiering_json() {
+  char* s = nullptr;
+  REQUIRE(cxlpool_tiering_stats_json(&s) == CXLPOOL_OK);
+  std::string out;
+  bool in_string = false;
+  for (const char* c = s; *c; ++c) {
+    if (*c == '"' && (c == s || c[-1] != '\\')) in_string = !in_string;
+    if (in_string || (*c != ' ' && *c != '\n')) out += *c;
+  }
+  cxlpool_string_free(s);
+  return out;
+}
+
+// A counter's value in the engine's JSON.
+uint64_t counter(const std::string& json, const std::string& name) {
+  size_t at = json.find("\"" + name + "\":");
+  REQUIRE(at != std::string::npos);
+  return std::stoull(json.substr(at + name.size() + 3));
+}
+
+}  // namespace
+
+TEST_CASE("a pin moves a block's unit to the fast tier and back on every far backing", "[tiering]") {
+  for (std::string far : {"shm", "file:$DIR/far", "numa:0"}) {
+    DYNAMIC_SECTION("far = " << far) {
+      Topo t("fast:backing=numa:0,size=256M,tier=0;slow:backing=" + far + ",size=256M,tier=1");
+      cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+      std::vector<unsigned char*> small;
+      for (unsigned i = 0; i < 64; ++i) {
+        auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 3000));
+        REQUIRE(p);
+        fill(p, 3000, i);
+        small.push_back(p);
+      }
+      auto* huge = static_cast<unsigned char*>(cxlpool_malloc(pool, 6 * kMiB));
+      REQUIRE(huge);
+      fill(huge, 6 * kMiB, 99);
+      REQUIRE(info_of(small[0]).tier == 1);
+      const uint64_t far_before = stats_of(pool, 1).resident_bytes;
+      REQUIRE(stats_of(pool, 0).resident_bytes == 0);
+
+      REQUIRE(cxlpool_pin(small[0], 1, 0) == CXLPOOL_OK);
+      REQUIRE(cxlpool_pin(huge, 6 * kMiB, 0) == CXLPOOL_OK);
+      for (unsigned i = 0; i < small.size(); ++i) REQUIRE(holds(small[i], 3000, i));
+      REQUIRE(holds(huge, 6 * kMiB, 99));
+      cxlpool_ptr_info_t in = info_of(small[5]);  // same segment as small[0]
+      CHECK(in.tier == 0);
+      CHECK(in.device == 0);
+      CHECK(in.home_device == 1);
+      CHECK(std::string(in.device_name) == "fast");
+      CHECK(info_of(huge + kMiB).tier == 0);
+      // Every committed byte moved: the pool's per-device figures and both device ledgers.
+      CHECK(stats_of(pool, 0).resident_bytes == far_before);
+      CHECK(stats_of(pool, 1).resident_bytes == 0);
+      CHECK(stats_of(pool, 0).device_committed_bytes == far_before);
+      CHECK(stats_of(pool, 1).device_committed_bytes == 0);
+
+      // New blocks of the moved segment commit on the resident device.
+      std::vector<void*> more;
+      for (int i = 0; i < 400; ++i) more.push_back(cxlpool_malloc(pool, 3000));
+      for (void* p : more) REQUIRE(p);
+      CHECK(stats_of(pool, 0).resident_bytes > far_before);
+      CHECK(stats_of(pool, 0).device_committed_bytes == stats_of(pool, 0).resident_bytes);
+
+      // And back, by tier; then everything is freed and trimmed from where it lives.
+      REQUIRE(cxlpool_pin(small[0], 1, 1) == CXLPOOL_OK);
+      REQUIRE(cxlpool_pin(huge, 1, CXLPOOL_TIER_UNPIN) == CXLPOOL_OK);
+      CHECK(info_of(small[0]).tier == 1);
+      CHECK(info_of(huge).tier == 0);  // unpinning does not move
+      for (unsigned i = 0; i < small.size(); ++i) REQUIRE(holds(small[i], 3000, i));
+      for (void* p : more) cxlpool_free(p);
+      for (auto* p : small) cxlpool_free(p);
+      cxlpool_free(huge);
+      uint64_t released = 0;
+      REQUIRE(cxlpool_pool_trim(pool, &released) == CXLPOOL_OK);
+      CHECK(stats_of(pool, 0).resident_bytes == 0);
+      CHECK(stats_of(pool, 1).resident_bytes == 0);
+      CHECK(stats_of(pool, 0).device_committed_bytes == 0);
+      CHECK(stats_of(pool, 1).device_committed_bytes == 0);
+      REQUIRE(cxlpool_pool_destroy(pool) == CXLPOOL_OK);
+    }
+  }
+}
+
+TEST_CASE("pin and hint refusals are clear and change nothing", "[tiering]") {
+  Topo t("fast:backing=shm,size=16M,tier=0;slow:backing=shm,size=256M,tier=1;solo:backing=shm,size=64M,tier=0");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  cxlpool_pool_t* single = t.pool("solo", "bind:solo");
+  auto* big = static_cast<unsigned char*>(cxlpool_malloc(pool, 32 * kMiB));
+  REQUIRE(big);
+  fill(big, 32 * kMiB, 3);
+  const cxlpool_stats_t before = stats_of(pool, 1);
+
+  int local = 0;
+  CHECK(cxlpool_pin(&local, 4, 0) == CXLPOOL_E_NOT_FOUND);
+  CHECK(cxlpool_pin(nullptr, 4, 0) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_pin(big, 0, 0) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_pin(big, 1, -2) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_pin(big, 1, 5) == CXLPOOL_E_NOT_SUPPORTED);  // no device of tier 5
+  CHECK(std::string(cxlpool_last_error_message()).find("tier 5") != std::string::npos);
+  CHECK(cxlpool_pin(big, 1, 0) == CXLPOOL_E_CAPACITY);  // 32 MiB do not fit in 16
+  void* s = cxlpool_malloc(single, 100);
+  REQUIRE(s);
+  CHECK(cxlpool_pin(s, 1, 0) == CXLPOOL_E_NOT_SUPPORTED);
+  CHECK(cxlpool_hint_access(big, 4096, 1) == CXLPOOL_E_NOT_SUPPORTED);  // no engine
+  CHECK(std::string(cxlpool_last_error_message()).find("not running") != std::string::npos);
+  CHECK(cxlpool_hint_access(&local, 4, 1) == CXLPOOL_E_NOT_FOUND);
+  CHECK(cxlpool_hint_access(big, 4096, 0) == CXLPOOL_E_INVALID_ARGUMENT);
+
+  CHECK(info_of(big).tier == 1);
+  CHECK(holds(big, 32 * kMiB, 3));
+  CHECK(stats_of(pool, 1).resident_bytes == before.resident_bytes);
+  CHECK(stats_of(pool, 0).device_committed_bytes == 0);
+  cxlpool_free(s);
+  cxlpool_free(big);
+  cxlpool_pool_destroy(single);
+  cxlpool_pool_destroy(pool);
+}
+
+TEST_CASE("the CXLPOOL_TIERING grammar names the bad item", "[tiering]") {
+  struct Bad {
+    const char* text;
+    const char* named;
+  };
+  for (Bad b :
+       {Bad{"budget=fast", "budget=fast"}, Bad{"interval=0ms", "interval=0ms"}, Bad{"interval=100", "interval=100"},
+        Bad{"monitors=pagemap_scan+telepathy", "telepathy"}, Bad{"hot=2", "hot=2"}, Bad{"colour=red", "colour"},
+        Bad{"budget=1MB/s,budget=2MB/s", "twice"}, Bad{"high=50%,low=60%", "low=60%"},
+        Bad{"kernel=fight", "kernel=fight"}, Bad{"interval=100ms,", "empty item"}, Bad{"hot=0.01,cold=0.5", "cold=0.5"},
+        Bad{"interval=-5ms", "interval=-5ms"}, Bad{"budget=nanMB/s", "budget=nanMB/s"},
+        Bad{"policy=random", "policy=random"}}) {
+    INFO(b.text);
+    CHECK(cxlpool_tiering_start(b.text) == CXLPOOL_E_CONFIG);
+    std::string msg = cxlpool_last_error_message();
+    INFO(msg);
+    CHECK(msg.find(b.named) != std::string::npos);
+  }
+  CHECK(tiering_json().find("\"running\":false") != std::string::npos);
+  REQUIRE(cxlpool_tiering_start("monitors=hint,interval=50ms,budget=100MB/s") == CXLPOOL_OK);
+  CHECK(cxlpool_tiering_start("monitors=hint,interval=50ms,budget=100MB/s") == CXLPOOL_OK);  // the same: fine
+  CHECK(cxlpool_tiering_start("monitors=hint,interval=60ms") == CXLPOOL_E_BUSY);
+  std::string json = tiering_json();
+  CHECK(json.find("\"running\":true") != std::string::npos);
+  CHECK(json.find("interval=50ms") != std::string::npos);
+  CHECK(json.find("\"kernel\"") != std::string::npos);
+  REQUIRE(cxlpool_tiering_stop() == CXLPOOL_OK);
+  CHECK(cxlpool_tiering_stop() == CXLPOOL_OK);
+  CHECK(tiering_json().find("\"running\":false") != std::string::npos);
+}
+
+TEST_CASE("writers lose no write while their memory is pinned back and forth 1,000 times", "[tiering]") {
+#if defined(__SANITIZE_THREAD__)
+  WARN("ThreadSanitizer does not model the write fence's page-protection handoff (docs/tiering.md)");
+  return;
+#endif
+  Topo t("fast:backing=numa:0,size=256M,tier=0;slow:backing=shm,size=256M,tier=1");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  constexpr int kThreads = 4;
+  constexpr size_t kSlots = 4096;  // per thread: two-word records
+  std::vector<uint64_t*> mem;
+  for (int i = 0; i < kThreads; ++i) {
+    auto* p = static_cast<uint64_t*>(cxlpool_malloc(pool, kSlots * 16));  // 64 KiB: one segment
+    REQUIRE(p);
+    std::memset(p, 0, kSlots * 16);
+    mem.push_back(p);
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> writers;
+  std::vector<uint64_t> last(kThreads * kSlots, 0);
+  for (int w = 0; w < kThreads; ++w)
+    writers.emplace_back([&, w] {
+      uint64_t seq = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        size_t slot = seq % kSlots;
+        ++seq;
+        volatile uint64_t* rec = mem[size_t(w)] + 2 * slot;
+        rec[0] = seq;
+        rec[1] = seq ^ 0x5a5a5a5a5a5a5a5aull;
+        last[size_t(w) * kSlots + slot] = seq;
+      }
+    });
+  int moves = 0;
+  for (; moves < 1000; ++moves)
+    REQUIRE(cxlpool_pin(mem[size_t(moves) % kThreads], 1, moves % 2 == 0 ? 0 : 1) == CXLPOOL_OK);
+  stop = true;
+  for (auto& th : writers) th.join();
+  size_t lost = 0, torn = 0;
+  for (int w = 0; w < kThreads; ++w)
+    for (size_t s = 0; s < kSlots; ++s) {
+      uint64_t* rec = mem[size_t(w)] + 2 * s;
+      if (rec[1] != (rec[0] ^ 0x5a5a5a5a5a5a5a5aull) && rec[0]) ++torn;
+      if (rec[0] != last[size_t(w) * kSlots + s]) ++lost;
+    }
+  CHECK(lost == 0);
+  CHECK(torn == 0);
+  for (auto* p : mem) cxlpool_free(p);
+  cxlpool_pool_destroy(pool);
+}
+
+TEST_CASE("the engine promotes a hinted hot set into a small fast tier, follows its shift, keeps its budget",
+          "[tiering]") {
+  // 24 MiB of fast memory, 96 MiB of data in 4 MiB units; hot sets of 3 units.
+  REQUIRE(cxlpool_tiering_start("monitors=hint,interval=20ms,budget=400MB/s,min_residence=200ms,halflife=100ms") ==
+          CXLPOOL_OK);
+  Topo t("fast:backing=shm,size=24M,tier=0;slow:backing=shm,size=512M,tier=1");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  constexpr int kUnits = 24;
+  std::vector<unsigned char*> unit;
+  for (int i = 0; i < kUnits; ++i) {
+    // Two 1.9 MiB blocks fill... a huge block per unit is simplest: 3 MiB = one 4 MiB span.
+    auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
+    REQUIRE(p);
+    fill(p, 3 * kMiB, unsigned(i));
+    unit.push_back(p);
+  }
+  auto hot_on_fast = [&](int first, int count) {
+    int n = 0;
+    for (int i = first; i < first + count; ++i) n += info_of(unit[size_t(i)]).tier == 0;
+    return n;
+  };
+  auto drive = [&](int first, int count, double seconds) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < until) {
+      for (int i = first; i < first + count; ++i)
+        REQUIRE(cxlpool_hint_access(unit[size_t(i)], 3 * kMiB, 4) == CXLPOOL_OK);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (getenv("TIERING_TEST_TRACE")) {
+        for (int i = 0; i < kUnits; ++i) std::printf("%d", info_of(unit[size_t(i)]).tier);
+        std::printf("\n");
+      }
+      if (hot_on_fast(first, count) == count) return true;
+    }
+    return false;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  CHECK(drive(0, 5, 5.0));
+  CHECK(hot_on_fast(0, 5) == 5);
+  // The hot set moves: the new one comes up, the old one makes room (24 MiB hold 6 units at
+  // the 95% high watermark... 5 hot units of 3 MiB committed = 15 MiB, so both cannot fit).
+  CHECK(drive(10, 5, 5.0));
+  CHECK(hot_on_fast(10, 5) == 5);
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string json = tiering_json();
+  INFO(json);
+  uint64_t moved = counter(json, "promote_bytes") + counter(json, "demote_bytes");
+  CHECK(counter(json, "pgdemote_success") > 0);
+  // The budget: 400 MB/s, plus one 4 MiB unit of burst.
+  CHECK(double(moved) <= 400e6 * (elapsed + 0.1) + 4.0 * kMiB);
+  CHECK(counter(json, "interval_moved_bytes_max") <= uint64_t(400e6 * 0.02) + 4 * kMiB);
+  // Stable workload: no more moves.
+  drive(10, 5, 0.5);
+  uint64_t moves_before = counter(tiering_json(), "moves");
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (std::chrono::steady_clock::now() < until) {
+    for (int i = 10; i < 15; ++i) cxlpool_hint_access(unit[size_t(i)], 3 * kMiB, 4);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  CHECK(counter(tiering_json(), "moves") == moves_before);
+  for (int i = 0; i < kUnits; ++i) CHECK(holds(unit[size_t(i)], 3 * kMiB, unsigned(i)));
+  cxlpool_tiering_stop();
+  for (auto* p : unit) cxlpool_free(p);
+  cxlpool_pool_destroy(pool);
+}
+
+TEST_CASE("a fork child keeps moved memory and runs no engine", "[tiering]") {
+  REQUIRE(cxlpool_tiering_start("monitors=hint,interval=20ms") == CXLPOOL_OK);
+  Topo t("fast:backing=shm,size=64M,tier=0;slow:backing=file:$DIR/far,size=256M,tier=1");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 5 * kMiB));
+  REQUIRE(p);
+  fill(p, 5 * kMiB, 11);
+  REQUIRE(cxlpool_pin(p, 1, 0) == CXLPOOL_OK);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    int code = 0;
+    if (!holds(p, 5 * kMiB, 11)) code |= 1;
+    fill(p, 5 * kMiB, 12);  // the child's own copy
+    char* s = nullptr;
+    if (cxlpool_tiering_stats_json(&s) != CXLPOOL_OK || !std::strstr(s, "\"running\": false")) code |= 2;
+    cxlpool_string_free(s);
+    void* q = cxlpool_malloc(pool, 100000);
+    if (!q) code |= 4;
+    if (cxlpool_pin(p, 1, 1) != CXLPOOL_OK || !holds(p, 5 * kMiB, 12)) code |= 8;
+    _exit(code);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(holds(p, 5 * kMiB, 11));
+  CHECK(info_of(p).tier == 0);
+  CHECK(tiering_json().find("\"running\":true") != std::string::npos);
+  cxlpool_tiering_stop();
+  cxlpool_free(p);
+  cxlpool_pool_destroy(pool);
+}
