@@ -1,10 +1,16 @@
 // SPDX-License-Identifier: MIT
-// Write fences (write_fence.hpp): a table of fenced ranges and the SIGSEGV handler that parks
-// writers on them. The handler only reads atomics, waits on a futex and calls the program's
-// previous handler: async-signal-safe, no allocation, no lock.
+// Write fences and sampling traps (write_fence.hpp): a table of fenced ranges, a table of
+// sampled pages, and the one SIGSEGV handler that parks writers on fences, counts and undoes
+// first touches of sampled pages, and passes every other fault on. The handler only reads and
+// swaps atomics, waits on futexes, calls mprotect and the program's previous handler:
+// async-signal-safe, no allocation, no lock.
 #include "os/write_fence.hpp"
 
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -51,6 +57,97 @@ void pass_on(int sig, siginfo_t* info, void* context) {
   }
 }
 
+// ---- Sampling traps ----
+// Entry states. armed -> restoring -> touched (the handler), armed -> disarming -> released or
+// dead (the arming thread: restored, or left to its owner).
+enum TrapState : uint32_t { kArmed = 1, kRestoring, kTouched, kDisarming, kReleased, kDead };
+struct Trap {
+  std::atomic<uintptr_t> page{0};
+  std::atomic<uint32_t> state{0};
+};
+Trap g_traps[sample_trap::kMaxPages];
+std::atomic<size_t> g_trap_count{0};
+std::atomic<uint32_t> g_trap_clearing{0};  // odd while clear() empties the table
+std::atomic<uint32_t> g_trap_busy{0};      // handlers reading the table
+std::atomic<uint32_t> g_trap_released{0};  // bumped by released(): disarming pages decided
+std::atomic<uint64_t> g_trap_touches{0}, g_trap_ns{0};
+std::atomic<size_t> g_page_size{0};
+
+uint64_t now_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+Trap* find_trap(uintptr_t page) noexcept {
+  size_t lo = 0, hi = g_trap_count.load(std::memory_order_acquire);
+  const size_t n = hi;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (g_traps[mid].page.load(std::memory_order_relaxed) < page)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  if (lo == n || g_traps[lo].page.load(std::memory_order_relaxed) != page) return nullptr;
+  return &g_traps[lo];
+}
+
+bool in_up_fence(uintptr_t b, uintptr_t e) noexcept {
+  for (Fence& f : g_fences) {
+    if (!(f.seq.load(std::memory_order_acquire) & 1)) continue;
+    if (b < f.end.load(std::memory_order_relaxed) && f.begin.load(std::memory_order_relaxed) < e) return true;
+  }
+  return false;
+}
+
+enum class TrapVerdict { kNotOurs, kHandled, kRetryOnce };
+
+// A fault at addr against the sampling table. kHandled: a first touch, undone; kRetryOnce: a
+// page of the table whose protection someone else is settling (another thread's first touch,
+// or the arming thread's disarm): the access is retried once, like a fault just after a lift.
+TrapVerdict on_trap_fault(uintptr_t addr) noexcept {
+  const size_t ps = g_page_size.load(std::memory_order_relaxed);
+  if (ps == 0) return TrapVerdict::kNotOurs;
+  const uintptr_t page = addr & ~(uintptr_t(ps) - 1);
+  for (;;) {
+    g_trap_busy.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t c = g_trap_clearing.load(std::memory_order_seq_cst);
+    if (c & 1) {
+      g_trap_busy.fetch_sub(1, std::memory_order_seq_cst);
+      prim::futex_wait(reinterpret_cast<const uint32_t*>(&g_trap_clearing), c, 10);
+      continue;
+    }
+    const uint32_t released = g_trap_released.load(std::memory_order_acquire);
+    Trap* t = find_trap(page);
+    if (!t) {
+      g_trap_busy.fetch_sub(1, std::memory_order_seq_cst);
+      return TrapVerdict::kNotOurs;
+    }
+    uint32_t s = t->state.load(std::memory_order_acquire);
+    if (s == kArmed && t->state.compare_exchange_strong(s, kRestoring, std::memory_order_acq_rel)) {
+      const uint64_t t0 = now_ns();
+      mprotect(reinterpret_cast<void*>(page), ps, PROT_READ | PROT_WRITE);
+      t->state.store(kTouched, std::memory_order_release);
+      g_trap_touches.fetch_add(1, std::memory_order_relaxed);
+      g_trap_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
+      g_trap_busy.fetch_sub(1, std::memory_order_seq_cst);
+      return TrapVerdict::kHandled;
+    }
+    g_trap_busy.fetch_sub(1, std::memory_order_seq_cst);
+    if (s == kRestoring) {
+      while (t->state.load(std::memory_order_acquire) == kRestoring) sched_yield();
+      return TrapVerdict::kRetryOnce;
+    }
+    if (s == kDisarming) {
+      while (g_trap_released.load(std::memory_order_acquire) == released)
+        prim::futex_wait(reinterpret_cast<const uint32_t*>(&g_trap_released), released, 100);
+      return TrapVerdict::kRetryOnce;
+    }
+    return s == kTouched || s == kReleased ? TrapVerdict::kRetryOnce : TrapVerdict::kNotOurs;
+  }
+}
+
 void on_segv(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
@@ -65,6 +162,12 @@ void on_segv(int sig, siginfo_t* info, void* context) {
     tl_retried_addr = 0;
     errno = saved_errno;
     return;  // the write runs again, on what is mapped there now
+  }
+  const TrapVerdict trap = on_trap_fault(addr);
+  if (trap == TrapVerdict::kHandled) {
+    tl_retried_addr = 0;
+    errno = saved_errno;
+    return;  // the access runs again, on the page made accessible again
   }
   const uint32_t lifts = g_lifts.load(std::memory_order_acquire);
   if (tl_retried_addr != addr || tl_retried_lifts != lifts) {
@@ -123,3 +226,93 @@ uint64_t writes_waited() noexcept { return g_waited.load(std::memory_order_relax
 uint64_t faults_passed_on() noexcept { return g_passed_on.load(std::memory_order_relaxed); }
 
 }  // namespace cxlpool::os::write_fence
+
+namespace cxlpool::os::sample_trap {
+
+using write_fence::ensure_installed;
+
+int arm(uintptr_t page) noexcept {
+  if (write_fence::g_page_size.load(std::memory_order_relaxed) == 0) {
+    if (int e = ensure_installed()) return e;
+    write_fence::g_page_size.store(size_t(sysconf(_SC_PAGESIZE)), std::memory_order_relaxed);
+  } else if (int e = ensure_installed()) {
+    return e;
+  }
+  const size_t ps = write_fence::g_page_size.load(std::memory_order_relaxed);
+  if (page & (ps - 1)) return EINVAL;
+  const size_t n = write_fence::g_trap_count.load(std::memory_order_relaxed);
+  if (n == kMaxPages) return EBUSY;
+  if (n && write_fence::g_traps[n - 1].page.load(std::memory_order_relaxed) >= page) return ERANGE;
+  if (write_fence::in_up_fence(page, page + ps)) return EEXIST;
+  write_fence::Trap& t = write_fence::g_traps[n];
+  t.page.store(page, std::memory_order_relaxed);
+  t.state.store(write_fence::kArmed, std::memory_order_relaxed);
+  write_fence::g_trap_count.store(n + 1, std::memory_order_release);  // findable before it faults
+  if (mprotect(reinterpret_cast<void*>(page), ps, PROT_NONE) != 0) {
+    int e = errno;
+    t.state.store(write_fence::kDead, std::memory_order_release);
+    return e;
+  }
+  return 0;
+}
+
+void stop(uintptr_t begin, uintptr_t end, uintptr_t* touched, size_t cap_t, size_t* n_touched, uintptr_t* untouched,
+          size_t cap_u, size_t* n_untouched) noexcept {
+  *n_touched = *n_untouched = 0;
+  const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i) {
+    write_fence::Trap& t = write_fence::g_traps[i];
+    const uintptr_t p = t.page.load(std::memory_order_relaxed);
+    if (p < begin || p >= end) continue;
+    uint32_t s = t.state.load(std::memory_order_acquire);
+    if (s == write_fence::kArmed &&
+        t.state.compare_exchange_strong(s, write_fence::kDisarming, std::memory_order_acq_rel)) {
+      if (*n_untouched < cap_u) untouched[(*n_untouched)++] = p;
+      continue;
+    }
+    if ((s == write_fence::kRestoring || s == write_fence::kTouched) && *n_touched < cap_t) touched[(*n_touched)++] = p;
+  }
+}
+
+int restore(uintptr_t page) noexcept {
+  const size_t ps = write_fence::g_page_size.load(std::memory_order_relaxed);
+  write_fence::Trap* t = write_fence::find_trap(page);
+  if (!t || t->state.load(std::memory_order_acquire) != write_fence::kDisarming) return ENOENT;
+  if (write_fence::in_up_fence(page, page + ps)) return EEXIST;
+  if (mprotect(reinterpret_cast<void*>(page), ps, PROT_READ | PROT_WRITE) != 0) return errno;
+  t->state.store(write_fence::kReleased, std::memory_order_release);
+  return 0;
+}
+
+void released() noexcept {
+  const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t s = write_fence::kDisarming;
+    write_fence::g_traps[i].state.compare_exchange_strong(s, write_fence::kDead, std::memory_order_acq_rel);
+  }
+  write_fence::g_lifts.fetch_add(1, std::memory_order_release);
+  write_fence::g_trap_released.fetch_add(1, std::memory_order_release);
+  prim::futex_wake(reinterpret_cast<uint32_t*>(&write_fence::g_trap_released));
+}
+
+void clear() noexcept {
+  write_fence::g_trap_clearing.fetch_add(1, std::memory_order_seq_cst);  // odd: handlers wait
+  while (write_fence::g_trap_busy.load(std::memory_order_seq_cst) != 0) sched_yield();
+  write_fence::g_trap_count.store(0, std::memory_order_release);
+  write_fence::g_trap_clearing.fetch_add(1, std::memory_order_seq_cst);
+  write_fence::g_lifts.fetch_add(1, std::memory_order_release);
+  prim::futex_wake(reinterpret_cast<uint32_t*>(&write_fence::g_trap_clearing));
+}
+
+size_t armed() noexcept {
+  size_t k = 0;
+  const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i)
+    if (write_fence::g_traps[i].state.load(std::memory_order_relaxed) == write_fence::kArmed) ++k;
+  return k;
+}
+
+uint64_t touches() noexcept { return write_fence::g_trap_touches.load(std::memory_order_relaxed); }
+uint64_t handler_ns() noexcept { return write_fence::g_trap_ns.load(std::memory_order_relaxed); }
+
+}  // namespace cxlpool::os::sample_trap

@@ -39,6 +39,17 @@ struct MonitorAvailability {
   std::string reason;
 };
 
+// How a monitor that changes page protections ("sample") keeps out of the way of the range's
+// owner, which commits and decommits pages of a watched range with mprotect under its own
+// lock: lock(ctx, addr, len) is called before the monitor changes a protection in
+// [addr, addr+len) (a watched range) and unlock after; the monitor never holds two. Both run
+// on the engine's thread and must not call back into the monitor.
+struct RangeLock {
+  void (*lock)(void* ctx, uintptr_t addr, size_t len) noexcept = nullptr;
+  void (*unlock)(void* ctx, uintptr_t addr, size_t len) noexcept = nullptr;
+  void* ctx = nullptr;
+};
+
 class Monitor {
  public:
   virtual ~Monitor() = default;
@@ -54,6 +65,9 @@ class Monitor {
   // Faults the application took because of this monitor, and time spent in collect (ns).
   virtual uint64_t faults() const noexcept { return 0; }
   virtual uint64_t scan_ns() const noexcept { return 0; }
+  // The owner's lock (RangeLock above), set before the first watch(). Monitors that never
+  // change a protection ignore it (the default).
+  virtual void set_range_lock(const RangeLock& lock) noexcept { (void)lock; }
 };
 
 struct MonitorInfo {

@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: MIT
+// /proc/self/maps protection runs, a PMU probe and capability checks (vm_query.hpp).
+#include "os/vm_query.hpp"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/perf_event.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace cxlpool::os::vm_query {
+namespace {
+
+bool parse_hex(const char*& p, const char* end, uintptr_t* out) noexcept {
+  uintptr_t v = 0;
+  const char* start = p;
+  for (; p < end; ++p) {
+    char c = *p;
+    int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (d < 0) break;
+    v = (v << 4) | uintptr_t(d);
+  }
+  *out = v;
+  return p != start;
+}
+
+}  // namespace
+
+int read_write_runs(uintptr_t begin, uintptr_t end, Run* out, size_t cap, size_t* n) noexcept {
+  *n = 0;
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  char buf[16384];
+  size_t have = 0;
+  int result = 0;
+  bool done = false, eof = false;
+  while (!done) {
+    if (!eof && have < sizeof buf) {
+      ssize_t r = read(fd, buf + have, sizeof buf - have);
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        result = errno;
+        break;
+      }
+      if (r == 0) eof = true;
+      have += size_t(r);
+    }
+    // Whole lines in buf[0, have).
+    size_t used = 0;
+    for (;;) {
+      const char* line = buf + used;
+      const char* nl = static_cast<const char*>(memchr(line, '\n', have - used));
+      if (!nl) {
+        if (eof && used < have)
+          nl = buf + have;  // a last line without its newline
+        else
+          break;
+      }
+      const char* p = line;
+      uintptr_t lo = 0, hi = 0;
+      bool ok = parse_hex(p, nl, &lo) && p < nl && *p++ == '-' && parse_hex(p, nl, &hi) && p + 5 <= nl && *p++ == ' ';
+      used = size_t(nl - buf) + (nl < buf + have ? 1 : 0);
+      if (!ok) continue;
+      if (lo >= end) {
+        done = true;
+        break;
+      }
+      if (hi <= begin || p[0] != 'r' || p[1] != 'w') continue;
+      uintptr_t b = lo < begin ? begin : lo, e = hi > end ? end : hi;
+      if (*n && out[*n - 1].end == b) {
+        out[*n - 1].end = e;
+      } else if (*n == cap) {
+        result = ENOSPC;
+        done = true;
+        break;
+      } else {
+        out[(*n)++] = Run{b, e};
+      }
+      if (used >= have) break;
+    }
+    if (done) break;
+    memmove(buf, buf + used, have - used);
+    have -= used;
+    if (eof && have == 0) break;
+    if (have == sizeof buf) {  // a line longer than the buffer (a long path): skip to its end
+      have = 0;
+    }
+  }
+  close(fd);
+  return result;
+}
+
+int probe_hw_cycles() noexcept {
+  perf_event_attr a{};
+  a.size = sizeof a;
+  a.type = PERF_TYPE_HARDWARE;
+  a.config = PERF_COUNT_HW_CPU_CYCLES;
+  a.disabled = 1;
+  a.exclude_kernel = 1;
+  a.exclude_hv = 1;
+  long fd = syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0) return errno;
+  close(int(fd));
+  return 0;
+}
+
+bool has_capability(int cap) noexcept {
+  __user_cap_header_struct h{};
+  __user_cap_data_struct d[2]{};
+  h.version = _LINUX_CAPABILITY_VERSION_3;
+  h.pid = 0;
+  if (syscall(SYS_capget, &h, d) != 0) return false;
+  if (cap < 0 || cap >= 64) return false;
+  return (d[cap / 32].effective >> (cap % 32)) & 1u;
+}
+
+}  // namespace cxlpool::os::vm_query

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: MIT
+// The "sample" monitor: reads and writes, by sampling. Each collect() ends the previous period
+// (pages the program touched are reported; the others are made accessible again) and arms a
+// new bounded sample: random pages of the watched ranges that are present and read-write
+// right now, made PROT_NONE through os::sample_trap, whose table the process's one SIGSEGV
+// handler (os/write_fence.cpp) consults. A touch costs the program one fault; the number of
+// pages armed per interval is capped so that this stays under SampleOptions::max_overhead.
+//
+// Rules kept: a page that was not present and read-write when armed is never armed (PROT_NONE
+// and uncommitted pages of a reservation are left alone); a page is only ever made accessible
+// again by us if it is still present (a page its owner decommitted meanwhile, madvise
+// DONTNEED + mprotect NONE, is no longer present and stays as the owner left it); every such
+// change in a range runs inside the owner's lock (set_range_lock); pages inside an up write
+// fence are never armed nor made accessible. Hazards left to the caller (docs/tiering.md): a
+// system call that writes an armed page fails with EFAULT, so "sample" is opt-in; a range
+// must be unwatched before it is moved.
+#include "tiering/monitor_sample.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "os/os.hpp"
+#include "os/prim.hpp"
+#include "os/uffd.hpp"
+#include "os/vm_query.hpp"
+#include "os/write_fence.hpp"
+#include "tiering/monitor_internal.hpp"
+
+namespace cxlpool::detail::tiering {
+
+size_t sample_budget(const SampleOptions& o, uint64_t interval_ns) noexcept {
+  const double pages = double(interval_ns) * o.max_overhead / double(o.fault_cost_ns ? o.fault_cost_ns : 1);
+  size_t n = pages > double(o.max_pages) ? o.max_pages : size_t(pages);
+  n = std::max(n, o.min_pages);
+  return std::min({n, o.max_pages, os::sample_trap::kMaxPages});
+}
+
+namespace {
+
+namespace trap = os::sample_trap;
+namespace uffd = os::uffd;
+namespace vmq = os::vm_query;
+
+constexpr size_t kRuns = 4096;
+// The trap table is process-wide: one sample monitor at a time.
+std::atomic<bool> g_exists{false};
+
+class SampleMonitor final : public Monitor {
+ public:
+  SampleMonitor(const SampleOptions& o, int pagemap)
+      : opts_(o),
+        pagemap_(pagemap),
+        rng_(o.seed ? o.seed : 1),
+        rw_(kRuns),
+        present_(kRuns),
+        cand_(kRuns),
+        touched_(trap::kMaxPages),
+        untouched_(trap::kMaxPages),
+        picks_(trap::kMaxPages) {
+    last_ns_ = os::monotonic_ns();
+  }
+  ~SampleMonitor() override {
+    std::lock_guard<std::mutex> guard(mu_);
+    for (auto& [addr, len] : ranges_) end_period(addr, len, nullptr);
+    trap::released();
+    trap::clear();
+    os::prim::close_fd(pagemap_);
+    g_exists.store(false, std::memory_order_release);
+  }
+
+  const char* name() const noexcept override { return "sample"; }
+  AccessKind sees() const noexcept override { return AccessKind::kAny; }
+
+  int watch(uintptr_t addr, size_t len) noexcept override {
+    const size_t ps = os::page_size();
+    if (len == 0 || (addr & (ps - 1)) || (len & (ps - 1))) return EINVAL;
+    std::lock_guard<std::mutex> guard(mu_);
+    auto it = ranges_.lower_bound(addr);
+    if (it != ranges_.end() && it->first < addr + len && it->first != addr) return EEXIST;
+    if (it != ranges_.begin() && std::prev(it)->first + std::prev(it)->second > addr) return EEXIST;
+    if (it != ranges_.end() && it->first == addr) {
+      // Watched again: its mapping was replaced. Its armed pages went with the old mapping
+      // (the new one is not PROT_NONE by our hand): forget them.
+      end_period(addr, it->second, nullptr, false);
+      trap::released();
+      it->second = len;
+      return 0;
+    }
+    try {
+      ranges_.emplace(addr, len);
+    } catch (...) {
+      return ENOMEM;
+    }
+    return 0;
+  }
+
+  void unwatch(uintptr_t addr, size_t len) noexcept override {
+    std::lock_guard<std::mutex> guard(mu_);
+    auto it = ranges_.find(addr);
+    if (it == ranges_.end()) return;
+    end_period(addr, std::max(len, it->second), nullptr);
+    trap::released();
+    ranges_.erase(it);
+  }
+
+  void collect(HeatSink& sink) noexcept override {
+    const uint64_t t0 = os::monotonic_ns();
+    std::lock_guard<std::mutex> guard(mu_);
+    for (auto& [addr, len] : ranges_) end_period(addr, len, &sink);
+    trap::released();
+    trap::clear();
+    const size_t budget = sample_budget(opts_, t0 - last_ns_);
+    last_ns_ = t0;
+    size_t total = 0;
+    for (auto& [addr, len] : ranges_) total += len;
+    for (auto& [addr, len] : ranges_) {
+      if (!total) break;
+      size_t share = size_t((unsigned __int128)budget * len / total);
+      if (share == 0 && budget) share = 1;
+      arm_range(addr, len, share);
+    }
+    armed_last_ = trap::armed();
+    scan_ns_ += os::monotonic_ns() - t0;
+  }
+
+  uint64_t faults() const noexcept override { return trap::touches() - touches_at_start_; }
+  uint64_t scan_ns() const noexcept override { return scan_ns_; }
+  void set_range_lock(const RangeLock& l) noexcept override {
+    std::lock_guard<std::mutex> guard(mu_);
+    lock_ = l;
+  }
+
+ private:
+  void owner_lock(uintptr_t a, size_t n) noexcept {
+    if (lock_.lock) lock_.lock(lock_.ctx, a, n);
+  }
+  void owner_unlock(uintptr_t a, size_t n) noexcept {
+    if (lock_.unlock) lock_.unlock(lock_.ctx, a, n);
+  }
+
+  uint64_t next() noexcept {  // xorshift64*
+    rng_ ^= rng_ >> 12;
+    rng_ ^= rng_ << 25;
+    rng_ ^= rng_ >> 27;
+    return rng_ * 0x2545f4914f6cdd1dull;
+  }
+
+  // Present (or swapped: still committed) runs of [a, a+n), into present_; false if the walk
+  // failed (then nothing is treated as present).
+  size_t present_runs(uintptr_t a, size_t n) noexcept {
+    uffd::ScanRequest req;
+    req.start = a;
+    req.end = a + n;
+    req.category_anyof = uffd::kPagePresent | uffd::kPageSwapped;
+    req.return_mask = uffd::kPagePresent;
+    size_t total = 0;
+    while (req.start < req.end && total < present_.size()) {
+      size_t got = 0;
+      uintptr_t walk_end = req.end;
+      if (uffd::pagemap_scan(pagemap_, req, present_.data() + total, present_.size() - total, &got, &walk_end))
+        return 0;
+      total += got;
+      if (total < present_.size() || walk_end <= req.start) break;
+      req.start = walk_end;
+    }
+    return total;
+  }
+
+  // Ends the period of one range under its owner's lock: touched pages to sink, untouched
+  // ones made accessible again where still present (restore), or forgotten (the mapping
+  // they were armed in was replaced).
+  void end_period(uintptr_t a, size_t n, HeatSink* sink, bool restore = true) noexcept {
+    size_t nt = 0, nu = 0;
+    owner_lock(a, n);
+    trap::stop(a, a + n, touched_.data(), touched_.size(), &nt, untouched_.data(), untouched_.size(), &nu);
+    if (nu && restore) {
+      const size_t np = present_runs(a, n);
+      size_t j = 0;
+      for (size_t i = 0; i < nu; ++i) {
+        const uintptr_t p = untouched_[i];
+        while (j < np && present_[j].end <= p) ++j;
+        if (j < np && present_[j].start <= p) trap::restore(p);
+      }
+    }
+    owner_unlock(a, n);
+    if (sink) {
+      const size_t ps = os::page_size();
+      for (size_t i = 0; i < nt; ++i) sink->touched(touched_[i], ps, AccessKind::kAny, 1);
+    }
+  }
+
+  // Arms up to want random pages of [a, a+n) that are read-write and present now.
+  void arm_range(uintptr_t a, size_t n, size_t want) noexcept {
+    if (!want) return;
+    const size_t ps = os::page_size();
+    owner_lock(a, n);
+    size_t nrw = 0;
+    int e = vmq::read_write_runs(a, a + n, rw_.data(), rw_.size(), &nrw);
+    if (e && e != ENOSPC) nrw = 0;
+    const size_t np = nrw ? present_runs(a, n) : 0;
+    // Candidates: present runs clipped to read-write runs (both ascending).
+    size_t nc = 0, i = 0, j = 0, pages = 0;
+    while (i < nrw && j < np && nc < cand_.size()) {
+      const uintptr_t b = std::max<uintptr_t>(rw_[i].begin, present_[j].start);
+      const uintptr_t en = std::min<uintptr_t>(rw_[i].end, present_[j].end);
+      if (b < en) {
+        cand_[nc++] = vmq::Run{b, en};
+        pages += (en - b) / ps;
+      }
+      if (rw_[i].end < present_[j].end)
+        ++i;
+      else
+        ++j;
+    }
+    if (pages) {
+      // k distinct page indexes in [0, pages), ascending: selection sampling (every page
+      // visited) when k is a large part of pages, otherwise random draws sorted (duplicates,
+      // about k*k/2/pages of them, are dropped).
+      size_t k = std::min({want, pages, picks_.size()});
+      if (k * 4 >= pages) {
+        size_t chosen = 0;
+        for (size_t idx = 0; idx < pages && chosen < k; ++idx)
+          if (next() % (pages - idx) < k - chosen) picks_[chosen++] = idx;
+        k = chosen;
+      } else {
+        for (size_t x = 0; x < k; ++x) picks_[x] = next() % pages;
+        std::sort(picks_.begin(), picks_.begin() + ptrdiff_t(k));
+      }
+      size_t run = 0, before = 0, last = SIZE_MAX;
+      for (size_t x = 0; x < k; ++x) {
+        const size_t idx = picks_[x];
+        if (idx == last) continue;
+        last = idx;
+        while ((cand_[run].end - cand_[run].begin) / ps + before <= idx) {
+          before += (cand_[run].end - cand_[run].begin) / ps;
+          ++run;
+        }
+        if (trap::arm(cand_[run].begin + (idx - before) * ps) == EBUSY) break;
+      }
+    }
+    owner_unlock(a, n);
+  }
+
+  SampleOptions opts_;
+  int pagemap_;
+  uint64_t rng_;
+  std::vector<vmq::Run> rw_;
+  std::vector<uffd::PageRun> present_;
+  std::vector<vmq::Run> cand_;
+  std::vector<uintptr_t> touched_, untouched_;
+  std::vector<size_t> picks_;
+  std::mutex mu_;
+  std::map<uintptr_t, size_t> ranges_;
+  RangeLock lock_;
+  uint64_t last_ns_ = 0, scan_ns_ = 0;
+  uint64_t touches_at_start_ = trap::touches();
+  size_t armed_last_ = 0;
+};
+
+}  // namespace
+
+MonitorAvailability detect_sample() {
+  MonitorAvailability a;
+  int pagemap = -1;
+  if (int e = uffd::open_pagemap(&pagemap)) {
+    a.reason = "open(/proc/self/pagemap) = " + errno_name(e) + " (needed to find present pages)";
+    return a;
+  }
+  os::prim::close_fd(pagemap);
+  a.available = true;
+  a.reason =
+      "mprotect(PROT_NONE) on a bounded random sample of present read-write pages, first touches counted by the "
+      "shared SIGSEGV handler (reads and writes); opt-in: a system call writing an armed page gets EFAULT";
+  return a;
+}
+
+std::unique_ptr<Monitor> make_sample_monitor(const SampleOptions& options, std::string* why_not) {
+  bool expected = false;
+  if (!g_exists.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) {
+    if (why_not) *why_not = "a sample monitor already exists in this process (the trap table is process-wide)";
+    return nullptr;
+  }
+  int pagemap = -1;
+  if (int e = uffd::open_pagemap(&pagemap)) {
+    g_exists.store(false, std::memory_order_release);
+    if (why_not) *why_not = "open(/proc/self/pagemap) = " + errno_name(e);
+    return nullptr;
+  }
+  try {
+    return std::make_unique<SampleMonitor>(options, pagemap);
+  } catch (...) {
+    g_exists.store(false, std::memory_order_release);
+    os::prim::close_fd(pagemap);
+    if (why_not) *why_not = "out of memory";
+    return nullptr;
+  }
+}
+
+}  // namespace cxlpool::detail::tiering

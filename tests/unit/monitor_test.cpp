@@ -1,0 +1,601 @@
+// SPDX-License-Identifier: MIT
+// Hotness monitors (lib/tiering/monitor_*.cpp): every kind is detected with a reason; each
+// available monitor finds a synthetic hot set in anonymous, memfd private and memfd shared
+// memory (precision and recall printed); pagemap_scan lets system calls write watched pages,
+// survives a mapping replaced under it and leaves unwatched memory as it was; sample never
+// touches PROT_NONE or decommitted pages, passes foreign faults on, keeps out of write fences;
+// a forked child is unaffected by either.
+#include "tiering/monitor.hpp"
+
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "os/vm_query.hpp"
+#include "os/write_fence.hpp"
+#include "test_support.hpp"
+#include "tiering/monitor_sample.hpp"
+
+using namespace cxlpool::detail::tiering;
+namespace vmq = cxlpool::os::vm_query;
+
+namespace {
+
+constexpr size_t kMiB = size_t(1) << 20;
+const size_t kPage = size_t(sysconf(_SC_PAGESIZE));
+
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kTsan = true;
+#else
+constexpr bool kTsan = false;
+#endif
+
+// Records touched pages relative to a base.
+struct PageSink final : HeatSink {
+  uintptr_t base = 0;
+  size_t len = 0;
+  std::set<size_t> pages;  // page indexes inside [base, base+len)
+  size_t outside = 0, calls = 0;
+  AccessKind last_kind = AccessKind::kAny;
+  void touched(uintptr_t addr, size_t n, AccessKind kind, uint32_t) noexcept override {
+    ++calls;
+    last_kind = kind;
+    for (uintptr_t p = addr; p < addr + n; p += kPage) {
+      if (p >= base && p < base + len)
+        pages.insert((p - base) / kPage);
+      else
+        ++outside;
+    }
+  }
+  void reset() {
+    pages.clear();
+    outside = calls = 0;
+  }
+};
+
+struct Mapping {
+  std::string kind;
+  char* p = nullptr;
+  size_t len = 0;
+  int fd = -1;
+  Mapping(std::string k, size_t n) : kind(std::move(k)), len(n) {
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+    if (kind != "anonymous") {
+      fd = memfd_create(("monitor-test-" + kind).c_str(), MFD_CLOEXEC);
+      REQUIRE(fd >= 0);
+      REQUIRE(ftruncate(fd, off_t(n)) == 0);
+      flags = kind == "memfd shared" ? MAP_SHARED : MAP_PRIVATE;
+    }
+    void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, flags, fd, 0);
+    REQUIRE(m != MAP_FAILED);
+    p = static_cast<char*>(m);
+  }
+  ~Mapping() {
+    munmap(p, len);
+    if (fd >= 0) close(fd);
+  }
+  uintptr_t addr() const { return reinterpret_cast<uintptr_t>(p); }
+};
+
+std::vector<size_t> hot_set(size_t pages, double fraction, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<size_t> all(pages);
+  for (size_t i = 0; i < pages; ++i) all[i] = i;
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(size_t(double(pages) * fraction));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+struct Score {
+  double precision = 0, recall = 0;
+};
+Score score(const std::set<size_t>& reported, const std::vector<size_t>& hot) {
+  size_t hits = 0;
+  for (size_t h : hot) hits += reported.count(h);
+  Score s;
+  s.precision = reported.empty() ? 1.0 : double(hits) / double(reported.size());
+  s.recall = hot.empty() ? 1.0 : double(hits) / double(hot.size());
+  return s;
+}
+
+// Protections of [p, p+len) page by page: 'w' read-write, '-' anything else.
+std::string protections(const void* p, size_t len) {
+  std::string out(len / kPage, '-');
+  std::vector<vmq::Run> runs(4096);
+  size_t n = 0;
+  auto a = reinterpret_cast<uintptr_t>(p);
+  REQUIRE(vmq::read_write_runs(a, a + len, runs.data(), runs.size(), &n) == 0);
+  for (size_t i = 0; i < n; ++i)
+    for (uintptr_t q = runs[i].begin; q < runs[i].end; q += kPage) out[(q - a) / kPage] = 'w';
+  return out;
+}
+
+const char* const kKinds[] = {"anonymous", "memfd private", "memfd shared"};
+
+}  // namespace
+
+TEST_CASE("detection: every kind appears, in order, with a non-empty reason", "[unit][monitor]") {
+  auto all = detect_monitors();
+  const char* names[] = {"hint", "pagemap_scan", "sample", "damon", "perf", "numa_balancing"};
+  REQUIRE(all.size() == 6);
+  for (size_t i = 0; i < all.size(); ++i) {
+    CHECK(all[i].name == names[i]);
+    CHECK(!all[i].availability.reason.empty());
+    WARN(all[i].name << ": " << (all[i].availability.available ? "available" : "unavailable") << ": "
+                     << all[i].availability.reason);
+  }
+  CHECK(all[0].availability.available);
+  CHECK(all[0].availability.reason == "explicit cxlpool_hint_access/cxlpool_pin calls");
+  std::string why;
+  CHECK(make_monitor("hint", &why) == nullptr);
+  CHECK(why.find("engine owns hints") != std::string::npos);
+  for (const char* k : {"damon", "perf", "numa_balancing", "nonsense"}) {
+    why.clear();
+    CHECK(make_monitor(k, &why) == nullptr);
+    CHECK(!why.empty());
+  }
+  // Whatever is available can be made, and what cannot be made says why.
+  for (const auto& m : all) {
+    if (m.name == "hint" || m.name == "damon" || m.name == "perf" || m.name == "numa_balancing") continue;
+    why.clear();
+    auto mon = make_monitor(m.name, &why);
+    CHECK((mon != nullptr) == m.availability.available);
+    if (!mon) CHECK(!why.empty());
+  }
+}
+
+TEST_CASE("pagemap_scan: exact written pages of a synthetic hot set", "[unit][monitor]") {
+  std::string why;
+  auto mon = make_monitor("pagemap_scan", &why);
+  if (!mon) CXLPOOL_SKIP("pagemap_scan unavailable: " + why);
+  CHECK(std::string(mon->name()) == "pagemap_scan");
+  CHECK(mon->sees() == AccessKind::kWrite);
+  for (const char* kind : kKinds) {
+    Mapping m(kind, 64 * kMiB);
+    const size_t pages = m.len / kPage;
+    memset(m.p, 1, m.len / 2);  // half present before watching, half not yet
+    REQUIRE(mon->watch(m.addr(), m.len) == 0);
+    PageSink sink;
+    sink.base = m.addr();
+    sink.len = m.len;
+    mon->collect(sink);
+    CHECK(sink.pages.empty());  // nothing written since watch()
+    double worst_p = 1, worst_r = 1;
+    for (unsigned interval = 0; interval < 5; ++interval) {
+      auto hot = hot_set(pages, 0.10, interval);
+      for (size_t h : hot) m.p[h * kPage + (interval * 64) % kPage] = char(interval);
+      sink.reset();
+      mon->collect(sink);
+      Score s = score(sink.pages, hot);
+      worst_p = std::min(worst_p, s.precision);
+      worst_r = std::min(worst_r, s.recall);
+      CHECK(sink.outside == 0);
+      CHECK(sink.last_kind == AccessKind::kWrite);
+    }
+    WARN("pagemap_scan, " << kind << ", 64 MiB, hot set 10% rewritten in 5 intervals: precision " << worst_p
+                          << ", recall " << worst_r << " (worst interval)");
+    CHECK(worst_p == 1.0);
+    CHECK(worst_r == 1.0);
+    // Reads are not writes.
+    volatile char sum = 0;
+    for (size_t i = 0; i < m.len; i += kPage) sum = char(sum + m.p[i]);
+    sink.reset();
+    mon->collect(sink);
+    CHECK(sink.pages.empty());
+    mon->unwatch(m.addr(), m.len);
+  }
+  CHECK(mon->faults() > 0);
+  CHECK(mon->scan_ns() > 0);
+}
+
+TEST_CASE("pagemap_scan: system calls write watched pages (read(2) from a pipe)", "[unit][monitor]") {
+  std::string why;
+  auto mon = make_monitor("pagemap_scan", &why);
+  if (!mon) CXLPOOL_SKIP("pagemap_scan unavailable: " + why);
+  for (const char* kind : kKinds) {
+    Mapping m(kind, 4 * kMiB);
+    memset(m.p, 0, kPage);  // one page present, the target page not yet (both cases)
+    REQUIRE(mon->watch(m.addr(), m.len) == 0);
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    const char msg[] = "written by the kernel";
+    for (size_t page : {size_t(0), size_t(7)}) {
+      REQUIRE(write(fds[1], msg, sizeof msg) == ssize_t(sizeof msg));
+      ssize_t r = read(fds[0], m.p + page * kPage + 100, sizeof msg);
+      INFO(kind << " page " << page << ": read = " << r << " errno " << errno);
+      CHECK(r == ssize_t(sizeof msg));
+      CHECK(memcmp(m.p + page * kPage + 100, msg, sizeof msg) == 0);
+    }
+    close(fds[0]);
+    close(fds[1]);
+    PageSink sink;
+    sink.base = m.addr();
+    sink.len = m.len;
+    mon->collect(sink);
+    CHECK(sink.pages == std::set<size_t>{0, 7});
+    mon->unwatch(m.addr(), m.len);
+  }
+}
+
+TEST_CASE("pagemap_scan: reservations with PROT_NONE parts, and THP", "[unit][monitor]") {
+  std::string why;
+  auto mon = make_monitor("pagemap_scan", &why);
+  if (!mon) CXLPOOL_SKIP("pagemap_scan unavailable: " + why);
+  // A reservation: PROT_NONE, its first half committed (read-write), its last quarter
+  // committed then decommitted as the device layer does (DONTNEED, then PROT_NONE).
+  const size_t len = 16 * kMiB;
+  char* p = static_cast<char*>(mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  REQUIRE(p != MAP_FAILED);
+  REQUIRE(mprotect(p, len / 2, PROT_READ | PROT_WRITE) == 0);
+  REQUIRE(mprotect(p + 3 * len / 4, len / 4, PROT_READ | PROT_WRITE) == 0);
+  memset(p + 3 * len / 4, 5, len / 4);
+  REQUIRE(madvise(p + 3 * len / 4, len / 4, MADV_DONTNEED) == 0);
+  REQUIRE(mprotect(p + 3 * len / 4, len / 4, PROT_NONE) == 0);
+  const std::string before = protections(p, len);
+  REQUIRE(mon->watch(reinterpret_cast<uintptr_t>(p), len) == 0);
+  CHECK(protections(p, len) == before);
+  p[0] = 1;
+  p[len / 2 - 1] = 1;
+  // Commit a page of the PROT_NONE part while watched and write it.
+  REQUIRE(mprotect(p + len / 2, kPage, PROT_READ | PROT_WRITE) == 0);
+  p[len / 2] = 1;
+  PageSink sink;
+  sink.base = reinterpret_cast<uintptr_t>(p);
+  sink.len = len;
+  mon->collect(sink);
+  CHECK(sink.pages == std::set<size_t>{0, len / 2 / kPage - 1, len / 2 / kPage});
+  mon->unwatch(reinterpret_cast<uintptr_t>(p), len);
+  munmap(p, len);
+
+  // THP: a 2 MiB-aligned huge page is split at the first write after a protection.
+  const size_t tlen = 8 * kMiB;
+  char* raw =
+      static_cast<char*>(mmap(nullptr, tlen + 2 * kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(raw != MAP_FAILED);
+  char* t = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(raw) + 2 * kMiB - 1) & ~(2 * kMiB - 1));
+  madvise(t, tlen, MADV_HUGEPAGE);
+  memset(t, 1, tlen);
+  REQUIRE(mon->watch(reinterpret_cast<uintptr_t>(t), tlen) == 0);
+  for (size_t i = 0; i < tlen; i += 2 * kMiB) t[i + 3 * kPage] = 2;  // one 4 KiB page per 2 MiB
+  sink.reset();
+  sink.base = reinterpret_cast<uintptr_t>(t);
+  sink.len = tlen;
+  mon->collect(sink);
+  std::set<size_t> want;
+  for (size_t i = 0; i < tlen; i += 2 * kMiB) want.insert(i / kPage + 3);
+  CHECK(sink.pages == want);  // 4 KiB resolution, whatever THP did
+  mon->unwatch(reinterpret_cast<uintptr_t>(t), tlen);
+  munmap(raw, tlen + 2 * kMiB);
+}
+
+TEST_CASE("pagemap_scan: a mapping replaced by mremap is re-armed; unwatched memory is left as it was",
+          "[unit][monitor]") {
+  std::string why;
+  auto mon = make_monitor("pagemap_scan", &why);
+  if (!mon) CXLPOOL_SKIP("pagemap_scan unavailable: " + why);
+  Mapping a("anonymous", 8 * kMiB), b("memfd private", 8 * kMiB);
+  memset(a.p, 1, a.len);
+  memset(b.p, 2, b.len);
+  REQUIRE(mon->watch(a.addr(), a.len) == 0);
+  REQUIRE(mon->watch(b.addr(), b.len) == 0);
+  // Replace a's mapping as rebind does: a staged copy mremap'd over it.
+  auto replace = [&] {
+    void* staged = mmap(nullptr, a.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(staged != MAP_FAILED);
+    memcpy(staged, a.p, a.len);
+    REQUIRE(mremap(staged, a.len, a.len, MREMAP_MAYMOVE | MREMAP_FIXED, a.p) == a.p);
+  };
+  replace();
+  PageSink sa, sb;
+  sa.base = a.addr();
+  sa.len = a.len;
+  sb.base = b.addr();
+  sb.len = b.len;
+  struct Both final : HeatSink {
+    PageSink *x, *y;
+    void touched(uintptr_t ad, size_t n, AccessKind k, uint32_t w) noexcept override {
+      (ad >= x->base && ad < x->base + x->len ? x : y)->touched(ad, n, k, w);
+    }
+  } both;
+  both.x = &sa;
+  both.y = &sb;
+  // Not watched again: the other range still reports exactly; the replaced one is registered
+  // again by collect (its present pages count as written once), then exact.
+  b.p[5 * kPage] = 9;
+  a.p[3 * kPage] = 9;
+  mon->collect(both);
+  CHECK(sb.pages == std::set<size_t>{5});
+  CHECK(sa.pages.count(3) == 1);
+  sa.reset();
+  sb.reset();
+  a.p[4 * kPage] = 9;
+  mon->collect(both);
+  CHECK(sa.pages == std::set<size_t>{4});
+  CHECK(sb.pages.empty());
+  // Replaced again and watched again (what the engine does after a move): exact at once.
+  replace();
+  REQUIRE(mon->watch(a.addr(), a.len) == 0);
+  a.p[6 * kPage] = 9;
+  sa.reset();
+  mon->collect(both);
+  CHECK(sa.pages == std::set<size_t>{6});
+  // An unmapped range does not make collect fail for the others.
+  Mapping c("anonymous", 4 * kMiB);
+  REQUIRE(mon->watch(c.addr(), c.len) == 0);
+  REQUIRE(munmap(c.p, c.len) == 0);
+  REQUIRE(mmap(c.p, c.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == c.p);
+  munmap(c.p, c.len);  // a hole now
+  b.p[7 * kPage] = 9;
+  sb.reset();
+  mon->collect(both);
+  CHECK(sb.pages == std::set<size_t>{7});
+  mon->unwatch(c.addr(), c.len);
+  c.p = static_cast<char*>(mmap(c.p, c.len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));  // for ~Mapping
+  // Unwatched: contents and protections exactly as they were, writes are plain writes.
+  const std::string prot_a = protections(a.p, a.len);
+  mon->unwatch(a.addr(), a.len);
+  mon->unwatch(b.addr(), b.len);
+  CHECK(protections(a.p, a.len) == prot_a);
+  for (size_t i = 0; i < a.len; ++i) {
+    const char want = (i == 3 * kPage || i == 4 * kPage || i == 6 * kPage) ? 9 : 1;
+    if (a.p[i] != want) FAIL("a[" << i << "] = " << int(a.p[i]));
+  }
+  for (size_t i = 0; i < b.len; ++i) {
+    const char want = (i == 5 * kPage || i == 7 * kPage) ? 9 : 2;
+    if (b.p[i] != want) FAIL("b[" << i << "] = " << int(b.p[i]));
+  }
+  memset(a.p, 3, a.len);
+  memset(b.p, 3, b.len);
+}
+
+TEST_CASE("sample: finds a synthetic hot set (reads and writes)", "[unit][monitor]") {
+  if (kTsan) {
+    WARN("skipped under ThreadSanitizer: sample traps synchronise through page protection and SIGSEGV");
+    return;
+  }
+  SampleOptions o;
+  o.fault_cost_ns = 1;  // no time cap here: max_pages armed per collect
+  o.max_pages = 2048;
+  std::string why;
+  auto mon = make_sample_monitor(o, &why);
+  REQUIRE(mon != nullptr);
+  CHECK(mon->sees() == AccessKind::kAny);
+  for (const char* kind : kKinds) {
+    Mapping m(kind, 64 * kMiB);
+    const size_t pages = m.len / kPage;
+    memset(m.p, 1, m.len);
+    REQUIRE(mon->watch(m.addr(), m.len) == 0);
+    PageSink sink;
+    sink.base = m.addr();
+    sink.len = m.len;
+    auto hot = hot_set(pages, 0.10, 42);
+    mon->collect(sink);  // arms the first sample
+    std::set<size_t> seen;
+    double worst_p = 1;
+    const unsigned kIntervals = 10;
+    volatile char sum = 0;
+    for (unsigned interval = 0; interval < kIntervals; ++interval) {
+      for (size_t i = 0; i < hot.size(); ++i) {
+        char* q = m.p + hot[i] * kPage + 8;
+        if (i & 1)
+          *q = char(interval);  // writes
+        else
+          sum = char(sum + *q);  // reads
+      }
+      sink.reset();
+      mon->collect(sink);
+      worst_p = std::min(worst_p, score(sink.pages, hot).precision);
+      CHECK(sink.outside == 0);
+      seen.insert(sink.pages.begin(), sink.pages.end());
+    }
+    const double f = double(o.max_pages) / double(pages);
+    const double expected = 1.0 - std::pow(1.0 - f, kIntervals);
+    const Score s = score(seen, hot);
+    WARN("sample, " << kind << ", 64 MiB, hot set 10%, " << o.max_pages << " pages armed per interval, " << kIntervals
+                    << " intervals: precision " << worst_p << " (worst interval), recall " << s.recall
+                    << " (union; expected " << expected << " from the sample size)");
+    CHECK(worst_p == 1.0);
+    CHECK(s.recall >= 0.8 * expected);
+    mon->unwatch(m.addr(), m.len);
+    CHECK(protections(m.p, m.len) == std::string(pages, 'w'));
+  }
+  CHECK(mon->faults() > 0);
+}
+
+TEST_CASE("sample: never changes a PROT_NONE or decommitted page, and takes the owner's lock", "[unit][monitor]") {
+  if (kTsan) {
+    WARN("skipped under ThreadSanitizer: sample traps synchronise through page protection and SIGSEGV");
+    return;
+  }
+  SampleOptions o;
+  o.fault_cost_ns = 1;
+  o.max_pages = 4096;
+  std::string why;
+  auto mon = make_sample_monitor(o, &why);
+  REQUIRE(mon != nullptr);
+  struct Owner {
+    std::mutex mu;
+    int locks = 0, unlocks = 0;
+    bool held = false;
+  } owner;
+  RangeLock rl;
+  rl.ctx = &owner;
+  rl.lock = [](void* c, uintptr_t, size_t) noexcept {
+    auto* o2 = static_cast<Owner*>(c);
+    o2->mu.lock();
+    o2->held = true;
+    ++o2->locks;
+  };
+  rl.unlock = [](void* c, uintptr_t, size_t) noexcept {
+    auto* o2 = static_cast<Owner*>(c);
+    o2->held = false;
+    ++o2->unlocks;
+    o2->mu.unlock();
+  };
+  mon->set_range_lock(rl);
+  // A reservation of 1,024 pages: the first half committed and touched, the second PROT_NONE.
+  const size_t len = 4 * kMiB, pages = len / kPage;
+  char* p = static_cast<char*>(mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0));
+  REQUIRE(p != MAP_FAILED);
+  REQUIRE(mprotect(p, len / 2, PROT_READ | PROT_WRITE) == 0);
+  memset(p, 1, len / 2);
+  REQUIRE(mon->watch(reinterpret_cast<uintptr_t>(p), len) == 0);
+  PageSink sink;
+  mon->collect(sink);  // arms up to every present read-write page: the first half
+  CHECK(owner.locks > 0);
+  CHECK(owner.locks == owner.unlocks);
+  const std::string armed = protections(p, len);
+  CHECK(armed.substr(pages / 2) == std::string(pages / 2, '-'));
+  const size_t n_armed = size_t(std::count(armed.begin(), armed.end(), '-')) - pages / 2;
+  CHECK(n_armed == pages / 2);  // max_pages >= the present pages: all of them
+  // The owner decommits the second quarter under its lock, as the device layer does.
+  {
+    std::lock_guard<std::mutex> g(owner.mu);
+    REQUIRE(madvise(p + len / 4, len / 4, MADV_DONTNEED) == 0);
+    REQUIRE(mprotect(p + len / 4, len / 4, PROT_NONE) == 0);
+  }
+  p[0] = 7;  // a first touch
+  sink.reset();
+  sink.base = reinterpret_cast<uintptr_t>(p);
+  sink.len = len;
+  mon->unwatch(reinterpret_cast<uintptr_t>(p), len);
+  const std::string after = protections(p, len);
+  CHECK(after.substr(0, pages / 4) == std::string(pages / 4, 'w'));       // restored
+  CHECK(after.substr(pages / 4) == std::string(pages - pages / 4, '-'));  // decommitted and reserved: untouched
+  CHECK(p[0] == 7);
+  CHECK(p[kPage] == 1);
+  munmap(p, len);
+}
+
+namespace {
+sigjmp_buf g_jump;
+volatile sig_atomic_t g_program_handler_ran = 0;
+void program_handler(int) {
+  g_program_handler_ran = 1;
+  siglongjmp(g_jump, 1);
+}
+}  // namespace
+
+TEST_CASE("sample: foreign faults reach the program's handler; write fences are never armed", "[unit][monitor]") {
+  if (kTsan) {
+    WARN("skipped under ThreadSanitizer: sample traps synchronise through page protection and SIGSEGV");
+    return;
+  }
+  struct sigaction ours {
+  }, saved{};
+  ours.sa_handler = program_handler;
+  sigemptyset(&ours.sa_mask);
+  REQUIRE(sigaction(SIGSEGV, &ours, &saved) == 0);
+  SampleOptions o;
+  o.fault_cost_ns = 1;
+  o.max_pages = 4096;
+  std::string why;
+  auto mon = make_sample_monitor(o, &why);
+  REQUIRE(mon != nullptr);
+  Mapping m("anonymous", 4 * kMiB);
+  memset(m.p, 1, m.len);
+  // A fence over the first half (read-only while its bytes would move).
+  int slot = -1;
+  REQUIRE(cxlpool::os::write_fence::raise(m.p, m.len / 2, &slot) == 0);
+  REQUIRE(mprotect(m.p, m.len / 2, PROT_READ) == 0);
+  REQUIRE(mon->watch(m.addr(), m.len) == 0);
+  PageSink sink;
+  mon->collect(sink);  // arms: the handler is ours now, in front of the program's
+  // Fenced pages are read-only, not read-write: never candidates, never armed.
+  const size_t pages = m.len / kPage;
+  std::string prot = protections(m.p, m.len);
+  CHECK(prot.substr(pages / 2) == std::string(pages / 2, '-'));  // every writable page armed
+  volatile char sum = 0;
+  for (size_t i = 0; i < m.len / 2; i += kPage) sum = char(sum + m.p[i]);  // fenced pages stay readable
+  // A foreign fault goes to the program's handler.
+  void* guard = mmap(nullptr, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(guard != MAP_FAILED);
+  g_program_handler_ran = 0;
+  if (sigsetjmp(g_jump, 1) == 0) *static_cast<volatile char*>(guard) = 1;
+  CHECK(g_program_handler_ran == 1);
+  // Sampled pages still work with the program's handler behind ours.
+  m.p[m.len / 2 + 5 * kPage] = 3;
+  CHECK(g_program_handler_ran == 1);
+  sink.reset();
+  sink.base = m.addr();
+  sink.len = m.len;
+  mon->collect(sink);
+  CHECK(sink.pages.count(pages / 2 + 5) == 1);
+  REQUIRE(mprotect(m.p, m.len / 2, PROT_READ | PROT_WRITE) == 0);
+  cxlpool::os::write_fence::lift(slot);
+  mon->unwatch(m.addr(), m.len);
+  CHECK(protections(m.p, m.len) == std::string(pages, 'w'));
+  munmap(guard, kPage);
+  REQUIRE(sigaction(SIGSEGV, &saved, nullptr) == 0);
+}
+
+TEST_CASE("fork without exec while monitors are active: the child writes everything", "[unit][monitor]") {
+  std::string why;
+  auto scan = make_monitor("pagemap_scan", &why);
+  std::unique_ptr<Monitor> sample;
+  if (!kTsan) {
+    SampleOptions o;
+    o.fault_cost_ns = 1;
+    sample = make_sample_monitor(o, &why);
+    REQUIRE(sample != nullptr);
+  } else {
+    WARN("sample part skipped under ThreadSanitizer: sample traps synchronise through page protection and SIGSEGV");
+  }
+  if (!scan && !sample) CXLPOOL_SKIP("no monitor to fork under: " + why);
+  std::vector<std::unique_ptr<Mapping>> maps;
+  for (const char* kind : kKinds) {
+    maps.push_back(std::make_unique<Mapping>(kind, 8 * kMiB));
+    memset(maps.back()->p, 1, maps.back()->len);
+    if (scan) REQUIRE(scan->watch(maps.back()->addr(), maps.back()->len) == 0);
+    if (sample) REQUIRE(sample->watch(maps.back()->addr(), maps.back()->len) == 0);
+  }
+  PageSink sink;
+  if (scan) scan->collect(sink);
+  if (sample) sample->collect(sink);  // pages armed at fork time
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(30);
+    for (auto& m : maps) {
+      for (size_t i = 0; i < m->len; i += 512) m->p[i] = char(m->p[i] + 1);
+      int fds[2];
+      if (pipe(fds) != 0) _exit(3);
+      if (write(fds[1], "x", 1) != 1 || read(fds[0], m->p + 3 * kPage, 1) != 1) _exit(4);
+    }
+    for (auto& m : maps)
+      for (size_t i = 0; i < m->len; i += 512)
+        if (i != 3 * kPage && m->p[i] != 2) _exit(5);
+    _exit(0);
+  }
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("child status " << status);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  // The parent's monitors go on: shared memory shows the child's writes, private does not.
+  if (scan) {
+    sink.reset();
+    sink.base = maps[0]->addr();
+    sink.len = maps[0]->len;
+    maps[0]->p[kPage] = 5;
+    scan->collect(sink);
+    CHECK(sink.pages.count(1) == 1);
+  }
+  for (auto& m : maps) {
+    if (scan) scan->unwatch(m->addr(), m->len);
+    if (sample) sample->unwatch(m->addr(), m->len);
+  }
+  CHECK(maps[2]->p[0] == 2);  // memfd shared: the child's write
+  CHECK(maps[1]->p[512] == 1);
+}
