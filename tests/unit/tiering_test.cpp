@@ -348,3 +348,55 @@ TEST_CASE("a fork child keeps moved memory and runs no engine", "[tiering]") {
   cxlpool_free(p);
   cxlpool_pool_destroy(pool);
 }
+
+TEST_CASE("the engine finds a written hot set with pagemap_scan and promotes it", "[tiering]") {
+  if (cxlpool_tiering_start("monitors=pagemap_scan,interval=20ms,budget=1GB/s,min_residence=200ms,halflife=100ms") !=
+      CXLPOOL_OK)
+    CXLPOOL_SKIP(std::string("pagemap_scan unavailable: ") + cxlpool_last_error_message());
+  Topo t("fast:backing=shm,size=32M,tier=0;slow:backing=shm,size=512M,tier=1");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  constexpr int kUnits = 16;
+  std::vector<unsigned char*> unit;
+  for (int i = 0; i < kUnits; ++i) {
+    auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
+    REQUIRE(p);
+    fill(p, 3 * kMiB, unsigned(i));
+    unit.push_back(p);
+  }
+  std::atomic<int> hot_first{4};
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    uint64_t x = 1;
+    while (!stop.load(std::memory_order_relaxed)) {
+      int first = hot_first.load(std::memory_order_relaxed);
+      for (int i = first; i < first + 3; ++i)
+        for (size_t off = 128; off < 3 * kMiB; off += 4096) unit[size_t(i)][off] = static_cast<unsigned char>(x++);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  auto wait_for = [&](int first) {
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < until) {
+      int n = 0;
+      for (int i = first; i < first + 3; ++i) n += info_of(unit[size_t(i)]).tier == 0;
+      if (n == 3) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  };
+  CHECK(wait_for(4));
+  hot_first = 10;
+  CHECK(wait_for(10));
+  stop = true;
+  writer.join();
+  std::string json = tiering_json();
+  INFO(json);
+  CHECK(counter(json, "pgpromote_success") >= 6 * 3 * kMiB / 4096);
+  // Cold units were never promoted: only hot ones went up (3 + 3, and maybe back down).
+  for (int i = 0; i < kUnits; ++i)
+    if (i < 4 || (i >= 7 && i < 10) || i >= 13) CHECK(info_of(unit[size_t(i)]).tier == 1);
+  for (int i = 0; i < kUnits; ++i) CHECK(holds(unit[size_t(i)], 128, unsigned(i)));
+  cxlpool_tiering_stop();
+  for (auto* p : unit) cxlpool_free(p);
+  cxlpool_pool_destroy(pool);
+}
