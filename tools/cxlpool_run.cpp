@@ -26,10 +26,14 @@
 namespace {
 
 const char* kUsage =
-    "usage: cxlpool-run [--devices SPEC] [--policy SPEC] [--stats[=FILE]] [--preload LIB] [--] PROGRAM [ARGS...]\n"
+    "usage: cxlpool-run [--devices SPEC] [--policy SPEC] [--tiering[=SPEC]] [--stats[=FILE]] [--preload LIB] [--] "
+    "PROGRAM\n"
+    "       [ARGS...]\n"
     "Runs PROGRAM with its malloc and operator new served by cxlpool (LD_PRELOAD of libcxlpool_preload.so).\n"
     "  --devices SPEC   devices, as CXLPOOL_DEVICES (docs/config.md)\n"
     "  --policy SPEC    placement policy, as CXLPOOL_POLICY (docs/policy.md), e.g. threshold:size=1M,tier=far\n"
+    "  --tiering[=SPEC] run the tiering engine, as CXLPOOL_TIERING (docs/tiering.md), e.g.\n"
+    "                   budget=200MB/s,interval=100ms; a bad SPEC is reported by the program's interposer\n"
     "  --stats[=FILE]   print per-device statistics at exit (stderr, or FILE)\n"
     "  --preload LIB    the interposer library to use (default: next to this tool, then the install path)\n";
 
@@ -95,7 +99,7 @@ bool is_static_elf(const std::string& path, bool& is_elf) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string devices, policy, stats, preload;
+  std::string devices, policy, stats, preload, tiering;
   bool have_devices = false, have_policy = false;
   int i = 1;
   for (; i < argc; ++i) {
@@ -122,6 +126,14 @@ int main(int argc, char** argv) {
       stats = a.substr(8);
       if (stats.empty()) {
         std::fprintf(stderr, "cxlpool-run: --stats= needs a file name\n");
+        return 2;
+      }
+    } else if (a == "--tiering") {
+      tiering = "on";
+    } else if (a.rfind("--tiering=", 0) == 0) {
+      tiering = a.substr(10);
+      if (tiering.empty()) {
+        std::fprintf(stderr, "cxlpool-run: --tiering= needs a specification (or use --tiering)\n");
         return 2;
       }
     } else if (a == "--preload") {
@@ -172,6 +184,7 @@ int main(int argc, char** argv) {
   if (have_devices) setenv("CXLPOOL_DEVICES", devices.c_str(), 1);
   if (have_policy) setenv("CXLPOOL_POLICY", policy.c_str(), 1);
   if (!stats.empty()) setenv("CXLPOOL_STATS", stats.c_str(), 1);
+  if (!tiering.empty()) setenv("CXLPOOL_TIERING", tiering.c_str(), 1);
   execv(path.c_str(), argv + i);
   int err = errno;
   std::fprintf(stderr, "cxlpool-run: cannot execute %s: %s\n", path.c_str(), std::strerror(err));

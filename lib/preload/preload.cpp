@@ -24,6 +24,7 @@
 #include "config/options.hpp"
 #include "os/prim.hpp"
 #include "preload/internal_heap.hpp"
+#include "tiering/engine.hpp"
 #include "topology/model.hpp"
 
 // glibc's own entry points (exported by libc.so.6), for pointers cxlpool did not allocate.
@@ -129,6 +130,7 @@ void atfork_prepare() {
   }
   Busy busy;
   pthread_mutex_lock(&g_init_mu);
+  cxlpool::detail::tiering::fork_prepare();
   A::fork_prepare();
   internal_lock();
 }
@@ -140,6 +142,7 @@ void atfork_parent() {
   Busy busy;
   internal_unlock();
   A::fork_parent();
+  cxlpool::detail::tiering::fork_parent();
   pthread_mutex_unlock(&g_init_mu);
 }
 void atfork_child() {
@@ -149,11 +152,13 @@ void atfork_child() {
     internal_reset_lock();
     g_init_mu = PTHREAD_MUTEX_INITIALIZER;
     A::fork_child_after_reentrant_fork();
+    cxlpool::detail::tiering::after_fork_child();
     return;
   }
   Busy busy;
   internal_unlock();
   A::fork_child();
+  cxlpool::detail::tiering::after_fork_child();
   pthread_mutex_unlock(&g_init_mu);
 }
 
@@ -171,11 +176,18 @@ __attribute__((constructor)) void register_fork_handlers() {
 void initialise() noexcept {
   Busy busy;
   std::string problem;
+  // Background threads (the purger, the tiering engine) allocate from the internal heap.
+  A::set_internal_scope_hooks(enter_internal, leave_internal);
   try {
     try {
       A::configure_from_environment();
     } catch (const Failure& f) {
       say("cxlpool: %s; using its default", f.what());  // a bad process option: defaults for it
+    }
+    try {
+      cxlpool::detail::tiering::start_from_environment();  // before the pool: 4 MiB units
+    } catch (const Failure& f) {
+      say("cxlpool: %s; tiering is off", f.what());
     }
     try {
       // No hwloc here: it would add tens of milliseconds to every program's start, and sysfs
@@ -228,7 +240,6 @@ void initialise() noexcept {
       }
       std::atexit(print_stats);
     }
-  A::set_internal_scope_hooks(enter_internal, leave_internal);
   g_state.store(kReady, std::memory_order_release);
 }
 

@@ -61,7 +61,13 @@ std::string format_fraction(double v) {
   return buf;
 }
 
-const std::set<std::string_view> kMonitorNames = {"hint", "pagemap_scan", "sample", "damon", "perf", "numa_balancing"};
+// Constant-initialised: the interposer parses CXLPOOL_TIERING before dynamic initialisers run.
+constexpr std::string_view kMonitorNames[] = {"hint", "pagemap_scan", "sample", "damon", "perf", "numa_balancing"};
+bool known_monitor(std::string_view m) {
+  for (std::string_view k : kMonitorNames)
+    if (k == m) return true;
+  return false;
+}
 
 }  // namespace
 
@@ -141,7 +147,7 @@ Config parse_config(std::string_view text, const char* origin) {
       c.monitors.clear();
       for (std::string_view m : split(value, '+')) {
         m = trim(m);
-        if (!kMonitorNames.count(m))
+        if (!known_monitor(m))
           bad("unknown monitor '" + std::string(m) + "' (hint, pagemap_scan, sample, damon, perf, numa_balancing)");
         for (const std::string& have : c.monitors)
           if (have == m) bad("monitor '" + std::string(m) + "' listed twice");

@@ -40,12 +40,20 @@ struct Pin {
   int tier;
 };
 
-// Pins outlive engine restarts; hints are dropped when no engine runs.
+// Pins outlive engine restarts; hints are dropped when no engine runs. The mutexes are
+// constant-initialised; the containers are made on first use, because the interposer may
+// start the engine before this library's dynamic initialisers have run.
 std::mutex g_pins_mu;
-std::map<uintptr_t, Pin> g_pins;
 std::mutex g_hints_mu;
-std::vector<Hint> g_hints;
 uint64_t g_hints_dropped = 0;
+std::map<uintptr_t, Pin>& pins_table() {
+  static auto* table = new std::map<uintptr_t, Pin>();  // never destroyed: used until exit
+  return *table;
+}
+std::vector<Hint>& hint_queue() {
+  static auto* queue = new std::vector<Hint>();
+  return *queue;
+}
 
 int tier_of(const alloc::Pool* pool, int di) { return alloc::pool_device_tier(pool, di); }
 
@@ -180,15 +188,15 @@ class Engine final : public HeatSink {
     {
       std::lock_guard<std::mutex> plock(g_pins_mu);
       // Pins of units that are gone go with them.
-      for (auto it = g_pins.begin(); it != g_pins.end();) {
+      for (auto it = pins_table().begin(); it != pins_table().end();) {
         auto found = std::lower_bound(now.begin(), now.end(), it->first,
                                       [](const alloc::Unit& u, uintptr_t a) { return u.ref.base < a; });
         if (found == now.end() || found->ref.base != it->first || found->ref.serial != it->second.serial)
-          it = g_pins.erase(it);
+          it = pins_table().erase(it);
         else
           ++it;
       }
-      pins = g_pins;
+      pins = pins_table();
     }
     for (const alloc::Unit& u : now) {
       while (old < units_.size() && units_[old].ref.base < u.ref.base) ++old;
@@ -415,7 +423,7 @@ class Engine final : public HeatSink {
     std::vector<Hint> hints;
     {
       std::lock_guard<std::mutex> lock(g_hints_mu);
-      hints.swap(g_hints);
+      hints.swap(hint_queue());
     }
     for (const Hint& h : hints) touched(h.addr, h.len, AccessKind::kAny, h.weight);
     uint64_t faults = 0;
@@ -484,7 +492,7 @@ void stop() noexcept {
   }
   delete e;
   std::lock_guard<std::mutex> lock(g_hints_mu);
-  g_hints.clear();
+  hint_queue().clear();
 }
 
 bool running() noexcept {
@@ -516,12 +524,12 @@ cxlpool_status_t hint_access(const void* p, size_t len, uint32_t weight, std::st
   Counters& c = counters();
   std::lock_guard<std::mutex> lock(g_hints_mu);
   c.hints.v.fetch_add(1, std::memory_order_relaxed);
-  if (g_hints.size() >= kMaxQueuedHints) {
+  if (hint_queue().size() >= kMaxQueuedHints) {
     ++g_hints_dropped;
     return CXLPOOL_OK;  // advisory; counted
   }
   try {
-    g_hints.push_back({reinterpret_cast<uintptr_t>(p), len, weight});
+    hint_queue().push_back({reinterpret_cast<uintptr_t>(p), len, weight});
   } catch (...) {
     return say(CXLPOOL_E_NO_MEMORY, "cxlpool_hint_access: out of memory");
   }
@@ -586,9 +594,9 @@ void pin(const void* p, size_t len, int tier) {
     }
     std::lock_guard<std::mutex> lock(g_pins_mu);
     if (tier < 0)
-      g_pins.erase(u.ref.base);
+      pins_table().erase(u.ref.base);
     else
-      g_pins[u.ref.base] = {u.ref.serial, tier};
+      pins_table()[u.ref.base] = {u.ref.serial, tier};
   }
   counters().pins.v.fetch_add(1, std::memory_order_relaxed);
 }
@@ -649,7 +657,7 @@ void after_fork_child() noexcept {
   new (&g_hints_mu) std::mutex();
   new (&g_pins_mu) std::mutex();
   g_engine = nullptr;  // leaked on purpose: its destructor would join a thread that is not here
-  g_hints.clear();
+  hint_queue().clear();
 }
 
 }  // namespace cxlpool::detail::tiering
