@@ -28,7 +28,7 @@ struct Config {
   double cold = 0.01;                            // and cold below this one
   uint64_t halflife_ns = 500'000'000;            // heat halves in this much time without accesses
   uint64_t min_residence_ns = 2'000'000'000;     // a moved unit stays put at least this long
-  double hysteresis = 2.0;                       // a promotion displaces a fast unit only if this many times hotter
+  double hysteresis = 1.5;                       // a promotion displaces a fast unit only if this many times hotter
   KernelMode kernel = KernelMode::kRespect;
   std::string text;  // the text it was parsed from ("" = defaults)
 };

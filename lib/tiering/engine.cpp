@@ -71,6 +71,7 @@ class Engine final : public HeatSink {
   explicit Engine(const Config& c) : cfg_(c) {
     const double interval_s = double(cfg_.interval_ns) / 1e9;
     alpha_ = 1.0 - std::exp2(-double(cfg_.interval_ns) / double(cfg_.halflife_ns));
+    window_ns_ = cfg_.interval_ns;
     for (const std::string& name : cfg_.monitors) {
       if (name == "hint") continue;
       std::string why;
@@ -105,6 +106,7 @@ class Engine final : public HeatSink {
   const Config& config() const { return cfg_; }
 
   void touched(uintptr_t addr, size_t len, AccessKind, uint32_t weight) noexcept override {
+    if (discarding_) return;
     // The units are sorted by base; a run may cover several.
     auto it = std::upper_bound(units_.begin(), units_.end(), addr,
                                [](uintptr_t a, const State& s) { return a < s.ref.base; });
@@ -119,6 +121,7 @@ class Engine final : public HeatSink {
   void json(JsonWriter& j) {
     std::lock_guard<std::mutex> lock(view_mu_);
     j.key("interval_moved_bytes_max").value(max_interval_bytes_);
+    j.key("heat_window_ns").value(window_view_);
     j.key("budget_bytes_per_interval").value(budget_per_interval_);
     j.key("budget_source").value(budget_source_);
     j.key("kernel").begin_object();
@@ -147,8 +150,21 @@ class Engine final : public HeatSink {
     alloc::enter_internal_scope();
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
-      cv_.wait_for(lock, std::chrono::nanoseconds(cfg_.interval_ns), [this] { return stop_; });
+      // Monitors that see each page once per collect (pagemap_scan) saturate when every unit
+      // is touched within an interval: heat is then measured over the last `window_ns_` of
+      // it, a window that shrinks while most active units saturate (see adapt_window()).
+      const uint64_t window = window_ns_;
+      cv_.wait_for(lock, std::chrono::nanoseconds(cfg_.interval_ns - window), [this] { return stop_; });
       if (stop_) break;
+      if (window < cfg_.interval_ns) {
+        lock.unlock();
+        discarding_ = true;
+        for (auto& m : monitors_) m->collect(*this);
+        discarding_ = false;
+        lock.lock();
+        cv_.wait_for(lock, std::chrono::nanoseconds(window), [this] { return stop_; });
+        if (stop_) break;
+      }
       lock.unlock();
       step();
       lock.lock();
@@ -221,9 +237,14 @@ class Engine final : public HeatSink {
   void age() {
     Counters& c = counters();
     uint64_t hot[kMaxTiers] = {}, resident[kMaxTiers] = {}, tracked = 0;
+    size_t active = 0, saturated = 0;
+    double top = 0;
     for (State& s : units_) {
       double pages = double(std::max<size_t>(1, s.size / kPage));
       double share = std::min(1.0, s.touched / pages);
+      active += share > 0;
+      saturated += share >= 0.9;
+      top = std::max(top, share);
       s.heat += alpha_ * (share - s.heat);
       s.touched = 0;
       int t = std::clamp(tier_of(s.pool, s.resident), 0, kMaxTiers - 1);
@@ -237,6 +258,14 @@ class Engine final : public HeatSink {
     }
     c.units.set(units_.size());
     c.tracked_bytes.set(tracked);
+    // The window: halved while most active units saturate (their heat says nothing), doubled
+    // back while nothing does (hot units would be under-measured). A dead band between.
+    if (active >= 4 && saturated * 2 > active && window_ns_ > cfg_.interval_ns / 64)
+      window_ns_ /= 2;
+    else if (active && top < 0.5 && window_ns_ < cfg_.interval_ns)
+      window_ns_ = std::min(cfg_.interval_ns, window_ns_ * 2);
+    std::lock_guard<std::mutex> lock(view_mu_);
+    window_view_ = window_ns_;
   }
 
   // ---- policy: hot units up, cold units down ---------------------------------------------
@@ -440,12 +469,14 @@ class Engine final : public HeatSink {
   double alpha_ = 0.5;
   std::vector<std::unique_ptr<Monitor>> monitors_;
   std::vector<State> units_;  // engine thread only
+  uint64_t window_ns_ = 0;    // engine thread only
+  bool discarding_ = false;
   uint64_t spent_ = 0, tokens_ = 0;
   int numa_balancing_ = 0;
   bool kernel_tiers_ = false;
   std::string kernel_reason_;
   std::mutex view_mu_;  // what json() reads
-  uint64_t budget_per_interval_ = 0, max_interval_bytes_ = 0;
+  uint64_t budget_per_interval_ = 0, max_interval_bytes_ = 0, window_view_ = 0;
   std::string budget_source_, last_error_;
   std::mutex mu_;
   std::condition_variable cv_;
