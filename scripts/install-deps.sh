@@ -13,6 +13,7 @@ PACKAGES=(
   libbenchmark-dev                                      # Google Benchmark
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev libmemkind-dev  # benchmark peers
   qemu-system-x86 busybox-static cpio kmod xz-utils     # the multi-node guest test bed (tests/vm)
+  gnuplot-nox                                           # benchmark plots (bench/tiering)
 )
 
 missing=()

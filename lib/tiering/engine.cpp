@@ -154,7 +154,8 @@ class Engine final : public HeatSink {
       // is touched within an interval: heat is then measured over the last `window_ns_` of
       // it, a window that shrinks while most active units saturate (see adapt_window()).
       const uint64_t window = window_ns_;
-      cv_.wait_for(lock, std::chrono::nanoseconds(cfg_.interval_ns - window), [this] { return stop_; });
+      const uint64_t before = window < cfg_.interval_ns ? cfg_.interval_ns - window : cfg_.interval_ns;
+      cv_.wait_for(lock, std::chrono::nanoseconds(before), [this] { return stop_; });
       if (stop_) break;
       if (window < cfg_.interval_ns) {
         lock.unlock();
