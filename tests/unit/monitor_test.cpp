@@ -9,12 +9,17 @@
 
 #include <setjmp.h>
 #include <signal.h>
+#include <grp.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <set>
@@ -226,6 +231,55 @@ TEST_CASE("pagemap_scan: system calls write watched pages (read(2) from a pipe)"
     CHECK(sink.pages == std::set<size_t>{0, 7});
     mon->unwatch(m.addr(), m.len);
   }
+}
+
+TEST_CASE("pagemap_scan without privilege (UFFD_USER_MODE_ONLY): system calls still write watched pages",
+          "[unit][monitor]") {
+  if (geteuid() != 0) {
+    WARN("running unprivileged already: the read(2) case above ran with whatever userfaultfd mode applies");
+    return;
+  }
+  int sysctl = -1;
+  std::ifstream("/proc/sys/vm/unprivileged_userfaultfd") >> sysctl;
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(60);
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+      _exit(10);
+    // setuid made the process non-dumpable: its /proc/self would stay root's.
+    if (prctl(PR_SET_DUMPABLE, 1) != 0) _exit(10);
+    std::string why;
+    auto mon = make_monitor("pagemap_scan", &why);
+    if (!mon) _exit(11);
+    const std::string reason = detect_monitors()[1].availability.reason;
+    if (sysctl == 0 && reason.find("UFFD_USER_MODE_ONLY") == std::string::npos) _exit(12);
+    const size_t len = 1 * kMiB;
+    char* p = static_cast<char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (p == MAP_FAILED) _exit(13);
+    memset(p, 0, len / 2);
+    if (mon->watch(reinterpret_cast<uintptr_t>(p), len) != 0) _exit(14);
+    int fds[2];
+    if (pipe(fds) != 0) _exit(15);
+    for (size_t page : {size_t(3), size_t(200)}) {  // present, and not yet present
+      if (write(fds[1], "kernel", 6) != 6) _exit(16);
+      if (read(fds[0], p + page * kPage, 6) != 6) _exit(17);  // EFAULT would be a failure
+      if (memcmp(p + page * kPage, "kernel", 6) != 0) _exit(18);
+    }
+    PageSink sink;
+    sink.base = reinterpret_cast<uintptr_t>(p);
+    sink.len = len;
+    mon->collect(sink);
+    if (sink.pages != std::set<size_t>{3, 200}) _exit(19);
+    _exit(0);
+  }
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("child (uid 65534, vm.unprivileged_userfaultfd=" << sysctl << ") exit status " << status
+                                                        << " (10 setuid, 11 no monitor, 12 mode not reported, 17 "
+                                                           "read(2) failed, 19 wrong pages)");
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }
 
 TEST_CASE("pagemap_scan: reservations with PROT_NONE parts, and THP", "[unit][monitor]") {
