@@ -82,8 +82,8 @@ void BM_FirstWritePerPage(benchmark::State& state) {
     for (size_t i = 0; i < len; i += kPage) p[i] = char(p[i] + 1);
     benchmark::ClobberMemory();
   }
-  state.counters["s_per_page"] =
-      benchmark::Counter(double(state.iterations() * (len / kPage)), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["s_per_page"] = benchmark::Counter(double(state.iterations() * (len / kPage)),
+                                                    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   if (watched) mon->unwatch(reinterpret_cast<uintptr_t>(p), len);
   munmap(p, len);
 }
@@ -113,7 +113,7 @@ void BM_SampleFirstTouch(benchmark::State& state) {
   }
   benchmark::DoNotOptimize(sum);
   state.counters["s_per_page"] = benchmark::Counter(double(state.iterations() * (len / kPage)),
-                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+                                                    benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["faults"] = double(mon->faults());
   if (armed) mon->unwatch(reinterpret_cast<uintptr_t>(p), len);
   munmap(p, len);
