@@ -43,7 +43,7 @@ struct MonitorAvailability {
 // owner, which commits and decommits pages of a watched range with mprotect under its own
 // lock: lock(ctx, addr, len) is called before the monitor changes a protection in
 // [addr, addr+len) (a watched range) and unlock after; the monitor never holds two. Both run
-// on the engine's thread and must not call back into the monitor.
+// on the thread calling the monitor (collect, watch, unwatch) and must not call back into it.
 struct RangeLock {
   void (*lock)(void* ctx, uintptr_t addr, size_t len) noexcept = nullptr;
   void (*unlock)(void* ctx, uintptr_t addr, size_t len) noexcept = nullptr;
