@@ -74,6 +74,10 @@ class Engine final : public HeatSink {
     window_ns_ = cfg_.interval_ns;
     for (const std::string& name : cfg_.monitors) {
       if (name == "hint") continue;
+      if (name == "sample")
+        fail(CXLPOOL_E_CONFIG,
+             "tiering: monitor 'sample' is not connected to the allocator's locks yet (it would "
+             "race commits and decommits); use pagemap_scan or hint");
       std::string why;
       std::unique_ptr<Monitor> m = make_monitor(name, &why);
       if (!m) fail(CXLPOOL_E_CONFIG, "tiering: monitor '" + name + "' is not available here: " + why);
@@ -231,6 +235,14 @@ class Engine final : public HeatSink {
       s.pin = pin != pins.end() ? pin->second.tier : -1;
       next.push_back(s);
       if (!known) alloc::with_unit(u.ref, watch_unit, this);
+    }
+    // Units that are gone: monitors forget them (their memory may be someone else's now; a
+    // monitor only ever undoes its own registration there).
+    for (const State& s : units_) {
+      auto found = std::lower_bound(next.begin(), next.end(), s.ref.base,
+                                    [](const State& n, uintptr_t a) { return n.ref.base < a; });
+      if (found == next.end() || found->ref.base != s.ref.base || found->ref.serial != s.ref.serial)
+        for (auto& m : monitors_) m->unwatch(s.ref.base, s.size);
     }
     units_.swap(next);
   }

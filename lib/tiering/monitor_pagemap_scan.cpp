@@ -43,8 +43,16 @@ std::string sysctl(const char* rel) {
 
 class PagemapScanMonitor final : public Monitor {
  public:
-  PagemapScanMonitor(const uffd::WpAsync& u, int pagemap) : uffd_(u), pagemap_(pagemap), runs_(kRunsPerCall) {}
+  PagemapScanMonitor(const uffd::WpAsync& u, int pagemap) : uffd_(u), pagemap_(pagemap), runs_(kRunsPerCall) {
+    // Our descriptors go high, and their identities are checked before every use: a program
+    // that closes descriptors it did not open, and gets the numbers back for its own files,
+    // must never receive our ioctls. Once one is not ours any more the monitor stops.
+    uffd_.fd = os::prim::move_fd_high(uffd_.fd);
+    pagemap_ = os::prim::move_fd_high(pagemap_);
+    if (os::prim::file_id(uffd_.fd, &uffd_id_) || os::prim::file_id(pagemap_, &pagemap_id_)) lost_fds_ = true;
+  }
   ~PagemapScanMonitor() override {
+    if (!fds_ours()) return;  // not ours to use, and not ours to close
     for (auto& [addr, r] : ranges_) uffd::unregister(uffd_.fd, addr, r.len);
     os::prim::close_fd(uffd_.fd);
     os::prim::close_fd(pagemap_);
@@ -57,6 +65,7 @@ class PagemapScanMonitor final : public Monitor {
     const size_t ps = page();
     if (len == 0 || (addr & (ps - 1)) || (len & (ps - 1))) return EINVAL;
     std::lock_guard<std::mutex> lock(mu_);
+    if (!fds_ours()) return EBADF;
     if (int e = uffd::register_wp(uffd_.fd, addr, len)) return e;
     // Protected from now on: the first collect reports only what was written after watch().
     if (int e = uffd::write_protect(uffd_.fd, addr, len, true)) {
@@ -76,6 +85,7 @@ class PagemapScanMonitor final : public Monitor {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = ranges_.find(addr);
     if (it != ranges_.end()) ranges_.erase(it);
+    if (!fds_ours()) return;
     // Unregistering also clears the uffd-wp bits and markers: the memory is as it was.
     uffd::unregister(uffd_.fd, addr, len);
   }
@@ -83,6 +93,7 @@ class PagemapScanMonitor final : public Monitor {
   void collect(HeatSink& sink) noexcept override {
     const uint64_t t0 = os::monotonic_ns();
     std::lock_guard<std::mutex> lock(mu_);
+    if (!fds_ours()) return;
     for (auto& [addr, r] : ranges_) {
       if (r.dead) continue;
       scan(addr, r, sink);
@@ -128,17 +139,11 @@ class PagemapScanMonitor final : public Monitor {
       report(n, sink);  // on an error too: those pages were protected again
       if (e == EPERM && !reregistered) {
         // Part of the range is no longer registered: its mapping was replaced (a move, a
-        // MAP_FIXED) without watch() being called again. Registering again covers the new
-        // VMAs (the registered ones are left as they are); their present pages are reported
-        // written once, by the walk repeated from the start.
+        // release, a MAP_FIXED). It is never registered again from here: the memory there may
+        // not be ours any more. Report what the registered parts say, then leave the range
+        // alone until its owner calls watch() again.
         reregistered = true;
         ++lost_;
-        if (uffd::register_wp(uffd_.fd, addr, r.len) == 0) {
-          req.start = addr;
-          continue;
-        }
-        // Cannot be registered (unmapped, or another userfaultfd took it): report what the
-        // registered parts say, then leave the range alone until watch() is called again.
         req.start = addr;
         req.check_wp_async = false;
         r.dead = true;
@@ -153,8 +158,18 @@ class PagemapScanMonitor final : public Monitor {
     }
   }
 
+  bool fds_ours() noexcept {
+    if (lost_fds_) return false;
+    os::prim::FileId a, b;
+    if (os::prim::file_id(uffd_.fd, &a) || !(a == uffd_id_) || os::prim::file_id(pagemap_, &b) || !(b == pagemap_id_))
+      lost_fds_ = true;
+    return !lost_fds_;
+  }
+
   uffd::WpAsync uffd_;
   int pagemap_;
+  os::prim::FileId uffd_id_, pagemap_id_;
+  bool lost_fds_ = false;
   std::vector<uffd::PageRun> runs_;
   std::mutex mu_;  // ranges_ (watch and unwatch may come from another thread than collect)
   std::map<uintptr_t, Range> ranges_;

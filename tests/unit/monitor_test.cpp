@@ -7,6 +7,7 @@
 // a forked child is unaffected by either.
 #include "tiering/monitor.hpp"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -360,19 +361,21 @@ TEST_CASE("pagemap_scan: a mapping replaced by mremap is re-armed; unwatched mem
   } both;
   both.x = &sa;
   both.y = &sb;
-  // Not watched again: the other range still reports exactly; the replaced one is registered
-  // again by collect (its present pages count as written once), then exact.
+  // Not watched again: the other range still reports exactly; the replaced one is never
+  // registered again by the monitor itself (the memory there may not be ours any more): it
+  // reports nothing until its owner calls watch() again, and stays writable.
   b.p[5 * kPage] = 9;
   a.p[3 * kPage] = 9;
   mon->collect(both);
   CHECK(sb.pages == std::set<size_t>{5});
-  CHECK(sa.pages.count(3) == 1);
+  CHECK(sa.pages.empty());
   sa.reset();
   sb.reset();
   a.p[4 * kPage] = 9;
   mon->collect(both);
-  CHECK(sa.pages == std::set<size_t>{4});
+  CHECK(sa.pages.empty());
   CHECK(sb.pages.empty());
+  CHECK(a.p[4 * kPage] == 9);
   // Replaced again and watched again (what the engine does after a move): exact at once.
   replace();
   REQUIRE(mon->watch(a.addr(), a.len) == 0);
@@ -680,4 +683,43 @@ TEST_CASE("fork without exec while monitors are active: the child writes everyth
   }
   CHECK(maps[2]->p[0] == 2);  // memfd shared: the child's write
   CHECK(maps[1]->p[512] == 1);
+}
+
+TEST_CASE("pagemap_scan: descriptors the program closes and reuses are never used again", "[unit][monitor]") {
+  std::string why;
+  auto mon = make_monitor("pagemap_scan", &why);
+  if (!mon) CXLPOOL_SKIP("pagemap_scan unavailable: " + why);
+  Mapping a("anonymous", 4 * kMiB);
+  memset(a.p, 1, a.len);
+  REQUIRE(mon->watch(a.addr(), a.len) == 0);
+  // Close every descriptor that is the monitor's (what a daemon's closefrom() does), then
+  // take the numbers back for files of the program's own.
+  std::vector<int> reused;
+  for (int fd = 3; fd < 65536; ++fd) {
+    char link[64], target[256] = {};
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0) continue;
+    if (std::strstr(target, "userfaultfd") || std::strstr(target, "pagemap")) {
+      close(fd);
+      int mine = open("/dev/null", O_RDWR);
+      if (mine >= 0 && mine != fd) {
+        REQUIRE(dup2(mine, fd) == fd);
+        close(mine);
+      }
+      reused.push_back(fd);
+    }
+  }
+  REQUIRE(reused.size() == 2);
+  a.p[7 * kPage] = 3;
+  PageSink sink;
+  sink.base = a.addr();
+  sink.len = a.len;
+  mon->collect(sink);  // no ioctl on /dev/null: nothing reported, nothing fails
+  CHECK(sink.pages.empty());
+  CHECK(mon->watch(a.addr(), a.len) == EBADF);
+  mon.reset();  // and the program's descriptors are not closed by us
+  for (int fd : reused) CHECK(fcntl(fd, F_GETFD) >= 0);
+  for (int fd : reused) close(fd);
+  CHECK(a.p[7 * kPage] == 3);
 }
