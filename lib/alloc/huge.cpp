@@ -60,7 +60,8 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
     }
   }
   if (span->committed < device_bytes) {
-    if (!device_commit(pool, pool->dev[span->resident], span->base + span->committed, size_t(device_bytes - span->committed))) {
+    if (!device_commit(pool, pool->dev[span->resident], span->base + span->committed,
+                       size_t(device_bytes - span->committed))) {
       span->cached = true;  // consistent: keep it for a later request
       span->cached_at = d.purge_passes;
       list_push(d.huge_cache, span);

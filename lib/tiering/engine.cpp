@@ -118,7 +118,7 @@ class Engine final : public HeatSink {
     const uintptr_t end = addr + len;
     for (; it != units_.end() && it->ref.base < end; ++it) {
       uintptr_t lo = std::max(addr, it->ref.base), hi = std::min(end, it->ref.base + it->size);
-      if (lo < hi) it->touched += double((hi - lo + kPage - 1) / kPage) * weight;
+      if (lo < hi) it->touched += double(uint64_t((hi - lo + kPage - 1) / kPage)) * double(weight);
     }
   }
 
@@ -386,7 +386,8 @@ class Engine final : public HeatSink {
         up.push_back(&s);
     }
     for (auto& [fd, lists] : by_fast) {
-      auto& [up, down] = lists;
+      std::vector<State*>& up = lists.first;
+      std::vector<State*>& down = lists.second;
       std::sort(up.begin(), up.end(), [](const State* a, const State* b) { return a->heat > b->heat; });
       std::sort(down.begin(), down.end(), [](const State* a, const State* b) { return a->heat < b->heat; });
       size_t victim = 0;
