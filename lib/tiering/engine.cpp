@@ -346,7 +346,7 @@ class Engine final : public HeatSink {
     if (st != CXLPOOL_OK) {
       c.move_failures.add(1);
       c.pgmigrate_fail.add(s.committed / kPage);
-      if (st != CXLPOOL_E_CAPACITY) s.moved_at = now;  // not retried at once (a full target is, after making room)
+      s.moved_at = now;  // not retried before min_residence (the promote loop retries once after making room)
       std::lock_guard<std::mutex> lock(view_mu_);
       last_error_ = why;
       return st;
@@ -423,8 +423,10 @@ class Engine final : public HeatSink {
         if (f.di < 0 || &alloc::pool_device_of(c->pool, f.di) != fd) continue;
         // A device can be full before its watermark says so (its offsets are fragmented):
         // make room the same way, once.
-        if (move(*c, f.di, now) == CXLPOOL_E_CAPACITY && cfg_.demote && demote_one(c->heat / cfg_.hysteresis))
-          move(*c, f.di, now);
+        if (move(*c, f.di, now) == CXLPOOL_E_CAPACITY && cfg_.demote && demote_one(c->heat / cfg_.hysteresis)) {
+          c->moved_at = 0;
+          (void)move(*c, f.di, now);
+        }
       }
     }
     std::lock_guard<std::mutex> lock(view_mu_);

@@ -302,14 +302,20 @@ TEST_CASE("the engine promotes a hinted hot set into a small fast tier, follows 
   CHECK(counter(json, "interval_moved_bytes_max") <= uint64_t(400e6 * 0.02) + 4 * kMiB);
   // Stable workload: after it settles, no more moves (no ping-pong).
   drive(10, 5, 1.5);
-  uint64_t moves_before = counter(tiering_json(), "moves");
+  std::string settled = tiering_json();
+  uint64_t moved_before = counter(settled, "promote_bytes") + counter(settled, "demote_bytes");
+  uint64_t attempts_before = counter(settled, "moves");
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   while (std::chrono::steady_clock::now() < until) {
     for (int i = 10; i < 15; ++i) cxlpool_hint_access(unit[size_t(i)], 3 * kMiB, 4);
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  // At most one straggler (an old hot unit cooling past a watermark); ping-pong would be many.
-  CHECK(counter(tiering_json(), "moves") <= moves_before + 1);
+  // At most one straggler (an old hot unit cooling past a watermark) moved; ping-pong would be
+  // many. Failed attempts back off for min_residence (200 ms): at most ~10 per unit-slot in 2 s.
+  std::string after = tiering_json();
+  INFO(after);
+  CHECK(counter(after, "promote_bytes") + counter(after, "demote_bytes") <= moved_before + 4 * kMiB);
+  CHECK(counter(after, "moves") <= attempts_before + 12);
   for (int i = 0; i < kUnits; ++i) CHECK(holds(unit[size_t(i)], 3 * kMiB, unsigned(i)));
   cxlpool_tiering_stop();
   for (auto* p : unit) cxlpool_free(p);
@@ -351,6 +357,11 @@ TEST_CASE("a fork child keeps moved memory and runs no engine", "[tiering]") {
 }
 
 TEST_CASE("the engine finds a written hot set with pagemap_scan and promotes it", "[tiering]") {
+#if defined(__SANITIZE_THREAD__)
+  WARN(
+      "ThreadSanitizer does not model the write fence's page-protection handoff: a writer runs while its memory moves");
+  return;
+#endif
   if (cxlpool_tiering_start("monitors=pagemap_scan,interval=20ms,budget=1GB/s,min_residence=200ms,halflife=100ms") !=
       CXLPOOL_OK)
     CXLPOOL_SKIP(std::string("pagemap_scan unavailable: ") + cxlpool_last_error_message());
