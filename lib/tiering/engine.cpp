@@ -138,13 +138,8 @@ class Engine final : public HeatSink {
   }
 
  private:
-  struct State {
-    alloc::UnitRef ref;
-    alloc::Pool* pool = nullptr;
-    size_t size = 0;
-    uint64_t committed = 0;
-    int home = 0, resident = 0;
-    bool huge = false;
+  // A unit as the allocator last listed it, with what the engine knows about it.
+  struct State : alloc::Unit {
     double heat = 0, touched = 0;
     uint64_t moved_at = 0;
     int pin = -1;
@@ -224,13 +219,7 @@ class Engine final : public HeatSink {
       State s;
       bool known = old < units_.size() && units_[old].ref.base == u.ref.base && units_[old].ref.serial == u.ref.serial;
       if (known) s = units_[old];
-      s.ref = u.ref;
-      s.pool = u.pool;
-      s.size = u.size;
-      s.committed = u.committed;
-      s.home = u.home;
-      s.resident = u.resident;
-      s.huge = u.huge;
+      static_cast<alloc::Unit&>(s) = u;
       auto pin = pins.find(u.ref.base);
       s.pin = pin != pins.end() ? pin->second.tier : -1;
       next.push_back(s);

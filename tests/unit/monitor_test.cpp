@@ -31,6 +31,7 @@
 
 #include "os/vm_query.hpp"
 #include "os/write_fence.hpp"
+#include "program_segv_handler.hpp"
 #include "test_support.hpp"
 #include "tiering/monitor_sample.hpp"
 
@@ -571,15 +572,6 @@ TEST_CASE("sample: never changes a PROT_NONE or decommitted page, and takes the 
   CHECK(p[kPage] == 1);
   munmap(p, len);
 }
-
-namespace {
-sigjmp_buf g_jump;
-volatile sig_atomic_t g_program_handler_ran = 0;
-void program_handler(int) {
-  g_program_handler_ran = 1;
-  siglongjmp(g_jump, 1);
-}
-}  // namespace
 
 TEST_CASE("sample: foreign faults reach the program's handler; write fences are never armed", "[unit][monitor]") {
   struct sigaction ours {

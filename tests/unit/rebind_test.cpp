@@ -19,6 +19,7 @@
 
 #include "device/device.hpp"
 #include "os/write_fence.hpp"
+#include "program_segv_handler.hpp"
 #include "test_support.hpp"
 
 using cxlpool::detail::BackingSpec;
@@ -197,15 +198,6 @@ TEST_CASE("refused moves leave memory, ledgers and tables as they were", "[rebin
   REQUIRE(a->release(base, 2, nullptr) == CXLPOOL_OK);
   REQUIRE(a->release(shared, 2, nullptr) == CXLPOOL_OK);
 }
-
-namespace {
-sigjmp_buf g_jump;
-volatile sig_atomic_t g_program_handler_ran = 0;
-void program_handler(int) {
-  g_program_handler_ran = 1;
-  siglongjmp(g_jump, 1);
-}
-}  // namespace
 
 TEST_CASE("a fault outside every fence reaches the program's handler, or kills as it would have", "[rebind]") {
   struct sigaction ours {

@@ -50,6 +50,18 @@ bool holds(const unsigned char* p, size_t n, unsigned seed) {
   return true;
 }
 
+// n blocks of 3 MiB (each a huge block: one 4 MiB unit) from pool, filled with their index.
+std::vector<unsigned char*> filled_units(cxlpool_pool_t* pool, int n) {
+  std::vector<unsigned char*> unit;
+  for (int i = 0; i < n; ++i) {
+    auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
+    REQUIRE(p);
+    fill(p, 3 * kMiB, unsigned(i));
+    unit.push_back(p);
+  }
+  return unit;
+}
+
 // The engine's JSON without whitespace.
 std::string tiering_json() {
   char* s = nullptr;
@@ -258,14 +270,7 @@ TEST_CASE("the engine promotes a hinted hot set into a small fast tier, follows 
   Topo t("fast:backing=shm,size=24M,tier=0;slow:backing=shm,size=512M,tier=1");
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
   constexpr int kUnits = 24;
-  std::vector<unsigned char*> unit;
-  for (int i = 0; i < kUnits; ++i) {
-    // Two 1.9 MiB blocks fill... a huge block per unit is simplest: 3 MiB = one 4 MiB span.
-    auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
-    REQUIRE(p);
-    fill(p, 3 * kMiB, unsigned(i));
-    unit.push_back(p);
-  }
+  std::vector<unsigned char*> unit = filled_units(pool, kUnits);
   auto hot_on_fast = [&](int first, int count) {
     int n = 0;
     for (int i = first; i < first + count; ++i) n += info_of(unit[size_t(i)]).tier == 0;
@@ -368,13 +373,7 @@ TEST_CASE("the engine finds a written hot set with pagemap_scan and promotes it"
   Topo t("fast:backing=shm,size=32M,tier=0;slow:backing=shm,size=512M,tier=1");
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
   constexpr int kUnits = 16;
-  std::vector<unsigned char*> unit;
-  for (int i = 0; i < kUnits; ++i) {
-    auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
-    REQUIRE(p);
-    fill(p, 3 * kMiB, unsigned(i));
-    unit.push_back(p);
-  }
+  std::vector<unsigned char*> unit = filled_units(pool, kUnits);
   // The fills above wrote every unit: let that heat die down, then note where cold units are.
   std::this_thread::sleep_for(std::chrono::seconds(1));
   std::vector<int> tier_before;
