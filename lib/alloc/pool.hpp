@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/metric.hpp"
 #include "device/device.hpp"
 #include "topology/model.hpp"
 
@@ -43,6 +44,63 @@ struct DeviceStats {
   uint64_t double_frees = 0;            // frees of blocks already free: ignored
   uint64_t invalid_frees = 0;           // frees of pointers that start no block: ignored
 };
+
+// Every DeviceStats figure with its description: the one list pool_stats_json, the stats page
+// (lib/stats) and cxlpool-stat render. per_device: a figure of the device itself (the same in
+// every pool on it), not summed over pools.
+struct DeviceStatField {
+  MetricDesc desc;
+  uint64_t DeviceStats::*member;
+  bool per_device;
+};
+inline constexpr DeviceStatField kDeviceStatFields[] = {
+    {{"allocated_bytes", MetricKind::kGauge, "bytes", "bytes in live blocks"}, &DeviceStats::allocated_bytes, false},
+    {{"active_bytes", MetricKind::kGauge, "bytes", "bytes of slices carved into pages or huge spans"},
+     &DeviceStats::active_bytes,
+     false},
+    {{"resident_bytes", MetricKind::kGauge, "bytes", "bytes committed on the device by the pools"},
+     &DeviceStats::resident_bytes,
+     false},
+    {{"peak_resident_bytes", MetricKind::kGauge, "bytes", "highest resident_bytes (sum of the pools' peaks)"},
+     &DeviceStats::peak_resident_bytes,
+     false},
+    {{"capacity_bytes", MetricKind::kGauge, "bytes", "the device's capacity"}, &DeviceStats::capacity_bytes, true},
+    {{"device_committed_bytes", MetricKind::kGauge, "bytes", "committed on the device by every pool and backing"},
+     &DeviceStats::device_committed_bytes,
+     true},
+    {{"allocations", MetricKind::kCounter, "events", "allocations placed on the device"},
+     &DeviceStats::allocations,
+     false},
+    {{"frees", MetricKind::kCounter, "events", "frees of blocks on the device"}, &DeviceStats::frees, false},
+    {{"fallbacks", MetricKind::kCounter, "events", "allocations placed here because the first choice was full"},
+     &DeviceStats::fallbacks,
+     false},
+    {{"failures", MetricKind::kCounter, "events", "allocations that failed: every policy device full"},
+     &DeviceStats::failures,
+     false},
+    {{"double_frees", MetricKind::kCounter, "events", "frees of blocks already free (ignored)"},
+     &DeviceStats::double_frees,
+     false},
+    {{"invalid_frees", MetricKind::kCounter, "events", "frees of pointers that start no block (ignored)"},
+     &DeviceStats::invalid_frees,
+     false},
+};
+
+// One device of the process (a Device is shared by every pool on its target) with the sum of
+// the live pools' figures on it.
+struct DeviceTotals {
+  const void* identity = nullptr;  // the Device
+  char name[48] = {};
+  int kind = 0;  // cxlpool_backing_kind_t
+  int tier = 0;
+  int numa_node = -1;
+  int pools = 0;
+  DeviceStats stats;
+};
+// Fills out[0..max) with the process's devices that have a live pool, in first-seen order;
+// returns how many. Runs under the pool registry's lock and neither allocates nor calls out:
+// fork() under a sanitizer takes the sanitizer's allocator lock before our fork handlers.
+size_t collect_device_totals(DeviceTotals* out, size_t max) noexcept;
 
 struct PtrInfo {
   Pool* pool = nullptr;

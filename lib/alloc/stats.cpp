@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Pool statistics: per-thread, per-class counters summed on read (exact byte figures), the
 // pool's own commit figures, and its device's ledger; rendered as JSON for the C ABI.
+#include <algorithm>
+#include <cstring>
+
 #include "alloc/fast.hpp"
 #include "common/json.hpp"
 
@@ -61,12 +64,7 @@ std::string pool_stats_json(const Pool* pool) {
   for (int di = 0; di < pool->ndev; ++di) {
     DeviceStats s = pool_device_stats(pool, di);
     j.begin_object().key("device").value(pool->dev[di].name).key("tier").value(pool->dev[di].tier);
-    j.key("allocated_bytes").value(s.allocated_bytes).key("active_bytes").value(s.active_bytes);
-    j.key("resident_bytes").value(s.resident_bytes).key("peak_resident_bytes").value(s.peak_resident_bytes);
-    j.key("capacity_bytes").value(s.capacity_bytes).key("device_committed_bytes").value(s.device_committed_bytes);
-    j.key("allocations").value(s.allocations).key("frees").value(s.frees);
-    j.key("fallbacks").value(s.fallbacks).key("failures").value(s.failures);
-    j.key("double_frees").value(s.double_frees).key("invalid_frees").value(s.invalid_frees);
+    for (const DeviceStatField& f : kDeviceStatFields) j.key(f.desc.name).value(s.*f.member);
     j.end_object();
     total.allocated_bytes += s.allocated_bytes;
     total.resident_bytes += s.resident_bytes;
@@ -78,6 +76,37 @@ std::string pool_stats_json(const Pool* pool) {
   j.key("allocations").value(total.allocations).key("frees").value(total.frees).end_object();
   j.end_object();
   return j.str() + "\n";
+}
+
+size_t collect_device_totals(DeviceTotals* out, size_t max) noexcept {
+  size_t n = 0;
+  std::lock_guard<std::mutex> lock(g_registry_mu);
+  for (const RegistryEntry& e : g_registry) {
+    const Pool* pool = e.pool;
+    if (!pool) continue;
+    for (int di = 0; di < pool->ndev; ++di) {
+      const PoolDevice& d = pool->dev[di];
+      size_t k = 0;
+      while (k < n && out[k].identity != d.device.get()) ++k;
+      if (k == n) {
+        if (n == max) continue;
+        DeviceTotals& t = out[n++];
+        t = DeviceTotals{};
+        t.identity = d.device.get();
+        size_t len = std::min(d.name.size(), sizeof t.name - 1);
+        std::memcpy(t.name, d.name.data(), len);
+        t.kind = int(d.device->spec().kind);
+        t.tier = d.tier;
+        t.numa_node = d.device->spec().numa_node;
+      }
+      DeviceTotals& t = out[k];
+      ++t.pools;
+      const DeviceStats s = pool_device_stats(pool, di);
+      for (const DeviceStatField& f : kDeviceStatFields)
+        t.stats.*f.member = f.per_device ? s.*f.member : t.stats.*f.member + s.*f.member;
+    }
+  }
+  return n;
 }
 
 }  // namespace cxlpool::detail::alloc

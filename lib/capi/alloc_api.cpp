@@ -36,6 +36,7 @@ void create_default_pool() {
     install_fork_handlers();
     A::configure_from_environment();
     tiering::start_from_environment();  // before the pool, so that its regions are 4 MiB units
+    stats::start_from_environment();
     Topology topo = discover(DiscoverOptions{});
     g_default_pool = A::pool_create_from_environment(topo, "default");
   });
@@ -122,6 +123,7 @@ cxlpool_status_t cxlpool_pool_create(const cxlpool_topology_t* topology, const c
     require(topology && out, "cxlpool_pool_create", "topology or out is NULL");
     install_fork_handlers();
     tiering::start_from_environment();
+    stats::start_from_environment();
     A::PoolOptions o;
     if (params) {
       o.policy = params->policy;

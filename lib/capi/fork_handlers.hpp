@@ -8,22 +8,26 @@
 #include <mutex>
 
 #include "alloc/pool.hpp"
+#include "stats/publisher.hpp"
 #include "tiering/engine.hpp"
 
 namespace cxlpool::detail {
 
-// The tiering engine's locks come before the allocator's (the engine never takes one of its
-// own while holding an allocator lock).
+// The tiering engine's locks, then the stats publisher's, come before the allocator's (neither
+// takes one of its own while holding an allocator lock).
 inline void prepare_fork() noexcept {
   tiering::fork_prepare();
+  stats::fork_prepare();
   alloc::fork_prepare();
 }
 inline void parent_after_fork() noexcept {
   alloc::fork_parent();
+  stats::fork_parent();
   tiering::fork_parent();
 }
 inline void child_after_fork() noexcept {
   alloc::fork_child();
+  stats::after_fork_child();
   tiering::after_fork_child();
 }
 

@@ -16,6 +16,10 @@ constexpr OptionInfo kOptions[] = {
      "free memory returns to its device after being idle about twice this long (default 250; 0: at once)"},
     {Option::kTiering, "CXLPOOL_TIERING",
      "tiering engine: on, off, or key=value,... e.g. budget=200MB/s,interval=100ms (docs/tiering.md)"},
+    {Option::kStatPage, "CXLPOOL_STAT_PAGE",
+     "the per-process stats page cxlpool-stat reads: 1 (default) or 0 (none) (docs/stats.md)"},
+    {Option::kStatInterval, "CXLPOOL_STAT_INTERVAL_MS",
+     "how often the stats page is refreshed, milliseconds 10..60000 (default 1000)"},
 };
 static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");
 }  // namespace

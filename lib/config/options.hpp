@@ -12,6 +12,8 @@ enum class Option {
   kStats,         // CXLPOOL_STATS
   kPurgeDelayMs,  // CXLPOOL_PURGE_DELAY_MS
   kTiering,       // CXLPOOL_TIERING
+  kStatPage,      // CXLPOOL_STAT_PAGE
+  kStatInterval,  // CXLPOOL_STAT_INTERVAL_MS
   kCount
 };
 

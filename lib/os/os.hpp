@@ -44,6 +44,13 @@ void query_page_nodes(const void* addr, size_t pages, int* out);
 
 // ---- Files and shared memory ----
 int memfd_create(const std::string& name);
+// A shared, sealed page for publishing: a memfd named name of bytes bytes (close-on-exec),
+// mapped read-write here, then sealed against growing, shrinking and any new writable
+// mapping (F_SEAL_FUTURE_WRITE: a reader can map it, never write it). The descriptor is moved
+// near the top of RLIMIT_NOFILE. Throws Failure(OS) naming the call.
+void* create_sealed_page(const std::string& name, size_t bytes, int* fd_out);
+// The calling process's name (comm), at most 15 characters.
+std::string program_name();
 // An unnamed regular file (O_TMPFILE, mode 0600) in dir, for a device's private storage: it
 // never appears in the directory and disappears with its last descriptor or mapping. On
 // filesystems without O_TMPFILE: a uniquely named file created with O_EXCL and unlinked at

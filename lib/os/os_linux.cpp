@@ -5,6 +5,7 @@
 #include <numaif.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -122,6 +123,37 @@ int memfd_create(const std::string& name) {
   int fd = int(syscall(SYS_memfd_create, name.c_str(), MFD_CLOEXEC));
   if (fd < 0) fail_os("memfd_create(\"" + name + "\")", errno);
   return fd;
+}
+
+void* create_sealed_page(const std::string& name, size_t bytes, int* fd_out) {
+  int fd = int(syscall(SYS_memfd_create, name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (fd < 0) fail_os("memfd_create(\"" + name + "\")", errno);
+  if (ftruncate(fd, off_t(bytes)) != 0) {
+    int e = errno;
+    close(fd);
+    fail_os("ftruncate(memfd \"" + name + "\", " + std::to_string(bytes) + ")", e);
+  }
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    int e = errno;
+    close(fd);
+    fail_os("mmap(memfd \"" + name + "\", " + std::to_string(bytes) + ")", e);
+  }
+  int seals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+  if (fcntl(fd, F_ADD_SEALS, seals) != 0) {
+    int e = errno;
+    munmap(p, bytes);
+    close(fd);
+    fail_os("fcntl(memfd \"" + name + "\", F_ADD_SEALS)", e);
+  }
+  *fd_out = prim::move_fd_high(fd);
+  return p;
+}
+
+std::string program_name() {
+  char name[17] = {};
+  if (prctl(PR_GET_NAME, name, 0, 0, 0) != 0) return "";
+  return name;
 }
 
 std::string pseudo_filesystem(const std::string& path) {

@@ -24,6 +24,7 @@
 #include "config/options.hpp"
 #include "os/prim.hpp"
 #include "preload/internal_heap.hpp"
+#include "stats/publisher.hpp"
 #include "tiering/engine.hpp"
 #include "topology/model.hpp"
 
@@ -73,26 +74,32 @@ void say(const char* fmt, const char* a = "", const char* b = "") {
   }
 }
 
-// The per-device table, written to fd.
+// The per-device table, written to fd: the schema's names (alloc::kDeviceStatFields), as
+// cxlpool-stat and cxlpool_pool_stats_json show them.
 void write_stats(int fd) {
   Busy busy;
-  char line[512];
-  int n = std::snprintf(line, sizeof line, "cxlpool: pid %d, policy %s\n", int(getpid()),
-                        A::pool_policy_text(g_pool).c_str());
-  ssize_t w = write(fd, line, size_t(n));
-  n = std::snprintf(line, sizeof line, "%-10s %5s %14s %14s %16s %16s %10s %10s %12s %13s\n", "device", "tier",
-                    "allocations", "frees", "live bytes", "peak resident", "fallbacks", "failures", "double frees",
-                    "invalid frees");
-  w = write(fd, line, size_t(n));
+  char line[1024];
+  ssize_t w = 0;
+  auto put = [&](int n) {
+    if (n > 0) w = write(fd, line, std::min(size_t(n), sizeof line - 1));
+  };
+  put(std::snprintf(line, sizeof line, "cxlpool: pid %d, policy %s\n", int(getpid()),
+                    A::pool_policy_text(g_pool).c_str()));
+  int n = std::snprintf(line, sizeof line, "%-10s %5s", "device", "tier");
+  for (const A::DeviceStatField& f : A::kDeviceStatFields)
+    n += std::snprintf(line + n, sizeof line - size_t(n), " %*s", int(std::max<size_t>(12, std::strlen(f.desc.name))),
+                       f.desc.name);
+  n += std::snprintf(line + n, sizeof line - size_t(n), "\n");
+  put(n);
   for (int d = 0; d < A::pool_device_count(g_pool); ++d) {
     A::DeviceStats s = A::pool_device_stats(g_pool, d);
-    n = std::snprintf(line, sizeof line, "%-10s %5d %14llu %14llu %16llu %16llu %10llu %10llu %12llu %13llu\n",
-                      A::pool_device_name(g_pool, d).c_str(), A::pool_device_tier(g_pool, d),
-                      (unsigned long long)s.allocations, (unsigned long long)s.frees,
-                      (unsigned long long)s.allocated_bytes, (unsigned long long)s.peak_resident_bytes,
-                      (unsigned long long)s.fallbacks, (unsigned long long)s.failures,
-                      (unsigned long long)s.double_frees, (unsigned long long)s.invalid_frees);
-    w = write(fd, line, size_t(n));
+    n = std::snprintf(line, sizeof line, "%-10s %5d", A::pool_device_name(g_pool, d).c_str(),
+                      A::pool_device_tier(g_pool, d));
+    for (const A::DeviceStatField& f : A::kDeviceStatFields)
+      n += std::snprintf(line + n, sizeof line - size_t(n), " %*llu",
+                         int(std::max<size_t>(12, std::strlen(f.desc.name))), (unsigned long long)(s.*f.member));
+    n += std::snprintf(line + n, sizeof line - size_t(n), "\n");
+    put(n);
   }
   (void)w;
 }
@@ -131,6 +138,7 @@ void atfork_prepare() {
   Busy busy;
   pthread_mutex_lock(&g_init_mu);
   cxlpool::detail::tiering::fork_prepare();
+  cxlpool::detail::stats::fork_prepare();
   A::fork_prepare();
   internal_lock();
 }
@@ -142,6 +150,7 @@ void atfork_parent() {
   Busy busy;
   internal_unlock();
   A::fork_parent();
+  cxlpool::detail::stats::fork_parent();
   cxlpool::detail::tiering::fork_parent();
   pthread_mutex_unlock(&g_init_mu);
 }
@@ -152,12 +161,14 @@ void atfork_child() {
     internal_reset_lock();
     g_init_mu = PTHREAD_MUTEX_INITIALIZER;
     A::fork_child_after_reentrant_fork();
+    cxlpool::detail::stats::after_fork_child();
     cxlpool::detail::tiering::after_fork_child();
     return;
   }
   Busy busy;
   internal_unlock();
   A::fork_child();
+  cxlpool::detail::stats::after_fork_child();
   cxlpool::detail::tiering::after_fork_child();
   pthread_mutex_unlock(&g_init_mu);
 }
@@ -231,6 +242,11 @@ void initialise() noexcept {
     return;
   }
   if (!problem.empty()) say("cxlpool: %s; running with default placement", problem.c_str());
+  try {
+    cxlpool::detail::stats::start_from_environment();  // the page cxlpool-stat reads
+  } catch (const std::exception& e) {
+    say("cxlpool: %s; no stats page", e.what());
+  }
   if (const char* stats = option_value(Option::kStats))
     if (*stats && std::strcmp(stats, "0") != 0) {
       std::snprintf(g_stats_target, sizeof g_stats_target, "%s", stats);

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/metric.hpp"
+
 namespace cxlpool::detail::tiering {
 
 inline constexpr int kMaxTiers = 8;
@@ -29,11 +31,60 @@ struct Counters {
   Value hints, pins;           // cxlpool_hint_access / cxlpool_pin calls
   Value budget_deferred;       // moves put off because the interval's budget was spent
   Value units, tracked_bytes;  // ranges tracked, their bytes (gauges)
+  Value running;               // 1 while the engine runs (gauge)
+  Value heat_window_ns;        // the window heat is measured over (gauge)
+  Value budget_bytes_per_interval;
+  Value kernel_own;            // 1: mode own, 0: respect (gauge)
+  Value numa_balancing;        // kernel.numa_balancing as read at start (gauge)
   Value hot_bytes[kMaxTiers];  // bytes of hot units resident per tier (gauges)
   Value resident_bytes[kMaxTiers];
 };
 
 // The process's counters (zero until the engine starts).
 Counters& counters() noexcept;
+
+// Every scalar counter with its description: the one list the engine's JSON and the stats
+// page (lib/stats) render. Per-tier arrays are kTierFields.
+struct CounterField {
+  MetricDesc desc;
+  Counters::Value Counters::*member;
+};
+using K = MetricKind;
+inline constexpr CounterField kCounterFields[] = {
+    {{"pgpromote_success", K::kCounter, "pages", "pages moved to a faster tier"}, &Counters::pgpromote_success},
+    {{"pgdemote_success", K::kCounter, "pages", "pages moved to a slower tier"}, &Counters::pgdemote_success},
+    {{"pgmigrate_fail", K::kCounter, "pages", "pages of moves that failed"}, &Counters::pgmigrate_fail},
+    {{"promote_bytes", K::kCounter, "bytes", "bytes moved to a faster tier"}, &Counters::promote_bytes},
+    {{"demote_bytes", K::kCounter, "bytes", "bytes moved to a slower tier"}, &Counters::demote_bytes},
+    {{"moves", K::kCounter, "events", "unit moves attempted"}, &Counters::moves},
+    {{"move_failures", K::kCounter, "events", "unit moves that failed"}, &Counters::move_failures},
+    {{"move_ns", K::kCounter, "nanoseconds", "time spent moving units"}, &Counters::move_ns},
+    {{"scans", K::kCounter, "events", "monitor collections"}, &Counters::scans},
+    {{"scan_ns", K::kCounter, "nanoseconds", "time spent collecting monitors"}, &Counters::scan_ns},
+    {{"monitor_faults", K::kCounter, "events", "faults the program took because of monitors"},
+     &Counters::monitor_faults},
+    {{"hints", K::kCounter, "events", "cxlpool_hint_access calls"}, &Counters::hints},
+    {{"pins", K::kCounter, "events", "cxlpool_pin calls"}, &Counters::pins},
+    {{"budget_deferred", K::kCounter, "events", "moves put off because the byte budget was spent"},
+     &Counters::budget_deferred},
+    {{"units", K::kGauge, "count", "movable units tracked"}, &Counters::units},
+    {{"tracked_bytes", K::kGauge, "bytes", "bytes of the tracked units"}, &Counters::tracked_bytes},
+    {{"tiering_running", K::kGauge, "flag", "1 while the tiering engine runs"}, &Counters::running},
+    {{"heat_window_ns", K::kGauge, "nanoseconds", "window heat is measured over"}, &Counters::heat_window_ns},
+    {{"budget_bytes_per_interval", K::kGauge, "bytes", "bytes the engine may move per interval"},
+     &Counters::budget_bytes_per_interval},
+    {{"kernel_mode_own", K::kGauge, "flag", "1: kernel=own, 0: kernel=respect"}, &Counters::kernel_own},
+    {{"numa_balancing", K::kGauge, "count", "kernel.numa_balancing as read when the engine started"},
+     &Counters::numa_balancing},
+};
+struct TierField {
+  MetricDesc desc;
+  Counters::Value (Counters::*member)[kMaxTiers];
+};
+inline constexpr TierField kTierFields[] = {
+    {{"hot_bytes", K::kGauge, "bytes", "bytes of hot units resident in the tier"}, &Counters::hot_bytes},
+    {{"tier_resident_bytes", K::kGauge, "bytes", "bytes of tracked units resident in the tier"},
+     &Counters::resident_bytes},
+};
 
 }  // namespace cxlpool::detail::tiering

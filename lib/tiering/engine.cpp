@@ -72,6 +72,7 @@ class Engine final : public HeatSink {
     const double interval_s = double(cfg_.interval_ns) / 1e9;
     alpha_ = 1.0 - std::exp2(-double(cfg_.interval_ns) / double(cfg_.halflife_ns));
     window_ns_ = cfg_.interval_ns;
+    counters().heat_window_ns.set(window_ns_);
     for (const std::string& name : cfg_.monitors) {
       if (name == "hint") continue;
       if (name == "sample")
@@ -97,6 +98,8 @@ class Engine final : public HeatSink {
       kernel_reason_ = "respect: kernel.numa_balancing=" + std::to_string(numa_balancing_) +
                        " (the kernel does not tier memory): cxlpool tiers every unit";
     (void)interval_s;
+    counters().numa_balancing.set(uint64_t(numa_balancing_));
+    counters().kernel_own.set(cfg_.kernel == KernelMode::kOwn ? 1 : 0);
     thread_ = std::thread([this] { run(); });
   }
   ~Engine() {
@@ -268,6 +271,7 @@ class Engine final : public HeatSink {
       window_ns_ = std::min(cfg_.interval_ns, window_ns_ * 2);
     std::lock_guard<std::mutex> lock(view_mu_);
     window_view_ = window_ns_;
+    counters().heat_window_ns.set(window_ns_);
   }
 
   // ---- policy: hot units up, cold units down ---------------------------------------------
@@ -444,6 +448,7 @@ class Engine final : public HeatSink {
     }
     std::lock_guard<std::mutex> lock(view_mu_);
     budget_per_interval_ = uint64_t(double(per_s) * double(cfg_.interval_ns) / 1e9);
+    counters().budget_bytes_per_interval.set(budget_per_interval_);
     // A token bucket: unspent budget carries over up to one interval's worth, or one 4 MiB
     // unit when an interval's budget is smaller than that (so units still move, at the rate).
     tokens_ = std::min(std::max<uint64_t>(budget_per_interval_, kUnitBurst), tokens_ + budget_per_interval_);
@@ -505,6 +510,7 @@ void start(const Config& c) {
   if (!c.enabled) return;
   alloc::set_region_segments(1);
   g_engine = new Engine(c);
+  counters().running.set(1);
 }
 
 void start_from_environment() {
@@ -527,6 +533,7 @@ void stop() noexcept {
     g_engine = nullptr;
   }
   delete e;
+  counters().running.set(0);
   std::lock_guard<std::mutex> lock(g_hints_mu);
   hint_queue().clear();
 }
@@ -655,14 +662,7 @@ std::string stats_json() {
   if (g_engine) g_engine->json(j);
   const Counters& c = counters();
   j.key("counters").begin_object();
-  j.key("pgpromote_success").value(c.pgpromote_success.get()).key("pgdemote_success").value(c.pgdemote_success.get());
-  j.key("pgmigrate_fail").value(c.pgmigrate_fail.get()).key("promote_bytes").value(c.promote_bytes.get());
-  j.key("demote_bytes").value(c.demote_bytes.get()).key("moves").value(c.moves.get());
-  j.key("move_failures").value(c.move_failures.get()).key("move_ns").value(c.move_ns.get());
-  j.key("scans").value(c.scans.get()).key("scan_ns").value(c.scan_ns.get());
-  j.key("monitor_faults").value(c.monitor_faults.get()).key("hints").value(c.hints.get());
-  j.key("pins").value(c.pins.get()).key("budget_deferred").value(c.budget_deferred.get());
-  j.key("units").value(c.units.get()).key("tracked_bytes").value(c.tracked_bytes.get());
+  for (const CounterField& f : kCounterFields) j.key(f.desc.name).value((c.*f.member).get());
   j.end_object();
   j.key("tiers").begin_array();
   for (int t = 0; t < kMaxTiers; ++t) {
@@ -693,6 +693,7 @@ void after_fork_child() noexcept {
   new (&g_hints_mu) std::mutex();
   new (&g_pins_mu) std::mutex();
   g_engine = nullptr;  // leaked on purpose: its destructor would join a thread that is not here
+  counters().running.set(0);
   hint_queue().clear();
 }
 

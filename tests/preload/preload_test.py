@@ -36,6 +36,20 @@ def run(cmd, preloaded=True, extra=None, timeout=300, **kw):
     return subprocess.run(cmd, env=env(extra, preloaded), capture_output=True, timeout=timeout, **kw)
 
 
+def stats_rows(text):
+    """CXLPOOL_STATS's table (columns named by the stats schema) as {device: {column: value}}."""
+    lines = text.splitlines()
+    head = next((l.split() for l in lines if l.split()[:2] == ["device", "tier"]), None)
+    if not head:
+        return {}
+    rows = {}
+    for l in lines:
+        f = l.split()
+        if len(f) == len(head) and f[0] != "device" and f[1].lstrip("-").isdigit():
+            rows[f[0]] = dict(zip(head, [f[0]] + [int(x) for x in f[1:]]))
+    return rows
+
+
 def digest(b):
     return hashlib.sha256(b).hexdigest()[:16]
 
@@ -148,15 +162,16 @@ elif mode == "placement":
     check(near.returncode == 0 and "cxlpool" not in near.stdout.decode(), f"default policy keeps it near: {near.stdout.decode().strip()}")
     check(small.returncode == 0 and "cxlpool" not in small.stdout.decode(), f"100 KB stays near under threshold: {small.stdout.decode().strip()}")
     stats = run([exe, str(8 << 20)], extra={"CXLPOOL_POLICY": "threshold:size=1M,tier=far", "CXLPOOL_STATS": "1"})
-    far_line = [l for l in stats.stderr.decode().splitlines() if l.startswith("cxl0")]
-    check(far_line and int(far_line[0].split()[2]) >= 1, f"CXLPOOL_STATS reports the far allocation: {far_line}")
+    far = stats_rows(stats.stderr.decode()).get("cxl0", {})
+    check(far.get("allocations", 0) >= 1 and far.get("peak_resident_bytes", 0) >= 8 << 20,
+          f"CXLPOOL_STATS reports the far allocation: {far}")
 elif mode == "run":
     tool = sys.argv[5]
     py = "b=[bytearray(4<<20) for i in range(10)]; print(sum(len(x) for x in b))"
     r = subprocess.run([tool, "--policy", "threshold:size=1M,tier=far", "--stats", "--", "/usr/bin/python3", "-c", py],
                        env=env(preloaded=False), capture_output=True, timeout=120)
-    far = [l for l in r.stderr.decode().splitlines() if l.startswith("cxl0")]
-    check(r.returncode == 0 and r.stdout.strip() == b"41943040" and far and int(far[0].split()[2]) >= 10,
+    far = stats_rows(r.stderr.decode()).get("cxl0", {})
+    check(r.returncode == 0 and r.stdout.strip() == b"41943040" and far.get("allocations", 0) >= 10,
           f"cxlpool-run --policy threshold --stats -- python3: far-tier allocations {far}")
     r = subprocess.run([tool, "--", "ls", "/"], env=env({"CXLPOOL_POLICY": "bogus"}, preloaded=False),
                        capture_output=True, timeout=60)
@@ -189,7 +204,8 @@ elif mode == "run":
                            ["--", "/usr/bin/python3", "-c", hot], env=env(preloaded=False), capture_output=True,
                            timeout=120)
         lines = r.stderr.decode().splitlines()
-        peak = sum(int(l.split()[5]) for l in lines if l.split()[:2] in (["node0", "0"], ["fastmem", "0"]))
+        rows = stats_rows(r.stderr.decode())
+        peak = sum(row["peak_resident_bytes"] for row in rows.values() if row["tier"] == 0)
         return r, peak, lines
     r, peak, lines = tier0_peak(["--tiering=interval=50ms,monitors=pagemap_scan+hint"])
     check(r.returncode == 0 and r.stdout.strip() == b"done" and peak >= 9 << 20,

@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# cxlpool-stat end to end, on unmodified python3 programs started with cxlpool-run: --json
+# validates and agrees with the program's own CXLPOOL_STATS table and with --schema; the
+# Prometheus output follows the text format; the live table refreshes with rates; a program
+# tiered with --tiering shows its engine running and its moves; the program keeps its page
+# when it closes every descriptor; exit codes for no process, no page (plain program,
+# CXLPOOL_STAT_PAGE=0, a fork child), a forged page, a stopped program (stale), another
+# user's process, bad arguments; bad CXLPOOL_STAT_* settings are reported and the program runs.
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+stat_tool, run_tool, docs = sys.argv[1], sys.argv[2], sys.argv[3]
+failures = 0
+PY = "/usr/bin/python3"
+
+
+def check(cond, what):
+    global failures
+    print(("ok    " if cond else "FAIL  ") + what, flush=True)
+    if not cond:
+        failures += 1
+
+
+def stat(*args, **kw):
+    return subprocess.run([stat_tool, *map(str, args)], capture_output=True, text=True, timeout=60, **kw)
+
+
+def env(extra=None):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("CXLPOOL_") and k != "LD_PRELOAD"}
+    e.update(extra or {})
+    return e
+
+
+# A target: allocates 8 blocks of 4 MiB (on the far device with the threshold policy), prints
+# "ready", then waits for a line on stdin (or for its own script to finish).
+TARGET = ("import sys,os\nb=[bytearray(4<<20) for i in range(8)]\n"
+          "for x in b:\n  x[::4096]=b'\\x01'*len(x[::4096])\n"
+          "{extra}\nprint('ready',flush=True)\nsys.stdin.readline()\n")
+
+
+class Target:
+    def __init__(self, extra="", run_args=(), env_extra=None, preload=True):
+        cmd = ([run_tool, *run_args, "--"] if preload else []) + [PY, "-c", TARGET.format(extra=extra)]
+        self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=env(env_extra), text=True)
+        line = self.p.stdout.readline()
+        self.ready = line.strip() == "ready"
+        self.pid = self.p.pid
+
+    def finish(self):
+        try:
+            out, err = self.p.communicate("\n", timeout=60)
+        except (BrokenPipeError, OSError):
+            out, err = self.p.communicate(timeout=60)
+        return self.p.returncode, out, err
+
+
+far_policy = ["--policy", "threshold:size=1M,tier=far"]
+
+# ---- --json, --schema, --once, the live table, --prometheus, --list ----
+t = Target(run_args=far_policy, env_extra={"CXLPOOL_STAT_INTERVAL_MS": "50", "CXLPOOL_STATS": "1"})
+check(t.ready, "the target started under cxlpool-run")
+time.sleep(0.3)
+r = stat("--json", t.pid)
+doc = None
+try:
+    doc = json.loads(r.stdout)
+except ValueError:
+    pass
+check(r.returncode == 0 and doc is not None, f"--json: exit 0 and JSON ({r.returncode}, {r.stderr.strip()})")
+if doc:
+    check(doc["pid"] == t.pid and doc["program"] == "python3" and doc["layout_version"] == 1,
+          f"--json names the process: pid {doc['pid']}, program {doc['program']!r}")
+    check(doc["stale"] is False and doc["publishes"] >= 2 and 0 <= doc["age_seconds"] < 1,
+          f"--json is fresh: publishes {doc['publishes']}, age {doc['age_seconds']}")
+    types_ok = all(isinstance(v, int) and v >= 0 for v in doc["process"].values())
+    types_ok &= all(isinstance(d["device"], str) and isinstance(d["tier"], int) for d in doc["devices"])
+    for d in doc["devices"]:
+        types_ok &= all(isinstance(d[m["name"]], int) for m in doc["schema"] if m["scope"] == "device")
+    check(types_ok and {"process", "devices", "tiers", "schema"} <= doc.keys(), "--json: every value a count")
+    far = [d for d in doc["devices"] if d["tier"] > 0]
+    check(far and far[0]["allocated_bytes"] >= 32 << 20 and far[0]["allocations"] >= 8 and far[0]["pools"] == 1,
+          f"--json: the far device holds the 32 MiB: {far}")
+    sr = stat("--schema", "--json")
+    schema = json.loads(sr.stdout)
+    check(sr.returncode == 0 and [m["name"] for m in schema] == [m["name"] for m in doc["schema"]],
+          "--schema lists what the page carries, in page order")
+    names = [m["name"] for m in schema]
+    check(len(names) == len(set(names)) and all(re.fullmatch(r"[a-z][a-z0-9_]*", n) for n in names),
+          "schema names are unique and Prometheus-safe")
+    text = open(os.path.join(docs, "stats.md")).read()
+    table = text[text.index("<!-- schema:begin -->"):text.index("<!-- schema:end -->")]
+    rows = [[c.strip().strip("`") for c in l.strip().strip("|").split("|")] for l in table.splitlines()[3:] if l.startswith("|")]
+    want = [[m["name"], m["scope"], m["kind"], m["unit"], m["help"]] for m in schema]
+    check(rows == want, f"docs/stats.md's metrics table is the schema ({len(rows)} rows, {len(want)} in the schema)")
+    for must in ("pgpromote_success", "pgdemote_success", "pgmigrate_fail", "promote_bytes", "monitor_faults",
+                 "scan_ns", "hot_bytes", "allocated_bytes", "device_committed_bytes"):
+        check(must in names, f"schema has {must}")
+
+r = stat("--once", t.pid)
+check(r.returncode == 0 and f"pid {t.pid} (python3)" in r.stdout and "allocated_bytes" in r.stdout,
+      "--once prints one table")
+r = stat("--interval", "0.2", "--count", "3", t.pid)
+check(r.returncode == 0 and r.stdout.count(f"pid {t.pid}") == 3 and "per second" in r.stdout,
+      f"the live table refreshes 3 times with rates ({r.returncode})")
+
+r = stat("--prometheus", t.pid)
+lines = r.stdout.splitlines()
+sample = re.compile(r'^(cxlpool_[a-z0-9_]+)\{([a-z_]+="(?:[^"\\\n]|\\.)*"(?:,[a-z_]+="(?:[^"\\\n]|\\.)*")*)\} '
+                    r'(\d+(?:\.\d+)?)$')
+typed, helped, bad, samples = set(), set(), [], 0
+for line in lines:
+    if line.startswith("# HELP "):
+        helped.add(line.split()[2])
+    elif line.startswith("# TYPE "):
+        f = line.split()
+        if len(f) != 4 or f[3] not in ("counter", "gauge"):
+            bad.append(line)
+        typed.add(f[2])
+    else:
+        m = sample.match(line)
+        if not m or m.group(1) not in typed or m.group(1) not in helped:
+            bad.append(line)
+        samples += 1
+check(r.returncode == 0 and not bad and samples > 30, f"--prometheus: text format, HELP/TYPE before samples "
+      f"({samples} samples, bad: {bad[:3]})")
+check(f'cxlpool_allocated_bytes{{pid="{t.pid}",program="python3",device=' in r.stdout,
+      "--prometheus: per-device samples carry pid, program and device labels")
+
+r = stat("--list")
+check(r.returncode == 0 and re.search(rf"^\s*{t.pid}\s+python3\s+live$", r.stdout, re.M),
+      "--list shows the target as live")
+code, out, err = t.finish()
+# The program's own at-exit table uses the same names.
+head = next((l.split() for l in err.splitlines() if l.split()[:2] == ["device", "tier"]), [])
+check(code == 0 and [m["name"] for m in schema if m["scope"] == "device"] == head[2:],
+      f"CXLPOOL_STATS's columns are the schema's device metrics: {head}")
+r = stat("--json", t.pid)
+check(r.returncode == 2 and "no process" in r.stderr, f"an exited process: exit 2 ({r.returncode}, {r.stderr.strip()})")
+
+# ---- a tiered program ----
+hot = ("import time\nh=[bytearray(3<<20) for i in range(3)]\nt0=time.time()\n"
+       "while time.time()-t0<3:\n  for x in h:\n    for o in range(0,len(x),4096): x[o]=1\n  time.sleep(0.005)")
+devs = "fastmem:backing=shm,size=64M,tier=0;slowmem:backing=shm,size=1G,tier=1"
+t = Target(extra=hot, run_args=["--devices", devs, "--policy", "bind:slowmem",
+                                "--tiering=interval=50ms,monitors=pagemap_scan+hint"],
+           env_extra={"CXLPOOL_STAT_INTERVAL_MS": "50"})
+check(t.ready, "the tiered target ran its hot loop")
+time.sleep(0.2)
+doc = json.loads(stat("--json", t.pid).stdout or "{}")
+proc = doc.get("process", {})
+check(proc.get("tiering_running") == 1 and proc.get("units", 0) > 0 and proc.get("scans", 0) > 0,
+      f"a tiered program: engine running, units tracked, monitors collected ({proc})")
+check(proc.get("pgpromote_success", 0) > 0 and proc.get("promote_bytes", 0) >= 9 << 20,
+      f"a tiered program: its hot buffers were promoted ({proc.get('pgpromote_success')} pages)")
+check(any(tier.get("hot_bytes", 0) > 0 for tier in doc.get("tiers", [])) or proc.get("pgpromote_success", 0) > 0,
+      "a tiered program: hot bytes or promotions are published")
+r = stat("--once", t.pid)
+check("tiering: running, kernel=" in r.stdout, "the table says the engine runs and its kernel mode")
+t.finish()
+
+# ---- a program that closes every descriptor it did not open keeps its page ----
+t = Target(extra="os.closerange(3, 1<<20)", run_args=far_policy, env_extra={"CXLPOOL_STAT_INTERVAL_MS": "50"})
+r = stat("--json", t.pid)
+check(t.ready and r.returncode == 0 and json.loads(r.stdout)["publishes"] >= 1,
+      f"after closerange(3, ...) the page is found through its mapping ({r.returncode}, {r.stderr.strip()})")
+t.finish()
+
+# ---- exit codes ----
+r = stat("--json", 2 ** 22 + 7)  # above pid_max
+check(r.returncode == 2, f"no such process: exit 2 ({r.returncode}, {r.stderr.strip()})")
+plain = subprocess.Popen(["sleep", "30"])
+r = stat("--json", plain.pid)
+check(r.returncode == 3 and "no cxlpool stats page" in r.stderr, f"a plain program: exit 3 ({r.stderr.strip()})")
+plain.kill()
+plain.wait()
+t = Target(run_args=far_policy, env_extra={"CXLPOOL_STAT_PAGE": "0"})
+r = stat("--json", t.pid)
+check(t.ready and r.returncode == 3, f"CXLPOOL_STAT_PAGE=0: exit 3 ({r.returncode})")
+t.finish()
+
+# A fork child (no exec) has no page of its own and does not show its parent's.
+pidfile = f"/tmp/cxlpool-stat-test-{os.getpid()}.child"
+t = Target(extra="pid=os.fork()\nif pid==0:\n  import time; os.closerange(0,3); time.sleep(30); os._exit(0)\n"
+                 f"open({pidfile!r},'w').write(str(pid))",
+           run_args=far_policy, env_extra={"CXLPOOL_STAT_INTERVAL_MS": "50"})
+child = int(open(pidfile).read()) if t.ready else 0
+os.unlink(pidfile)
+r = stat("--json", child)
+check(child > 0 and r.returncode == 3, f"a fork child: exit 3, no page ({r.returncode}, {r.stderr.strip()})")
+check(stat("--json", t.pid).returncode == 0, "its parent still has its page")
+if child > 0:
+    os.kill(child, signal.SIGKILL)
+t.finish()
+
+# A forged page: a memfd of that name holding something else.
+forger = subprocess.Popen([PY, "-c", "import os,sys\nfd=os.memfd_create('cxlpool-stats',0)\n"
+                           "os.write(fd,b'NOTSTATS'*64)\nprint('ready',flush=True)\nsys.stdin.readline()"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env())
+forger.stdout.readline()
+r = stat("--json", forger.pid)
+check(r.returncode == 5 and "not a cxlpool stats page" in r.stderr, f"a forged page: exit 5 ({r.stderr.strip()})")
+forger.communicate("\n", timeout=30)
+
+# A stopped program: stale after three intervals (at least 3 s), numbers still printed.
+t = Target(run_args=far_policy, env_extra={"CXLPOOL_STAT_INTERVAL_MS": "100"})
+os.kill(t.pid, signal.SIGSTOP)
+time.sleep(3.5)
+r = stat("--json", t.pid)
+doc = json.loads(r.stdout or "{}")
+check(r.returncode == 6 and doc.get("stale") is True, f"a stopped program: exit 6, stale ({r.returncode})")
+os.kill(t.pid, signal.SIGCONT)
+time.sleep(0.3)
+check(stat("--json", t.pid).returncode == 0, "resumed: fresh again")
+t.finish()
+
+# Another user's process: permission denied.
+t = Target(run_args=far_policy)
+if os.geteuid() == 0 and os.path.exists("/usr/bin/setpriv"):
+    r = subprocess.run(["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", stat_tool, "--json",
+                        str(t.pid)], capture_output=True, text=True, timeout=60)
+    check(r.returncode == 4 and "permission denied" in r.stderr, f"another user's process: exit 4 ({r.stderr.strip()})")
+else:
+    print("CXLPOOL-NOTE: not root: the other-user case is not run")
+t.finish()
+
+# Bad arguments and settings.
+for args in (["--json", "--prometheus", "1"], ["--interval", "0", "1"], ["--count", "x", "1"], ["abc"], []):
+    r = stat(*args)
+    check(r.returncode == 1 and r.stderr.startswith("cxlpool-stat: "), f"bad arguments {args}: exit 1 ({r.stderr.strip()[:60]})")
+for var, value in (("CXLPOOL_STAT_PAGE", "yes"), ("CXLPOOL_STAT_INTERVAL_MS", "3")):
+    r = subprocess.run([run_tool, *far_policy, "--", PY, "-c", "print('ran')"], capture_output=True, text=True,
+                       env=env({var: value}), timeout=60)
+    check(r.returncode == 0 and r.stdout.strip() == "ran" and var in r.stderr and f"'{value}'" in r.stderr,
+          f"{var}={value}: the program runs, the message names it ({r.stderr.strip()[:100]})")
+
+print(f"cxlpool-stat: {failures} failure(s)")
+sys.exit(1 if failures else 0)
