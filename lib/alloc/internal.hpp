@@ -46,7 +46,7 @@ uint64_t next_unit_serial() noexcept;
 
 // ---- segment.cpp: regions, segments, commit/decommit of slices, purge passes ---------------
 bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
-void device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
+bool device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
 bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsigned count) noexcept;
 void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noexcept;
 Segment* new_segment(Pool* pool, int di) noexcept;  // pool device mutex held

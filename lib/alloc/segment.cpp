@@ -65,11 +65,13 @@ bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexce
   return true;
 }
 
-void device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept {
+// False when the device kept the range committed (its pages may be freed: the VMA budget);
+// it stays committed and counted here too.
+bool device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept {
   ErrnoGuard keep_errno;
-  if (d.device->decommit(reinterpret_cast<void*>(addr), len, int(pool->index), nullptr) != CXLPOOL_OK)
-    return;  // the range stays committed and counted
+  if (d.device->decommit(reinterpret_cast<void*>(addr), len, int(pool->index), nullptr) != CXLPOOL_OK) return false;
   d.resident.fetch_sub(len, std::memory_order_relaxed);
+  return true;
 }
 
 // Commits slices [first, first+count) of a segment that are not committed yet (mutex held).
@@ -102,10 +104,9 @@ bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsi
 void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noexcept {
   PoolDevice& at = pool->dev[seg->resident];
   if (d.coarse) {
-    if (mask == ~uint64_t(0) && seg->committed_slices == ~uint64_t(0)) {
-      device_decommit(pool, at, seg->base, kSegmentSize);
+    if (mask == ~uint64_t(0) && seg->committed_slices == ~uint64_t(0) &&
+        device_decommit(pool, at, seg->base, kSegmentSize))
       seg->committed_slices = 0;
-    }
     seg->purge_mark = 0;
     return;
   }
@@ -116,11 +117,12 @@ void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noe
     }
     unsigned j = i;
     while (j < kSlicesPerSegment && (mask >> j & 1)) ++j;
-    device_decommit(pool, at, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift);
-    uint64_t run = run_mask(i, j - i);
-    seg->committed_slices &= ~run;
-    seg->purge_mark &= ~run;
-    d.free_committed -= std::min<uint64_t>(d.free_committed, uint64_t(j - i) << kSliceShift);
+    const uint64_t run = run_mask(i, j - i);
+    seg->purge_mark &= ~run;  // not retried until freed again
+    if (device_decommit(pool, at, seg->base + (uintptr_t(i) << kSliceShift), size_t(j - i) << kSliceShift)) {
+      seg->committed_slices &= ~run;
+      d.free_committed -= std::min<uint64_t>(d.free_committed, uint64_t(j - i) << kSliceShift);
+    }
     i = j;
   }
 }

@@ -17,6 +17,17 @@ uint64_t IntervalSet::covered(uint64_t start, uint64_t end) const {
   return n;
 }
 
+uint64_t IntervalSet::boundaries_inside(uint64_t start, uint64_t end) const {
+  uint64_t n = 0;
+  auto it = ranges_.upper_bound(start);
+  if (it != ranges_.begin()) --it;
+  for (; it != ranges_.end() && it->first < end; ++it) {
+    n += it->first > start && it->first < end;
+    n += it->second > start && it->second < end;
+  }
+  return n;
+}
+
 uint64_t IntervalSet::insert(uint64_t start, uint64_t end) {
   if (start >= end) return 0;
   uint64_t added = (end - start) - covered(start, end);

@@ -17,6 +17,8 @@ class IntervalSet {
   uint64_t erase(uint64_t start, uint64_t end);
   // Units present inside [start, end).
   uint64_t covered(uint64_t start, uint64_t end) const;
+  // Positions strictly inside (start, end) where presence changes (range starts and ends).
+  uint64_t boundaries_inside(uint64_t start, uint64_t end) const;
   uint64_t total() const { return total_; }
   bool empty() const { return ranges_.empty(); }
   size_t ranges() const { return ranges_.size(); }

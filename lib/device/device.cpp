@@ -180,6 +180,52 @@ void Device::account(Storage&, uint64_t added, uint64_t removed, int client) noe
   }
 }
 
+namespace {
+std::atomic<int64_t> g_vmas{0};
+std::atomic<int64_t> g_vma_budget{0};  // 0: not read yet
+std::atomic<uint64_t> g_vma_refusals{0};
+
+int64_t vma_budget() noexcept {
+  int64_t b = g_vma_budget.load(std::memory_order_relaxed);
+  if (b <= 0) {
+    b = int64_t(os::max_map_count() / 2);
+    g_vma_budget.store(b, std::memory_order_relaxed);
+  }
+  return b;
+}
+}  // namespace
+
+VmaUse vma_use() noexcept {
+  return {uint64_t(std::max<int64_t>(0, g_vmas.load(std::memory_order_relaxed))), uint64_t(vma_budget()),
+          g_vma_refusals.load(std::memory_order_relaxed)};
+}
+
+bool vma_room_for(int64_t more) noexcept {
+  if (more <= 0 || g_vmas.load(std::memory_order_relaxed) + more <= vma_budget()) return true;
+  g_vma_refusals.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+void set_vma_budget(int64_t budget) noexcept { g_vma_budget.store(budget > 0 ? budget : 0, std::memory_order_relaxed); }
+
+int64_t Device::vma_delta(const Reservation& r, uint64_t lo, uint64_t hi, bool to_committed) const noexcept {
+  const IntervalSet& c = r.storage->committed;
+  const uint64_t w0 = r.offset, w1 = r.offset + r.size, ps = caps_.page_size;
+  // -1 outside the reservation: a different mapping, never merged with ours.
+  auto state = [&](uint64_t at) -> int { return at < w0 || at >= w1 ? -1 : c.covered(at, at + ps) ? 1 : 0; };
+  const int to = to_committed ? 1 : 0;
+  int64_t before = int64_t(c.boundaries_inside(lo, hi)), after = 0;
+  if (lo > w0) {
+    before += state(lo - ps) != state(lo);
+    after += state(lo - ps) != to;
+  }
+  if (hi < w1) {
+    before += state(hi - ps) != state(hi);
+    after += to != state(hi);
+  }
+  return after - before;
+}
+
 cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sharing sharing, int client, void** out,
                                  DeviceError* err) noexcept {
   const size_t ps = caps_.page_size;
@@ -211,6 +257,7 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
     r.storage = st;
     r.sharing = sharing;
     r.client = client;
+    r.vmas = span > size ? 2 : 1;  // the device's pages, and the address space beyond them
     int e = st->map(addr, size, offset, mapped_shared(r));
     if (e) {
       os::prim::unmap(addr, span);
@@ -227,6 +274,7 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
       return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "reservation table");
     }
     reserved_bytes_ += size;
+    g_vmas.fetch_add(r.vmas, std::memory_order_relaxed);
     *out = addr;
     return CXLPOOL_OK;
   }
@@ -257,12 +305,14 @@ cxlpool_status_t Device::map_range(uint64_t offset, size_t size, int client, voi
   r.sharing = Sharing::kShared;
   r.owns_range = false;
   r.client = client;
+  r.vmas = 1;
   try {
     reservations_.emplace(r.addr, r);
   } catch (...) {
     os::prim::unmap(addr, size);
     return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "reservation table");
   }
+  g_vmas.fetch_add(r.vmas, std::memory_order_relaxed);
   *out = addr;
   return CXLPOOL_OK;
 }
@@ -291,6 +341,7 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
   uint64_t added = len - st.committed.covered(off, off + len);
   if (committed() + added > ledger_.capacity)
     return device_failure(err, CXLPOOL_E_CAPACITY, 0, "capacity", committed());
+  const int64_t vmas = vma_delta(*r, off, off + len, true);
   if (int e = os::prim::protect(addr, len, true)) return device_failure(err, status_of_errno(e), e, "mprotect(RW)");
   bool shared_fd = mapped_shared(*r) && !st.anonymous() && !r->inherited;
   // Memory on a size-limited filesystem (a tmpfs, a disk) is allocated now, so a full one is
@@ -314,6 +365,8 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
   } catch (...) {
     return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "committed-range table");
   }
+  r->vmas += vmas;
+  g_vmas.fetch_add(vmas, std::memory_order_relaxed);
   account(st, added, 0, client);
   return CXLPOOL_OK;
 }
@@ -332,8 +385,14 @@ cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceErro
   int e = remove ? os::prim::advise_remove(addr, len) : EINVAL;
   if (e) e = os::prim::advise_dontneed(addr, len);
   if (e) return device_failure(err, CXLPOOL_E_OS, e, "madvise(DONTNEED)");
-  if ((e = os::prim::protect(addr, len, false))) return device_failure(err, CXLPOOL_E_OS, e, "mprotect(NONE)");
   uint64_t off = r->offset + (a - r->addr);
+  // Splitting the mapping past the budget: the pages are freed (above), the range stays
+  // accessible and committed.
+  const int64_t vmas = vma_delta(*r, off, off + len, false);
+  if (!vma_room_for(vmas)) return device_failure(err, CXLPOOL_E_BUSY, 0, "VMA budget", uint64_t(vma_budget()));
+  if ((e = os::prim::protect(addr, len, false))) return device_failure(err, CXLPOOL_E_OS, e, "mprotect(NONE)");
+  r->vmas += vmas;
+  g_vmas.fetch_add(vmas, std::memory_order_relaxed);
   uint64_t removed = 0;
   try {
     removed = st.committed.erase(off, off + len);
@@ -371,6 +430,7 @@ cxlpool_status_t Device::release(void* addr, int client, DeviceError* err) noexc
   }
   account(st, 0, removed, client);
   os::prim::unmap(addr, r.span);
+  g_vmas.fetch_sub(r.vmas, std::memory_order_relaxed);
   if (r.owns_range) {
     if (!st.anonymous()) st.give_back_range(r.offset, r.size);
     reserved_bytes_ -= r.size;
@@ -429,14 +489,23 @@ std::string Device::describe(const char* op, const void* addr, size_t len, const
                format_bytes(caps_.capacity_bytes) + " committed)";
       if (std::strcmp(err.call, "map past the end") == 0)
         return where + ": range extends past the capacity " + std::to_string(caps_.capacity_bytes);
+      if (std::strcmp(err.call, "VMA budget") == 0)
+        return where + ": moving it needs a staging mapping past cxlpool's mapping budget of " +
+               std::to_string(err.detail) + " (half of vm.max_map_count)";
       return where + ": the filesystem holding it is full (" + err.call + ": " + std::strerror(err.os_errno) + ")";
     case CXLPOOL_E_NOT_SUPPORTED:
       return where + ": needs a shareable backing; numa memory is private anonymous memory";
+    case CXLPOOL_E_BUSY:
+      if (std::strcmp(err.call, "VMA budget") == 0)
+        return where + ": cxlpool's mappings would exceed their budget of " + std::to_string(err.detail) +
+               " (half of vm.max_map_count); the pages were freed, the range stays committed";
+      break;
     default:
-      if (std::strcmp(err.call, "opening storage") == 0 || std::strcmp(err.call, "devdax descriptor") == 0)
-        return tls_message;
-      return where + ": " + err.call + ": " + (err.os_errno ? std::strerror(err.os_errno) : "failed");
+      break;
   }
+  if (std::strcmp(err.call, "opening storage") == 0 || std::strcmp(err.call, "devdax descriptor") == 0)
+    return tls_message;
+  return where + ": " + err.call + ": " + (err.os_errno ? std::strerror(err.os_errno) : "failed");
 }
 
 bool Device::fork_needs_copy() const noexcept {

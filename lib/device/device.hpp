@@ -19,6 +19,7 @@
 #include "backing/claim.hpp"
 #include "backing/storage.hpp"
 #include "common/interval_set.hpp"
+#include "common/metric.hpp"
 #include "cxlpool/common.h"
 
 namespace cxlpool::detail {
@@ -52,6 +53,32 @@ inline cxlpool_status_t device_failure(DeviceError* err, cxlpool_status_t status
   }
   return status;
 }
+
+// The process's mappings (VMAs) made by cxlpool's devices, against one budget: half of
+// vm.max_map_count, so the program keeps the other half. Each reservation's mapping count is
+// modelled exactly (a run of pages with one protection is one VMA); commit may exceed the
+// budget (refusing it would fail an allocation the kernel allows), decommit and moves do not:
+// a decommit that would split a mapping past the budget frees the pages but keeps them
+// accessible and committed (BUSY), a move that needs a staging mapping past it is CAPACITY.
+struct VmaUse {
+  uint64_t vmas = 0;      // mappings cxlpool's reservations hold now
+  uint64_t budget = 0;    // the limit decommit and move respect
+  uint64_t refusals = 0;  // decommits and moves refused for the budget
+};
+VmaUse vma_use() noexcept;
+struct VmaField {
+  MetricDesc desc;
+  uint64_t VmaUse::*member;
+};
+inline constexpr VmaField kVmaFields[] = {
+    {{"vmas", MetricKind::kGauge, "count", "mappings cxlpool's devices hold"}, &VmaUse::vmas},
+    {{"vma_budget", MetricKind::kGauge, "count", "their limit: half of vm.max_map_count"}, &VmaUse::budget},
+    {{"vma_refusals", MetricKind::kCounter, "events", "decommits and moves refused for the budget"}, &VmaUse::refusals},
+};
+// Whether `more` mappings fit the budget now; counts a refusal when they do not.
+bool vma_room_for(int64_t more) noexcept;
+// Sets the budget (tests; a value <= 0 restores half of vm.max_map_count).
+void set_vma_budget(int64_t budget) noexcept;
 
 struct Ledger {
   uint64_t capacity = 0;
@@ -146,7 +173,11 @@ class Device {
     bool owns_range = true;  // false for map_range(): the range belongs to the device
     bool inherited = false;  // a shared range a fork child inherited: the parent's memory too
     int client = 0;
+    int64_t vmas = 0;  // mappings the reservation holds (see VmaUse)
   };
+  // How many mappings r gains (negative: loses) when the storage offsets [lo, hi) inside it
+  // become committed (read-write) or not (inaccessible); mu_ held.
+  int64_t vma_delta(const Reservation& r, uint64_t lo, uint64_t hi, bool to_committed) const noexcept;
   bool mapped_shared(const Reservation& r) const;
   Reservation* find(const void* addr, size_t len) noexcept;
   // The reservation holding a page-aligned [addr, addr+len) (mu_ held), or nullptr with the

@@ -55,6 +55,9 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
   Storage& src = *r.storage;
 
   const bool by_kernel = src.anonymous() && dst->anonymous() && dst->numa_node() >= 0;
+  // A copy holds a staging mapping as split as the reservation until the swap.
+  if (!by_kernel && !vma_room_for(r.vmas))
+    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "VMA budget", vma_use().budget);
   uint64_t new_offset = r.addr;  // anonymous storage counts addresses
   if (!dst->anonymous()) {
     uint64_t largest = 0;

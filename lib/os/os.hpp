@@ -17,6 +17,9 @@ size_t page_size();
 // Monotonic time in ns at the kernel tick's resolution (CLOCK_MONOTONIC_COARSE): cheap.
 uint64_t coarse_now_ns() noexcept;
 uint64_t total_ram_bytes();
+// vm.max_map_count: how many mappings (VMAs) the kernel allows a process; 65530 (the kernel's
+// default) when it cannot be read.
+uint64_t max_map_count() noexcept;
 
 // Capabilities of the running kernel, probed once on first use.
 struct KernelCaps {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -123,6 +124,16 @@ int memfd_create(const std::string& name) {
   int fd = int(syscall(SYS_memfd_create, name.c_str(), MFD_CLOEXEC));
   if (fd < 0) fail_os("memfd_create(\"" + name + "\")", errno);
   return fd;
+}
+
+uint64_t max_map_count() noexcept {
+  uint64_t n = 65530;
+  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "re")) {
+    unsigned long long v = 0;
+    if (std::fscanf(f, "%llu", &v) == 1 && v > 0) n = v;
+    std::fclose(f);
+  }
+  return n;
 }
 
 void* create_sealed_page(const std::string& name, size_t bytes, int* fd_out) {

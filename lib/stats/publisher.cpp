@@ -20,6 +20,7 @@
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "config/options.hpp"
+#include "device/device.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
 #include "stats/layout.hpp"
@@ -132,6 +133,8 @@ void publish_locked() {
   __atomic_thread_fence(__ATOMIC_RELEASE);
   uint64_t* v = values();
   for (const auto& f : tiering::kCounterFields) store(v++, (c.*f.member).get());
+  const VmaUse vmas = vma_use();
+  for (const auto& f : kVmaFields) store(v++, vmas.*f.member);
   auto* slots = reinterpret_cast<DeviceSlot*>(g_page + h->devices_offset);
   for (size_t d = 0; d < kMaxDevices; ++d) {
     DeviceSlot slot{};

@@ -1,18 +1,19 @@
 // SPDX-License-Identifier: MIT
 // The stats schema (schema.hpp), assembled at compile time from tiering::kCounterFields,
-// alloc::kDeviceStatFields and tiering::kTierFields.
+// kVmaFields (device layer), alloc::kDeviceStatFields and tiering::kTierFields.
 #include "stats/schema.hpp"
 
 #include <array>
 #include <cstring>
 
 #include "alloc/pool.hpp"
+#include "device/device.hpp"
 #include "tiering/counters.hpp"
 
 namespace cxlpool::detail::stats {
 namespace {
 
-constexpr size_t kProcess = std::size(tiering::kCounterFields);
+constexpr size_t kProcess = std::size(tiering::kCounterFields) + std::size(kVmaFields);
 constexpr size_t kDevice = std::size(alloc::kDeviceStatFields);
 constexpr size_t kTier = std::size(tiering::kTierFields);
 
@@ -20,6 +21,7 @@ constexpr std::array<SchemaEntry, kProcess + kDevice + kTier> make_schema() {
   std::array<SchemaEntry, kProcess + kDevice + kTier> a{};
   size_t n = 0;
   for (const auto& f : tiering::kCounterFields) a[n++] = {Scope::kProcess, f.desc};
+  for (const auto& f : kVmaFields) a[n++] = {Scope::kProcess, f.desc};
   for (const auto& f : alloc::kDeviceStatFields) a[n++] = {Scope::kDevice, f.desc};
   for (const auto& f : tiering::kTierFields) a[n++] = {Scope::kTier, f.desc};
   return a;
