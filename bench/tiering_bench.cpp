@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -38,6 +39,8 @@ struct Options {
   std::vector<std::string> placements{"static", "interleave", "interleave-bw", "oracle", "cxlpool", "monitor-only"};
   std::string json, plot;
   std::string tiering = "interval=100ms,monitors=pagemap_scan";
+  int repeat = 1;      // the placement list, this many times over, interleaved (overhead from medians)
+  int hot_share = 90;  // % of updates that go to the hot set
 };
 
 struct Sample {
@@ -147,7 +150,7 @@ Result run_one(const Options& o, const std::string& placement, int hot_percent) 
         for (int k = 0; k < 4096; ++k) {
           uint64_t x = xorshift(s);
           size_t first = hot_first.load(std::memory_order_relaxed);
-          size_t b = (x % 100 < 90) ? first + (x >> 8) % hot_n : (x >> 8) % nblocks;
+          size_t b = (x % 100 < uint64_t(o.hot_share)) ? first + (x >> 8) % hot_n : (x >> 8) % nblocks;
           blocks[b][(x >> 24) % words] ^= x;
         }
         n += 4096;
@@ -182,7 +185,8 @@ Result run_one(const Options& o, const std::string& placement, int hot_percent) 
     Sample s;
     s.t = now;
     s.hot_fast = double(hot_on_fast) / double(hot_n);
-    s.served = 0.9 * s.hot_fast + 0.1 * double(all_on_fast) / double(nblocks);
+    const double hs = double(o.hot_share) / 100;
+    s.served = hs * s.hot_fast + (1 - hs) * double(all_on_fast) / double(nblocks);
     s.updates = double(total - last_total) / (now - last_t);
     s.model_rel = o.fast_latency_ns / (s.served * o.fast_latency_ns + (1 - s.served) * o.slow_latency_ns);
     r.samples.push_back(s);
@@ -297,6 +301,10 @@ int main(int argc, char** argv) {
       o.json = next();
     else if (a == "--plot")
       o.plot = next();
+    else if (a == "--repeat")
+      o.repeat = std::max(1, std::atoi(next().c_str()));
+    else if (a == "--hot-share")
+      o.hot_share = std::clamp(std::atoi(next().c_str()), 1, 100);
     else if (a == "--tiering")
       o.tiering = next();
     else if (a == "--placements") {
@@ -319,7 +327,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: tiering_bench [--seconds S] [--footprint-mib N] [--threads T] [--hot 10,25] "
                    "[--placements static,interleave,interleave-bw,oracle,cxlpool,monitor-only] [--tiering SPEC] "
-                   "[--json FILE] [--plot FILE.png]\n");
+                   "[--repeat N] [--hot-share PERCENT] [--json FILE] [--plot FILE.png]\n");
       return 2;
     }
   }
@@ -329,22 +337,20 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "tiering_bench: footprint %zu MiB, fast tier %zu MiB (25%%), %d thread(s), %.0f s per run, hot set shifts "
-      "at %.0f s; 90%% of updates go to the hot set\n",
-      o.footprint / kMiB, o.footprint / 4 / kMiB, o.threads, o.seconds, o.seconds / 2);
+      "at %.0f s; %d%% of updates go to the hot set, the rest uniformly anywhere\n",
+      o.footprint / kMiB, o.footprint / 4 / kMiB, o.threads, o.seconds, o.seconds / 2, o.hot_share);
   std::printf(
       "model: per-access latency fast %.0f ns, slow %.0f ns (declared); model throughput = fast latency / "
       "mean latency, i.e. relative to everything on the fast tier\n\n",
       o.fast_latency_ns, o.slow_latency_ns);
   std::vector<Result> results;
   for (int hot : o.hot_percents)
-    for (const std::string& pl : o.placements) {
-      results.push_back(run_forked(o, pl, hot));
-      const Result& r = results.back();
-      if (!r.error.empty()) std::printf("%-14s hot %2d%%: error: %s\n", pl.c_str(), hot, r.error.c_str());
-    }
-  double base_updates[101] = {};
-  for (const Result& r : results)
-    if (r.placement == "static") base_updates[r.hot_percent] = r.updates_mean;
+    for (int rep = 0; rep < o.repeat; ++rep)
+      for (const std::string& pl : o.placements) {
+        results.push_back(run_forked(o, pl, hot));
+        const Result& r = results.back();
+        if (!r.error.empty()) std::printf("%-14s hot %2d%%: error: %s\n", pl.c_str(), hot, r.error.c_str());
+      }
   std::printf("%-14s %4s %14s %14s %12s %14s %14s %12s\n", "placement", "hot", "hot@fast ph1", "hot@fast ph2",
               "converge s", "model x fast", "updates/s", "moved MiB");
   for (const Result& r : results) {
@@ -354,13 +360,31 @@ int main(int argc, char** argv) {
       std::snprintf(conv, sizeof conv, "%.1f", r.converge_s);
     else
       std::snprintf(conv, sizeof conv, "never");
-    std::printf("%-14s %3d%% %13.1f%% %13.1f%% %12s %13.2fx %14.3g %12.0f", r.placement.c_str(), r.hot_percent,
+    std::printf("%-14s %3d%% %13.1f%% %13.1f%% %12s %13.2fx %14.3g %12.0f\n", r.placement.c_str(), r.hot_percent,
                 100 * r.hot_fast_phase1, 100 * r.hot_fast_phase2, conv, r.model_phase2, r.updates_mean,
                 double(r.moved_bytes) / double(kMiB));
-    if (r.placement == "monitor-only" && base_updates[r.hot_percent] > 0)
-      std::printf("   monitor overhead %.1f%% (vs static, no engine)",
-                  100 * (1 - r.updates_mean / base_updates[r.hot_percent]));
-    std::printf("\n");
+  }
+  // Monitor overhead: the median update rate of the monitor-only runs against the median of
+  // the static runs of the same hot set (runs interleaved with --repeat, so drift hits both).
+  auto median_rate = [&](const std::string& pl, int hot, int* n) {
+    std::vector<double> v;
+    for (const Result& r : results)
+      if (r.error.empty() && r.placement == pl && r.hot_percent == hot) v.push_back(r.updates_mean);
+    *n = int(v.size());
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  };
+  std::vector<std::pair<int, double>> overheads;
+  for (int hot : o.hot_percents) {
+    int ns = 0, nm = 0;
+    const double st = median_rate("static", hot, &ns), mo = median_rate("monitor-only", hot, &nm);
+    if (st <= 0 || mo <= 0) continue;
+    overheads.push_back({hot, 1 - mo / st});
+    std::printf(
+        "monitor overhead, hot %d%%: %.1f%% (median of %d monitor-only runs %.3g/s vs median of %d static "
+        "runs %.3g/s)\n",
+        hot, 100 * (1 - mo / st), nm, mo, ns, st);
   }
   if (!o.json.empty()) {
     FILE* f = std::fopen(o.json.c_str(), "w");
@@ -370,6 +394,10 @@ int main(int argc, char** argv) {
     }
     std::fprintf(f, "{\"footprint_bytes\":%zu,\"fast_bytes\":%zu,\"threads\":%d,\"seconds\":%.1f,", o.footprint,
                  o.footprint / 4, o.threads, o.seconds);
+    std::fprintf(f, "\"hot_share_percent\":%d,\"monitor_overhead\":{", o.hot_share);
+    for (size_t i = 0; i < overheads.size(); ++i)
+      std::fprintf(f, "%s\"%d\":%.4f", i ? "," : "", overheads[i].first, overheads[i].second);
+    std::fprintf(f, "},");
     std::fprintf(f, "\"model\":{\"label\":\"model\",\"fast_latency_ns\":%.0f,\"slow_latency_ns\":%.0f},\"runs\":[",
                  o.fast_latency_ns, o.slow_latency_ns);
     for (size_t i = 0; i < results.size(); ++i) {

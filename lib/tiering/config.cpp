@@ -153,6 +153,12 @@ Config parse_config(std::string_view text, const char* origin) {
           if (have == m) bad("monitor '" + std::string(m) + "' listed twice");
         c.monitors.emplace_back(m);
       }
+    } else if (key == "overhead") {
+      double v = 0;
+      if (value.size() < 2 || value.back() != '%' || !parse_fraction(value.substr(0, value.size() - 1), &v) ||
+          v < 0.01 || v > 100)
+        bad("overhead is the share of each interval monitors may cost the program, 0.01% to 100%, e.g. 5%");
+      c.overhead = v / 100;
     } else if (key == "high" || key == "low") {
       auto pct = parse_percent(value);
       if (!pct || *pct == 0) bad(key + " is a percentage of the fast tier's capacity, 1% to 100%");
@@ -180,8 +186,8 @@ Config parse_config(std::string_view text, const char* origin) {
         bad("kernel is respect (leave NUMA-to-NUMA moves to the kernel's own tiering) or own");
     } else {
       bad("unknown key '" + key +
-          "' (policy, promote, demote, migrate, interval, budget, monitors, high, low, hot, cold, halflife, "
-          "min_residence, hysteresis, kernel)");
+          "' (policy, promote, demote, migrate, interval, budget, monitors, overhead, high, low, hot, cold, "
+          "halflife, min_residence, hysteresis, kernel)");
     }
   }
   if (c.low_percent > c.high_percent)
@@ -202,6 +208,7 @@ std::string describe(const Config& c) {
   s += ",budget=" + (c.budget_bytes_per_s ? std::to_string(c.budget_bytes_per_s) + "B/s" : std::string("auto"));
   s += ",monitors=";
   for (size_t i = 0; i < c.monitors.size(); ++i) s += (i ? "+" : "") + c.monitors[i];
+  s += ",overhead=" + format_fraction(c.overhead * 100) + "%";
   s += ",high=" + std::to_string(c.high_percent) + "%,low=" + std::to_string(c.low_percent) + "%";
   s += ",hot=" + format_fraction(c.hot) + ",cold=" + format_fraction(c.cold);
   s += ",halflife=" + format_ns(c.halflife_ns) + ",min_residence=" + format_ns(c.min_residence_ns);

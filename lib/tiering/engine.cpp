@@ -69,8 +69,6 @@ int kernel_numa_balancing() {
 class Engine final : public HeatSink {
  public:
   explicit Engine(const Config& c) : cfg_(c) {
-    const double interval_s = double(cfg_.interval_ns) / 1e9;
-    alpha_ = 1.0 - std::exp2(-double(cfg_.interval_ns) / double(cfg_.halflife_ns));
     window_ns_ = cfg_.interval_ns;
     counters().heat_window_ns.set(window_ns_);
     for (const std::string& name : cfg_.monitors) {
@@ -97,7 +95,6 @@ class Engine final : public HeatSink {
     else
       kernel_reason_ = "respect: kernel.numa_balancing=" + std::to_string(numa_balancing_) +
                        " (the kernel does not tier memory): cxlpool tiers every unit";
-    (void)interval_s;
     counters().numa_balancing.set(uint64_t(numa_balancing_));
     counters().kernel_own.set(cfg_.kernel == KernelMode::kOwn ? 1 : 0);
     thread_ = std::thread([this] { run(); });
@@ -113,16 +110,10 @@ class Engine final : public HeatSink {
   const Config& config() const { return cfg_; }
 
   void touched(uintptr_t addr, size_t len, AccessKind, uint32_t weight) noexcept override {
-    if (discarding_) return;
-    // The units are sorted by base; a run may cover several.
-    auto it = std::upper_bound(units_.begin(), units_.end(), addr,
-                               [](uintptr_t a, const State& s) { return a < s.ref.base; });
-    if (it != units_.begin()) --it;
-    const uintptr_t end = addr + len;
-    for (; it != units_.end() && it->ref.base < end; ++it) {
-      uintptr_t lo = std::max(addr, it->ref.base), hi = std::min(end, it->ref.base + it->size);
-      if (lo < hi) it->touched += double(uint64_t((hi - lo + kPage - 1) / kPage)) * double(weight);
-    }
+    for_units(addr, len, [&](State& s, size_t pages) { s.touched += double(pages) * double(weight); });
+  }
+  void observed(uintptr_t addr, size_t len) noexcept override {
+    for_units(addr, len, [&](State& s, size_t pages) { s.observed += double(pages); });
   }
 
   void json(JsonWriter& j) {
@@ -141,42 +132,73 @@ class Engine final : public HeatSink {
   }
 
  private:
-  // A unit as the allocator last listed it, with what the engine knows about it.
+  // A unit as the allocator last listed it, with what the engine knows about it. In a period,
+  // monitors observe some of its pages (observed) and see some of those touched (touched);
+  // hints add pages of their own (hinted).
   struct State : alloc::Unit {
-    double heat = 0, touched = 0;
-    uint64_t moved_at = 0;
+    double heat = 0, touched = 0, observed = 0, hinted = 0;
+    uint64_t moved_at = 0, judged_at = 0;
     int pin = -1;
   };
+
+  // Calls fn(unit, pages of [addr, addr+len) in it) for every unit the run overlaps (the
+  // units are sorted by base).
+  template <class Fn>
+  void for_units(uintptr_t addr, size_t len, Fn&& fn) noexcept {
+    auto it = std::upper_bound(units_.begin(), units_.end(), addr,
+                               [](uintptr_t a, const State& s) { return a < s.ref.base; });
+    if (it != units_.begin()) --it;
+    const uintptr_t end = addr + len;
+    for (; it != units_.end() && it->ref.base < end; ++it) {
+      uintptr_t lo = std::max(addr, it->ref.base), hi = std::min(end, it->ref.base + it->size);
+      if (lo < hi) fn(*it, size_t((hi - lo + kPage - 1) / kPage));
+    }
+  }
 
   void run() {
     alloc::enter_internal_scope();
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
-      // Monitors that see each page once per collect (pagemap_scan) saturate when every unit
-      // is touched within an interval: heat is then measured over the last `window_ns_` of
-      // it, a window that shrinks while most active units saturate (see adapt_window()).
+      // A period is the last `window_ns_` of each interval: monitors are armed at its start
+      // and collected at the interval's end. Monitors that see each page once per period
+      // (pagemap_scan) saturate when most units are touched all over within it; the window
+      // then shrinks (see age()).
       const uint64_t window = window_ns_;
-      const uint64_t before = window < cfg_.interval_ns ? cfg_.interval_ns - window : cfg_.interval_ns;
-      cv_.wait_for(lock, std::chrono::nanoseconds(before), [this] { return stop_; });
-      if (stop_) break;
       if (window < cfg_.interval_ns) {
-        lock.unlock();
-        discarding_ = true;
-        for (auto& m : monitors_) m->collect(*this);
-        discarding_ = false;
-        lock.lock();
-        cv_.wait_for(lock, std::chrono::nanoseconds(window), [this] { return stop_; });
+        cv_.wait_for(lock, std::chrono::nanoseconds(cfg_.interval_ns - window), [this] { return stop_; });
         if (stop_) break;
       }
+      lock.unlock();
+      arm_monitors();
+      lock.lock();
+      cv_.wait_for(lock, std::chrono::nanoseconds(window), [this] { return stop_; });
+      if (stop_) break;
       lock.unlock();
       step();
       lock.lock();
     }
     lock.unlock();
-    for (auto& m : monitors_)
-      for (const State& s : units_) m->unwatch(s.ref.base, s.size);
+    for (auto& m : monitors_) {
+      m->collect(discard_);
+      for (const State& s : units_) alloc::with_unit(s.ref, unwatch_unit, m.get());
+    }
     alloc::leave_internal_scope();
   }
+
+  // The program may lose `overhead` of each interval to the monitors, shared among them.
+  void arm_monitors() {
+    if (monitors_.empty()) return;
+    const uint64_t budget = uint64_t(double(cfg_.interval_ns) * cfg_.overhead / double(monitors_.size()));
+    const uint64_t t0 = os::monotonic_ns();
+    for (auto& m : monitors_) m->arm(budget);
+    counters().scan_ns.add(os::monotonic_ns() - t0);
+  }
+
+  struct DiscardSink final : HeatSink {
+    void touched(uintptr_t, size_t, AccessKind, uint32_t) noexcept override {}
+  } discard_;
+
+  static void unwatch_unit(void* ctx, const alloc::Unit& u) { static_cast<Monitor*>(ctx)->unwatch(u.ref.base, u.size); }
 
   static void collect_unit(void* ctx, const alloc::Unit& u) {
     static_cast<std::vector<alloc::Unit>*>(ctx)->push_back(u);
@@ -244,14 +266,30 @@ class Engine final : public HeatSink {
     uint64_t hot[kMaxTiers] = {}, resident[kMaxTiers] = {}, tracked = 0;
     size_t active = 0, saturated = 0;
     double top = 0;
+    const bool sampled = !monitors_.empty();
+    const uint64_t now = os::monotonic_ns();
     for (State& s : units_) {
-      double pages = double(std::max<size_t>(1, s.size / kPage));
-      double share = std::min(1.0, s.touched / pages);
-      active += share > 0;
-      saturated += share >= 0.9;
-      top = std::max(top, share);
-      s.heat += alpha_ * (share - s.heat);
-      s.touched = 0;
+      const double pages = double(std::max<size_t>(1, s.size / kPage));
+      // The monitors' estimate (touched share of the pages they observed) plus the hints. A
+      // unit no monitor observed in this period keeps its heat, unless hints speak for it;
+      // with hints alone every unit is judged every period.
+      const bool judged = !sampled || s.observed > 0 || s.hinted > 0;
+      const double seen = s.observed > 0 ? std::min(1.0, s.touched / s.observed) : 0.0;
+      const double share = std::min(1.0, seen + s.hinted / pages);
+      if (s.observed > 0) {
+        active += seen > 0;
+        saturated += seen >= 0.9;
+        top = std::max(top, seen);
+      }
+      if (judged) {
+        // Ageing by the time since the unit was last judged (a sampled unit may go unobserved
+        // for several periods): heat halves per halflife without accesses either way.
+        const uint64_t dt = s.judged_at ? now - s.judged_at : cfg_.interval_ns;
+        const double alpha = 1.0 - std::exp2(-double(dt) / double(cfg_.halflife_ns));
+        s.heat += alpha * (share - s.heat);
+        s.judged_at = now;
+      }
+      s.touched = s.observed = s.hinted = 0;
       int t = std::clamp(tier_of(s.pool, s.resident), 0, kMaxTiers - 1);
       resident[t] += s.committed;
       if (s.heat >= cfg_.hot) hot[t] += s.committed;
@@ -464,7 +502,8 @@ class Engine final : public HeatSink {
       std::lock_guard<std::mutex> lock(g_hints_mu);
       hints.swap(hint_queue());
     }
-    for (const Hint& h : hints) touched(h.addr, h.len, AccessKind::kAny, h.weight);
+    for (const Hint& h : hints)
+      for_units(h.addr, h.len, [&](State& st, size_t pages) { st.hinted += double(pages) * double(h.weight); });
     uint64_t faults = 0;
     for (auto& m : monitors_) faults += m->faults();
     c.monitor_faults.set(faults);
@@ -476,11 +515,9 @@ class Engine final : public HeatSink {
   }
 
   Config cfg_;
-  double alpha_ = 0.5;
   std::vector<std::unique_ptr<Monitor>> monitors_;
   std::vector<State> units_;  // engine thread only
   uint64_t window_ns_ = 0;    // engine thread only
-  bool discarding_ = false;
   uint64_t spent_ = 0, tokens_ = 0;
   int numa_balancing_ = 0;
   bool kernel_tiers_ = false;

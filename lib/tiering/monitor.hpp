@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Hotness monitors behind one interface. A monitor watches ranges the tiering engine tracks
-// (pool regions and huge spans: whole reservations, page aligned) and, once per interval on
-// the engine's thread, reports which pages were touched since the previous interval to a
-// HeatSink, then re-arms. Each kind is detected at start and says whether it is available
-// and why (or why not). Kinds: "hint" (explicit cxlpool_hint_access/cxlpool_pin calls, built
+// (pool regions and huge spans: whole reservations, page aligned). Once per interval on the
+// engine's thread it is armed (a period starts, within a cost budget: the whole ranges, or a
+// bounded sample of them) and then collected (the period ends: which pages it observed and
+// which of those were touched go to a HeatSink). Each kind is detected at start and says
+// whether it is available and why (or why not). Kinds: "hint" (explicit cxlpool_hint_access/cxlpool_pin calls, built
 // into the engine), "pagemap_scan" (PAGEMAP_SCAN + UFFD_FEATURE_WP_ASYNC: exact written
 // pages), "sample" (a bounded sample of ranges made PROT_NONE: first touches, reads too),
 // "damon" (the kernel's DAMON, vaddr operations), "perf" (PEBS/IBS memory sampling),
@@ -21,11 +22,17 @@ namespace cxlpool::detail::tiering {
 
 enum class AccessKind : uint8_t { kWrite = 1, kRead = 2, kAny = 3 };
 
-// Receives what a monitor saw: runs of touched pages (page aligned), each page counted as
-// weight accesses. Called on the engine's thread only.
+// Receives what a monitor saw in a period: the runs of pages it observed (its whole armed
+// ranges, or its sample of them) and, among those, the runs touched, each page counted as
+// weight accesses. A range's touched share is estimated as touched / observed pages; a range
+// not observed in a period says nothing about it. Called on the engine's thread only.
 class HeatSink {
  public:
   virtual void touched(uintptr_t addr, size_t len, AccessKind kind, uint32_t weight) noexcept = 0;
+  virtual void observed(uintptr_t addr, size_t len) noexcept {
+    (void)addr;
+    (void)len;
+  }
 
  protected:
   ~HeatSink() = default;
@@ -42,8 +49,9 @@ struct MonitorAvailability {
 // How a monitor that changes page protections ("sample") keeps out of the way of the range's
 // owner, which commits and decommits pages of a watched range with mprotect under its own
 // lock: lock(ctx, addr, len) is called before the monitor changes a protection in
-// [addr, addr+len) (a watched range) and unlock after; the monitor never holds two. Both run
-// on the thread calling the monitor (collect, watch, unwatch) and must not call back into it.
+// [addr, addr+len) (a watched range) during arm() and collect(), and unlock after; the monitor
+// never holds two. watch() and unwatch() are called with that lock held already (they never
+// take it). Both run on the thread calling the monitor and must not call back into it.
 struct RangeLock {
   void (*lock)(void* ctx, uintptr_t addr, size_t len) noexcept = nullptr;
   void (*unlock)(void* ctx, uintptr_t addr, size_t len) noexcept = nullptr;
@@ -55,12 +63,19 @@ class Monitor {
   virtual ~Monitor() = default;
   virtual const char* name() const noexcept = 0;
   virtual AccessKind sees() const noexcept = 0;
-  // Starts watching [addr, addr+len) (page aligned). Called again for a range whose mapping
-  // was replaced (a move swaps in a new mapping): re-arms it. 0 or an errno.
+  // Starts watching [addr, addr+len) (page aligned); it is observed from the next arm() on.
+  // Called again for a range whose mapping was replaced (a move swaps in a new mapping). 0 or
+  // an errno.
   virtual int watch(uintptr_t addr, size_t len) noexcept = 0;
   // Stops watching (before the range is released or moved); leaves the memory as it was.
   virtual void unwatch(uintptr_t addr, size_t len) noexcept = 0;
-  // Reports accesses since the previous collect and re-arms. Engine thread only.
+  // Starts a period: arms the watched ranges, or a sample of them, so that what the program
+  // touches from now on is seen. The program may lose at most budget_ns of CPU time to this
+  // period's faults and protection changes (each kind's cost model is in its file); with
+  // enough budget a kind that can be exact is. Engine thread only.
+  virtual void arm(uint64_t budget_ns) noexcept = 0;
+  // Ends the period: reports what it observed since arm() and what of it was touched (nothing
+  // when it was not armed). Engine thread only.
   virtual void collect(HeatSink& sink) noexcept = 0;
   // Faults the application took because of this monitor, and time spent in collect (ns).
   virtual uint64_t faults() const noexcept { return 0; }

@@ -11,7 +11,7 @@
 namespace cxlpool::detail::tiering {
 
 MonitorAvailability detect_pagemap_scan();
-std::unique_ptr<Monitor> make_pagemap_scan(std::string* why_not);
+// make_pagemap_scan_monitor (monitor_pagemap_scan.hpp) takes options.
 
 MonitorAvailability detect_sample();
 // make_sample (monitor_sample.hpp) takes options.

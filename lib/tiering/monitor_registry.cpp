@@ -4,6 +4,7 @@
 #include <cerrno>
 
 #include "tiering/monitor_internal.hpp"
+#include "tiering/monitor_pagemap_scan.hpp"
 #include "tiering/monitor_sample.hpp"
 
 namespace cxlpool::detail::tiering {
@@ -37,7 +38,7 @@ std::unique_ptr<Monitor> make_monitor(std::string_view name, std::string* why_no
   if (name == "hint") {
     why = "hint is not a monitor to instantiate: the engine owns hints (cxlpool_hint_access/cxlpool_pin)";
   } else if (name == "pagemap_scan") {
-    m = make_pagemap_scan(&why);
+    m = make_pagemap_scan_monitor(PagemapScanOptions{}, &why);
   } else if (name == "sample") {
     m = make_sample_monitor(SampleOptions{}, &why);
   } else if (name == "damon" || name == "perf" || name == "numa_balancing") {

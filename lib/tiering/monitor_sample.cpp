@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The "sample" monitor: reads and writes, by sampling. Each collect() ends the previous period
-// (pages the program touched are reported; the others are made accessible again) and arms a
-// new bounded sample: random pages of the watched ranges that are present and read-write
-// right now, made PROT_NONE through os::sample_trap, whose table the process's one SIGSEGV
-// handler (os/write_fence.cpp) consults. A touch costs the program one fault; the number of
-// pages armed per interval is capped so that this stays under SampleOptions::max_overhead.
+// The "sample" monitor: reads and writes, by sampling. arm() starts a period with a bounded
+// sample: random pages of the watched ranges that are present and read-write right now, made
+// PROT_NONE through os::sample_trap, whose table the process's one SIGSEGV handler
+// (os/write_fence.cpp) consults. collect() ends it: the armed pages are reported as observed,
+// those the program touched as touched, and the others are made accessible again. A touch
+// costs the program one fault; the pages armed per period are capped by the period's budget
+// (SampleOptions::fault_cost_ns each).
 //
 // Rules kept: a page that was not present and read-write when armed is never armed (PROT_NONE
 // and uncommitted pages of a reservation are left alone); a page is only ever made accessible
@@ -32,8 +33,8 @@
 
 namespace cxlpool::detail::tiering {
 
-size_t sample_budget(const SampleOptions& o, uint64_t interval_ns) noexcept {
-  const double pages = double(interval_ns) * o.max_overhead / double(o.fault_cost_ns ? o.fault_cost_ns : 1);
+size_t sample_budget(const SampleOptions& o, uint64_t budget_ns) noexcept {
+  const double pages = double(budget_ns) / double(o.fault_cost_ns ? o.fault_cost_ns : 1);
   size_t n = pages > double(o.max_pages) ? o.max_pages : size_t(pages);
   n = std::max(n, o.min_pages);
   return std::min({n, o.max_pages, os::sample_trap::kMaxPages});
@@ -60,12 +61,10 @@ class SampleMonitor final : public Monitor {
         cand_(kRuns),
         touched_(trap::kMaxPages),
         untouched_(trap::kMaxPages),
-        picks_(trap::kMaxPages) {
-    last_ns_ = os::monotonic_ns();
-  }
+        picks_(trap::kMaxPages) {}
   ~SampleMonitor() override {
     std::lock_guard<std::mutex> guard(mu_);
-    for (auto& [addr, len] : ranges_) end_period(addr, len, nullptr);
+    for (auto& [addr, len] : ranges_) end_period(addr, len, nullptr, true, true);
     trap::released();
     trap::clear();
     os::prim::close_fd(pagemap_);
@@ -84,8 +83,8 @@ class SampleMonitor final : public Monitor {
     if (it != ranges_.begin() && std::prev(it)->first + std::prev(it)->second > addr) return EEXIST;
     if (it != ranges_.end() && it->first == addr) {
       // Watched again: its mapping was replaced. Its armed pages went with the old mapping
-      // (the new one is not PROT_NONE by our hand): forget them.
-      end_period(addr, it->second, nullptr, false);
+      // (the new one is not PROT_NONE by our hand): forget them. The owner's lock is held.
+      end_period(addr, it->second, nullptr, false, false);
       trap::released();
       it->second = len;
       return 0;
@@ -102,7 +101,7 @@ class SampleMonitor final : public Monitor {
     std::lock_guard<std::mutex> guard(mu_);
     auto it = ranges_.find(addr);
     if (it == ranges_.end()) return;
-    end_period(addr, std::max(len, it->second), nullptr);
+    end_period(addr, std::max(len, it->second), nullptr, true, false);  // the owner's lock is held
     trap::released();
     ranges_.erase(it);
   }
@@ -110,11 +109,20 @@ class SampleMonitor final : public Monitor {
   void collect(HeatSink& sink) noexcept override {
     const uint64_t t0 = os::monotonic_ns();
     std::lock_guard<std::mutex> guard(mu_);
-    for (auto& [addr, len] : ranges_) end_period(addr, len, &sink);
+    for (auto& [addr, len] : ranges_) end_period(addr, len, &sink, true, true);
     trap::released();
     trap::clear();
-    const size_t budget = sample_budget(opts_, t0 - last_ns_);
-    last_ns_ = t0;
+    scan_ns_ += os::monotonic_ns() - t0;
+  }
+
+  void arm(uint64_t budget_ns) noexcept override {
+    const uint64_t t0 = os::monotonic_ns();
+    std::lock_guard<std::mutex> guard(mu_);
+    // A period not collected yet ends unreported.
+    for (auto& [addr, len] : ranges_) end_period(addr, len, nullptr, true, true);
+    trap::released();
+    trap::clear();
+    const size_t budget = sample_budget(opts_, budget_ns);
     size_t total = 0;
     for (auto& [addr, len] : ranges_) total += len;
     for (auto& [addr, len] : ranges_) {
@@ -170,12 +178,13 @@ class SampleMonitor final : public Monitor {
     return total;
   }
 
-  // Ends the period of one range under its owner's lock: touched pages to sink, untouched
-  // ones made accessible again where still present (restore), or forgotten (the mapping
-  // they were armed in was replaced).
-  void end_period(uintptr_t a, size_t n, HeatSink* sink, bool restore = true) noexcept {
+  // Ends the period of one range under its owner's lock (taken here, or held by the caller):
+  // armed pages to sink as observed, touched ones as touched; untouched ones made accessible
+  // again where still present (restore), or forgotten (the mapping they were armed in was
+  // replaced).
+  void end_period(uintptr_t a, size_t n, HeatSink* sink, bool restore, bool take_lock) noexcept {
     size_t nt = 0, nu = 0;
-    owner_lock(a, n);
+    if (take_lock) owner_lock(a, n);
     trap::stop(a, a + n, touched_.data(), touched_.size(), &nt, untouched_.data(), untouched_.size(), &nu);
     if (nu && restore) {
       const size_t np = present_runs(a, n);
@@ -186,10 +195,14 @@ class SampleMonitor final : public Monitor {
         if (j < np && present_[j].start <= p) trap::restore(p);
       }
     }
-    owner_unlock(a, n);
+    if (take_lock) owner_unlock(a, n);
     if (sink) {
       const size_t ps = os::page_size();
-      for (size_t i = 0; i < nt; ++i) sink->touched(touched_[i], ps, AccessKind::kAny, 1);
+      for (size_t i = 0; i < nt; ++i) {
+        sink->touched(touched_[i], ps, AccessKind::kAny, 1);
+        sink->observed(touched_[i], ps);
+      }
+      for (size_t i = 0; i < nu; ++i) sink->observed(untouched_[i], ps);
     }
   }
 
@@ -256,7 +269,7 @@ class SampleMonitor final : public Monitor {
   std::mutex mu_;
   std::map<uintptr_t, size_t> ranges_;
   RangeLock lock_;
-  uint64_t last_ns_ = 0, scan_ns_ = 0;
+  uint64_t scan_ns_ = 0;
   uint64_t touches_at_start_ = trap::touches();
   size_t armed_last_ = 0;
 };

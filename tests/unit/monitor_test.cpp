@@ -33,6 +33,7 @@
 #include "os/write_fence.hpp"
 #include "program_segv_handler.hpp"
 #include "test_support.hpp"
+#include "tiering/monitor_pagemap_scan.hpp"
 #include "tiering/monitor_sample.hpp"
 
 using namespace cxlpool::detail::tiering;
@@ -60,8 +61,14 @@ struct PageSink final : HeatSink {
         ++outside;
     }
   }
+  std::set<size_t> seen;  // observed page indexes
+  void observed(uintptr_t addr, size_t n) noexcept override {
+    for (uintptr_t p = addr; p < addr + n; p += kPage)
+      if (p >= base && p < base + len) seen.insert((p - base) / kPage);
+  }
   void reset() {
     pages.clear();
+    seen.clear();
     outside = calls = 0;
   }
 };
@@ -126,6 +133,15 @@ std::string protections(const void* p, size_t len) {
 
 const char* const kKinds[] = {"anonymous", "memfd private", "memfd shared"};
 
+// Budget enough for any monitor to arm everything it may (pagemap_scan: exact).
+constexpr uint64_t kAmple = uint64_t(1) << 60;
+
+// Ends the monitor's period (reporting to sink) and starts the next one with an ample budget.
+void next_period(Monitor& m, HeatSink& sink) {
+  m.collect(sink);
+  m.arm(kAmple);
+}
+
 }  // namespace
 
 TEST_CASE("detection: every kind appears, in order, with a non-empty reason", "[unit][monitor]") {
@@ -169,17 +185,18 @@ TEST_CASE("pagemap_scan: exact written pages of a synthetic hot set", "[unit][mo
     const size_t pages = m.len / kPage;
     memset(m.p, 1, m.len / 2);  // half present before watching, half not yet
     REQUIRE(mon->watch(m.addr(), m.len) == 0);
+    mon->arm(kAmple);
     PageSink sink;
     sink.base = m.addr();
     sink.len = m.len;
-    mon->collect(sink);
+    next_period(*mon, sink);
     CHECK(sink.pages.empty());  // nothing written since watch()
     double worst_p = 1, worst_r = 1;
     for (unsigned interval = 0; interval < 5; ++interval) {
       auto hot = hot_set(pages, 0.10, interval);
       for (size_t h : hot) m.p[h * kPage + (interval * 64) % kPage] = char(interval);
       sink.reset();
-      mon->collect(sink);
+      next_period(*mon, sink);
       Score s = score(sink.pages, hot);
       worst_p = std::min(worst_p, s.precision);
       worst_r = std::min(worst_r, s.recall);
@@ -194,12 +211,137 @@ TEST_CASE("pagemap_scan: exact written pages of a synthetic hot set", "[unit][mo
     volatile char sum = 0;
     for (size_t i = 0; i < m.len; i += kPage) sum = char(sum + m.p[i]);
     sink.reset();
-    mon->collect(sink);
+    next_period(*mon, sink);
     CHECK(sink.pages.empty());
     mon->unwatch(m.addr(), m.len);
   }
   CHECK(mon->faults() > 0);
   CHECK(mon->scan_ns() > 0);
+}
+
+TEST_CASE("pagemap_scan: the plan is exact when it is cheap and a bounded sample when it is not", "[unit][monitor]") {
+  PagemapScanOptions o;
+  o.protect_cost_ns = 5000;
+  o.fault_cost_ns = 1000;
+  o.chunk_pages = 8;
+  PagemapScanPlan p = pagemap_scan_plan(o, 4, 1000, 5'000'000);
+  CHECK(p.exact);  // 4 calls + 1,000 faults = 1.02 ms
+  p = pagemap_scan_plan(o, 256, 262144, 5'000'000);
+  CHECK_FALSE(p.exact);
+  CHECK(p.chunk_pages == 8);
+  CHECK(p.chunks == 5'000'000 / 13'000);  // each chunk: a call and 8 faults
+  CHECK(p.chunks * (5000 + 8 * 1000) <= 5'000'000);
+  p = pagemap_scan_plan(o, 2000, 4000, 5'000'000);  // many small ranges: never more pages than there are
+  CHECK_FALSE(p.exact);
+  CHECK(p.chunks * p.chunk_pages <= 4000);
+  CHECK_FALSE(pagemap_scan_plan(o, 0, 0, 5'000'000).exact);
+  CHECK(pagemap_scan_plan(o, 1, 1 << 20, 1000).chunks == 0);  // less than one chunk's worth: nothing armed
+  o.max_chunks = 10;
+  CHECK(pagemap_scan_plan(o, 1, 1 << 20, 1'000'000'000).chunks == 10);
+}
+
+TEST_CASE("pagemap_scan: a sampled period stays within its budget and estimates each range's written share",
+          "[unit][monitor]") {
+  PagemapScanOptions o;
+  std::string why;
+  auto mon = make_pagemap_scan_monitor(o, &why);
+  if (!mon) CXLPOOL_SKIP("pagemap_scan unavailable: " + why);
+  // 64 ranges of 4 MiB (65,536 pages): 8 hot ranges written all over each period, the others
+  // with 2 % of their pages written.
+  constexpr size_t kRanges = 64, kRange = 4 * kMiB;
+  Mapping m("anonymous", kRanges * kRange);
+  memset(m.p, 1, m.len);
+  const size_t per = kRange / kPage;
+  for (size_t r = 0; r < kRanges; ++r) REQUIRE(mon->watch(m.addr() + r * kRange, kRange) == 0);
+  const uint64_t budget = 2'000'000;  // 2 ms: ~90 chunks of 8 pages
+  const PagemapScanPlan plan = pagemap_scan_plan(o, kRanges, m.len / kPage, budget);
+  REQUIRE_FALSE(plan.exact);
+  auto hot = [](size_t r) { return r % 8 == 3; };
+  std::vector<double> touched(kRanges), observed(kRanges);
+  std::mt19937 rng(7);
+  size_t faults_before = mon->faults();
+  size_t worst_seen = SIZE_MAX, most_seen = 0, false_reports = 0;
+  PageSink sink;
+  sink.base = m.addr();
+  sink.len = m.len;
+  const int kPeriods = 20;
+  for (int period = 0; period < kPeriods; ++period) {
+    mon->arm(budget);
+    std::set<size_t> written;
+    for (size_t r = 0; r < kRanges; ++r)
+      for (size_t i = 0; i < per; ++i)
+        if (hot(r) || rng() % 50 == 0) {
+          m.p[(r * per + i) * kPage + 16] = char(period);
+          written.insert(r * per + i);
+        }
+    sink.reset();
+    mon->collect(sink);
+    worst_seen = std::min(worst_seen, sink.seen.size());
+    most_seen = std::max(most_seen, sink.seen.size());
+    for (size_t pg : sink.pages) {
+      false_reports += !written.count(pg) || !sink.seen.count(pg);
+      touched[pg / per] += 1;
+    }
+    for (size_t pg : sink.seen) observed[pg / per] += 1;
+    // Observed and not reported means not written.
+    for (size_t pg : sink.seen)
+      if (!sink.pages.count(pg) && written.count(pg)) ++false_reports;
+  }
+  const uint64_t faults = mon->faults() - faults_before;
+  double hot_min = 1, cold_max = 0;
+  size_t unobserved = 0;
+  for (size_t r = 0; r < kRanges; ++r) {
+    if (observed[r] == 0) {
+      ++unobserved;
+      continue;
+    }
+    const double share = touched[r] / observed[r];
+    if (hot(r))
+      hot_min = std::min(hot_min, share);
+    else
+      cold_max = std::max(cold_max, share);
+  }
+  WARN("pagemap_scan sampled: 64 x 4 MiB, budget 2 ms per period: "
+       << plan.chunks << " chunks of " << plan.chunk_pages << " pages; observed " << worst_seen << ".." << most_seen
+       << " pages per period; " << faults << " faults in " << kPeriods
+       << " periods; written share estimated: hot ranges >= " << hot_min << ", cold ranges <= " << cold_max
+       << " (true 1.0 and 0.02); ranges never observed: " << unobserved);
+  CHECK(false_reports == 0);                                // what it reports is exact, for the pages it looked at
+  CHECK(most_seen <= plan.chunks * plan.chunk_pages);       // never more pages than the budget buys
+  CHECK(worst_seen >= plan.chunks * plan.chunk_pages / 2);  // and not far fewer
+  CHECK(faults <= uint64_t(kPeriods) * plan.chunks * plan.chunk_pages);
+  CHECK(unobserved == 0);
+  CHECK(hot_min >= 0.99);
+  CHECK(cold_max <= 0.15);
+  for (size_t r = 0; r < kRanges; ++r) mon->unwatch(m.addr() + r * kRange, kRange);
+}
+
+TEST_CASE("pagemap_scan: pages armed in an earlier period are never reported in a later one", "[unit][monitor]") {
+  PagemapScanOptions o;
+  o.chunk_pages = 1;
+  std::string why;
+  auto mon = make_pagemap_scan_monitor(o, &why);
+  if (!mon) CXLPOOL_SKIP("pagemap_scan unavailable: " + why);
+  Mapping m("anonymous", 64 * kMiB);
+  memset(m.p, 1, m.len);
+  REQUIRE(mon->watch(m.addr(), m.len) == 0);
+  PageSink sink;
+  sink.base = m.addr();
+  sink.len = m.len;
+  mon->arm(100 * (o.protect_cost_ns + o.fault_cost_ns));  // 100 single pages
+  next_period(*mon, sink);                                // nothing written: the first sample stays protected
+  REQUIRE(sink.seen.size() == 100);
+  const std::set<size_t> first = sink.seen;
+  sink.reset();
+  // The second period's sample is elsewhere (a random offset): write the first sample's pages.
+  for (size_t pg : first) m.p[pg * kPage] = 2;
+  mon->collect(sink);
+  for (size_t pg : sink.pages) CHECK(sink.seen.count(pg) == 1);
+  size_t reported_from_first = 0;
+  for (size_t pg : sink.pages) reported_from_first += first.count(pg) && !sink.seen.count(pg);
+  CHECK(reported_from_first == 0);
+  mon->unwatch(m.addr(), m.len);
+  for (size_t pg : first) CHECK(m.p[pg * kPage] == 2);
 }
 
 TEST_CASE("pagemap_scan: system calls write watched pages (read(2) from a pipe)", "[unit][monitor]") {
@@ -210,6 +352,7 @@ TEST_CASE("pagemap_scan: system calls write watched pages (read(2) from a pipe)"
     Mapping m(kind, 4 * kMiB);
     memset(m.p, 0, kPage);  // one page present, the target page not yet (both cases)
     REQUIRE(mon->watch(m.addr(), m.len) == 0);
+    mon->arm(kAmple);
     int fds[2];
     REQUIRE(pipe(fds) == 0);
     const char msg[] = "written by the kernel";
@@ -225,7 +368,7 @@ TEST_CASE("pagemap_scan: system calls write watched pages (read(2) from a pipe)"
     PageSink sink;
     sink.base = m.addr();
     sink.len = m.len;
-    mon->collect(sink);
+    next_period(*mon, sink);
     CHECK(sink.pages == std::set<size_t>{0, 7});
     mon->unwatch(m.addr(), m.len);
   }
@@ -256,6 +399,7 @@ TEST_CASE("pagemap_scan without privilege (UFFD_USER_MODE_ONLY): system calls st
     if (p == MAP_FAILED) _exit(13);
     memset(p, 0, len / 2);
     if (mon->watch(reinterpret_cast<uintptr_t>(p), len) != 0) _exit(14);
+    mon->arm(kAmple);
     int fds[2];
     if (pipe(fds) != 0) _exit(15);
     for (size_t page : {size_t(3), size_t(200)}) {  // present, and not yet present
@@ -266,7 +410,7 @@ TEST_CASE("pagemap_scan without privilege (UFFD_USER_MODE_ONLY): system calls st
     PageSink sink;
     sink.base = reinterpret_cast<uintptr_t>(p);
     sink.len = len;
-    mon->collect(sink);
+    next_period(*mon, sink);
     if (sink.pages != std::set<size_t>{3, 200}) _exit(19);
     _exit(0);
   }
@@ -296,6 +440,7 @@ TEST_CASE("pagemap_scan: reservations with PROT_NONE parts, and THP", "[unit][mo
   REQUIRE(mprotect(p + 3 * len / 4, len / 4, PROT_NONE) == 0);
   const std::string before = protections(p, len);
   REQUIRE(mon->watch(reinterpret_cast<uintptr_t>(p), len) == 0);
+  mon->arm(kAmple);
   CHECK(protections(p, len) == before);
   p[0] = 1;
   p[len / 2 - 1] = 1;
@@ -305,7 +450,7 @@ TEST_CASE("pagemap_scan: reservations with PROT_NONE parts, and THP", "[unit][mo
   PageSink sink;
   sink.base = reinterpret_cast<uintptr_t>(p);
   sink.len = len;
-  mon->collect(sink);
+  next_period(*mon, sink);
   CHECK(sink.pages == std::set<size_t>{0, len / 2 / kPage - 1, len / 2 / kPage});
   mon->unwatch(reinterpret_cast<uintptr_t>(p), len);
   munmap(p, len);
@@ -319,11 +464,12 @@ TEST_CASE("pagemap_scan: reservations with PROT_NONE parts, and THP", "[unit][mo
   madvise(t, tlen, MADV_HUGEPAGE);
   memset(t, 1, tlen);
   REQUIRE(mon->watch(reinterpret_cast<uintptr_t>(t), tlen) == 0);
+  mon->arm(kAmple);
   for (size_t i = 0; i < tlen; i += 2 * kMiB) t[i + 3 * kPage] = 2;  // one 4 KiB page per 2 MiB
   sink.reset();
   sink.base = reinterpret_cast<uintptr_t>(t);
   sink.len = tlen;
-  mon->collect(sink);
+  next_period(*mon, sink);
   std::set<size_t> want;
   for (size_t i = 0; i < tlen; i += 2 * kMiB) want.insert(i / kPage + 3);
   CHECK(sink.pages == want);  // 4 KiB resolution, whatever THP did
@@ -340,7 +486,9 @@ TEST_CASE("pagemap_scan: a mapping replaced by mremap is re-armed; unwatched mem
   memset(a.p, 1, a.len);
   memset(b.p, 2, b.len);
   REQUIRE(mon->watch(a.addr(), a.len) == 0);
+  mon->arm(kAmple);
   REQUIRE(mon->watch(b.addr(), b.len) == 0);
+  mon->arm(kAmple);
   // Replace a's mapping as rebind does: a staged copy mremap'd over it.
   auto replace = [&] {
     void* staged = mmap(nullptr, a.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -367,32 +515,34 @@ TEST_CASE("pagemap_scan: a mapping replaced by mremap is re-armed; unwatched mem
   // reports nothing until its owner calls watch() again, and stays writable.
   b.p[5 * kPage] = 9;
   a.p[3 * kPage] = 9;
-  mon->collect(both);
+  next_period(*mon, both);
   CHECK(sb.pages == std::set<size_t>{5});
   CHECK(sa.pages.empty());
   sa.reset();
   sb.reset();
   a.p[4 * kPage] = 9;
-  mon->collect(both);
+  next_period(*mon, both);
   CHECK(sa.pages.empty());
   CHECK(sb.pages.empty());
   CHECK(a.p[4 * kPage] == 9);
   // Replaced again and watched again (what the engine does after a move): exact at once.
   replace();
   REQUIRE(mon->watch(a.addr(), a.len) == 0);
+  mon->arm(kAmple);
   a.p[6 * kPage] = 9;
   sa.reset();
-  mon->collect(both);
+  next_period(*mon, both);
   CHECK(sa.pages == std::set<size_t>{6});
   // An unmapped range does not make collect fail for the others.
   Mapping c("anonymous", 4 * kMiB);
   REQUIRE(mon->watch(c.addr(), c.len) == 0);
+  mon->arm(kAmple);
   REQUIRE(munmap(c.p, c.len) == 0);
   REQUIRE(mmap(c.p, c.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == c.p);
   munmap(c.p, c.len);  // a hole now
   b.p[7 * kPage] = 9;
   sb.reset();
-  mon->collect(both);
+  next_period(*mon, both);
   CHECK(sb.pages == std::set<size_t>{7});
   mon->unwatch(c.addr(), c.len);
   c.p = static_cast<char*>(mmap(c.p, c.len, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));  // for ~Mapping
@@ -430,7 +580,7 @@ TEST_CASE("sample: finds a synthetic hot set (reads and writes)", "[unit][monito
     sink.base = m.addr();
     sink.len = m.len;
     auto hot = hot_set(pages, 0.10, 42);
-    mon->collect(sink);  // arms the first sample
+    next_period(*mon, sink);  // arms the first sample
     std::set<size_t> seen;
     double worst_p = 1;
     const unsigned kIntervals = 10;
@@ -444,7 +594,7 @@ TEST_CASE("sample: finds a synthetic hot set (reads and writes)", "[unit][monito
           sum = char(sum + *q);  // reads
       }
       sink.reset();
-      mon->collect(sink);
+      next_period(*mon, sink);
       worst_p = std::min(worst_p, score(sink.pages, hot).precision);
       CHECK(sink.outside == 0);
       seen.insert(sink.pages.begin(), sink.pages.end());
@@ -496,7 +646,7 @@ TEST_CASE("sample: threads touching armed pages while collect ends and starts pe
   double worst_p = 1;
   for (int interval = 0; interval < 50; ++interval) {
     sink.reset();
-    mon->collect(sink);
+    next_period(*mon, sink);
     worst_p = std::min(worst_p, score(sink.pages, hot).precision);
     seen.insert(sink.pages.begin(), sink.pages.end());
     usleep(2000);
@@ -547,7 +697,7 @@ TEST_CASE("sample: never changes a PROT_NONE or decommitted page, and takes the 
   memset(p, 1, len / 2);
   REQUIRE(mon->watch(reinterpret_cast<uintptr_t>(p), len) == 0);
   PageSink sink;
-  mon->collect(sink);  // arms up to every present read-write page: the first half
+  next_period(*mon, sink);  // arms up to every present read-write page: the first half
   CHECK(owner.locks > 0);
   CHECK(owner.locks == owner.unlocks);
   const std::string armed = protections(p, len);
@@ -593,7 +743,7 @@ TEST_CASE("sample: foreign faults reach the program's handler; write fences are 
   REQUIRE(mprotect(m.p, m.len / 2, PROT_READ) == 0);
   REQUIRE(mon->watch(m.addr(), m.len) == 0);
   PageSink sink;
-  mon->collect(sink);  // arms: the handler is ours now, in front of the program's
+  next_period(*mon, sink);  // arms: the handler is ours now, in front of the program's
   // Fenced pages are read-only, not read-write: never candidates, never armed.
   const size_t pages = m.len / kPage;
   std::string prot = protections(m.p, m.len);
@@ -612,7 +762,7 @@ TEST_CASE("sample: foreign faults reach the program's handler; write fences are 
   sink.reset();
   sink.base = m.addr();
   sink.len = m.len;
-  mon->collect(sink);
+  next_period(*mon, sink);
   CHECK(sink.pages.count(pages / 2 + 5) == 1);
   REQUIRE(mprotect(m.p, m.len / 2, PROT_READ | PROT_WRITE) == 0);
   cxlpool::os::write_fence::lift(slot);
@@ -638,8 +788,8 @@ TEST_CASE("fork without exec while monitors are active: the child writes everyth
     if (sample) REQUIRE(sample->watch(maps.back()->addr(), maps.back()->len) == 0);
   }
   PageSink sink;
-  if (scan) scan->collect(sink);
-  if (sample) sample->collect(sink);  // pages armed at fork time
+  if (scan) next_period(*scan, sink);
+  if (sample) next_period(*sample, sink);  // pages armed at fork time
   pid_t child = fork();
   if (child == 0) {
     alarm(30);
@@ -666,7 +816,7 @@ TEST_CASE("fork without exec while monitors are active: the child writes everyth
     sink.base = maps[0]->addr();
     sink.len = maps[0]->len;
     maps[0]->p[kPage] = 5;
-    scan->collect(sink);
+    next_period(*scan, sink);
     CHECK(sink.pages.count(1) == 1);
   }
   for (auto& m : maps) {
@@ -684,6 +834,7 @@ TEST_CASE("pagemap_scan: descriptors the program closes and reuses are never use
   Mapping a("anonymous", 4 * kMiB);
   memset(a.p, 1, a.len);
   REQUIRE(mon->watch(a.addr(), a.len) == 0);
+  mon->arm(kAmple);
   // Close every descriptor that is the monitor's (what a daemon's closefrom() does), then
   // take the numbers back for files of the program's own.
   std::vector<int> reused;
@@ -707,7 +858,7 @@ TEST_CASE("pagemap_scan: descriptors the program closes and reuses are never use
   PageSink sink;
   sink.base = a.addr();
   sink.len = a.len;
-  mon->collect(sink);  // no ioctl on /dev/null: nothing reported, nothing fails
+  next_period(*mon, sink);  // no ioctl on /dev/null: nothing reported, nothing fails
   CHECK(sink.pages.empty());
   CHECK(mon->watch(a.addr(), a.len) == EBADF);
   mon.reset();  // and the program's descriptors are not closed by us
