@@ -12,6 +12,7 @@ namespace cxlpool::detail::alloc {
 
 void huge_release_span(Pool* pool, PoolDevice&, HugeSpan* span) noexcept {
   PoolDevice& at = pool->dev[span->resident];
+  unit_released(pool, span->base, span->block);
   pagemap_release(span->base, span->segments);
   at.resident.fetch_sub(span->committed, std::memory_order_relaxed);
   at.device->release(reinterpret_cast<void*>(span->base), int(pool->index), nullptr);

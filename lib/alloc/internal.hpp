@@ -43,6 +43,9 @@ inline void set_resident(SegmentHeader* h, int di) noexcept {
 }
 // A fresh serial number for a region or huge span (tiering tells reused addresses apart).
 uint64_t next_unit_serial() noexcept;
+// A unit's reservation [base, base+size) is about to be released (home mutex held): runs the
+// release hook (set_unit_release_hook) when the pool's units can move. residency.cpp.
+void unit_released(const Pool* pool, uintptr_t base, size_t size) noexcept;
 
 // ---- segment.cpp: regions, segments, commit/decommit of slices, purge passes ---------------
 bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;

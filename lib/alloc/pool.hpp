@@ -179,6 +179,12 @@ size_t for_each_unit(void (*fn)(void* ctx, const Unit& unit), void* ctx) noexcep
 // base and serial); false when it is gone. What the engine uses to arm monitors on memory it
 // knows is still ours.
 bool with_unit(const UnitRef& ref, void (*fn)(void* ctx, const Unit& unit), void* ctx) noexcept;
+// Told before a unit's reservation is released: hook(base, size) runs with the unit's home
+// lock held, before the memory stops being the pool's (the tiering engine's monitors stop
+// watching it there; later would be too late: the address may be someone else's). One hook
+// per process, nullptr clears it; it must not call into the allocator.
+using UnitReleaseHook = void (*)(uintptr_t base, size_t size) noexcept;
+void set_unit_release_hook(UnitReleaseHook hook) noexcept;
 // Moves a unit's bytes to device `to` of its pool (Device::move_reservation) under the unit's
 // home lock; on success the unit's segments (or span) and the pool's per-device resident
 // figures follow. Statuses: OK; NOT_FOUND (the unit is gone); NOT_SUPPORTED (already there,

@@ -5,6 +5,7 @@
 // of their pool with Device::move_reservation while that lock is held, so that no commit,
 // decommit, release or purge of the unit runs during the move.
 #include <algorithm>
+#include <atomic>
 
 #include "alloc/fast.hpp"
 
@@ -15,6 +16,8 @@ namespace {
 bool movable(const Pool* pool) noexcept {
   return pool && !pool->detached && pool->sharing == Sharing::kPrivate && pool->ndev >= 2;
 }
+
+std::atomic<UnitReleaseHook> g_release_hook{nullptr};
 
 uint64_t region_committed(const Pool* pool, const PoolDevice& d, const Region& r) noexcept {
   uint64_t bytes = 0;
@@ -92,6 +95,13 @@ PoolDevice* lock_home(const UnitRef& ref, Pool** pool_out, int* home_out) noexce
 }
 
 }  // namespace
+
+void set_unit_release_hook(UnitReleaseHook hook) noexcept { g_release_hook.store(hook, std::memory_order_release); }
+
+void unit_released(const Pool* pool, uintptr_t base, size_t size) noexcept {
+  if (!movable(pool)) return;
+  if (UnitReleaseHook hook = g_release_hook.load(std::memory_order_acquire)) hook(base, size);
+}
 
 size_t for_each_unit(void (*fn)(void* ctx, const Unit& unit), void* ctx) noexcept {
   size_t n = 0;

@@ -181,6 +181,7 @@ void give_back_segment(Pool* pool, PoolDevice& d, size_t ri, uintptr_t base) noe
   Region& r = d.regions[ri];
   r.used &= ~(uint64_t(1) << ((base - r.base) / kSegmentSize));
   if (!r.used) {  // the whole region is free: return its address space and device range
+    unit_released(pool, r.base, r.segments * kSegmentSize);
     pool->dev[r.resident].device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);
     r.segments = 0;
   }
@@ -250,6 +251,7 @@ void release_regions(Pool* pool, PoolDevice& d) noexcept {
       pagemap_release(r.base + s * kSegmentSize, 1);
       segment_delete(static_cast<Segment*>(hdr));
     }
+    unit_released(pool, r.base, r.segments * kSegmentSize);
     pool->dev[r.resident].device->release(reinterpret_cast<void*>(r.base), int(pool->index), nullptr);
     r.segments = 0;
   }

@@ -66,6 +66,12 @@ int kernel_numa_balancing() {
   }
 }
 
+class Engine;
+// The engine the allocator's release hook tells (Engine::unit_released); its lock is taken
+// with a unit's home lock held.
+std::mutex g_hook_mu;
+Engine* g_hook_engine = nullptr;
+
 class Engine final : public HeatSink {
  public:
   explicit Engine(const Config& c) : cfg_(c) {
@@ -73,13 +79,11 @@ class Engine final : public HeatSink {
     counters().heat_window_ns.set(window_ns_);
     for (const std::string& name : cfg_.monitors) {
       if (name == "hint") continue;
-      if (name == "sample")
-        fail(CXLPOOL_E_CONFIG,
-             "tiering: monitor 'sample' is not connected to the allocator's locks yet (it would "
-             "race commits and decommits); use pagemap_scan or hint");
       std::string why;
       std::unique_ptr<Monitor> m = make_monitor(name, &why);
       if (!m) fail(CXLPOOL_E_CONFIG, "tiering: monitor '" + name + "' is not available here: " + why);
+      // Protection changes in a unit run under its home lock (RangeLock in monitor.hpp).
+      m->set_range_lock(RangeLock{run_locked, this});
       monitors_.push_back(std::move(m));
     }
     numa_balancing_ = kernel_numa_balancing();
@@ -97,6 +101,7 @@ class Engine final : public HeatSink {
                        " (the kernel does not tier memory): cxlpool tiers every unit";
     counters().numa_balancing.set(uint64_t(numa_balancing_));
     counters().kernel_own.set(cfg_.kernel == KernelMode::kOwn ? 1 : 0);
+    hook_engine(this);  // before any unit is watched
     thread_ = std::thread([this] { run(); });
   }
   ~Engine() {
@@ -106,6 +111,27 @@ class Engine final : public HeatSink {
     }
     cv_.notify_all();
     if (thread_.joinable()) thread_.join();
+    hook_engine(nullptr);  // the thread unwatched every unit still there; releases unwatched the rest
+  }
+
+  // The allocator's release hook (alloc::set_unit_release_hook): a unit is about to be
+  // released, its home lock held. Monitors stop watching it now, while it is still ours.
+  static void unit_released(uintptr_t base, size_t size) noexcept {
+    std::lock_guard<std::mutex> lock(g_hook_mu);
+    if (g_hook_engine)
+      for (auto& m : g_hook_engine->monitors_) m->unwatch(base, size);
+  }
+  static void hook_engine(Engine* e) noexcept {
+    {
+      std::lock_guard<std::mutex> lock(g_hook_mu);
+      g_hook_engine = e;
+    }
+    alloc::set_unit_release_hook(e ? unit_released : nullptr);
+  }
+  static void after_fork_child() noexcept {
+    new (&g_hook_mu) std::mutex();  // no thread holds it at fork (its holders hold a home lock)
+    g_hook_engine = nullptr;
+    alloc::set_unit_release_hook(nullptr);
   }
   const Config& config() const { return cfg_; }
 
@@ -200,6 +226,21 @@ class Engine final : public HeatSink {
 
   static void unwatch_unit(void* ctx, const alloc::Unit& u) { static_cast<Monitor*>(ctx)->unwatch(u.ref.base, u.size); }
 
+  // RangeLock::run_locked for the monitors (engine thread: arm and collect): fn(arg) under the
+  // home lock of the unit at addr, if that unit is still the one the engine knows.
+  static bool run_locked(void* ctx, uintptr_t addr, size_t len, void (*fn)(void*) noexcept, void* arg) noexcept {
+    auto* self = static_cast<Engine*>(ctx);
+    auto it = std::lower_bound(self->units_.begin(), self->units_.end(), addr,
+                               [](const State& s, uintptr_t a) { return s.ref.base < a; });
+    if (it == self->units_.end() || it->ref.base != addr || it->size != len) return false;
+    struct Call {
+      void (*fn)(void*) noexcept;
+      void* arg;
+    } call{fn, arg};
+    return alloc::with_unit(
+        it->ref, [](void* c, const alloc::Unit&) { static_cast<Call*>(c)->fn(static_cast<Call*>(c)->arg); }, &call);
+  }
+
   static void collect_unit(void* ctx, const alloc::Unit& u) {
     static_cast<std::vector<alloc::Unit>*>(ctx)->push_back(u);
   }
@@ -250,14 +291,8 @@ class Engine final : public HeatSink {
       next.push_back(s);
       if (!known) alloc::with_unit(u.ref, watch_unit, this);
     }
-    // Units that are gone: monitors forget them (their memory may be someone else's now; a
-    // monitor only ever undoes its own registration there).
-    for (const State& s : units_) {
-      auto found = std::lower_bound(next.begin(), next.end(), s.ref.base,
-                                    [](const State& n, uintptr_t a) { return n.ref.base < a; });
-      if (found == next.end() || found->ref.base != s.ref.base || found->ref.serial != s.ref.serial)
-        for (auto& m : monitors_) m->unwatch(s.ref.base, s.size);
-    }
+    // Units that are gone were unwatched as they were released (unit_released, under their
+    // home lock, while still ours); a new unit at the same address was watched above.
     units_.swap(next);
   }
 
@@ -729,6 +764,7 @@ void after_fork_child() noexcept {
   new (&g_engine_mu) std::mutex();
   new (&g_hints_mu) std::mutex();
   new (&g_pins_mu) std::mutex();
+  Engine::after_fork_child();
   g_engine = nullptr;  // leaked on purpose: its destructor would join a thread that is not here
   counters().running.set(0);
   hint_queue().clear();

@@ -48,13 +48,16 @@ struct MonitorAvailability {
 
 // How a monitor that changes page protections ("sample") keeps out of the way of the range's
 // owner, which commits and decommits pages of a watched range with mprotect under its own
-// lock: lock(ctx, addr, len) is called before the monitor changes a protection in
-// [addr, addr+len) (a watched range) during arm() and collect(), and unlock after; the monitor
-// never holds two. watch() and unwatch() are called with that lock held already (they never
-// take it). Both run on the thread calling the monitor and must not call back into it.
+// lock, and releases ranges: run_locked(ctx, addr, len, fn, arg) runs fn(arg) with the owner's
+// lock of the watched range at addr held if the range is still the owner's, and returns false
+// without running fn when it is not (the monitor must then forget the range without touching
+// its memory). Used by arm() and collect() on the engine's thread; watch() and unwatch() are
+// called with that lock held already (they never take it). fn must not call back into the
+// lock's owner; run_locked must not call back into the monitor. Without one (the default),
+// fn runs unlocked: for owners that change nothing meanwhile (tests).
 struct RangeLock {
-  void (*lock)(void* ctx, uintptr_t addr, size_t len) noexcept = nullptr;
-  void (*unlock)(void* ctx, uintptr_t addr, size_t len) noexcept = nullptr;
+  bool (*run_locked)(void* ctx, uintptr_t addr, size_t len, void (*fn)(void* arg) noexcept,
+                     void* arg) noexcept = nullptr;
   void* ctx = nullptr;
 };
 

@@ -63,8 +63,10 @@ class SampleMonitor final : public Monitor {
         untouched_(trap::kMaxPages),
         picks_(trap::kMaxPages) {}
   ~SampleMonitor() override {
+    // Ranges still watched are forgotten, their memory untouched: an owner unwatches what it
+    // still has first (the engine does), and what it no longer has is not ours to change.
     std::lock_guard<std::mutex> guard(mu_);
-    for (auto& [addr, len] : ranges_) end_period(addr, len, nullptr, true, true);
+    for (auto& [addr, len] : ranges_) end_period(addr, len, nullptr, false);
     trap::released();
     trap::clear();
     os::prim::close_fd(pagemap_);
@@ -84,7 +86,7 @@ class SampleMonitor final : public Monitor {
     if (it != ranges_.end() && it->first == addr) {
       // Watched again: its mapping was replaced. Its armed pages went with the old mapping
       // (the new one is not PROT_NONE by our hand): forget them. The owner's lock is held.
-      end_period(addr, it->second, nullptr, false, false);
+      end_period(addr, it->second, nullptr, false);
       trap::released();
       it->second = len;
       return 0;
@@ -98,40 +100,35 @@ class SampleMonitor final : public Monitor {
   }
 
   void unwatch(uintptr_t addr, size_t len) noexcept override {
-    std::lock_guard<std::mutex> guard(mu_);
+    std::lock_guard<std::mutex> guard(mu_);  // the owner's lock is held by the caller
     auto it = ranges_.find(addr);
     if (it == ranges_.end()) return;
-    end_period(addr, std::max(len, it->second), nullptr, true, false);  // the owner's lock is held
+    end_period(addr, std::max(len, it->second), nullptr, true);
     trap::released();
     ranges_.erase(it);
   }
 
   void collect(HeatSink& sink) noexcept override {
     const uint64_t t0 = os::monotonic_ns();
-    std::lock_guard<std::mutex> guard(mu_);
-    for (auto& [addr, len] : ranges_) end_period(addr, len, &sink, true, true);
-    trap::released();
-    trap::clear();
+    each_range_locked([&](uintptr_t a, size_t n) { end_period(a, n, &sink, true); });
+    finish_period();
     scan_ns_ += os::monotonic_ns() - t0;
   }
 
   void arm(uint64_t budget_ns) noexcept override {
     const uint64_t t0 = os::monotonic_ns();
-    std::lock_guard<std::mutex> guard(mu_);
     // A period not collected yet ends unreported.
-    for (auto& [addr, len] : ranges_) end_period(addr, len, nullptr, true, true);
-    trap::released();
-    trap::clear();
+    each_range_locked([&](uintptr_t a, size_t n) { end_period(a, n, nullptr, true); });
+    finish_period();
     const size_t budget = sample_budget(opts_, budget_ns);
     size_t total = 0;
-    for (auto& [addr, len] : ranges_) total += len;
-    for (auto& [addr, len] : ranges_) {
-      if (!total) break;
-      size_t share = size_t((unsigned __int128)budget * len / total);
+    for (auto& [addr, len] : snapshot_) total += len;
+    each_range_locked([&](uintptr_t a, size_t n) {
+      if (!total) return;
+      size_t share = size_t((unsigned __int128)budget * n / total);
       if (share == 0 && budget) share = 1;
-      arm_range(addr, len, share);
-    }
-    armed_last_ = trap::armed();
+      arm_range(a, n, share);
+    });
     scan_ns_ += os::monotonic_ns() - t0;
   }
 
@@ -143,11 +140,50 @@ class SampleMonitor final : public Monitor {
   }
 
  private:
-  void owner_lock(uintptr_t a, size_t n) noexcept {
-    if (lock_.lock) lock_.lock(lock_.ctx, a, n);
+  // Runs body(addr, len) for every watched range with its owner's lock held, then the
+  // monitor's (in that order: the owner calls unwatch() with its lock held, from its release
+  // path). A range unwatched meanwhile is skipped; one whose owner says it is gone is
+  // forgotten without touching its memory.
+  template <class Body>
+  void each_range_locked(Body&& body) noexcept {
+    {
+      std::lock_guard<std::mutex> guard(mu_);
+      try {
+        snapshot_.assign(ranges_.begin(), ranges_.end());
+      } catch (...) {
+        snapshot_.clear();
+        return;
+      }
+    }
+    struct Call {
+      SampleMonitor* self;
+      uintptr_t addr;
+      size_t len;
+      Body* body;
+    };
+    void (*run)(void*) noexcept = [](void* p) noexcept {
+      auto* c = static_cast<Call*>(p);
+      std::lock_guard<std::mutex> guard(c->self->mu_);
+      auto it = c->self->ranges_.find(c->addr);
+      if (it == c->self->ranges_.end() || it->second != c->len) return;  // unwatched meanwhile
+      (*c->body)(c->addr, c->len);
+    };
+    for (const auto& [addr, len] : snapshot_) {
+      Call call{this, addr, len, &body};
+      const bool ran = lock_.run_locked ? lock_.run_locked(lock_.ctx, addr, len, run, &call) : (run(&call), true);
+      if (ran) continue;
+      std::lock_guard<std::mutex> guard(mu_);
+      auto it = ranges_.find(addr);
+      if (it == ranges_.end()) continue;
+      end_period(addr, it->second, nullptr, false);
+      ranges_.erase(it);
+    }
   }
-  void owner_unlock(uintptr_t a, size_t n) noexcept {
-    if (lock_.unlock) lock_.unlock(lock_.ctx, a, n);
+
+  void finish_period() noexcept {
+    std::lock_guard<std::mutex> guard(mu_);
+    trap::released();
+    trap::clear();
   }
 
   uint64_t next() noexcept {  // xorshift64*
@@ -178,13 +214,11 @@ class SampleMonitor final : public Monitor {
     return total;
   }
 
-  // Ends the period of one range under its owner's lock (taken here, or held by the caller):
-  // armed pages to sink as observed, touched ones as touched; untouched ones made accessible
-  // again where still present (restore), or forgotten (the mapping they were armed in was
-  // replaced).
-  void end_period(uintptr_t a, size_t n, HeatSink* sink, bool restore, bool take_lock) noexcept {
+  // Ends the period of one range (its owner's lock and mu_ held): armed pages to sink as
+  // observed, touched ones as touched; untouched ones made accessible again where still
+  // present (restore), or forgotten (the mapping they were armed in was replaced or is gone).
+  void end_period(uintptr_t a, size_t n, HeatSink* sink, bool restore) noexcept {
     size_t nt = 0, nu = 0;
-    if (take_lock) owner_lock(a, n);
     trap::stop(a, a + n, touched_.data(), touched_.size(), &nt, untouched_.data(), untouched_.size(), &nu);
     if (nu && restore) {
       const size_t np = present_runs(a, n);
@@ -195,7 +229,6 @@ class SampleMonitor final : public Monitor {
         if (j < np && present_[j].start <= p) trap::restore(p);
       }
     }
-    if (take_lock) owner_unlock(a, n);
     if (sink) {
       const size_t ps = os::page_size();
       for (size_t i = 0; i < nt; ++i) {
@@ -206,11 +239,11 @@ class SampleMonitor final : public Monitor {
     }
   }
 
-  // Arms up to want random pages of [a, a+n) that are read-write and present now.
+  // Arms up to want random pages of [a, a+n) that are read-write and present now (its
+  // owner's lock and mu_ held).
   void arm_range(uintptr_t a, size_t n, size_t want) noexcept {
     if (!want) return;
     const size_t ps = os::page_size();
-    owner_lock(a, n);
     size_t nrw = 0;
     int e = vmq::read_write_runs(a, a + n, rw_.data(), rw_.size(), &nrw);
     if (e && e != ENOSPC) nrw = 0;
@@ -255,7 +288,6 @@ class SampleMonitor final : public Monitor {
         if (trap::arm(cand_[run].begin + (idx - before) * ps) == EBUSY) break;
       }
     }
-    owner_unlock(a, n);
   }
 
   SampleOptions opts_;
@@ -268,10 +300,10 @@ class SampleMonitor final : public Monitor {
   std::vector<size_t> picks_;
   std::mutex mu_;
   std::map<uintptr_t, size_t> ranges_;
+  std::vector<std::pair<uintptr_t, size_t>> snapshot_;  // ranges_ as each_range_locked() found them
   RangeLock lock_;
   uint64_t scan_ns_ = 0;
   uint64_t touches_at_start_ = trap::touches();
-  size_t armed_last_ = 0;
 };
 
 }  // namespace

@@ -676,17 +676,15 @@ TEST_CASE("sample: never changes a PROT_NONE or decommitted page, and takes the 
   } owner;
   RangeLock rl;
   rl.ctx = &owner;
-  rl.lock = [](void* c, uintptr_t, size_t) noexcept {
+  rl.run_locked = [](void* c, uintptr_t, size_t, void (*fn)(void*) noexcept, void* arg) noexcept {
     auto* o2 = static_cast<Owner*>(c);
-    o2->mu.lock();
+    std::lock_guard<std::mutex> g(o2->mu);
     o2->held = true;
     ++o2->locks;
-  };
-  rl.unlock = [](void* c, uintptr_t, size_t) noexcept {
-    auto* o2 = static_cast<Owner*>(c);
+    fn(arg);
     o2->held = false;
     ++o2->unlocks;
-    o2->mu.unlock();
+    return true;
   };
   mon->set_range_lock(rl);
   // A reservation of 1,024 pages: the first half committed and touched, the second PROT_NONE.
@@ -865,4 +863,48 @@ TEST_CASE("pagemap_scan: descriptors the program closes and reuses are never use
   for (int fd : reused) CHECK(fcntl(fd, F_GETFD) >= 0);
   for (int fd : reused) close(fd);
   CHECK(a.p[7 * kPage] == 3);
+}
+
+TEST_CASE("sample: a range its owner says is gone is forgotten, its memory untouched", "[unit][monitor]") {
+  SampleOptions o;
+  o.max_pages = 4096;
+  std::string why;
+  auto mon = make_sample_monitor(o, &why);
+  REQUIRE(mon != nullptr);
+  struct Owner {
+    bool gone = false;
+    int calls = 0;
+  } owner;
+  RangeLock rl;
+  rl.ctx = &owner;
+  rl.run_locked = [](void* c, uintptr_t, size_t, void (*fn)(void*) noexcept, void* arg) noexcept {
+    auto* o2 = static_cast<Owner*>(c);
+    ++o2->calls;
+    if (o2->gone) return false;
+    fn(arg);
+    return true;
+  };
+  mon->set_range_lock(rl);
+  Mapping m("anonymous", 4 * kMiB);
+  memset(m.p, 1, m.len);
+  REQUIRE(mon->watch(m.addr(), m.len) == 0);
+  mon->arm(kAmple);
+  const std::string armed = protections(m.p, m.len);
+  const size_t n_armed = size_t(std::count(armed.begin(), armed.end(), '-'));
+  REQUIRE(n_armed > 0);
+  // The owner released the range (and the address may be someone else's now): the period
+  // ends without a single protection change, and the range is not armed again.
+  owner.gone = true;
+  PageSink sink;
+  sink.base = m.addr();
+  sink.len = m.len;
+  mon->collect(sink);
+  CHECK(sink.seen.empty());
+  CHECK(protections(m.p, m.len) == armed);
+  owner.gone = false;
+  const int calls = owner.calls;
+  mon->arm(kAmple);
+  CHECK(owner.calls == calls);  // forgotten: never asked for again
+  CHECK(protections(m.p, m.len) == armed);
+  REQUIRE(mprotect(m.p, m.len, PROT_READ | PROT_WRITE) == 0);  // the test's own clean-up
 }
