@@ -249,8 +249,7 @@ bool take(const Mapped& m, Snapshot* out) {
       usleep(100);
       continue;
     }
-    for (size_t i = 0; i < m.bytes; ++i) copy[i] = __atomic_load_n(m.base + i, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    for (size_t i = 0; i < m.bytes; ++i) copy[i] = __atomic_load_n(m.base + i, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&live->seq, __ATOMIC_RELAXED) != s1) continue;
     const auto* h = reinterpret_cast<const S::Header*>(copy.data());
     Snapshot s;
