@@ -28,6 +28,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/random.hpp"
 #include "os/fs_root.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
@@ -75,7 +76,7 @@ std::string sysctl(const char* rel) {
 class PagemapScanMonitor final : public Monitor {
  public:
   PagemapScanMonitor(const PagemapScanOptions& o, const uffd::WpAsync& u, int pagemap)
-      : opts_(o), uffd_(u), pagemap_(pagemap), rng_(o.seed ? o.seed : 1), runs_(kRunsPerCall) {
+      : opts_(o), uffd_(u), pagemap_(pagemap), rng_(o.seed), runs_(kRunsPerCall) {
     chunks_.reserve(std::max<size_t>(1, o.max_chunks));
     // Our descriptors go high, and their identities are checked before every use: a program
     // that closes descriptors it did not open, and gets the numbers back for its own files,
@@ -198,12 +199,7 @@ class PagemapScanMonitor final : public Monitor {
     return ps;
   }
 
-  uint64_t next() noexcept {  // xorshift64*
-    rng_ ^= rng_ >> 12;
-    rng_ ^= rng_ << 25;
-    rng_ ^= rng_ >> 27;
-    return rng_ * 0x2545f4914f6cdd1dull;
-  }
+  uint64_t next() noexcept { return rng_.next(); }
 
   // The period's chunks inside [addr, addr+len) are not ours to read any more.
   void forget_period(uintptr_t addr, size_t len) noexcept {
@@ -261,7 +257,7 @@ class PagemapScanMonitor final : public Monitor {
   PagemapScanOptions opts_;
   uffd::WpAsync uffd_;
   int pagemap_;
-  uint64_t rng_;
+  Xorshift64Star rng_;
   os::prim::FileId uffd_id_, pagemap_id_;
   bool lost_fds_ = false;
   std::vector<uffd::PageRun> runs_;

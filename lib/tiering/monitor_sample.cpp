@@ -24,6 +24,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/random.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/uffd.hpp"
@@ -55,7 +56,7 @@ class SampleMonitor final : public Monitor {
   SampleMonitor(const SampleOptions& o, int pagemap)
       : opts_(o),
         pagemap_(pagemap),
-        rng_(o.seed ? o.seed : 1),
+        rng_(o.seed),
         rw_(kRuns),
         present_(kRuns),
         cand_(kRuns),
@@ -186,12 +187,7 @@ class SampleMonitor final : public Monitor {
     trap::clear();
   }
 
-  uint64_t next() noexcept {  // xorshift64*
-    rng_ ^= rng_ >> 12;
-    rng_ ^= rng_ << 25;
-    rng_ ^= rng_ >> 27;
-    return rng_ * 0x2545f4914f6cdd1dull;
-  }
+  uint64_t next() noexcept { return rng_.next(); }
 
   // Present (or swapped: still committed) runs of [a, a+n), into present_; false if the walk
   // failed (then nothing is treated as present).
@@ -292,7 +288,7 @@ class SampleMonitor final : public Monitor {
 
   SampleOptions opts_;
   int pagemap_;
-  uint64_t rng_;
+  Xorshift64Star rng_;
   std::vector<vmq::Run> rw_;
   std::vector<uffd::PageRun> present_;
   std::vector<vmq::Run> cand_;

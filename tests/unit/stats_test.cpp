@@ -317,22 +317,29 @@ int in_child(int (*body)()) {
   return WEXITSTATUS(status);
 }
 
-// A pool made with the current environment: its status and message; 10 + k when check k fails.
-int create_expecting_config(const char* var, const char* value) {
-  setenv(var, value, 1);
-  Topo t;
+// A pool made with the current environment is refused with status `want` and a message
+// holding both texts (and, with check_page, no page is left): 0, or base + k when check k
+// fails. check_page needs a free descriptor (it reads /proc/self/fd).
+int create_expecting(Topo& t, cxlpool_status_t want, const std::string& text1, const std::string& text2, int base,
+                     bool check_page) {
   cxlpool_pool_params_t* params = nullptr;
   cxlpool_pool_params_create(&params);
   cxlpool_pool_t* pool = nullptr;
   const cxlpool_status_t st = cxlpool_pool_create(t.topo, params, &pool);
   const std::string message = cxlpool_last_error_message();
   cxlpool_pool_params_destroy(params);
-  if (st != CXLPOOL_E_CONFIG) return 11;
-  if (message.find(var) == std::string::npos) return 12;
-  if (message.find(std::string("'") + value + "'") == std::string::npos) return 13;
-  if (pool) return 14;
-  if (page_fd_number() >= 0) return 15;
+  if (st != want) return base + 1;
+  if (message.find(text1) == std::string::npos) return base + 2;
+  if (message.find(text2) == std::string::npos) return base + 3;
+  if (pool) return base + 4;
+  if (check_page && page_fd_number() >= 0) return base + 5;
   return 0;
+}
+
+int create_expecting_config(const char* var, const char* value) {
+  setenv(var, value, 1);
+  Topo t;
+  return create_expecting(t, CXLPOOL_E_CONFIG, var, std::string("'") + value + "'", 10, true);
 }
 
 }  // namespace
@@ -360,18 +367,8 @@ bool refuse_memfd_create(int err) {
 }
 
 // With CXLPOOL_STAT_PAGE=1 and no memfd to be had, a pool is refused with an OS status that
-// names memfd_create: 0, or the step that went wrong.
-int create_expecting_memfd_failure(Topo& t) {
-  cxlpool_pool_params_t* params = nullptr;
-  cxlpool_pool_params_create(&params);
-  cxlpool_pool_t* pool = nullptr;
-  const cxlpool_status_t st = cxlpool_pool_create(t.topo, params, &pool);
-  const std::string message = cxlpool_last_error_message();
-  cxlpool_pool_params_destroy(params);
-  if (st != CXLPOOL_E_OS) return 33;
-  if (message.find("memfd_create") == std::string::npos) return 34;
-  return pool ? 35 : 0;
-}
+// names memfd_create.
+int create_expecting_memfd_failure(Topo& t) { return create_expecting(t, CXLPOOL_E_OS, "memfd_create", "", 30, false); }
 
 }  // namespace
 
