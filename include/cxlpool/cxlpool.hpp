@@ -526,6 +526,145 @@ inline std::vector<int> query_nodes(const void* addr, size_t pages) {
   return out;
 }
 
+// ---- KV cache (cxlpool/kvcache.h) ----------------------------------------------------------
+
+// A model's KV geometry with its sizes; kv_preset("opt-6.7b", 16) for known models.
+struct KvGeometry {
+  cxlpool_kv_geometry_t c{};
+  uint64_t bytes_per_token() const {
+    uint64_t t = 0;
+    detail::check(cxlpool_kv_geometry_sizes(&c, &t, nullptr));
+    return t;
+  }
+  uint64_t bytes_per_block() const {
+    uint64_t b = 0;
+    detail::check(cxlpool_kv_geometry_sizes(&c, nullptr, &b));
+    return b;
+  }
+  // Offset inside a block of one token's keys (kv 0) or values (kv 1) of one layer.
+  uint64_t offset(uint32_t layer, uint32_t kv, uint32_t token) const {
+    uint64_t o = 0;
+    detail::check(cxlpool_kv_block_offset(&c, layer, kv, token, &o));
+    return o;
+  }
+};
+inline KvGeometry kv_preset(const std::string& model, uint32_t tokens_per_block) {
+  KvGeometry g;
+  detail::check(cxlpool_kv_geometry_preset(model.c_str(), tokens_per_block, &g.c));
+  return g;
+}
+
+class KvArena;
+
+// A sequence's block table (owned: destroyed with the object).
+class KvSequence {
+ public:
+  KvSequence() = default;
+  explicit KvSequence(cxlpool_kv_seq_t* s) noexcept : s_(s) {}
+  KvSequence(KvSequence&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  KvSequence& operator=(KvSequence&& o) noexcept {
+    if (this != &o) {
+      reset();
+      s_ = std::exchange(o.s_, nullptr);
+    }
+    return *this;
+  }
+  ~KvSequence() { reset(); }
+  void reset() noexcept {
+    if (s_) cxlpool_kv_seq_destroy(std::exchange(s_, nullptr));
+  }
+  // Returns how many leading tokens of this call were found in the prefix cache.
+  size_t append(const int32_t* tokens, size_t n) {
+    size_t reused = 0;
+    detail::check(cxlpool_kv_seq_append(s_, tokens, n, &reused));
+    return reused;
+  }
+  size_t append(const std::vector<int32_t>& tokens) { return append(tokens.data(), tokens.size()); }
+  void seal(uint64_t tokens) { detail::check(cxlpool_kv_seq_seal(s_, tokens)); }
+  cxlpool_kv_seq_info_t info() const {
+    cxlpool_kv_seq_info_t i{};
+    detail::check(cxlpool_kv_seq_info(s_, &i));
+    return i;
+  }
+  void* block(uint64_t index, uint32_t* tier = nullptr) const {
+    void* p = nullptr;
+    detail::check(cxlpool_kv_seq_block(s_, index, &p, tier));
+    return p;
+  }
+  cxlpool_kv_handle_t export_handle(uint64_t tokens = 0) {
+    cxlpool_kv_handle_t h{};
+    detail::check(cxlpool_kv_seq_export(s_, tokens, &h));
+    return h;
+  }
+  cxlpool_kv_seq_t* get() const noexcept { return s_; }
+
+ private:
+  cxlpool_kv_seq_t* s_ = nullptr;
+};
+
+// An arena over shared pools (not owned: they must outlive it), nearest first.
+class KvArena {
+ public:
+  KvArena(const KvGeometry& g, const std::vector<cxlpool_shared_pool_t*>& pools,
+          const cxlpool_kv_params_t* params = nullptr) {
+    detail::check(cxlpool_kv_arena_create(&g.c, pools.data(), pools.size(), params, &a_));
+  }
+  KvArena(KvArena&& o) noexcept : a_(std::exchange(o.a_, nullptr)) {}
+  KvArena(const KvArena&) = delete;
+  KvArena& operator=(const KvArena&) = delete;
+  // Sequences must be gone first (destroying an arena with live sequences throws BUSY from
+  // destroy(); the destructor then leaks the arena rather than freeing blocks in use).
+  ~KvArena() {
+    if (a_) cxlpool_kv_arena_destroy(a_);
+  }
+  void destroy() {
+    if (a_) detail::check(cxlpool_kv_arena_destroy(a_));
+    a_ = nullptr;
+  }
+  KvSequence sequence() {
+    cxlpool_kv_seq_t* s = nullptr;
+    detail::check(cxlpool_kv_seq_create(a_, &s));
+    return KvSequence(s);
+  }
+  cxlpool_kv_stats_t stats() const {
+    cxlpool_kv_stats_t st{};
+    detail::check(cxlpool_kv_arena_stats(a_, &st));
+    return st;
+  }
+  cxlpool_kv_arena_t* get() const noexcept { return a_; }
+
+ private:
+  cxlpool_kv_arena_t* a_ = nullptr;
+};
+
+// A consumer's leased, zero-copy view of an exported sequence (released with the object).
+class KvView {
+ public:
+  KvView(const std::vector<cxlpool_shared_pool_t*>& pools, const cxlpool_kv_handle_t& handle,
+         const KvGeometry* expected = nullptr) {
+    detail::check(cxlpool_kv_import(pools.data(), pools.size(), expected ? &expected->c : nullptr, &handle, &v_));
+  }
+  KvView(KvView&& o) noexcept : v_(std::exchange(o.v_, nullptr)) {}
+  KvView(const KvView&) = delete;
+  KvView& operator=(const KvView&) = delete;
+  ~KvView() {
+    if (v_) cxlpool_kv_view_release(v_);
+  }
+  cxlpool_kv_view_info_t info() const {
+    cxlpool_kv_view_info_t i{};
+    detail::check(cxlpool_kv_view_info(v_, &i));
+    return i;
+  }
+  const void* block(uint64_t index) const {
+    const void* p = nullptr;
+    detail::check(cxlpool_kv_view_block(v_, index, &p));
+    return p;
+  }
+
+ private:
+  cxlpool_kv_view_t* v_ = nullptr;
+};
+
 }  // namespace cxlpool
 
 template <>

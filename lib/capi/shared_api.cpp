@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "capi/capi_guard.hpp"
+#include "capi/shared_handle.hpp"
 #include "cxlpool/shared.h"
 #include "shared/shared_pool.hpp"
 
@@ -68,6 +69,13 @@ void retire_shell(cxlpool_shared_pool_t* shell) {
 }
 bool pow2(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 }  // namespace
+
+namespace cxlpool::detail {
+shared::SharedPool* shared_pool_of(cxlpool_shared_pool_t* pool, const char* who) {
+  require(pool != nullptr, who, "a pool is NULL");
+  return impl(pool);
+}
+}  // namespace cxlpool::detail
 
 extern "C" {
 

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The header-only C++ layer: RAII pools, std::pmr resources per policy/device/tier, the STL
-// allocator, error_code and throwing variants.
+// allocator, error_code and throwing variants; the KV cache classes.
+#include <unistd.h>
+
+#include <cstring>
 #include <list>
 #include <map>
 #include <memory_resource>
@@ -97,4 +100,42 @@ TEST_CASE("the default pool from C++", "[unit]") {
   cxlpool::Pool::deallocate(p);
   int local = 0;
   CHECK_FALSE(cxlpool::ptr_info(&local).has_value());
+}
+
+TEST_CASE("the KV cache from C++: arena, sequence, export, view", "[unit]") {
+  const std::string name = "cxlpool-cxx-kv-" + std::to_string(getpid());
+  const std::string device = "shm:" + name;
+  cxlpool_shared_params_t* sp = nullptr;
+  REQUIRE(cxlpool_shared_params_create(&sp) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_params_set_size(sp, 64u << 20) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* producer = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), sp, 0, &producer) == CXLPOOL_OK);
+  cxlpool_shared_params_destroy(sp);
+  cxlpool_shared_pool_t* consumer = nullptr;
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &consumer) == CXLPOOL_OK);
+  {
+    cxlpool::KvGeometry g = cxlpool::kv_preset("llama-3-8b", 4);
+    CHECK(g.bytes_per_token() == 128 * 1024);
+    CHECK(g.offset(1, 0, 0) == 2 * 4 * 8 * 128 * 2);
+    CHECK_THROWS_AS(cxlpool::kv_preset("nope", 4), cxlpool::Error);
+    cxlpool::KvArena arena(g, {producer});
+    cxlpool::KvSequence s = arena.sequence();
+    CHECK(s.append(std::vector<int32_t>{1, 2, 3, 4, 5, 6}) == 0);
+    std::memset(s.block(0), 0x3c, g.bytes_per_block());
+    std::memset(s.block(1), 0x3d, g.bytes_per_block());
+    s.seal(6);
+    const cxlpool_kv_handle_t h = s.export_handle();
+    {
+      cxlpool::KvView v({consumer}, h, &g);
+      CHECK(v.info().tokens == 6);
+      CHECK(static_cast<const unsigned char*>(v.block(1))[100] == 0x3d);
+      CHECK_THROWS_AS(v.block(2), cxlpool::Error);
+    }
+    CHECK(arena.stats().exports == 1);
+    s.reset();
+    arena.destroy();
+  }
+  cxlpool_shared_pool_close(consumer);
+  cxlpool_shared_pool_close(producer);
+  unlink(("/dev/shm/" + name).c_str());
 }
