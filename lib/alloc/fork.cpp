@@ -52,6 +52,7 @@ void fork_parent() noexcept {
 void fork_child() noexcept {
   registry::fork_child();
   unlock_pools();
+  reset_pools_alive_in_child();
   purger_reset_after_fork();
   std::lock_guard<std::mutex> lock(g_registry_mu);
   for (auto& e : g_registry) {
@@ -82,6 +83,7 @@ void fork_child() noexcept {
 
 void fork_child_after_reentrant_fork() noexcept {
   new (&g_registry_mu) std::mutex();
+  reset_pools_alive_in_child();
   for (auto& e : g_registry) {
     if (!e.pool) continue;
     for (int di = 0; di < e.pool->ndev; ++di) new (&e.pool->dev[di].mu) std::mutex();

@@ -99,6 +99,8 @@ struct RegistryEntry {
   uint32_t generation = 0;
 };
 extern std::mutex g_registry_mu;
+// pool.cpp: PoolsAlive's lock, fresh in a fork child (the threads holding it are not there).
+void reset_pools_alive_in_child() noexcept;
 extern RegistryEntry g_registry[kMaxPools];
 
 // ---- fork.cpp ------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 // heap or segment is recognised), destruction, trimming, and the accessors of pool.hpp.
 #include <algorithm>
 #include <memory>
+#include <shared_mutex>
 
 #include "alloc/fast.hpp"
 #include "common/error.hpp"
@@ -102,8 +103,17 @@ Pool* pool_create(const Topology& topo, const PoolOptions& options) {
   return pool.release();
 }
 
+namespace {
+std::shared_mutex g_pools_alive_mu;  // exclusive: a pool being destroyed; shared: PoolsAlive
+}  // namespace
+
+PoolsAlive::PoolsAlive() noexcept { g_pools_alive_mu.lock_shared(); }
+PoolsAlive::~PoolsAlive() { g_pools_alive_mu.unlock_shared(); }
+void reset_pools_alive_in_child() noexcept { new (&g_pools_alive_mu) std::shared_mutex(); }
+
 void pool_destroy(Pool* pool) noexcept {
   if (!pool) return;
+  std::unique_lock<std::shared_mutex> alive(g_pools_alive_mu);
   {
     std::lock_guard<std::mutex> lock(g_registry_mu);
     g_registry[pool->index] = {};

@@ -115,6 +115,16 @@ struct PtrInfo {
 
 Pool* pool_create(const Topology& topo, const PoolOptions& options);  // throws Failure
 void pool_destroy(Pool* pool) noexcept;
+// While a PoolsAlive exists no pool is destroyed (pool_destroy waits for it): what the
+// tiering engine holds while it uses the Pool pointers of the units it listed, and pin()
+// while it moves units. Shared among holders; not held across fork() (the child resets it).
+class PoolsAlive {
+ public:
+  PoolsAlive() noexcept;
+  ~PoolsAlive();
+  PoolsAlive(const PoolsAlive&) = delete;
+  PoolsAlive& operator=(const PoolsAlive&) = delete;
+};
 // A pool over every target of topo with the policy of CXLPOOL_POLICY (default bind:near): the
 // process default pool and the interposer's. A bad policy is CXLPOOL_E_CONFIG naming the
 // variable and the token.

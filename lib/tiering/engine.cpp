@@ -528,6 +528,7 @@ class Engine final : public HeatSink {
   }
 
   void step() {
+    alloc::PoolsAlive alive;  // units_ holds Pool pointers: no pool goes away while they are used
     Counters& c = counters();
     uint64_t t0 = os::monotonic_ns();
     sync_units();
@@ -658,6 +659,7 @@ void pin(const void* p, size_t len, int tier) {
                                          std::to_string(kMaxTiers - 1) + ", or -1 to unpin)");
   auto a = reinterpret_cast<uintptr_t>(p);
   if (a + len < a) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: range wraps around");
+  alloc::PoolsAlive alive;  // the units' Pool pointers stay valid until the moves are done
   // Every unit overlapping the range, first checked, then moved.
   std::vector<alloc::Unit> units;
   for (uintptr_t at = a; at < a + len;) {

@@ -522,3 +522,30 @@ TEST_CASE("memory released while the sample monitor has pages of it armed is nev
   CHECK(armed_seen > 0);  // the monitor was arming these blocks
   CHECK(swallowed == 0);
 }
+
+TEST_CASE("pools destroyed while the engine works on their units", "[tiering]") {
+  // The engine lists units (with their pool), then ages them and plans moves: a pool destroyed
+  // in between must wait, not leave the engine reading freed memory (ASan saw exactly that).
+  REQUIRE(cxlpool_tiering_start("monitors=hint+pagemap_scan,interval=1ms,overhead=100%,min_residence=0s,hot=0.001,"
+                                "cold=0.0001,budget=10GB/s") == CXLPOOL_OK);
+  Topo t("fast:backing=shm,size=64M,tier=0;slow:backing=shm,size=512M,tier=1");
+  cxlpool_pool_t* big = t.pool("fast,slow", "bind:slow");
+  std::vector<unsigned char*> keep = filled_units(big, 16);  // every step has units to walk
+  const auto t0 = std::chrono::steady_clock::now();
+  int rounds = 0;
+  for (; rounds < 600; ++rounds) {
+    cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+    auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 5 * kMiB));
+    REQUIRE(p);
+    std::memset(p, 1, 5 * kMiB);
+    cxlpool_hint_access(p, 5 * kMiB, 1000);
+    if (rounds % 3) std::this_thread::sleep_for(std::chrono::microseconds(300 * (rounds % 3)));
+    cxlpool_pool_destroy(pool);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  WARN(rounds << " pools created and destroyed under an engine stepping every 1 ms, in " << secs << " s");
+  cxlpool_tiering_stop();
+  for (int i = 0; i < 16; ++i) CHECK(holds(keep[size_t(i)], 3 * kMiB, unsigned(i)));
+  for (auto* p : keep) cxlpool_free(p);
+  cxlpool_pool_destroy(big);
+}
