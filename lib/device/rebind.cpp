@@ -2,8 +2,9 @@
 // Movable residency (device.hpp, Device::move_reservation): a reservation's bytes move to
 // another device under the same virtual address. NUMA to NUMA the kernel migrates the pages;
 // every other pair copies into a staging mapping of the target's storage while writers are
-// fenced, then swaps the mapping in with one mremap. Bookkeeping (reservation, committed
-// offsets, ledgers) moves with the bytes, under both devices' locks.
+// fenced (os/write_fence.hpp: userfaultfd, else mprotect), then swaps the mapping in with one
+// mremap, the program's page protections kept. Bookkeeping (reservation, committed offsets,
+// ledgers) moves with the bytes, under both devices' locks.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,6 +13,7 @@
 
 #include "device/device.hpp"
 #include "os/prim.hpp"
+#include "os/vm_query.hpp"
 #include "os/write_fence.hpp"
 
 namespace cxlpool::detail {
@@ -121,24 +123,83 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
                             "move: madvise(POPULATE_WRITE)");
       }
     }
-    // Fence the writers, copy, swap the mapping in, lift the fence.
+    // The program's protections of the range (kept on the new mapping); what it made
+    // unreadable is not ours to read, so the range does not move.
+    std::vector<os::vm_query::ProtRun> prots(64);
+    size_t nprot = 0;
+    for (int e; (e = os::vm_query::protection_runs(r.addr, r.addr + r.size, prots.data(), prots.size(), &nprot));) {
+      if (e != ENOSPC || prots.size() >= 65536) {
+        if (shared_target)
+          for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
+        return drop_staging(e == ENOSPC ? CXLPOOL_E_NOT_SUPPORTED : CXLPOOL_E_OS, e, "move: /proc/self/maps");
+      }
+      prots.resize(prots.size() * 4);
+    }
+    prots.resize(nprot);
+    for (const Run& run : runs)
+      for (const auto& p : prots)
+        if (p.begin < r.addr + run.hi && r.addr + run.lo < p.end && (p.prot < 0 || !(p.prot & os::vm_query::kRead))) {
+          if (shared_target)
+            for (const Run& x : runs) os::prim::advise_remove(stage + x.lo, x.hi - x.lo);
+          return drop_staging(CXLPOOL_E_NOT_SUPPORTED, 0,
+                              "move: the program made part of the range unreadable (its protections are kept: not "
+                              "moved)");
+        }
+    // Fence the writers: by userfaultfd where it can be had (writers and system calls wait in
+    // the kernel), else read-only pages and the SIGSEGV handler.
+    os::write_fence::UffdFence uf;
     int slot = -1;
-    if (int e = os::write_fence::raise(addr, r.size, &slot)) {
+    int fe = os::write_fence::raise_uffd(addr, r.size, &uf);
+    if (fe == EBUSY) {
       if (shared_target)
         for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
-      return drop_staging(CXLPOOL_E_OS, e, "move: write fence");
+      return drop_staging(CXLPOOL_E_NOT_SUPPORTED, fe,
+                          "move: the range is registered with a userfaultfd of the program's (not taken over)");
     }
+    const bool by_uffd = fe == 0;
     auto* from = static_cast<char*>(addr);
-    for (const Run& run : runs) os::prim::protect_read_only(from + run.lo, run.hi - run.lo);
-    for (const Run& run : runs) std::memcpy(stage + run.lo, from + run.lo, run.hi - run.lo);
-    if (int e = os::prim::move_mapping(staging, r.size, addr)) {
-      for (const Run& run : runs) os::prim::protect(from + run.lo, run.hi - run.lo, true);
+    if (!by_uffd) {
+      if (int e = os::write_fence::raise(addr, r.size, &slot)) {
+        if (shared_target)
+          for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
+        return drop_staging(e == EBUSY ? CXLPOOL_E_NOT_SUPPORTED : CXLPOOL_E_OS, e,
+                            e == EBUSY ? "move: no userfaultfd here, and the program replaced cxlpool's SIGSEGV "
+                                         "handler (write fences need one or the other)"
+                                       : "move: write fence");
+      }
+      for (const auto& p : prots)
+        if (p.prot & os::vm_query::kWrite)
+          os::prim::protect_prot(reinterpret_cast<void*>(p.begin), p.end - p.begin, p.prot & ~os::vm_query::kWrite);
+    }
+    auto restore_source = [&] {
+      if (by_uffd) {
+        os::write_fence::lift_uffd_in_place(uf);
+        return;
+      }
+      for (const auto& p : prots)
+        if (p.prot & os::vm_query::kWrite)
+          os::prim::protect_prot(reinterpret_cast<void*>(p.begin), p.end - p.begin, p.prot);
       os::write_fence::lift(slot);
+    };
+    for (const Run& run : runs) std::memcpy(stage + run.lo, from + run.lo, run.hi - run.lo);
+    // The new mapping gets the program's protections where they differ from read-write.
+    for (const auto& p : prots) {
+      if (p.prot == (os::vm_query::kRead | os::vm_query::kWrite)) continue;
+      const uint64_t lo = p.begin - r.addr, hi = p.end - r.addr;
+      bool committed = false;
+      for (const Run& run : runs) committed |= run.lo < hi && lo < run.hi;
+      if (committed) os::prim::protect_prot(stage + lo, hi - lo, p.prot);
+    }
+    if (int e = os::prim::move_mapping(staging, r.size, addr)) {
+      restore_source();
       if (shared_target)
         for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
       return drop_staging(CXLPOOL_E_OS, e, "move: mremap");
     }
-    os::write_fence::lift(slot);
+    if (by_uffd)
+      os::write_fence::lift_uffd_replaced(uf);
+    else
+      os::write_fence::lift(slot);
     // The source's memory: anonymous and private pages went with the old mapping; pages of a
     // shared file mapping stay in the file until punched out.
     if (!src.anonymous() && mapped_shared(r) && caps_.decommit_frees_memory && src.valid_fd() >= 0)

@@ -24,6 +24,8 @@ int map_anonymous_fixed(void* addr, size_t size, bool shared) noexcept;
 int map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset, bool shared) noexcept;
 int protect(void* addr, size_t size, bool read_write) noexcept;
 int protect_read_only(void* addr, size_t size) noexcept;
+// mprotect with read (1), write (2) and execute (4) bits, as os::vm_query reports them.
+int protect_prot(void* addr, size_t size, int prot) noexcept;
 int advise_dontneed(void* addr, size_t size) noexcept;  // drops this mapping's pages
 int advise_remove(void* addr, size_t size) noexcept;    // also frees the file pages (MADV_REMOVE)
 // Faults the range in for writing (MADV_POPULATE_WRITE); EFAULT where a write would SIGBUS

@@ -82,6 +82,11 @@ int protect(void* addr, size_t size, bool read_write) noexcept {
 
 int protect_read_only(void* addr, size_t size) noexcept { return mprotect(addr, size, PROT_READ) == 0 ? 0 : errno; }
 
+int protect_prot(void* addr, size_t size, int prot) noexcept {
+  const int p = (prot & 1 ? PROT_READ : 0) | (prot & 2 ? PROT_WRITE : 0) | (prot & 4 ? PROT_EXEC : 0);
+  return mprotect(addr, size, p) == 0 ? 0 : errno;
+}
+
 int advise_dontneed(void* addr, size_t size) noexcept { return madvise(addr, size, MADV_DONTNEED) == 0 ? 0 : errno; }
 int advise_remove(void* addr, size_t size) noexcept { return madvise(addr, size, MADV_REMOVE) == 0 ? 0 : errno; }
 int populate_write(void* addr, size_t size) noexcept {

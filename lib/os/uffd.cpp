@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// userfaultfd (async write-protect) and PAGEMAP_SCAN (uffd.hpp). Debian 12's kernel headers
+// userfaultfd (async and sync write-protect) and PAGEMAP_SCAN (uffd.hpp). Debian 12's kernel headers
 // (6.1) predate PAGEMAP_SCAN and WP_ASYNC, so their ABI is spelled out here; the running
 // kernel decides at run time (UFFDIO_API refuses unknown features with EINVAL).
 #include "os/uffd.hpp"
@@ -38,6 +38,7 @@ constexpr uint64_t kScanCheckWpAsync = 1u << 1;
 static_assert(sizeof(PageRun) == 24, "struct page_region");
 
 int open_one(int flags, uint64_t want, WpAsync* out) noexcept {
+  const uint64_t must = want & (UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED);
   long fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | flags);
   if (fd < 0) return errno;
   uffdio_api api{};
@@ -48,7 +49,7 @@ int open_one(int flags, uint64_t want, WpAsync* out) noexcept {
     close(int(fd));
     return e;
   }
-  if ((api.features & UFFD_FEATURE_WP_ASYNC) == 0) {
+  if ((api.features & must) != must) {
     close(int(fd));
     return EINVAL;
   }
@@ -68,6 +69,24 @@ int open_wp_async(WpAsync* out) noexcept {
   e = open_one(UFFD_USER_MODE_ONLY, want, out);
   if (e == 0) out->user_mode_only = true;
   return e;
+}
+
+int open_wp_sync(WpAsync* out) noexcept {
+  *out = WpAsync{};
+  const uint64_t want = UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+  int e = open_one(0, want, out);
+  if (e != EPERM) return e;
+  out->first_errno = e;
+  e = open_one(UFFD_USER_MODE_ONLY, want, out);
+  if (e == 0) out->user_mode_only = true;
+  return e;
+}
+
+int wake(int fd, uintptr_t addr, size_t len) noexcept {
+  uffdio_range r{};
+  r.start = addr;
+  r.len = len;
+  return ioctl(fd, UFFDIO_WAKE, &r) == 0 ? 0 : errno;
 }
 
 int register_wp(int fd, uintptr_t addr, size_t len) noexcept {

@@ -35,6 +35,14 @@ struct WpAsync {
 // EINVAL from UFFDIO_API: the kernel lacks WP_ASYNC (before 6.7). The descriptor is closed on
 // failure.
 int open_wp_async(WpAsync* out) noexcept;
+// The same for synchronous write-protection (WP_UNPOPULATED | WP_HUGETLBFS_SHMEM, no async): a
+// thread that writes a protected page waits in the kernel until the page is un-protected or
+// the range is woken (UFFDIO_WAKE); no signal is involved. Without UFFD_USER_MODE_ONLY a
+// system call that writes such a page waits too; with it (the unprivileged fallback), it gets
+// EFAULT. EINVAL: the kernel lacks WP_UNPOPULATED (before 6.4).
+int open_wp_sync(WpAsync* out) noexcept;
+// UFFDIO_WAKE: threads waiting on [addr, addr+len) retry their access.
+int wake(int fd, uintptr_t addr, size_t len) noexcept;
 // UFFDIO_REGISTER with UFFDIO_REGISTER_MODE_WP: again on a registered range is a no-op for its
 // registered parts. EINVAL: not page aligned or outside any mapping; EBUSY: another
 // userfaultfd has it.

@@ -27,10 +27,11 @@ bool parse_hex(const char*& p, const char* end, uintptr_t* out) noexcept {
   return p != start;
 }
 
-}  // namespace
-
-int read_write_runs(uintptr_t begin, uintptr_t end, Run* out, size_t cap, size_t* n) noexcept {
-  *n = 0;
+// Calls each(lo, hi, perms) for every mapping of /proc/self/maps that overlaps [begin, end),
+// in ascending order (perms: the 4-letter "rwxp" field); each returns false to stop. 0 or an
+// errno.
+template <class Each>
+int for_each_mapping(uintptr_t begin, uintptr_t end, Each&& each) noexcept {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   char buf[16384];
@@ -68,16 +69,9 @@ int read_write_runs(uintptr_t begin, uintptr_t end, Run* out, size_t cap, size_t
         done = true;
         break;
       }
-      if (hi <= begin || p[0] != 'r' || p[1] != 'w') continue;
-      uintptr_t b = lo < begin ? begin : lo, e = hi > end ? end : hi;
-      if (*n && out[*n - 1].end == b) {
-        out[*n - 1].end = e;
-      } else if (*n == cap) {
-        result = ENOSPC;
+      if (hi > begin && !each(lo < begin ? begin : lo, hi > end ? end : hi, p)) {
         done = true;
         break;
-      } else {
-        out[(*n)++] = Run{b, e};
       }
       if (used >= have) break;
     }
@@ -91,6 +85,51 @@ int read_write_runs(uintptr_t begin, uintptr_t end, Run* out, size_t cap, size_t
   }
   close(fd);
   return result;
+}
+
+}  // namespace
+
+int read_write_runs(uintptr_t begin, uintptr_t end, Run* out, size_t cap, size_t* n) noexcept {
+  *n = 0;
+  int result = 0;
+  int e = for_each_mapping(begin, end, [&](uintptr_t b, uintptr_t e2, const char* perms) {
+    if (perms[0] != 'r' || perms[1] != 'w') return true;
+    if (*n && out[*n - 1].end == b) {
+      out[*n - 1].end = e2;
+    } else if (*n == cap) {
+      result = ENOSPC;
+      return false;
+    } else {
+      out[(*n)++] = Run{b, e2};
+    }
+    return true;
+  });
+  return e ? e : result;
+}
+
+int protection_runs(uintptr_t begin, uintptr_t end, ProtRun* out, size_t cap, size_t* n) noexcept {
+  *n = 0;
+  int result = 0;
+  uintptr_t at = begin;
+  auto add = [&](uintptr_t b, uintptr_t e2, int prot) {
+    if (*n && out[*n - 1].end == b && out[*n - 1].prot == prot) {
+      out[*n - 1].end = e2;
+      return true;
+    }
+    if (*n == cap) {
+      result = ENOSPC;
+      return false;
+    }
+    out[(*n)++] = ProtRun{b, e2, prot};
+    return true;
+  };
+  int e = for_each_mapping(begin, end, [&](uintptr_t b, uintptr_t e2, const char* perms) {
+    if (b > at && !add(at, b, kUnmapped)) return false;
+    at = e2;
+    return add(b, e2, (perms[0] == 'r' ? kRead : 0) | (perms[1] == 'w' ? kWrite : 0) | (perms[2] == 'x' ? kExec : 0));
+  });
+  if (!e && !result && at < end) add(at, end, kUnmapped);
+  return e ? e : result;
 }
 
 int probe_hw_cycles() noexcept {

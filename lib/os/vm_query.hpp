@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Questions the hotness monitors ask the kernel about this process and machine: which parts
-// of a range are mapped read-write (/proc/self/maps), whether a performance counter can be
+// Questions the hotness monitors and movable residency ask the kernel about this process and
+// machine: which parts of a range are mapped read-write, or with which protections
+// (/proc/self/maps), whether a performance counter can be
 // opened, and whether the process holds a capability. noexcept, errno returned.
 #pragma once
 
@@ -17,6 +18,16 @@ struct Run {
 // counts them (at most cap; ENOSPC when more exist). Reads /proc/self/maps in 16 KiB chunks:
 // cost grows with the process's VMA count, not with the range.
 int read_write_runs(uintptr_t begin, uintptr_t end, Run* out, size_t cap, size_t* n) noexcept;
+
+// Protections of [begin, end) as runs covering all of it, ascending, merged: kRead/kWrite/
+// kExec bits as in /proc/self/maps, kUnmapped where nothing is mapped. ENOSPC when more than
+// cap runs exist (*n = cap: the first ones).
+inline constexpr int kRead = 1, kWrite = 2, kExec = 4, kUnmapped = -1;
+struct ProtRun {
+  uintptr_t begin = 0, end = 0;
+  int prot = 0;
+};
+int protection_runs(uintptr_t begin, uintptr_t end, ProtRun* out, size_t cap, size_t* n) noexcept;
 
 // perf_event_open of a user-space hardware event (PERF_TYPE_HARDWARE, CPU cycles) for this
 // thread, closed at once: 0 when it opens, else its errno (ENOENT: no PMU exposed to this

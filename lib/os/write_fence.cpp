@@ -17,6 +17,7 @@
 #include <mutex>
 
 #include "os/prim.hpp"
+#include "os/uffd.hpp"
 
 namespace cxlpool::os::write_fence {
 namespace {
@@ -181,12 +182,18 @@ void on_segv(int sig, siginfo_t* info, void* context) {
   errno = saved_errno;
 }
 
-// Installs on_segv in front of whatever handles SIGSEGV now (again, if the program replaced it).
+bool g_installed_once = false;  // g_install_mu
+
+// Installs on_segv in front of whatever handles SIGSEGV now, once. EBUSY when the program has
+// replaced it since: ours is not put back in front (a handler that chains to the one it
+// replaced would then call ours, and ours it, forever).
 int ensure_installed() noexcept {
   std::lock_guard<std::mutex> lock(g_install_mu);
   struct sigaction current {};
   if (sigaction(SIGSEGV, nullptr, &current) != 0) return errno;
   if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_segv) return 0;
+  if (g_installed_once) return EBUSY;
+  g_installed_once = true;
   struct sigaction ours {};
   ours.sa_sigaction = on_segv;
   ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
@@ -222,8 +229,89 @@ void lift(int slot) noexcept {
   f.used.store(false, std::memory_order_release);
 }
 
+// ---- userfaultfd fences ----
+namespace {
+std::mutex g_uffd_mu;
+int g_uffd = -1;           // the fences' descriptor (moved high), or -1
+pid_t g_uffd_pid = 0;      // the process it was opened in (a fork child's copy names the parent)
+prim::FileId g_uffd_id{};  // its identity
+int g_uffd_failed = 0;     // why none can be had in this process (cached), or 0
+bool g_uffd_user_only = false;
+std::atomic<uint64_t> g_uffd_count{0};
+
+bool ours(int fd, uint64_t dev, uint64_t ino) noexcept {
+  prim::FileId id{};
+  return fd >= 0 && prim::file_id(fd, &id) == 0 && id.dev == dev && id.ino == ino;
+}
+
+// The fences' descriptor (g_uffd_mu held), or -errno.
+int fence_uffd() noexcept {
+  const pid_t me = prim::process_id();
+  if (g_uffd_pid != me) {
+    // A fork child: an inherited descriptor names the parent's address space. Close our copy
+    // (if the number is still ours) and start over.
+    if (g_uffd >= 0 && ours(g_uffd, g_uffd_id.dev, g_uffd_id.ino)) prim::close_fd(g_uffd);
+    g_uffd = -1;
+    g_uffd_failed = 0;
+    g_uffd_pid = me;
+  }
+  if (g_uffd >= 0 && !ours(g_uffd, g_uffd_id.dev, g_uffd_id.ino)) g_uffd = -1;  // the program closed it: not ours
+  if (g_uffd >= 0) return g_uffd;
+  if (g_uffd_failed) return -g_uffd_failed;
+  uffd::WpAsync u;
+  if (int e = uffd::open_wp_sync(&u)) {
+    g_uffd_failed = e;
+    return -e;
+  }
+  u.fd = prim::move_fd_high(u.fd);
+  if (prim::file_id(u.fd, &g_uffd_id) != 0) {
+    prim::close_fd(u.fd);
+    return -EBADF;
+  }
+  g_uffd = u.fd;
+  g_uffd_user_only = u.user_mode_only;
+  return g_uffd;
+}
+}  // namespace
+
+int raise_uffd(void* addr, size_t len, UffdFence* out) noexcept {
+  std::lock_guard<std::mutex> lock(g_uffd_mu);
+  const int fd = fence_uffd();
+  if (fd < 0) return -fd;
+  const auto a = reinterpret_cast<uintptr_t>(addr);
+  if (int e = uffd::register_wp(fd, a, len)) return e;  // EBUSY: another userfaultfd has it
+  if (int e = uffd::write_protect(fd, a, len, true)) {
+    uffd::unregister(fd, a, len);
+    return e;
+  }
+  out->addr = a;
+  out->len = len;
+  out->fd = fd;
+  out->dev = g_uffd_id.dev;
+  out->ino = g_uffd_id.ino;
+  g_uffd_count.fetch_add(1, std::memory_order_relaxed);
+  return 0;
+}
+
+void lift_uffd_replaced(const UffdFence& f) noexcept {
+  // If the program closed our descriptor meanwhile, the kernel woke every waiter then.
+  if (ours(f.fd, f.dev, f.ino)) uffd::wake(f.fd, f.addr, f.len);
+}
+
+void lift_uffd_in_place(const UffdFence& f) noexcept {
+  if (!ours(f.fd, f.dev, f.ino)) return;
+  uffd::write_protect(f.fd, f.addr, f.len, false);  // wakes the waiting writers
+  uffd::unregister(f.fd, f.addr, f.len);
+}
+
+bool uffd_user_mode_only() noexcept {
+  std::lock_guard<std::mutex> lock(g_uffd_mu);
+  return g_uffd >= 0 && g_uffd_user_only;
+}
+
 uint64_t writes_waited() noexcept { return g_waited.load(std::memory_order_relaxed); }
 uint64_t faults_passed_on() noexcept { return g_passed_on.load(std::memory_order_relaxed); }
+uint64_t uffd_fences() noexcept { return g_uffd_count.load(std::memory_order_relaxed); }
 
 }  // namespace cxlpool::os::write_fence
 

@@ -1,19 +1,28 @@
 // SPDX-License-Identifier: MIT
 // Write fences: keep the program's threads from writing a range while its bytes are copied
-// somewhere else, without losing a write. The range is made read-only; a thread that writes
-// it takes SIGSEGV, and our handler, seeing the address inside a fenced range, waits (futex)
-// until the fence is lifted, then returns so that the write is executed again, on whatever
-// is mapped there by then. Faults outside every fence go to the handler the program had
-// installed before ours (or the default action: the program dies as it would have).
+// somewhere else, without losing a write. Two kinds:
+//
+// - userfaultfd (raise_uffd, preferred): the range is registered with a process-wide
+//   synchronous userfaultfd and write-protected; a thread that writes it waits in the kernel
+//   until the fence is lifted and then writes whatever is mapped there by then. No signal is
+//   involved, so threads that block SIGSEGV and programs with their own handlers are held like
+//   any other; a system call writing the range waits too, except when the descriptor is
+//   UFFD_USER_MODE_ONLY (unprivileged), where it gets EFAULT. A range the program registered
+//   with a userfaultfd of its own is refused (EBUSY), never taken over.
+// - mprotect (raise, where userfaultfd cannot be had or does not cover the memory): the range
+//   is made read-only; a thread that writes it takes SIGSEGV, and our handler, seeing the
+//   address inside a fenced range, waits (futex) until the fence is lifted, then returns so
+//   that the write runs again. A system call writing the range gets EFAULT; a thread that
+//   blocks SIGSEGV dies. Faults outside every fence go to the handler the program had
+//   installed before ours (or the default action: the program dies as it would have).
 //
 // The same handler serves the sampling traps of the "sample" hotness monitor (below): pages
 // made PROT_NONE on purpose whose first touch is counted and undone. One handler, two tables:
-// a process has one SIGSEGV disposition, and both must chain to the program's.
-//
-// Limits: a system call that writes a fenced range (read(2) into it, say) fails with EFAULT
-// instead of faulting, so the window is kept short (one copy); a program that replaces our
-// SIGSEGV handler after we installed it is detected at the next fence, which installs ours
-// again in front of the program's.
+// a process has one SIGSEGV disposition, and both must chain to the program's. Ours is put in
+// front once; a program that replaces it later is not fought (putting ours back in front of a
+// handler that chains to ours would make the two call each other forever): from then on
+// raise() and sample_trap::arm() refuse (EBUSY), and the program's handler, which comes
+// first, should chain to the one it replaced.
 #pragma once
 
 #include <cstddef>
@@ -24,16 +33,38 @@ namespace cxlpool::os::write_fence {
 inline constexpr int kMaxFences = 64;  // fences up at once, process-wide
 
 // Records [addr, addr+len) as fenced (the caller then makes it read-only) and returns its
-// slot in *slot. 0, EBUSY when kMaxFences are up, or the errno of sigaction().
+// slot in *slot. 0, EBUSY when kMaxFences are up or the program replaced our SIGSEGV handler,
+// or the errno of sigaction().
 int raise(const void* addr, size_t len, int* slot) noexcept;
 // Lifts a fence (the caller has made the range writable again, or replaced its mapping):
 // waiting writers retry their writes.
 void lift(int slot) noexcept;
 
-// Counters since the process started: writes that waited on a fence, and the handler's
-// hand-offs to the program's own SIGSEGV handling.
+// A userfaultfd fence. raise_uffd: 0; EBUSY: registered with another userfaultfd (the
+// program's): nothing changed; any other errno: no userfaultfd fence here (none to be had, or
+// the memory kind does not take write-protection): use raise().
+struct UffdFence {
+  uintptr_t addr = 0;
+  size_t len = 0;
+  int fd = -1;
+  uint64_t dev = 0, ino = 0;  // the descriptor's identity (checked before each use)
+};
+int raise_uffd(void* addr, size_t len, UffdFence* out) noexcept;
+// Lifts a fence whose mapping was replaced (the registration went with the old one): the
+// waiting writers retry, on the new mapping.
+void lift_uffd_replaced(const UffdFence& f) noexcept;
+// Lifts a fence whose mapping is still there (a failed move): un-protects, which wakes the
+// writers, and unregisters.
+void lift_uffd_in_place(const UffdFence& f) noexcept;
+// Whether the fences' userfaultfd is UFFD_USER_MODE_ONLY (system calls writing a fenced range
+// get EFAULT); false before the first uffd fence.
+bool uffd_user_mode_only() noexcept;
+
+// Counters since the process started: writes that waited on an mprotect fence, the handler's
+// hand-offs to the program's own SIGSEGV handling, and userfaultfd fences raised.
 uint64_t writes_waited() noexcept;
 uint64_t faults_passed_on() noexcept;
+uint64_t uffd_fences() noexcept;
 
 }  // namespace cxlpool::os::write_fence
 
@@ -54,8 +85,9 @@ namespace cxlpool::os::sample_trap {
 inline constexpr size_t kMaxPages = 4096;  // armed pages at once, process-wide
 
 // Appends page (page aligned, above every page already in the table, read-write now, not in
-// an up fence) and makes it PROT_NONE. 0; EBUSY: the table is full; EEXIST: inside an up
-// fence (never armed); ERANGE: not above the last page; or mprotect's errno (not armed).
+// an up fence) and makes it PROT_NONE. 0; EBUSY: the table is full, or the program replaced
+// our SIGSEGV handler; EEXIST: inside an up fence (never armed); ERANGE: not above the last
+// page; or mprotect's errno (not armed).
 int arm(uintptr_t page) noexcept;
 // Ends the period of [begin, end): touched pages go to touched[] (at most cap_t), pages still
 // armed become disarming and go to untouched[] (at most cap_u).

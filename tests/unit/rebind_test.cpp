@@ -2,7 +2,9 @@
 // Movable residency (Device::move_reservation) and write fences: bytes survive a move between
 // every pair of device kinds with the ledgers moved exactly; writer threads lose no write and
 // see no torn record while their memory moves 1,000 times; refusals leave everything as it
-// was; a fault outside every fence still reaches the program's own SIGSEGV handler.
+// was; a fault outside every fence still reaches the program's own SIGSEGV handler, and a
+// handler the program installs later is not fought; threads blocking SIGSEGV, system calls
+// writing the range and the program's page protections survive moves.
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "device/device.hpp"
+#include "os/vm_query.hpp"
 #include "os/write_fence.hpp"
 #include "program_segv_handler.hpp"
 #include "test_support.hpp"
@@ -134,6 +137,7 @@ TEST_CASE("writers lose no write and see no torn record while their memory moves
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> lost{0}, torn{0}, written{0};
   const uint64_t waited_before = cxlpool::os::write_fence::writes_waited();
+  const uint64_t uffd_before = cxlpool::os::write_fence::uffd_fences();
   std::vector<std::thread> writers;
   for (size_t t = 0; t < kThreads; ++t)
     writers.emplace_back([&, t] {
@@ -169,7 +173,10 @@ TEST_CASE("writers lose no write and see no torn record while their memory moves
   CHECK(lost.load() == 0);
   CHECK(torn.load() == 0);
   CHECK(written.load() > 1000);
-  CHECK(cxlpool::os::write_fence::writes_waited() > waited_before);  // the fence was exercised
+  // The fence was exercised: userfaultfd fences where they can be had, else mprotect ones that
+  // held writers.
+  CHECK((cxlpool::os::write_fence::uffd_fences() >= uffd_before + 1000 ||
+         cxlpool::os::write_fence::writes_waited() > waited_before));
   CHECK(owner->committed() == kSize);
   CHECK(other->committed() == 0);
   REQUIRE(owner->release(base, 1, nullptr) == CXLPOOL_OK);
@@ -200,22 +207,12 @@ TEST_CASE("refused moves leave memory, ledgers and tables as they were", "[rebin
 }
 
 TEST_CASE("a fault outside every fence reaches the program's handler, or kills as it would have", "[rebind]") {
-  struct sigaction ours {
-  }, saved{};
-  ours.sa_handler = program_handler;
-  sigemptyset(&ours.sa_mask);
-  REQUIRE(sigaction(SIGSEGV, &ours, &saved) == 0);
   void* fenced = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   void* guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(fenced != MAP_FAILED);
   REQUIRE(guard != MAP_FAILED);
-  int slot = -1;
-  REQUIRE(cxlpool::os::write_fence::raise(fenced, 4096, &slot) == 0);  // installs ours in front
-  if (sigsetjmp(g_jump, 1) == 0) *static_cast<volatile char*>(guard) = 1;
-  CHECK(g_program_handler_ran == 1);
-  cxlpool::os::write_fence::lift(slot);
-  REQUIRE(sigaction(SIGSEGV, &saved, nullptr) == 0);
-  // Default action: a child that faults outside a fence dies of SIGSEGV, it does not hang.
+  // Default action: a child whose first fence puts our handler in front of SIG_DFL, and that
+  // faults outside the fence, dies of SIGSEGV; it does not hang.
   pid_t child = fork();
   if (child == 0) {
     struct sigaction dfl {};
@@ -231,6 +228,186 @@ TEST_CASE("a fault outside every fence reaches the program's handler, or kills a
   REQUIRE(waitpid(child, &status, 0) == child);
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGSEGV);
+  // The program's handler, installed before ours: faults outside the fence reach it.
+  struct sigaction prog {
+  }, saved{};
+  prog.sa_handler = program_handler;
+  sigemptyset(&prog.sa_mask);
+  REQUIRE(sigaction(SIGSEGV, &prog, &saved) == 0);
+  int slot = -1;
+  REQUIRE(cxlpool::os::write_fence::raise(fenced, 4096, &slot) == 0);  // installs ours in front
+  g_program_handler_ran = 0;
+  if (sigsetjmp(g_jump, 1) == 0) *static_cast<volatile char*>(guard) = 1;
+  CHECK(g_program_handler_ran == 1);
+  cxlpool::os::write_fence::lift(slot);
+  REQUIRE(sigaction(SIGSEGV, &saved, nullptr) == 0);
   munmap(fenced, 4096);
   munmap(guard, 4096);
+}
+
+namespace {
+struct sigaction g_replaced {};
+volatile sig_atomic_t g_chained = 0;
+// A crash reporter's handler: report, then call the handler it replaced (ours).
+void chaining_handler(int sig, siginfo_t* info, void* ctx) {
+  g_chained = g_chained + 1;
+  if (g_chained > 5) _exit(42);  // called again and again: the two handlers loop
+  if (g_replaced.sa_flags & SA_SIGINFO) g_replaced.sa_sigaction(sig, info, ctx);
+}
+}  // namespace
+
+TEST_CASE("a program handler installed after ours is not fought: no loop, fences refuse instead", "[rebind]") {
+  void* fenced = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(fenced != MAP_FAILED);
+  REQUIRE(guard != MAP_FAILED);
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(20);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGSEGV, &dfl, nullptr);
+    int s = -1;
+    if (cxlpool::os::write_fence::raise(fenced, 4096, &s) != 0) _exit(3);  // ours, in front of SIG_DFL
+    cxlpool::os::write_fence::lift(s);
+    struct sigaction mine {};
+    mine.sa_sigaction = chaining_handler;
+    mine.sa_flags = SA_SIGINFO;
+    sigemptyset(&mine.sa_mask);
+    sigaction(SIGSEGV, &mine, &g_replaced);  // replaces ours, chains to it
+    // Ours is not put back in front: fences and sampling traps refuse.
+    if (cxlpool::os::write_fence::raise(fenced, 4096, &s) != EBUSY) _exit(4);
+    if (cxlpool::os::sample_trap::arm(reinterpret_cast<uintptr_t>(fenced)) != EBUSY) _exit(5);
+    // The program's own fault: its handler once, ours after it, then the default action.
+    *static_cast<volatile char*>(guard) = 1;
+    _exit(6);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("status " << status << " (exit 42: the handlers called each other; 3-5: a refusal failed)");
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGSEGV);
+  munmap(fenced, 4096);
+  munmap(guard, 4096);
+}
+
+TEST_CASE("moves keep what the program did to its memory", "[rebind]") {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  SECTION("a writer thread that blocks SIGSEGV keeps writing through 200 moves") {
+#if defined(__SANITIZE_THREAD__)
+    WARN("skipped under ThreadSanitizer: writers are held by the kernel while memory moves");
+    return;
+#endif
+    auto a = make("numa"), b = make("memfd");
+    void* base = nullptr;
+    REQUIRE(a->reserve(4 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) == CXLPOOL_OK);
+    REQUIRE(a->commit(base, 4 * kMiB, false, 1, nullptr) == CXLPOOL_OK);
+    auto* words = static_cast<volatile uint64_t*>(base);
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> last{0};
+    std::thread writer([&] {
+      sigset_t all;
+      sigfillset(&all);
+      pthread_sigmask(SIG_BLOCK, &all, nullptr);  // "only main handles signals"
+      uint64_t n = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        ++n;
+        for (size_t i = 0; i < 4 * kMiB / 8; i += 512) words[i] = n;
+        last = n;
+      }
+    });
+    Device* from = a.get();
+    Device* to = b.get();
+    int moves = 0;
+    for (; moves < 200; ++moves) {
+      if (from->move_reservation(base, *to, nullptr, nullptr) != CXLPOOL_OK) break;
+      std::swap(from, to);
+    }
+    stop = true;
+    writer.join();
+    CHECK(moves == 200);
+    size_t wrong = 0;
+    for (size_t i = 0; i < 4 * kMiB / 8; i += 512) wrong += words[i] != last.load();
+    CHECK(wrong == 0);
+    REQUIRE(from->release(base, 1, nullptr) == CXLPOOL_OK);
+  }
+  SECTION("read(2) into memory while it moves: no EFAULT (when the fence's userfaultfd may hold system calls)") {
+#if defined(__SANITIZE_THREAD__)
+    WARN("skipped under ThreadSanitizer: the kernel holds the reader while memory moves");
+    return;
+#endif
+    auto a = make("numa"), b = make("shm");
+    void* base = nullptr;
+    REQUIRE(a->reserve(4 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) == CXLPOOL_OK);
+    REQUIRE(a->commit(base, 4 * kMiB, false, 1, nullptr) == CXLPOOL_OK);
+    auto* bytes = static_cast<char*>(base);
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> ok{0}, efault{0}, other{0};
+    std::thread reader([&] {
+      char msg[64];
+      std::memset(msg, 'k', sizeof msg);
+      uint64_t i = 0;
+      while (!stop.load(std::memory_order_relaxed)) {
+        if (write(fds[1], msg, sizeof msg) != ssize_t(sizeof msg)) break;
+        char* at = bytes + (i++ * 4096 + 100) % (4 * kMiB - 64);
+        ssize_t r = read(fds[0], at, sizeof msg);
+        if (r == ssize_t(sizeof msg))
+          ++ok;
+        else if (r < 0 && errno == EFAULT) {
+          ++efault;
+          char sink[64];
+          if (read(fds[0], sink, sizeof sink) != ssize_t(sizeof sink)) break;  // keep the pipe empty
+        } else {
+          ++other;
+        }
+      }
+    });
+    Device* from = a.get();
+    Device* to = b.get();
+    for (int m = 0; m < 200; ++m) {
+      REQUIRE(from->move_reservation(base, *to, nullptr, nullptr) == CXLPOOL_OK);
+      std::swap(from, to);
+    }
+    stop = true;
+    reader.join();
+    close(fds[0]);
+    close(fds[1]);
+    const bool user_only = cxlpool::os::write_fence::uffd_user_mode_only();
+    WARN("read(2) into a range moved 200 times: " << ok.load() << " complete, " << efault.load() << " EFAULT"
+                                                  << (user_only ? " (userfaultfd is user-mode-only here)" : ""));
+    CHECK(ok.load() > 0);
+    CHECK(other.load() == 0);
+    if (cxlpool::os::write_fence::uffd_fences() > 0 && !user_only) CHECK(efault.load() == 0);
+    REQUIRE(from->release(base, 1, nullptr) == CXLPOOL_OK);
+  }
+  SECTION("read-only pages stay read-only; unreadable ones are refused, nothing changed") {
+    auto a = make("memfd"), b = make("numa");
+    void* base = nullptr;
+    REQUIRE(a->reserve(4 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) == CXLPOOL_OK);
+    REQUIRE(a->commit(base, 4 * kMiB, false, 1, nullptr) == CXLPOOL_OK);
+    auto* p = static_cast<unsigned char*>(base);
+    fill(p, 4 * kMiB, 6);
+    REQUIRE(mprotect(p + 8 * page, 2 * page, PROT_READ) == 0);  // the program's snapshot pages
+    REQUIRE(a->move_reservation(base, *b, nullptr, nullptr) == CXLPOOL_OK);
+    CHECK(holds(p, 4 * kMiB, 6));
+    std::vector<cxlpool::os::vm_query::ProtRun> runs(64);
+    size_t n = 0;
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    REQUIRE(cxlpool::os::vm_query::protection_runs(at, at + 4 * kMiB, runs.data(), runs.size(), &n) == 0);
+    size_t read_only = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (runs[i].prot == cxlpool::os::vm_query::kRead) read_only += (runs[i].end - runs[i].begin) / page;
+    CHECK(read_only == 2);
+    REQUIRE(mprotect(p + 8 * page, 2 * page, PROT_READ | PROT_WRITE) == 0);
+    REQUIRE(mprotect(p + 20 * page, page, PROT_NONE) == 0);  // a guard page
+    cxlpool::detail::DeviceError err{};
+    CHECK(b->move_reservation(base, *a, nullptr, &err) == CXLPOOL_E_NOT_SUPPORTED);
+    CHECK(b->committed() == 4 * kMiB);
+    CHECK(a->committed() == 0);
+    REQUIRE(mprotect(p + 20 * page, page, PROT_READ | PROT_WRITE) == 0);
+    CHECK(holds(p, 4 * kMiB, 6));
+    REQUIRE(b->release(base, 1, nullptr) == CXLPOOL_OK);
+  }
 }
