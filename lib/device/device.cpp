@@ -492,6 +492,9 @@ std::string Device::describe(const char* op, const void* addr, size_t len, const
       if (std::strcmp(err.call, "VMA budget") == 0)
         return where + ": moving it needs a staging mapping past cxlpool's mapping budget of " +
                std::to_string(err.detail) + " (half of vm.max_map_count)";
+      if (std::strcmp(err.call, "mbind(MPOL_MF_MOVE)") == 0)
+        return where + ": the target NUMA node has no room for its pages (move_pages: " + std::strerror(err.os_errno) +
+               "); the move was undone";
       return where + ": the filesystem holding it is full (" + err.call + ": " + std::strerror(err.os_errno) + ")";
     case CXLPOOL_E_NOT_SUPPORTED:
       return where + ": needs a shareable backing; numa memory is private anonymous memory";

@@ -135,7 +135,8 @@ class Device {
   // NOT_FOUND (addr does not start a reservation here); NOT_SUPPORTED (memory shared with
   // other processes or forked children, ranges mapped with map_range, this device = to);
   // INVALID_ARGUMENT (to's page size does not divide the reservation); CAPACITY (to is full:
-  // ledger, offsets, or a full filesystem); NO_MEMORY (address space); OS.
+  // ledger, offsets, a full filesystem, or a NUMA node without room: undone); NO_MEMORY
+  // (address space); OS (e.g. EFAULT: a hole unmapped in the range; nothing changed).
   struct MoveReport {
     uint64_t bytes = 0;            // committed bytes moved
     bool by_kernel = false;        // migrated in place (NUMA to NUMA)

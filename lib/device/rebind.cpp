@@ -87,6 +87,14 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
     size_t left = 0;
     int e = os::prim::move_to_node(addr, r.size, dst->numa_node(), &left);
     if (e) {
+      // A full target (ENOMEM) is found after the kernel moved what fitted and bound the range
+      // there: the pages and the source's policy go back, so that nothing is counted on the
+      // wrong device and later faults do not land on (or OOM-kill for) the full node.
+      size_t back = 0;
+      if (src.numa_node() >= 0)
+        os::prim::move_to_node(addr, r.size, src.numa_node(), &back);
+      else
+        os::prim::clear_policy(addr, r.size);
       undo_entry();
       return device_failure(err, e == ENOMEM ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e, "mbind(MPOL_MF_MOVE)");
     }

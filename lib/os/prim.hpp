@@ -35,9 +35,14 @@ int populate_write(void* addr, size_t size) noexcept;
 int bind_node(void* addr, size_t size, int node) noexcept;
 // Binds the range to node and moves its present pages there (mbind MPOL_MF_MOVE), then asks
 // move_pages where each page is: *elsewhere = present pages still on another node after the
-// retries (EBUSY pages are retried; absent pages are not counted: later faults follow the
-// new policy). ENOMEM: the node is full. EINVAL: no such node.
+// retries (busy pages are retried; absent pages are not counted: later faults follow the
+// new policy). ENOMEM: the node has no room for them (found by asking move_pages to move the
+// pages left behind: mbind does not report it); the range may then be partly moved and is
+// bound to node (the caller undoes that). EFAULT: a hole in the range (nothing changed).
+// EINVAL: no such node.
 int move_to_node(void* addr, size_t size, int node, size_t* elsewhere) noexcept;
+// Gives the range the default memory policy again (mbind MPOL_DEFAULT).
+int clear_policy(void* addr, size_t size) noexcept;
 // Moves the mapping at from to to (mremap MREMAP_FIXED), replacing what was mapped at to.
 int move_mapping(void* from, size_t size, void* to) noexcept;
 // Frees [offset, offset+size) of a file (fallocate PUNCH_HOLE, size kept).

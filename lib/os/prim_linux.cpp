@@ -113,26 +113,46 @@ int move_to_node(void* addr, size_t size, int node, size_t* elsewhere) noexcept 
   unsigned long maxnode = (unsigned long)(node / 64 + 1) * 64 + 1;
   *elsewhere = 0;
   const size_t ps = size_t(sysconf(_SC_PAGESIZE));
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    // MPOL_MF_MOVE = 1 << 1: moves the pages only this process maps (no root needed).
-    long r = syscall(SYS_mbind, addr, size, MPOL_BIND, mask, maxnode, 2U);
-    if (r != 0 && errno != EIO) return errno;  // EIO: some pages could not be moved; counted below
-    // Where are they now? move_pages with nodes = NULL only queries, in batches.
-    size_t left = 0;
-    constexpr size_t kBatch = 512;
-    void* pages[kBatch];
-    int status[kBatch];
+  constexpr size_t kBatch = 512;
+  void* pages[kBatch];
+  int status[kBatch];
+  int nodes[kBatch];
+  // Counts the present pages not on node (move_pages with nodes = NULL only queries); with
+  // push, asks move_pages to move them there: unlike mbind without MPOL_MF_STRICT, it reports
+  // a node without room for them (ENOMEM). Busy pages (pinned, or being migrated by someone
+  // else) are only counted.
+  auto sweep = [&](bool push, size_t* left) -> int {
+    *left = 0;
     for (size_t done = 0; done < size; done += kBatch * ps) {
       size_t n = std::min(kBatch, (size - done) / ps);
       for (size_t i = 0; i < n; ++i) pages[i] = static_cast<char*>(addr) + done + i * ps;
       if (syscall(SYS_move_pages, 0, n, pages, nullptr, status, 0) != 0) return errno;
+      size_t k = 0;
       for (size_t i = 0; i < n; ++i)
-        if (status[i] >= 0 && status[i] != node) ++left;  // negative: absent (ENOENT) or not movable
+        if (status[i] >= 0 && status[i] != node) pages[k++] = pages[i];  // negative: absent (ENOENT, EFAULT)
+      *left += k;
+      if (push && k) {
+        for (size_t i = 0; i < k; ++i) nodes[i] = node;
+        if (syscall(SYS_move_pages, 0, k, pages, nodes, status, 0) < 0 && errno == ENOMEM) return ENOMEM;
+      }
     }
+    return 0;
+  };
+  for (int attempt = 0;; ++attempt) {
+    // MPOL_MF_MOVE = 1 << 1: moves the pages only this process maps (no root needed). Without
+    // MPOL_MF_STRICT the kernel returns 0 whatever it could not move, a full node included.
+    long r = syscall(SYS_mbind, addr, size, MPOL_BIND, mask, maxnode, 2U);
+    if (r != 0 && errno != EIO) return errno;  // EIO: some pages could not be moved; counted below
+    size_t left = 0;
+    if (int e = sweep(false, &left)) return e;
     *elsewhere = left;
-    if (left == 0) return 0;
+    if (left == 0 || attempt == 3) return 0;  // the caller decides what pages left behind mean
+    if (int e = sweep(true, &left)) return e;
   }
-  return 0;  // the caller decides what pages left behind mean
+}
+
+int clear_policy(void* addr, size_t size) noexcept {
+  return syscall(SYS_mbind, addr, size, 0 /* MPOL_DEFAULT */, nullptr, 0UL, 0U) == 0 ? 0 : errno;
 }
 
 int move_mapping(void* from, size_t size, void* to) noexcept {

@@ -64,6 +64,18 @@ if has multihost; then
   bind_dax
   section multihost "$MULTIHOST" $(sed -n 's/.*cxlpool\.mh=\([^ ]*\).*/\1/p' /proc/cmdline | tr , ' ') --path=/dev/dax0.0
 fi
+# Tiering between node0 and node1 (vm_rebind: the device layer; vm_tiering: the public API).
+# The heat sections set kernel.numa_balancing (and demotion_enabled) themselves and put 0 back.
+has rebind && section rebind "$REBIND"
+if has tiering; then
+  section tiering-writers "$TIERING" writers
+  section tiering-full "$TIERING" full
+fi
+has heat && section tiering-heat-nb0 "$TIERING" heat nb0
+if has heat-kernel; then
+  section tiering-heat-respect2 "$TIERING" heat respect2
+  section tiering-heat-own2 "$TIERING" heat own2
+fi
 has backing && section backing-test "$BACKING_TEST" --reporter compact
 echo "=== CXLPOOL-VM DONE"
 sync

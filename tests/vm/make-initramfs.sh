@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds the guest initramfs: static busybox, guest-init.sh as /init, and the project's own
-# binaries (cxlpool-info, vm_checks, vm_multihost, the backing test suite) with their shared
-# libraries, each at its build-tree path so RUNPATHs resolve unchanged inside the guest.
+# binaries (cxlpool-info, vm_checks, vm_multihost, vm_tiering, vm_rebind, the backing test
+# suite) with their shared libraries, each at its build-tree path so RUNPATHs resolve
+# unchanged inside the guest.
 # With CACHE_DIR (fetch-kernels.sh), the DAX modules (device_dax, dax_hmem, kmem) of every
 # cached kernel are added, uncompressed, with their dependencies and a modules.dep.
 # Usage: make-initramfs.sh BUILD_DIR OUT.cpio.gz [CACHE_DIR]
@@ -31,7 +32,9 @@ checks=$build/tests/vm/vm_checks
 backing=$build/tests/backing_test
 peer=$build/tests/device_peer
 multihost=$build/tests/vm/vm_multihost
-for b in "$info" "$checks" "$backing" "$peer" "$multihost"; do
+tiering=$build/tests/vm/vm_tiering
+rebind=$build/tests/vm/vm_rebind
+for b in "$info" "$checks" "$backing" "$peer" "$multihost" "$tiering" "$rebind"; do
   [ -x "$b" ] || { echo "make-initramfs: missing $b (build first)" >&2; exit 1; }
   copy "$b"
 done
@@ -63,6 +66,8 @@ INFO=$info
 CHECKS=$checks
 BACKING_TEST=$backing
 MULTIHOST=$multihost
+TIERING=$tiering
+REBIND=$rebind
 PATHS
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
 mv "$out.tmp" "$out"
