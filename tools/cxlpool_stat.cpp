@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: MIT
 // cxlpool-stat: reads a running process's stats page (lib/stats/layout.hpp) without attaching
 // to it, through /proc/PID/fd (or /proc/PID/map_files), and shows it as a live table like
-// top, as JSON, or in the Prometheus text format (node_exporter's textfile collector).
+// top, as JSON, or in the Prometheus text format (node_exporter's textfile collector). Any
+// process can name a memfd "cxlpool-stats": the page is checked before it is mapped (sealed,
+// bounded, its header exactly version 1's) and every copy again before it is used.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <csignal>
@@ -51,9 +55,10 @@ const char* kUsageText =
     "  --json        one snapshot as JSON          --prometheus  one snapshot, text format 0.0.4\n"
     "  --once        one table                      --list        processes that have a stats page\n"
     "  --schema      the metrics the page carries\n"
-    "Exit status: 0 ok; 1 usage; 2 no such process; 3 the process has no stats page; 4 permission\n"
-    "denied; 5 the page is unreadable (foreign layout, or never consistent); 6 stale (the process\n"
-    "stopped updating it; the numbers are still printed).\n";
+    "Exit status: 0 ok; 1 usage; 2 no such process (or it exited: a zombie); 3 the process has no\n"
+    "stats page; 4 permission denied; 5 the page is unreadable (not a cxlpool page: unsealed, too\n"
+    "large, malformed or changing; another layout version; or never consistent); 6 stale (the\n"
+    "process stopped updating it; the numbers are still printed).\n";
 
 [[noreturn]] void die(int code, const std::string& msg) {
   fprintf(stderr, "cxlpool-stat: %s\n", msg.c_str());
@@ -75,16 +80,153 @@ std::string read_link(const std::string& path) {
   return std::string(buf, size_t(n));
 }
 
+// A page of layout version 1 is about 12 KiB; these bounds are far above any real page's and
+// keep a forged one from making the reader map, allocate or copy much (docs/stats.md).
+constexpr uint32_t kMaxMetrics = 1024;
+constexpr uint32_t kMaxDeviceSlots = 256;
+constexpr uint32_t kMaxTiers = 64;
+constexpr uint64_t kMaxPageBytes = 1 << 20;
+// What the publisher seals (os::create_sealed_page): with the size fixed, the mapping can never
+// lose its pages under the reader (no SIGBUS), and no one else can map the page writable.
+constexpr int kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL;
+constexpr decltype(statfs::f_type) kTmpfsMagic = 0x01021994;  // memfds live on the kernel's tmpfs
+
 struct Mapped {
   const uint8_t* base = nullptr;
   size_t bytes = 0;
+  int pid = 0;        // the process, as this reader sees it
+  S::Header shape{};  // the header as map_page validated it: its fixed fields never change
 };
 
-// Validates what fd holds as a stats page of pid and maps it read-only. Returns kOk or why not.
-int map_page(int fd, int pid, Mapped* out, std::string* why) {
+// What /proc/PID/status says of a process: whether it is a zombie (exited, not yet reaped), and
+// its pid in each pid namespace it is in, this reader's first (NSpid; one entry when the
+// process is in this reader's namespace).
+struct ProcInfo {
+  int pid = 0;
+  bool zombie = false;
+  std::vector<int> nspids;
+};
+
+ProcInfo read_proc(int pid) {
+  ProcInfo p;
+  p.pid = pid;
+  p.nspids = {pid};
+  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/status").c_str(), "re");
+  if (!f) return p;
+  char line[512];
+  char state = 0;
+  long threads = 0;
+  while (fgets(line, sizeof line, f)) {
+    if (std::strncmp(line, "State:", 6) == 0) {
+      if (sscanf(line + 6, " %c", &state) != 1) state = 0;
+    } else if (std::strncmp(line, "Threads:", 8) == 0) {
+      threads = strtol(line + 8, nullptr, 10);
+    } else if (std::strncmp(line, "NSpid:", 6) == 0) {
+      std::vector<int> ids;
+      char* at = line + 6;
+      for (;;) {
+        char* end = nullptr;
+        const long v = strtol(at, &end, 10);
+        if (end == at || v <= 0 || v > 0x7fffffff) break;
+        ids.push_back(int(v));
+        at = end;
+      }
+      if (!ids.empty() && ids[0] == pid) p.nspids = ids;
+    }
+  }
+  fclose(f);
+  // A thread group whose leader exited while other threads run shows the leader as Z too.
+  p.zombie = (state == 'Z' || state == 'X') && threads <= 1;
+  return p;
+}
+
+// Why h (with file_bytes bytes behind it) is not a stats page of this layout, or nullptr. Every
+// field the reader later trusts is checked: the counts against the bounds above, the three
+// regions exactly where the layout puts them, and the size exactly what the counts make
+// (rounded up to pages, as the publisher does).
+const char* shape_problem(const S::Header& h, uint64_t file_bytes) {
+  if (std::memcmp(h.magic, S::kMagic, sizeof S::kMagic) != 0) return "not a cxlpool stats page (magic)";
+  if (h.version != S::kLayoutVersion) return "a stats page of another layout version";
+  if (h.header_bytes != S::kHeaderBytes) return "not a cxlpool stats page (header size)";
+  if (h.n_metrics > kMaxMetrics || h.max_devices > kMaxDeviceSlots || h.n_tiers > kMaxTiers ||
+      h.n_devices > h.max_devices ||
+      uint64_t(h.n_process_metrics) + h.n_device_metrics + h.n_tier_metrics != h.n_metrics)
+    return "not a cxlpool stats page (counts out of bounds)";
+  const uint64_t devices = uint64_t(S::kHeaderBytes) + uint64_t(h.n_metrics) * sizeof(S::MetricSlot);
+  const uint64_t values = devices + uint64_t(h.max_devices) * sizeof(S::DeviceSlot);
+  const uint64_t end = values + (uint64_t(h.n_process_metrics) + uint64_t(h.max_devices) * h.n_device_metrics +
+                                 uint64_t(h.n_tiers) * h.n_tier_metrics) *
+                                    sizeof(uint64_t);
+  if (h.metrics_offset != S::kHeaderBytes || h.devices_offset != devices || h.values_offset != values)
+    return "not a cxlpool stats page (offsets out of place)";
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  if (h.total_bytes != (end + page - 1) / page * page || h.total_bytes != file_bytes)
+    return "not a cxlpool stats page (its size is not what its counts make)";
+  return nullptr;
+}
+
+// The fixed fields of two headers (everything but the seqlock, the times and n_devices) agree.
+bool same_shape(const S::Header& a, const S::Header& b) {
+  return std::memcmp(a.magic, b.magic, sizeof a.magic) == 0 && a.version == b.version &&
+         a.header_bytes == b.header_bytes && a.total_bytes == b.total_bytes && a.pid == b.pid &&
+         a.n_metrics == b.n_metrics && a.max_devices == b.max_devices && a.n_tiers == b.n_tiers &&
+         a.metrics_offset == b.metrics_offset && a.devices_offset == b.devices_offset &&
+         a.values_offset == b.values_offset && a.n_process_metrics == b.n_process_metrics &&
+         a.n_device_metrics == b.n_device_metrics && a.n_tier_metrics == b.n_tier_metrics;
+}
+
+std::string pid_list(const std::vector<int>& pids) {
+  std::string s;
+  for (int p : pids) s += (s.empty() ? "" : ", ") + std::to_string(p);
+  return s;
+}
+
+// Validates what fd holds as a stats page of the process and maps it read-only. Returns kOk or
+// why not. Before anything is mapped: the file is a memfd sealed as the publisher seals it (so
+// its size is fixed from here on) and no larger than kMaxPageBytes, and its header (read with
+// pread, which cannot fault) describes exactly that size and belongs to the process (its pid
+// is the process's pid in one of its pid namespaces).
+int map_page(int fd, const ProcInfo& proc, Mapped* out, std::string* why) {
+  struct statfs fs {};
+  if (fstatfs(fd, &fs) != 0 || fs.f_type != kTmpfsMagic) {
+    *why = "not a cxlpool stats page (not a memfd)";
+    return kBadPage;
+  }
+  const int seals = fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || (seals & kRequiredSeals) != kRequiredSeals) {
+    char b[160];
+    snprintf(b, sizeof b,
+             "not a cxlpool stats page (the memfd's seals are 0x%x; a cxlpool page has at least 0x%x: shrink, "
+             "grow, future write, seal)",
+             seals < 0 ? 0 : unsigned(seals), unsigned(kRequiredSeals));
+    *why = b;
+    return kBadPage;
+  }
   struct stat st {};
-  if (fstat(fd, &st) != 0 || size_t(st.st_size) < S::kHeaderBytes) {
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || size_t(st.st_size) < S::kHeaderBytes) {
     *why = "the page is smaller than its header";
+    return kBadPage;
+  }
+  if (uint64_t(st.st_size) > kMaxPageBytes) {
+    *why = "not a cxlpool stats page (" + std::to_string(st.st_size) + " bytes; a cxlpool page is at most " +
+           std::to_string(kMaxPageBytes) + ")";
+    return kBadPage;
+  }
+  S::Header h{};
+  if (pread(fd, &h, sizeof h, 0) != ssize_t(sizeof h)) {
+    *why = std::string("cannot read the page's header: ") + strerror(errno);
+    return kBadPage;
+  }
+  // Magic and version first (a page of another layout says so), then whose page it is, then its
+  // shape.
+  const bool cxlpool = std::memcmp(h.magic, S::kMagic, sizeof S::kMagic) == 0 && h.version == S::kLayoutVersion;
+  if (cxlpool && std::find(proc.nspids.begin(), proc.nspids.end(), h.pid) == proc.nspids.end()) {
+    *why = "the page belongs to another process (its pid is " + std::to_string(h.pid) + "; process " +
+           std::to_string(proc.pid) + " is " + pid_list(proc.nspids) + ")";
+    return kBadPage;
+  }
+  if (const char* problem = shape_problem(h, uint64_t(st.st_size))) {
+    *why = problem;
     return kBadPage;
   }
   void* p = mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
@@ -92,33 +234,10 @@ int map_page(int fd, int pid, Mapped* out, std::string* why) {
     *why = std::string("mmap: ") + strerror(errno);
     return kBadPage;
   }
-  const auto* h = static_cast<const S::Header*>(p);
-  const char* problem = nullptr;
-  if (std::memcmp(h->magic, S::kMagic, sizeof S::kMagic) != 0)
-    problem = "not a cxlpool stats page (magic)";
-  else if (h->version != S::kLayoutVersion)
-    problem = "a stats page of another layout version";
-  else if (h->pid != pid)
-    problem = "the page belongs to another process";
-  else if (h->total_bytes != uint64_t(st.st_size) || h->header_bytes != S::kHeaderBytes)
-    problem = "the page's size does not match its header";
-  else if (h->max_devices > 4096 || h->n_tiers > 64 || h->n_metrics > 4096 ||
-           h->n_metrics != h->n_process_metrics + h->n_device_metrics + h->n_tier_metrics ||
-           uint64_t(h->metrics_offset) + uint64_t(h->n_metrics) * sizeof(S::MetricSlot) > h->total_bytes ||
-           uint64_t(h->devices_offset) + uint64_t(h->max_devices) * sizeof(S::DeviceSlot) > h->total_bytes ||
-           uint64_t(h->values_offset) +
-                   (uint64_t(h->n_process_metrics) + uint64_t(h->max_devices) * h->n_device_metrics +
-                    uint64_t(h->n_tiers) * h->n_tier_metrics) *
-                       8 >
-               h->total_bytes)
-    problem = "the page's offsets are out of bounds";
-  if (problem) {
-    munmap(p, size_t(st.st_size));
-    *why = problem;
-    return kBadPage;
-  }
   out->base = static_cast<const uint8_t*>(p);
   out->bytes = size_t(st.st_size);
+  out->pid = proc.pid;
+  out->shape = h;
   return kOk;
 }
 
@@ -127,6 +246,11 @@ int open_page(int pid, Mapped* out, std::string* why) {
   struct stat st {};
   if (stat(proc.c_str(), &st) != 0) {
     *why = "no process " + std::to_string(pid);
+    return kNoProcess;
+  }
+  const ProcInfo info = read_proc(pid);
+  if (info.zombie) {
+    *why = "process " + std::to_string(pid) + " has exited (a zombie its parent has not reaped yet)";
     return kNoProcess;
   }
   int status = kNoPage;
@@ -144,7 +268,7 @@ int open_page(int pid, Mapped* out, std::string* why) {
         continue;
       }
       std::string w;
-      int r = map_page(fd, pid, out, &w);
+      int r = map_page(fd, info, out, &w);
       close(fd);
       if (r == kOk) {
         closedir(d);
@@ -177,7 +301,7 @@ int open_page(int pid, Mapped* out, std::string* why) {
       continue;
     }
     std::string w;
-    int r = map_page(fd, pid, out, &w);
+    int r = map_page(fd, info, out, &w);
     close(fd);
     if (r == kOk) {
       fclose(maps);
@@ -239,9 +363,27 @@ const char* kind_name(int kind) {
   return "?";
 }
 
-// Copies the page under its seqlock; false when no consistent copy came in 1,000 tries.
-bool take(const Mapped& m, Snapshot* out) {
-  std::vector<uint8_t> copy(m.bytes);
+// A metric name as Prometheus and JSON keys take it; unit and help: printable ASCII (they go
+// into "# HELP" lines, where a newline would forge samples).
+bool good_name(const std::string& s) {
+  if (s.empty() || s[0] < 'a' || s[0] > 'z') return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+bool good_text(const std::string& s) {
+  for (char c : s)
+    if (c < 0x20 || c > 0x7e) return false;
+  return true;
+}
+
+// Copies the page under its seqlock, then checks the copy again before reading anything
+// through it: map_page validated the live header, and whoever writes the page may have changed
+// it since. A consistent copy whose fixed header fields differ from the validated ones, or
+// whose descriptors are not a cxlpool page's, is refused at once (a publisher never changes
+// them). false, with *why, when the copy is refused or no consistent copy came in 1,000 tries.
+bool take(const Mapped& m, Snapshot* out, std::string* why) {
+  std::vector<uint8_t> copy(m.bytes);  // at most kMaxPageBytes (map_page)
   const auto* live = reinterpret_cast<const S::Header*>(m.base);
   for (int attempt = 0; attempt < 1000; ++attempt) {
     const uint64_t s1 = __atomic_load_n(&live->seq, __ATOMIC_ACQUIRE);
@@ -252,8 +394,17 @@ bool take(const Mapped& m, Snapshot* out) {
     for (size_t i = 0; i < m.bytes; ++i) copy[i] = __atomic_load_n(m.base + i, __ATOMIC_ACQUIRE);
     if (__atomic_load_n(&live->seq, __ATOMIC_RELAXED) != s1) continue;
     const auto* h = reinterpret_cast<const S::Header*>(copy.data());
+    if (const char* problem = shape_problem(*h, m.bytes)) {
+      *why = std::string("the page changed after it was mapped: ") + problem;
+      return false;
+    }
+    if (!same_shape(*h, m.shape)) {
+      *why = "not a cxlpool stats page (its header changed while it was read)";
+      return false;
+    }
+    // From here every offset and count is the copy's own, checked against the copy's size.
     Snapshot s;
-    s.pid = h->pid;
+    s.pid = m.pid;
     s.program = fixed_text(h->program, sizeof h->program);
     s.interval_ms = h->interval_ms;
     s.start_realtime_ns = h->start_realtime_ns;
@@ -262,18 +413,26 @@ bool take(const Mapped& m, Snapshot* out) {
     s.publishes = h->publishes;
     const auto* slots = reinterpret_cast<const S::MetricSlot*>(copy.data() + h->metrics_offset);
     s.metrics.reserve(h->n_metrics);
-    for (uint32_t i = 0; i < h->n_metrics; ++i)
-      s.metrics.push_back({S::Scope(slots[i].scope), slots[i].kind, fixed_text(slots[i].name, sizeof slots[i].name),
-                           fixed_text(slots[i].unit, sizeof slots[i].unit),
-                           fixed_text(slots[i].help, sizeof slots[i].help)});
+    for (uint32_t i = 0; i < h->n_metrics; ++i) {
+      Metric x{S::Scope(slots[i].scope), slots[i].kind, fixed_text(slots[i].name, sizeof slots[i].name),
+               fixed_text(slots[i].unit, sizeof slots[i].unit), fixed_text(slots[i].help, sizeof slots[i].help)};
+      if (slots[i].scope < uint8_t(S::Scope::kProcess) || slots[i].scope > uint8_t(S::Scope::kTier) ||
+          (x.kind != 1 && x.kind != 2) || !good_name(x.name) || !good_text(x.unit) || !good_text(x.help)) {
+        *why = "not a cxlpool stats page (metric descriptor " + std::to_string(i) + " is malformed)";
+        return false;
+      }
+      s.metrics.push_back(std::move(x));
+    }
     for (const Metric& x : s.metrics)
       (x.scope == S::Scope::kProcess  ? s.process_metrics
        : x.scope == S::Scope::kDevice ? s.device_metrics
                                       : s.tier_metrics)
           .push_back(x);
     if (s.process_metrics.size() != h->n_process_metrics || s.device_metrics.size() != h->n_device_metrics ||
-        s.tier_metrics.size() != h->n_tier_metrics)
+        s.tier_metrics.size() != h->n_tier_metrics) {
+      *why = "not a cxlpool stats page (its descriptors do not match its counts)";
       return false;
+    }
     const auto* v = reinterpret_cast<const uint64_t*>(copy.data() + h->values_offset);
     s.process.assign(v, v + h->n_process_metrics);
     v += h->n_process_metrics;
@@ -294,6 +453,7 @@ bool take(const Mapped& m, Snapshot* out) {
     *out = std::move(s);
     return true;
   }
+  *why = "the stats page never read consistently";
   return false;
 }
 
@@ -529,7 +689,7 @@ int list_processes() {
     std::string why;
     if (open_page(int(pid), &m, &why) != kOk) continue;
     Snapshot s;
-    if (take(m, &s)) {
+    if (take(m, &s, &why)) {
       printf("%7ld  %-16s %s\n", pid, s.program.c_str(), stale(s) ? "stale" : "live");
       ++found;
     }
@@ -599,7 +759,7 @@ int main(int argc, char** argv) {
   Snapshot s, prev;
   bool have_prev = false;
   for (uint64_t round = 0;; ++round) {
-    if (!take(m, &s)) die(kBadPage, "the stats page of process " + std::to_string(pid) + " never read consistently");
+    if (!take(m, &s, &why)) die(kBadPage, "process " + std::to_string(pid) + ": " + why);
     if (mode == kJson || mode == kPrometheus || mode == kOnce) {
       std::string text = mode == kJson         ? render_json(s)
                          : mode == kPrometheus ? render_prometheus(s)
@@ -619,6 +779,7 @@ int main(int argc, char** argv) {
     have_prev = true;
     timespec ts{time_t(interval), long((interval - double(time_t(interval))) * 1e9)};
     nanosleep(&ts, nullptr);
-    if (kill(pid, 0) != 0 && errno == ESRCH) die(kNoProcess, "process " + std::to_string(pid) + " exited");
+    if ((kill(pid, 0) != 0 && errno == ESRCH) || read_proc(pid).zombie)
+      die(kNoProcess, "process " + std::to_string(pid) + " exited");
   }
 }

@@ -7,12 +7,18 @@
 # when it closes every descriptor; exit codes for no process, no page (plain program,
 # CXLPOOL_STAT_PAGE=0, a fork child), a forged page, a stopped program (stale), another
 # user's process, bad arguments; bad CXLPOOL_STAT_* settings are reported and the program runs.
+# Hostile pages (a process that is not a cxlpool program holds a memfd named cxlpool-stats): a
+# huge one costs the reader no memory, one truncated or changed under the reader never kills it
+# with a signal; another process's page is refused, a zombie is said to have exited, and a
+# program in its own pid namespace is read from the host by its host pid.
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 stat_tool, run_tool, docs = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -229,6 +235,175 @@ if os.geteuid() == 0 and os.path.exists("/usr/bin/setpriv"):
 else:
     print("CXLPOOL-NOTE: not root: the other-user case is not run")
 t.finish()
+
+# ---- hostile pages: a process that is not a cxlpool program holds a memfd named cxlpool-stats ----
+# The forger's prelude: header() builds a version-1 header of its own pid, slot() a metric
+# descriptor; SEALS are the publisher's (seal, shrink, grow, future write). The forgers below
+# hold an odd sequence while their page looks valid: a reader that maps it then waits in its
+# seqlock loop, and the forger changes the page under it (so the tests fail reliably without
+# the checks, not once in a hundred reads).
+FORGE = r'''
+import fcntl, mmap, os, struct, sys, time
+SEALS = 0x1 | 0x2 | 0x4 | 0x10
+def header(total, counts=(0, 0, 0), max_devices=0, n_tiers=0, n_devices=0, offsets=None, seq=2):
+    n = sum(counts)
+    mo = 256
+    do = mo + n * 128
+    vo = do + max_devices * 64
+    mo, do, vo = offsets or (mo, do, vo)
+    now = time.time_ns()
+    h = b"CXLPSTAT" + struct.pack("<IIQiIQQQQQ", 1, 256, total, os.getpid(), 1000, seq, now, now, time.monotonic_ns(), 1)
+    h += struct.pack("<IIIIIIIIII", n, max_devices, n_devices, n_tiers, mo, do, vo, *counts)
+    return (h + b"forger".ljust(64, b"\0")).ljust(256, b"\0")
+def slot(scope, name):
+    return struct.pack("<BB6x", scope, 2) + name.ljust(40, b"\0") + b"count".ljust(16, b"\0") + b"forged".ljust(64, b"\0")
+'''
+
+
+def forger(body):
+    p = subprocess.Popen([PY, "-c", FORGE + body], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+                         env=env())
+    ready = p.stdout.readline().strip() == "ready"
+    return p, ready
+
+
+def stat_measured(*args):
+    """Runs cxlpool-stat; its exit status (negative: killed by that signal), stderr, peak RSS in KiB."""
+    with tempfile.TemporaryFile() as o, tempfile.TemporaryFile() as e:
+        p = subprocess.Popen([stat_tool, *map(str, args)], stdout=o, stderr=e)
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        e.seek(0)
+        return p.returncode, e.read().decode(errors="replace").strip(), usage.ru_maxrss
+
+
+def hammer(pid, runs):
+    """cxlpool-stat --json PID, runs times: {exit status: {message without its /proc path: how many}}."""
+    seen = {}
+    for _ in range(runs):
+        r = stat("--json", pid)
+        why = re.sub(r"^cxlpool-stat: (/proc/\S+: |process \d+: )?", "", r.stderr.strip())[:100]
+        seen.setdefault(r.returncode, {}).setdefault(why, 0)
+        seen[r.returncode][why] += 1
+    return seen
+
+
+# What the reader itself costs (its peak RSS as wait4 reports it includes what the forked child
+# had before exec): the bound below is this plus 16 MiB.
+_, _, base_rss = stat_measured("--schema")
+
+
+# A huge page (256 MiB, sparse: costs the forger nothing), its header claiming that size: refused
+# without being copied, unsealed or sealed as the publisher seals (then the size bound refuses it).
+for sealed in (False, True):
+    seal = "fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)" if sealed else ""
+    f, ready = forger(f"fd = os.memfd_create('cxlpool-stats', os.MFD_ALLOW_SEALING)\nos.ftruncate(fd, 256 << 20)\n"
+                      f"os.pwrite(fd, header(256 << 20), 0)\n{seal}\nprint('ready', flush=True)\ntime.sleep(60)")
+    code, err, rss = stat_measured("--json", f.pid)
+    what = "sealed" if sealed else "unsealed"
+    check(ready and code == 5 and "not a cxlpool stats page" in err and rss < base_rss + (16 << 10),
+          f"a forged 256 MiB page ({what}): exit 5, peak RSS {rss} KiB (--schema: {base_rss}) ({code}, {err})")
+    f.kill()
+    f.wait()
+
+# A forger that shrinks its page to nothing and grows it back, again and again, while the reader
+# maps it: never a signal (SIGBUS), only clean refusals (it is not sealed) or reports.
+f, ready = forger("fd = os.memfd_create('cxlpool-stats', 0)\nprint('ready', flush=True)\nwhile True:\n"
+                  "  os.ftruncate(fd, 4096); os.pwrite(fd, header(4096, seq=3), 0); time.sleep(0.002)\n"
+                  "  os.ftruncate(fd, 0); time.sleep(0.001)")
+seen = hammer(f.pid, 200)
+check(ready and all(c in (0, 5, 6) for c in seen), f"a page truncated and regrown in a loop: 200 reads, no signal {seen}")
+f.kill()
+f.wait()
+
+# A forger whose page passes every check when mapped (sealed, of the right size and shape) but
+# whose header then turns to offsets or counts far beyond the page, or whose first descriptor's
+# scope turns to garbage (through a writable mapping made before the seals, which
+# F_SEAL_FUTURE_WRITE leaves alone): the reader checks its copy again and never reads outside it.
+f, ready = forger(r'''
+fd = os.memfd_create("cxlpool-stats", os.MFD_ALLOW_SEALING)
+os.ftruncate(fd, 4096)
+m = mmap.mmap(fd, 4096)
+good = header(4096, (1, 1, 1), 1, 1, 1)
+m[0:256] = good
+m[256:640] = slot(1, b"forged_a") + slot(2, b"forged_b") + slot(3, b"forged_c")
+fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+bad = [header(4096, (4000000, 0, 0), 1, 1, 1, offsets=(256, 640, 4000)),
+       header(4096, (1, 1, 1), 1, 1, 1, offsets=(0x7fffff00, 640, 704)),
+       header(4096, (1, 1, 1), 1, 1, 1, offsets=(256, 640, 0x7ffff000)),
+       header(4096, (1, 1, 1), 200, 1, 200)]
+print("ready", flush=True)
+writing = header(4096, (1, 1, 1), 1, 1, 1, seq=3)
+i = 0
+while True:
+    m[0:256] = writing
+    m[256] = 1
+    time.sleep(0.001)
+    m[0:256] = bad[i % len(bad)] if i % 5 else good
+    m[256] = 1 if i % 5 else 0xee
+    time.sleep(0.001)
+    i += 1
+''')
+seen = hammer(f.pid, 200)
+changed = sum(n for why, n in seen.get(5, {}).items() if "changed after it was mapped" in why or "malformed" in why)
+check(ready and all(c in (0, 5, 6) for c in seen) and changed > 0,
+      f"a page whose header flips while it is read: 200 reads, no signal, {changed} refused in the copy {seen}")
+f.kill()
+f.wait()
+
+# A process holding another process's real page (its descriptor, opened through /proc) is refused.
+t = Target(run_args=far_policy)
+page_fd = next((n for n in os.listdir(f"/proc/{t.pid}/fd")
+                if os.readlink(f"/proc/{t.pid}/fd/{n}").startswith("/memfd:cxlpool-stats")), None)
+holder = subprocess.Popen([PY, "-c", "import os,sys\nfd=os.open(sys.argv[1],os.O_RDONLY)\nprint('ready',flush=True)\n"
+                           "sys.stdin.readline()", f"/proc/{t.pid}/fd/{page_fd}"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env())
+holder.stdout.readline()
+r = stat("--json", holder.pid)
+check(t.ready and page_fd and r.returncode == 5 and "belongs to another process" in r.stderr,
+      f"another process's page, held open: exit 5 ({r.returncode}, {r.stderr.strip()})")
+holder.communicate("\n", timeout=30)
+t.finish()
+
+# A zombie (exited, its parent, this script, has not reaped it): exit 2, and it says so.
+z = subprocess.Popen([run_tool, *far_policy, "--", PY, "-c", "b=bytearray(4<<20)"], env=env())
+state = ""
+for _ in range(200):
+    try:
+        state = open(f"/proc/{z.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        break
+    if state == "Z":
+        break
+    time.sleep(0.05)
+r = stat("--json", z.pid)
+check(state == "Z" and r.returncode == 2 and "zombie" in r.stderr,
+      f"a zombie: exit 2, says it exited ({state}, {r.returncode}, {r.stderr.strip()})")
+z.wait()
+
+# A cxlpool program in its own pid namespace (pid 1 there), read from this one by its pid here.
+if os.geteuid() == 0 and shutil.which("unshare"):
+    ns = subprocess.Popen(["unshare", "-p", "-f", "--mount-proc", run_tool, *far_policy, "--", PY, "-c",
+                           TARGET.format(extra="")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env({"CXLPOOL_STAT_INTERVAL_MS": "50"}), text=True)
+    ready = ns.stdout.readline().strip() == "ready"
+    kids = open(f"/proc/{ns.pid}/task/{ns.pid}/children").read().split() if ready else []
+    inner = int(kids[0]) if len(kids) == 1 else 0
+    nspid = next((l.split()[1:] for l in open(f"/proc/{inner}/status") if l.startswith("NSpid:")), []) if inner else []
+    check(ready and nspid == [str(inner), "1"], f"the program runs as pid 1 of its own namespace (NSpid {nspid})")
+    time.sleep(0.2)
+    r = stat("--json", inner)
+    doc = json.loads(r.stdout) if r.returncode == 0 else {}
+    far = [d for d in doc.get("devices", []) if d["tier"] > 0]
+    check(r.returncode == 0 and doc.get("pid") == inner and doc.get("stale") is False and far and
+          far[0]["allocated_bytes"] >= 32 << 20 and not r.stderr,
+          f"another pid namespace: exit 0, the host pid, its 32 MiB ({r.returncode}, {r.stderr.strip()})")
+    r = stat("--list")
+    check(re.search(rf"^\s*{inner}\s+python3\s+live$", r.stdout, re.M) is not None,
+          "--list shows the program of the other namespace")
+    ns.communicate("\n", timeout=60)
+else:
+    print("CXLPOOL-NOTE: not root or no unshare: the pid namespace case is not run")
 
 # Bad arguments and settings.
 for args in (["--json", "--prometheus", "1"], ["--interval", "0", "1"], ["--count", "x", "1"], ["abc"], []):
