@@ -13,6 +13,7 @@
 #include "common/parse.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
+#include "os/write_fence.hpp"
 
 namespace cxlpool::detail {
 namespace {
@@ -391,6 +392,9 @@ cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceErro
   const int64_t vmas = vma_delta(*r, off, off + len, false);
   if (!vma_room_for(vmas)) return device_failure(err, CXLPOOL_E_BUSY, 0, "VMA budget", uint64_t(vma_budget()));
   if ((e = os::prim::protect(addr, len, false))) return device_failure(err, CXLPOOL_E_OS, e, "mprotect(NONE)");
+  // Sampled pages in the range are the owner's again, PROT_NONE as it wants them: the sample
+  // monitor must not make them accessible at the end of its period.
+  os::sample_trap::forget(reinterpret_cast<uintptr_t>(addr), reinterpret_cast<uintptr_t>(addr) + len);
   r->vmas += vmas;
   g_vmas.fetch_add(vmas, std::memory_order_relaxed);
   uint64_t removed = 0;
@@ -497,6 +501,8 @@ std::string Device::describe(const char* op, const void* addr, size_t len, const
                "); the move was undone";
       return where + ": the filesystem holding it is full (" + err.call + ": " + std::strerror(err.os_errno) + ")";
     case CXLPOOL_E_NOT_SUPPORTED:
+      // Moves say why in their own words (the call names the reason).
+      if (std::strncmp(err.call, "move", 4) == 0) return where + ": " + err.call;
       return where + ": needs a shareable backing; numa memory is private anonymous memory";
     case CXLPOOL_E_BUSY:
       if (std::strcmp(err.call, "VMA budget") == 0)

@@ -372,6 +372,34 @@ int restore(uintptr_t page) noexcept {
   return 0;
 }
 
+void forget(uintptr_t begin, uintptr_t end) noexcept {
+  const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
+  for (size_t i = 0; i < n; ++i) {
+    write_fence::Trap& t = write_fence::g_traps[i];
+    const uintptr_t p = t.page.load(std::memory_order_relaxed);
+    if (p < begin || p >= end) continue;
+    uint32_t s = write_fence::kArmed;
+    if (!t.state.compare_exchange_strong(s, write_fence::kDead, std::memory_order_acq_rel) &&
+        s == write_fence::kDisarming)
+      t.state.compare_exchange_strong(s, write_fence::kDead, std::memory_order_acq_rel);
+  }
+}
+
+void disarm_in_fork_child() noexcept {
+  const size_t ps = write_fence::g_page_size.load(std::memory_order_relaxed);
+  const size_t n = write_fence::g_trap_count.load(std::memory_order_relaxed);
+  for (size_t i = 0; i < n; ++i) {
+    write_fence::Trap& t = write_fence::g_traps[i];
+    if (t.state.load(std::memory_order_relaxed) == write_fence::kArmed)
+      mprotect(reinterpret_cast<void*>(t.page.load(std::memory_order_relaxed)), ps, PROT_READ | PROT_WRITE);
+    t.state.store(write_fence::kDead, std::memory_order_relaxed);
+  }
+  write_fence::g_trap_count.store(0, std::memory_order_release);
+  write_fence::g_trap_busy.store(0, std::memory_order_relaxed);
+  if (write_fence::g_trap_clearing.load(std::memory_order_relaxed) & 1)
+    write_fence::g_trap_clearing.fetch_add(1, std::memory_order_relaxed);
+}
+
 void released() noexcept {
   const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
   for (size_t i = 0; i < n; ++i) {

@@ -95,6 +95,12 @@ void stop(uintptr_t begin, uintptr_t end, uintptr_t* touched, size_t cap_t, size
           size_t cap_u, size_t* n_untouched) noexcept;
 // Makes a disarming page read-write again, unless a write fence is up on it (EEXIST).
 int restore(uintptr_t page) noexcept;
+// The owner took [begin, end) back (decommitted it, PROT_NONE on purpose): its armed pages
+// are forgotten, never made accessible again by the monitor. Called under the owner's lock.
+void forget(uintptr_t begin, uintptr_t end) noexcept;
+// In a fork child (single-threaded, from the atfork handler): every page still armed is made
+// read-write again (the child inherited the parent's PROT_NONE) and the table is emptied.
+void disarm_in_fork_child() noexcept;
 // Threads waiting on disarming pages retry their access (restored pages succeed; the others
 // fault again and go to the program's handler).
 void released() noexcept;

@@ -196,7 +196,7 @@ void initialise() noexcept {
       say("cxlpool: %s; using its default", f.what());  // a bad process option: defaults for it
     }
     try {
-      cxlpool::detail::tiering::start_from_environment();  // before the pool: 4 MiB units
+      cxlpool::detail::tiering::start_from_environment(true);  // before the pool: 4 MiB units
     } catch (const Failure& f) {
       say("cxlpool: %s; tiering is off", f.what());
     }

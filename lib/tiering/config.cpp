@@ -142,6 +142,7 @@ Config parse_config(std::string_view text, const char* origin) {
       double n = 0;
       if (!unit || !parse_fraction(num, &n) || n <= 0 || n * double(mult) > 1e15)
         bad("budget is bytes per second with a unit, e.g. 200MB/s, 1.5GB/s, 512MiB/s");
+      if (n * double(mult) < 4096) bad("budget is at least 4KiB/s (one page per second)");
       c.budget_bytes_per_s = uint64_t(n * double(mult));
     } else if (key == "monitors") {
       c.monitors.clear();

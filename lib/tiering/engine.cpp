@@ -19,6 +19,7 @@
 #include "os/os.hpp"
 #include "tiering/counters.hpp"
 #include "tiering/monitor.hpp"
+#include "tiering/monitor_sample.hpp"
 
 namespace cxlpool::detail::tiering {
 
@@ -95,7 +96,9 @@ class Engine final : public HeatSink {
     else if (kernel_tiers_)
       kernel_reason_ = "respect: kernel.numa_balancing=" + std::to_string(numa_balancing_) +
                        " (memory tiering on): moves between two NUMA nodes are left to the kernel; cxlpool moves "
-                       "units only when one end is an fd-backed device";
+                       "units only when one end is an fd-backed device. cxlpool's NUMA devices bind their pages to "
+                       "their node, which the kernel's balancing also leaves alone: use kernel=own to have cxlpool "
+                       "tier NUMA-to-NUMA units";
     else
       kernel_reason_ = "respect: kernel.numa_balancing=" + std::to_string(numa_balancing_) +
                        " (the kernel does not tier memory): cxlpool tiers every unit";
@@ -129,6 +132,7 @@ class Engine final : public HeatSink {
     alloc::set_unit_release_hook(e ? unit_released : nullptr);
   }
   static void after_fork_child() noexcept {
+    sample_after_fork_child();      // the child's first touch of a page the parent armed is its own
     new (&g_hook_mu) std::mutex();  // no thread holds it at fork (its holders hold a home lock)
     g_hook_engine = nullptr;
     alloc::set_unit_release_hook(nullptr);
@@ -163,6 +167,9 @@ class Engine final : public HeatSink {
   // hints add pages of their own (hinted).
   struct State : alloc::Unit {
     double heat = 0, touched = 0, observed = 0, hinted = 0;
+    // How much the estimate scatters: an exponentially weighted variance of the shares it was
+    // made from, and the weight of the last one (sampled estimates are noisy: see noise()).
+    double spread = 0, weight = 1;
     uint64_t moved_at = 0, judged_at = 0;
     int pin = -1;
   };
@@ -247,6 +254,14 @@ class Engine final : public HeatSink {
   static void watch_unit(void* ctx, const alloc::Unit& u) {
     for (auto& m : static_cast<Engine*>(ctx)->monitors_) m->watch(u.ref.base, u.size);
   }
+
+ public:
+  // For moves made outside the engine (cxlpool_pin) while it runs: the same disarm and re-arm.
+  static void monitor_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t st) {
+    move_hook(ctx, u, after, st);
+  }
+
+ private:
   static void move_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t) {
     for (auto& m : static_cast<Engine*>(ctx)->monitors_) {
       if (after)
@@ -321,7 +336,10 @@ class Engine final : public HeatSink {
         // for several periods): heat halves per halflife without accesses either way.
         const uint64_t dt = s.judged_at ? now - s.judged_at : cfg_.interval_ns;
         const double alpha = 1.0 - std::exp2(-double(dt) / double(cfg_.halflife_ns));
-        s.heat += alpha * (share - s.heat);
+        const double d = share - s.heat;
+        s.heat += alpha * d;
+        s.spread = (1 - alpha) * (s.spread + alpha * d * d);
+        s.weight = alpha;
         s.judged_at = now;
       }
       s.touched = s.observed = s.hinted = 0;
@@ -391,6 +409,10 @@ class Engine final : public HeatSink {
            alloc::pool_device_of(s.pool, to).caps().kind == CXLPOOL_BACKING_NUMA;
   }
 
+  // The standard error of a unit's heat: of an exponentially weighted mean whose terms weigh
+  // `weight` each, from their weighted variance.
+  static double noise(const State& s) { return std::sqrt(s.spread * s.weight / (2 - s.weight)); }
+
   bool settled(const State& s, uint64_t now) const { return s.moved_at && now - s.moved_at < cfg_.min_residence_ns; }
 
   // Moves s to device `to`: OK, or why not (BUSY: the budget is spent; NOT_SUPPORTED: the
@@ -457,10 +479,17 @@ class Engine final : public HeatSink {
       std::sort(up.begin(), up.end(), [](const State* a, const State* b) { return a->heat > b->heat; });
       std::sort(down.begin(), down.end(), [](const State* a, const State* b) { return a->heat < b->heat; });
       size_t victim = 0;
-      auto demote_one = [&](double below) {
+      // Demotes the coldest resident below `below` (and, making room for candidate c, one whose
+      // heat is clearly below c's: by more than 4 times their estimates' combined noise,
+      // since the hottest candidate and the coldest resident are the extremes of many).
+      auto demote_one = [&](double below, const State* c) {
         while (victim < down.size()) {
           State& v = *down[victim++];
           if (v.heat >= below || !v.committed) continue;
+          if (c) {
+            const double nc = noise(*c), nv = noise(v);
+            if (c->heat - v.heat <= 4 * std::sqrt(nc * nc + nv * nv)) continue;
+          }
           int to = demotion_target(v, tier_of(v.pool, v.resident));
           if (to >= 0 && move(v, to, now) == CXLPOOL_OK) return true;
           if (tokens_ == 0) return false;
@@ -471,7 +500,7 @@ class Engine final : public HeatSink {
       if (cfg_.demote)
         while (fd->committed() > high_mark(*fd) && tokens_ > 0) {
           const uint64_t before = fd->committed();
-          if (!demote_one(cfg_.cold) || fd->committed() >= before) break;
+          if (!demote_one(cfg_.cold, nullptr) || fd->committed() >= before) break;
           if (fd->committed() <= low_mark(*fd)) break;
         }
       if (!cfg_.promote) continue;
@@ -481,15 +510,19 @@ class Engine final : public HeatSink {
           break;
         }
         // Room for it, making room by demoting a resident this many times colder if needed.
+        // A resident is displaced only if it is `hysteresis` times colder and colder by at
+        // least the hot threshold itself: sampled heat is noisy, and units of one uniform
+        // workload must not swap places on noise.
+        const double displace_below = std::min(c->heat / cfg_.hysteresis, c->heat - cfg_.hot);
         while (fd->committed() + c->committed > high_mark(*fd)) {
-          if (!cfg_.demote || !demote_one(c->heat / cfg_.hysteresis)) break;
+          if (!cfg_.demote || !demote_one(displace_below, c)) break;
         }
         if (fd->committed() + c->committed > high_mark(*fd)) continue;
         Fast f = fastest(c->pool);
         if (f.di < 0 || &alloc::pool_device_of(c->pool, f.di) != fd) continue;
         // A device can be full before its watermark says so (its offsets are fragmented):
         // make room the same way, once.
-        if (move(*c, f.di, now) == CXLPOOL_E_CAPACITY && cfg_.demote && demote_one(c->heat / cfg_.hysteresis)) {
+        if (move(*c, f.di, now) == CXLPOOL_E_CAPACITY && cfg_.demote && demote_one(displace_below, c)) {
           c->moved_at = 0;
           (void)move(*c, f.di, now);
         }
@@ -524,7 +557,11 @@ class Engine final : public HeatSink {
     counters().budget_bytes_per_interval.set(budget_per_interval_);
     // A token bucket: unspent budget carries over up to one interval's worth, or one 4 MiB
     // unit when an interval's budget is smaller than that (so units still move, at the rate).
-    tokens_ = std::min(std::max<uint64_t>(budget_per_interval_, kUnitBurst), tokens_ + budget_per_interval_);
+    // Or as much as the largest unit, which then waits for budget to build up over several
+    // intervals (the average rate holds; an interval with such a move moves more).
+    uint64_t largest = kUnitBurst;
+    for (const State& s : units_) largest = std::max(largest, s.committed);
+    tokens_ = std::min(std::max(budget_per_interval_, largest), tokens_ + budget_per_interval_);
   }
 
   void step() {
@@ -586,7 +623,7 @@ void start(const Config& c) {
   counters().running.set(1);
 }
 
-void start_from_environment() {
+void start_from_environment(bool under_interposer) {
   {
     std::lock_guard<std::mutex> lock(g_engine_mu);
     if (g_env_done) return;
@@ -595,6 +632,13 @@ void start_from_environment() {
   const char* text = option_value(Option::kTiering);
   if (!text) return;
   Config c = parse_config(text, "CXLPOOL_TIERING");
+  if (under_interposer)
+    for (const std::string& m : c.monitors)
+      if (m == "sample")
+        fail(CXLPOOL_E_CONFIG,
+             "CXLPOOL_TIERING: monitor 'sample' is refused under the interposer: an unmodified program's system "
+             "calls on heap memory (execve arguments, reads into buffers) would fail with EFAULT on sampled pages, and "
+             "its threads that block SIGSEGV would die; use pagemap_scan");
   if (c.enabled) start(c);
 }
 
@@ -659,6 +703,9 @@ void pin(const void* p, size_t len, int tier) {
                                          std::to_string(kMaxTiers - 1) + ", or -1 to unpin)");
   auto a = reinterpret_cast<uintptr_t>(p);
   if (a + len < a) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: range wraps around");
+  // A running engine's monitors stop watching a unit while it moves (as for the engine's own
+  // moves): the engine stays while this pin runs.
+  std::lock_guard<std::mutex> engine_lock(g_engine_mu);
   alloc::PoolsAlive alive;  // the units' Pool pointers stay valid until the moves are done
   // Every unit overlapping the range, first checked, then moved.
   std::vector<alloc::Unit> units;
@@ -703,11 +750,17 @@ void pin(const void* p, size_t len, int tier) {
                                      " more bytes");
       alloc::UnitMove result;
       std::string why;
-      cxlpool_status_t st = alloc::move_unit(u.ref, to, &result, &why);
-      if (st != CXLPOOL_OK) fail(st, "cxlpool_pin: " + why);
+      cxlpool_status_t st =
+          alloc::move_unit(u.ref, to, &result, &why, g_engine ? Engine::monitor_hook : nullptr, g_engine);
       Counters& c = counters();
-      (tier_of(u.pool, to) < tier_of(u.pool, u.resident) ? c.pgpromote_success : c.pgdemote_success)
-          .v.fetch_add(result.bytes / kPage, std::memory_order_relaxed);
+      c.moves.add(1);
+      if (st != CXLPOOL_OK) {
+        c.move_failures.add(1);
+        fail(st, "cxlpool_pin: " + why);
+      }
+      const bool promote = tier_of(u.pool, to) < tier_of(u.pool, u.resident);
+      (promote ? c.pgpromote_success : c.pgdemote_success).add(result.bytes / kPage);
+      (promote ? c.promote_bytes : c.demote_bytes).add(result.bytes);
     }
     std::lock_guard<std::mutex> lock(g_pins_mu);
     if (tier < 0)

@@ -20,8 +20,11 @@ namespace cxlpool::detail::tiering {
 // Pools made from now on use 4 MiB units (alloc::set_region_segments(1)).
 void start(const Config& c);
 // Starts the engine from CXLPOOL_TIERING when it is set and not "off" (once per process; later
-// calls do nothing). Throws Failure(CONFIG) naming the variable and the bad item.
-void start_from_environment();
+// calls do nothing). Throws Failure(CONFIG) naming the variable and the bad item. Under the
+// interposer (unmodified programs) the "sample" monitor is refused: the program's system
+// calls on heap memory (execve's arguments, reads into buffers) would fail with EFAULT on
+// armed pages, and its threads that block SIGSEGV would die.
+void start_from_environment(bool under_interposer = false);
 // Stops the thread and disarms every monitor; units stay where they are. Idempotent.
 void stop() noexcept;
 bool running() noexcept;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/random.hpp"
+#include "device/device.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/uffd.hpp"
@@ -55,14 +56,20 @@ class SampleMonitor final : public Monitor {
  public:
   SampleMonitor(const SampleOptions& o, int pagemap)
       : opts_(o),
-        pagemap_(pagemap),
+        pagemap_(os::prim::move_fd_high(pagemap)),
         rng_(o.seed),
-        rw_(kRuns),
         present_(kRuns),
         cand_(kRuns),
         touched_(trap::kMaxPages),
         untouched_(trap::kMaxPages),
-        picks_(trap::kMaxPages) {}
+        picks_(trap::kMaxPages),
+        prots_(kRuns) {
+    // The descriptor goes high and is identity-checked before every use: a program that closes
+    // descriptors it did not open, and gets the number back for a file of its own, never
+    // receives our ioctls, nor our close.
+    if (os::prim::file_id(pagemap_, &pagemap_id_) != 0) pagemap_lost_ = true;
+    rw_.reserve(kRuns);
+  }
   ~SampleMonitor() override {
     // Ranges still watched are forgotten, their memory untouched: an owner unwatches what it
     // still has first (the engine does), and what it no longer has is not ours to change.
@@ -70,7 +77,7 @@ class SampleMonitor final : public Monitor {
     for (auto& [addr, len] : ranges_) end_period(addr, len, nullptr, false);
     trap::released();
     trap::clear();
-    os::prim::close_fd(pagemap_);
+    if (pagemap_ours()) os::prim::close_fd(pagemap_);
     g_exists.store(false, std::memory_order_release);
   }
 
@@ -104,6 +111,7 @@ class SampleMonitor final : public Monitor {
     std::lock_guard<std::mutex> guard(mu_);  // the owner's lock is held by the caller
     auto it = ranges_.find(addr);
     if (it == ranges_.end()) return;
+    snapshot_protections(addr, addr + std::max(len, it->second));
     end_period(addr, std::max(len, it->second), nullptr, true);
     trap::released();
     ranges_.erase(it);
@@ -111,6 +119,7 @@ class SampleMonitor final : public Monitor {
 
   void collect(HeatSink& sink) noexcept override {
     const uint64_t t0 = os::monotonic_ns();
+    snapshot_all();
     each_range_locked([&](uintptr_t a, size_t n) { end_period(a, n, &sink, true); });
     finish_period();
     scan_ns_ += os::monotonic_ns() - t0;
@@ -118,10 +127,16 @@ class SampleMonitor final : public Monitor {
 
   void arm(uint64_t budget_ns) noexcept override {
     const uint64_t t0 = os::monotonic_ns();
+    snapshot_all();
     // A period not collected yet ends unreported.
     each_range_locked([&](uintptr_t a, size_t n) { end_period(a, n, nullptr, true); });
     finish_period();
-    const size_t budget = sample_budget(opts_, budget_ns);
+    if (!pagemap_ours()) return;  // present pages cannot be told: nothing is armed
+    // Each armed page may split its mapping in three: what is left of the process's VMA
+    // budget bounds the sample too.
+    const VmaUse v = vma_use();
+    const uint64_t vma_room = v.budget > v.vmas ? (v.budget - v.vmas) / 2 : 0;
+    const size_t budget = size_t(std::min<uint64_t>(sample_budget(opts_, budget_ns), vma_room));
     size_t total = 0;
     for (auto& [addr, len] : snapshot_) total += len;
     each_range_locked([&](uintptr_t a, size_t n) {
@@ -189,9 +204,58 @@ class SampleMonitor final : public Monitor {
 
   uint64_t next() noexcept { return rng_.next(); }
 
+  bool pagemap_ours() noexcept {
+    if (pagemap_lost_) return false;
+    os::prim::FileId now;
+    if (os::prim::file_id(pagemap_, &now) != 0 || !(now == pagemap_id_)) pagemap_lost_ = true;
+    return !pagemap_lost_;
+  }
+
+  // The protections of [b, e) now, into prots_ (ascending runs; empty when it cannot be
+  // read: then nothing is restored nor armed).
+  void snapshot_protections(uintptr_t b, uintptr_t e) noexcept {
+    size_t n = 0;
+    for (;;) {
+      int err = vmq::protection_runs(b, e, prots_.data(), prots_.size(), &n);
+      if (err == ENOSPC && prots_.size() < (size_t(1) << 20)) {
+        try {
+          prots_.resize(prots_.size() * 4);
+          continue;
+        } catch (...) {
+        }
+      }
+      if (err) n = 0;
+      break;
+    }
+    nprots_ = n;
+  }
+  // ... over the span of every watched range (one read of /proc/self/maps per period).
+  void snapshot_all() noexcept {
+    uintptr_t b = 0, e = 0;
+    {
+      std::lock_guard<std::mutex> guard(mu_);
+      if (ranges_.empty()) {
+        nprots_ = 0;
+        return;
+      }
+      b = ranges_.begin()->first;
+      e = std::prev(ranges_.end())->first + std::prev(ranges_.end())->second;
+    }
+    snapshot_protections(b, e);
+  }
+  // The protection of page p in the snapshot (vm_query bits), or -2 when unknown.
+  int prot_of(uintptr_t p) const noexcept {
+    auto it = std::upper_bound(prots_.begin(), prots_.begin() + ptrdiff_t(nprots_), p,
+                               [](uintptr_t a, const vmq::ProtRun& r) { return a < r.begin; });
+    if (it == prots_.begin()) return -2;
+    --it;
+    return p < it->end ? it->prot : -2;
+  }
+
   // Present (or swapped: still committed) runs of [a, a+n), into present_; false if the walk
   // failed (then nothing is treated as present).
   size_t present_runs(uintptr_t a, size_t n) noexcept {
+    if (!pagemap_ours()) return 0;
     uffd::ScanRequest req;
     req.start = a;
     req.end = a + n;
@@ -211,20 +275,16 @@ class SampleMonitor final : public Monitor {
   }
 
   // Ends the period of one range (its owner's lock and mu_ held): armed pages to sink as
-  // observed, touched ones as touched; untouched ones made accessible again where still
-  // present (restore), or forgotten (the mapping they were armed in was replaced or is gone).
+  // observed, touched ones as touched; untouched ones made accessible again (restore) when
+  // they are still PROT_NONE as we left them (the snapshot: a page the program re-protected
+  // keeps its protection; one the owner decommitted was forgotten by the device layer), or
+  // forgotten (the mapping they were armed in was replaced or is gone).
   void end_period(uintptr_t a, size_t n, HeatSink* sink, bool restore) noexcept {
     size_t nt = 0, nu = 0;
     trap::stop(a, a + n, touched_.data(), touched_.size(), &nt, untouched_.data(), untouched_.size(), &nu);
-    if (nu && restore) {
-      const size_t np = present_runs(a, n);
-      size_t j = 0;
-      for (size_t i = 0; i < nu; ++i) {
-        const uintptr_t p = untouched_[i];
-        while (j < np && present_[j].end <= p) ++j;
-        if (j < np && present_[j].start <= p) trap::restore(p);
-      }
-    }
+    if (restore)
+      for (size_t i = 0; i < nu; ++i)
+        if (prot_of(untouched_[i]) == 0) trap::restore(untouched_[i]);
     if (sink) {
       const size_t ps = os::page_size();
       for (size_t i = 0; i < nt; ++i) {
@@ -235,14 +295,23 @@ class SampleMonitor final : public Monitor {
     }
   }
 
-  // Arms up to want random pages of [a, a+n) that are read-write and present now (its
-  // owner's lock and mu_ held).
+  // Arms up to want random pages of [a, a+n) that are read-write (in the snapshot) and
+  // present now (its owner's lock and mu_ held).
   void arm_range(uintptr_t a, size_t n, size_t want) noexcept {
     if (!want) return;
     const size_t ps = os::page_size();
-    size_t nrw = 0;
-    int e = vmq::read_write_runs(a, a + n, rw_.data(), rw_.size(), &nrw);
-    if (e && e != ENOSPC) nrw = 0;
+    // The range's read-write runs, from the snapshot.
+    rw_.clear();
+    for (size_t k = 0; k < nprots_; ++k) {
+      const vmq::ProtRun& r = prots_[k];
+      if (r.end <= a || r.begin >= a + n || r.prot != (vmq::kRead | vmq::kWrite)) continue;
+      try {
+        rw_.push_back(vmq::Run{std::max<uintptr_t>(r.begin, a), std::min<uintptr_t>(r.end, a + n)});
+      } catch (...) {
+        break;
+      }
+    }
+    const size_t nrw = rw_.size();
     const size_t np = nrw ? present_runs(a, n) : 0;
     // Candidates: present runs clipped to read-write runs (both ascending).
     size_t nc = 0, i = 0, j = 0, pages = 0;
@@ -288,12 +357,16 @@ class SampleMonitor final : public Monitor {
 
   SampleOptions opts_;
   int pagemap_;
+  os::prim::FileId pagemap_id_{};
+  bool pagemap_lost_ = false;
   Xorshift64Star rng_;
   std::vector<vmq::Run> rw_;
   std::vector<uffd::PageRun> present_;
   std::vector<vmq::Run> cand_;
   std::vector<uintptr_t> touched_, untouched_;
   std::vector<size_t> picks_;
+  std::vector<vmq::ProtRun> prots_;  // the last snapshot_protections()
+  size_t nprots_ = 0;
   std::mutex mu_;
   std::map<uintptr_t, size_t> ranges_;
   std::vector<std::pair<uintptr_t, size_t>> snapshot_;  // ranges_ as each_range_locked() found them
@@ -303,6 +376,12 @@ class SampleMonitor final : public Monitor {
 };
 
 }  // namespace
+
+void sample_after_fork_child() noexcept {
+  // The parent's monitor is not the child's (its engine is not here): the child may make one.
+  trap::disarm_in_fork_child();
+  g_exists.store(false, std::memory_order_relaxed);
+}
 
 MonitorAvailability detect_sample() {
   MonitorAvailability a;

@@ -26,5 +26,8 @@ struct SampleOptions {
 size_t sample_budget(const SampleOptions& o, uint64_t budget_ns) noexcept;
 
 std::unique_ptr<Monitor> make_sample_monitor(const SampleOptions& options, std::string* why_not);
+// In a fork child (the atfork handler): pages the parent's monitor armed are made accessible
+// again, the trap table emptied, and a new monitor may be made.
+void sample_after_fork_child() noexcept;
 
 }  // namespace cxlpool::detail::tiering

@@ -216,6 +216,13 @@ elif mode == "run":
                        capture_output=True, timeout=60)
     check(r.returncode == 0 and b"budget=fast" in r.stderr and b"tiering is off" in r.stderr,
           f"a bad --tiering spec is named by the interposer and the program still runs: {r.stderr[:200]}")
+    # The sample monitor is refused for unmodified programs (their system calls on heap memory
+    # would fail with EFAULT): said once, and a shell pipeline that spawns programs still works.
+    r = subprocess.run([tool, "--tiering=monitors=sample,interval=2ms", "--", "/bin/sh", "-c",
+                        "for i in 1 2 3 4 5 6 7 8; do /usr/bin/printf x; done"], env=env(preloaded=False),
+                       capture_output=True, timeout=60)
+    check(r.returncode == 0 and r.stdout == b"x" * 8 and b"'sample' is refused under the interposer" in r.stderr,
+          f"--tiering=monitors=sample is refused under the interposer, the program runs: {r.stdout!r} {r.stderr[:300]}")
 else:
     sys.exit(f"unknown mode {mode}")
 

@@ -702,11 +702,14 @@ TEST_CASE("sample: never changes a PROT_NONE or decommitted page, and takes the 
   CHECK(armed.substr(pages / 2) == std::string(pages / 2, '-'));
   const size_t n_armed = size_t(std::count(armed.begin(), armed.end(), '-')) - pages / 2;
   CHECK(n_armed == pages / 2);  // max_pages >= the present pages: all of them
-  // The owner decommits the second quarter under its lock, as the device layer does.
+  // The owner decommits the second quarter under its lock, as the device layer does (and
+  // tells the trap table it took those pages back).
   {
     std::lock_guard<std::mutex> g(owner.mu);
     REQUIRE(madvise(p + len / 4, len / 4, MADV_DONTNEED) == 0);
     REQUIRE(mprotect(p + len / 4, len / 4, PROT_NONE) == 0);
+    cxlpool::os::sample_trap::forget(reinterpret_cast<uintptr_t>(p + len / 4),
+                                     reinterpret_cast<uintptr_t>(p + len / 2));
   }
   p[0] = 7;  // a first touch
   sink.reset();
@@ -907,4 +910,53 @@ TEST_CASE("sample: a range its owner says is gone is forgotten, its memory untou
   CHECK(owner.calls == calls);  // forgotten: never asked for again
   CHECK(protections(m.p, m.len) == armed);
   REQUIRE(mprotect(m.p, m.len, PROT_READ | PROT_WRITE) == 0);  // the test's own clean-up
+}
+
+TEST_CASE(
+    "sample: what the program does to armed pages itself is kept (mprotect, DONTNEED), and fork children "
+    "start clean",
+    "[unit][monitor]") {
+  SampleOptions o;
+  o.max_pages = 4096;
+  std::string why;
+  auto mon = make_sample_monitor(o, &why);
+  REQUIRE(mon != nullptr);
+  Mapping m("anonymous", 8 * kMiB);
+  memset(m.p, 1, m.len);
+  const size_t pages = m.len / kPage;
+  REQUIRE(mon->watch(m.addr(), m.len) == 0);
+  mon->arm(kAmple);
+  const std::string armed = protections(m.p, m.len);
+  REQUIRE(std::count(armed.begin(), armed.end(), '-') > 1000);
+  // The program makes the first quarter read-only and drops the second quarter's pages.
+  REQUIRE(mprotect(m.p, m.len / 4, PROT_READ) == 0);
+  REQUIRE(madvise(m.p + m.len / 4, m.len / 4, MADV_DONTNEED) == 0);
+  // A fork child: the pages the parent armed are accessible in it at once, and it may make a
+  // monitor of its own.
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(20);
+    sample_after_fork_child();  // what the C API's and the interposer's atfork handlers call
+    if (protections(m.p + m.len / 2, m.len / 2) != std::string(pages / 2, 'w')) _exit(4);
+    for (size_t i = m.len / 2; i < m.len; i += kPage) m.p[i] = 2;
+    std::string w;
+    auto own = make_sample_monitor(o, &w);
+    _exit(own ? 0 : 3);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  PageSink sink;
+  mon->collect(sink);
+  const std::string after = protections(m.p, m.len);
+  // Read-only stays read-only ('-' here: not read-write); the dropped and the untouched rest
+  // are read-write again.
+  size_t writable_in_first = 0;
+  for (size_t i = 0; i < pages / 4; ++i) writable_in_first += after[i] == 'w';
+  CHECK(writable_in_first == 0);
+  CHECK(after.substr(pages / 4) == std::string(pages - pages / 4, 'w'));
+  for (size_t i = m.len / 4; i < m.len / 2; i += kPage) CHECK(m.p[i] == 0);  // dropped: zero pages, readable
+  mon->unwatch(m.addr(), m.len);
+  REQUIRE(mprotect(m.p, m.len / 4, PROT_READ | PROT_WRITE) == 0);
 }

@@ -197,7 +197,9 @@ TEST_CASE("the CXLPOOL_TIERING grammar names the bad item", "[tiering]") {
         Bad{"budget=1MB/s,budget=2MB/s", "twice"}, Bad{"high=50%,low=60%", "low=60%"},
         Bad{"kernel=fight", "kernel=fight"}, Bad{"interval=100ms,", "empty item"}, Bad{"hot=0.01,cold=0.5", "cold=0.5"},
         Bad{"interval=-5ms", "interval=-5ms"}, Bad{"budget=nanMB/s", "budget=nanMB/s"},
-        Bad{"policy=random", "policy=random"}}) {
+        Bad{"policy=random", "policy=random"}, Bad{"budget=0.5B/s", "at least 4KiB/s"},
+        Bad{"budget=0.0001KB/s", "budget=0.0001KB/s"}, Bad{"overhead=0%", "overhead=0%"},
+        Bad{"overhead=5", "overhead=5"}}) {
     INFO(b.text);
     CHECK(cxlpool_tiering_start(b.text) == CXLPOOL_E_CONFIG);
     std::string msg = cxlpool_last_error_message();
@@ -548,4 +550,80 @@ TEST_CASE("pools destroyed while the engine works on their units", "[tiering]") 
   for (int i = 0; i < 16; ++i) CHECK(holds(keep[size_t(i)], 3 * kMiB, unsigned(i)));
   for (auto* p : keep) cxlpool_free(p);
   cxlpool_pool_destroy(big);
+}
+
+TEST_CASE("a fork child of a process sampling with the engine starts clean", "[tiering]") {
+  REQUIRE(cxlpool_tiering_start("monitors=sample,interval=2ms,overhead=100%,migrate=off") == CXLPOOL_OK);
+  Topo t("fast:backing=shm,size=64M,tier=0;slow:backing=shm,size=512M,tier=1");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
+  REQUIRE(p);
+  std::memset(p, 1, 3 * kMiB);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // periods armed pages of it
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(30);
+    // Its own engine, with its own sample monitor.
+    if (cxlpool_tiering_start("monitors=sample,interval=2ms,migrate=off") != CXLPOOL_OK) _exit(3);
+    cxlpool_tiering_stop();
+    // Its copy of the block goes; its own PROT_NONE memory where the block was faults to it.
+    cxlpool_free(p);
+    uint64_t released = 0;
+    cxlpool_pool_trim(pool, &released);
+    struct sigaction prog {};
+    prog.sa_handler = program_handler;
+    sigemptyset(&prog.sa_mask);
+    sigaction(SIGSEGV, &prog, nullptr);
+    void* mine = mmap(p, 4 * kMiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (mine != p) _exit(4);
+    int swallowed = 0;
+    for (size_t off = 0; off < 3 * kMiB; off += 8 * page) swallowed += !faults_to_program(p + off);
+    _exit(swallowed ? 5 : 0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("child status " << status
+                       << " (3: the child could not start an engine with sample; 5: a fault of its own "
+                          "memory was resolved by cxlpool)");
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  cxlpool_tiering_stop();
+  cxlpool_free(p);
+  cxlpool_pool_destroy(pool);
+}
+
+TEST_CASE("pins count their bytes and moves; a unit larger than an interval's budget still moves", "[tiering]") {
+  Topo t("fast:backing=shm,size=256M,tier=0;slow:backing=shm,size=512M,tier=1");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  auto* small = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
+  REQUIRE(small);
+  fill(small, 3 * kMiB, 1);
+  const std::string before = tiering_json();
+  REQUIRE(cxlpool_pin(small, 3 * kMiB, 0) == CXLPOOL_OK);
+  const std::string after = tiering_json();
+  INFO(after);
+  CHECK(counter(after, "promote_bytes") - counter(before, "promote_bytes") == 3 * kMiB);
+  CHECK(counter(after, "moves") - counter(before, "moves") == 1);
+  CHECK(counter(after, "pgpromote_success") - counter(before, "pgpromote_success") == 3 * kMiB / 4096);
+  REQUIRE(cxlpool_pin(small, 3 * kMiB, -1) == CXLPOOL_OK);
+  // A hot 100 MiB block under a budget of 20 MB per interval: the budget builds up until the
+  // block can move (it used to be deferred forever).
+  REQUIRE(cxlpool_tiering_start("monitors=hint,interval=100ms,budget=200MB/s,min_residence=0s") == CXLPOOL_OK);
+  auto* big = static_cast<unsigned char*>(cxlpool_malloc(pool, 100 * kMiB));
+  REQUIRE(big);
+  fill(big, 100 * kMiB, 2);
+  bool moved = false;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+       !moved && std::chrono::steady_clock::now() < until;) {
+    cxlpool_hint_access(big, 100 * kMiB, 1000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    moved = info_of(big).tier == 0;
+  }
+  CHECK(moved);
+  CHECK(holds(big, 100 * kMiB, 2));
+  cxlpool_tiering_stop();
+  cxlpool_free(big);
+  cxlpool_free(small);
+  cxlpool_pool_destroy(pool);
 }
