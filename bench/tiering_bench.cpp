@@ -430,9 +430,11 @@ int main(int argc, char** argv) {
     std::vector<std::string> titles;
     for (const Result& r : results) {
       if (!r.error.empty() || r.placement == "monitor-only") continue;
+      const std::string title = r.placement + " (hot " + std::to_string(r.hot_percent) + "%)";
+      if (std::find(titles.begin(), titles.end(), title) != titles.end()) continue;  // the first of --repeat runs
       for (const Sample& s : r.samples) std::fprintf(d, "%.2f %.4f\n", s.t, 100 * s.hot_fast);
       std::fprintf(d, "\n\n");
-      titles.push_back(r.placement + " (hot " + std::to_string(r.hot_percent) + "%)");
+      titles.push_back(title);
     }
     std::fclose(d);
     FILE* g = std::fopen(gp.c_str(), "w");

@@ -253,7 +253,7 @@ TEST_CASE("pagemap_scan: a sampled period stays within its budget and estimates 
   memset(m.p, 1, m.len);
   const size_t per = kRange / kPage;
   for (size_t r = 0; r < kRanges; ++r) REQUIRE(mon->watch(m.addr() + r * kRange, kRange) == 0);
-  const uint64_t budget = 2'000'000;  // 2 ms: ~90 chunks of 8 pages
+  const uint64_t budget = 2'000'000;  // 2 ms: ~40 chunks of 16 pages
   const PagemapScanPlan plan = pagemap_scan_plan(o, kRanges, m.len / kPage, budget);
   REQUIRE_FALSE(plan.exact);
   auto hot = [](size_t r) { return r % 8 == 3; };
