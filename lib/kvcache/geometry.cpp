@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/random.hpp"
 
 namespace cxlpool::detail::kv {
 namespace {
@@ -22,14 +23,7 @@ constexpr Preset kPresets[] = {
     {"mistral-7b", 32, 8, 128, CXLPOOL_KV_BF16},
 };
 
-uint64_t mix(uint64_t x) noexcept {  // splitmix64's finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
+constexpr auto mix = mix64;
 
 }  // namespace
 

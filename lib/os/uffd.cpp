@@ -58,11 +58,9 @@ int open_one(int flags, uint64_t want, WpAsync* out) noexcept {
   return 0;
 }
 
-}  // namespace
-
-int open_wp_async(WpAsync* out) noexcept {
+// Without UFFD_USER_MODE_ONLY first, with it after EPERM.
+int open_either_mode(uint64_t want, WpAsync* out) noexcept {
   *out = WpAsync{};
-  const uint64_t want = UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
   int e = open_one(0, want, out);
   if (e != EPERM) return e;
   out->first_errno = e;
@@ -71,15 +69,14 @@ int open_wp_async(WpAsync* out) noexcept {
   return e;
 }
 
+}  // namespace
+
+int open_wp_async(WpAsync* out) noexcept {
+  return open_either_mode(UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM, out);
+}
+
 int open_wp_sync(WpAsync* out) noexcept {
-  *out = WpAsync{};
-  const uint64_t want = UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
-  int e = open_one(0, want, out);
-  if (e != EPERM) return e;
-  out->first_errno = e;
-  e = open_one(UFFD_USER_MODE_ONLY, want, out);
-  if (e == 0) out->user_mode_only = true;
-  return e;
+  return open_either_mode(UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM, out);
 }
 
 int wake(int fd, uintptr_t addr, size_t len) noexcept {

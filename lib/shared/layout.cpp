@@ -5,6 +5,8 @@
 
 #include <array>
 
+#include "common/random.hpp"
+
 namespace cxlpool::detail::shared {
 namespace {
 
@@ -19,14 +21,7 @@ constexpr std::array<uint32_t, 256> make_crc_table() {
 }
 constexpr auto kCrcTable = make_crc_table();
 
-uint64_t mix(uint64_t x) noexcept {  // splitmix64 finaliser
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
+constexpr auto mix = mix64;
 
 }  // namespace
 
