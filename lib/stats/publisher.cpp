@@ -62,16 +62,23 @@ uint64_t clock_ns(clockid_t id) {
 Header* header() { return reinterpret_cast<Header*>(g_page); }
 uint64_t* values() { return reinterpret_cast<uint64_t*>(g_page + header()->values_offset); }
 
-// Stores inside the seqlock are relaxed atomics: a reader may copy while we write (it
-// retries), and this keeps in-process readers (tests) free of data races.
-// Release stores (the seqlock's writer side without a standalone fence, which ThreadSanitizer
-// cannot model): no data store becomes visible before the odd sequence number that precedes
-// it; readers load with acquire.
+// Stores inside the seqlock are atomics (a reader may copy while we write, and retries; this
+// keeps in-process readers free of data races), with release order: the seqlock's writer side
+// without a standalone fence, which ThreadSanitizer cannot model. No data store becomes
+// visible before the odd sequence number that precedes it; readers load with acquire, a word
+// at a time (the page is page aligned and a whole number of words).
 void store(uint64_t* at, uint64_t v) { __atomic_store_n(at, v, __ATOMIC_RELEASE); }
 void store_bytes(void* at, const void* from, size_t n) {
   auto* d = static_cast<uint8_t*>(at);
   auto* s = static_cast<const uint8_t*>(from);
-  for (size_t i = 0; i < n; ++i) __atomic_store_n(d + i, s[i], __ATOMIC_RELEASE);
+  size_t i = 0;
+  if (reinterpret_cast<uintptr_t>(d) % 8 == 0)
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s + i, 8);
+      __atomic_store_n(reinterpret_cast<uint64_t*>(d + i), w, __ATOMIC_RELEASE);
+    }
+  for (; i < n; ++i) __atomic_store_n(d + i, s[i], __ATOMIC_RELEASE);
 }
 
 size_t layout_bytes(uint32_t* metrics_off, uint32_t* devices_off, uint32_t* values_off) {

@@ -62,8 +62,7 @@ class SampleMonitor final : public Monitor {
         cand_(kRuns),
         touched_(trap::kMaxPages),
         untouched_(trap::kMaxPages),
-        picks_(trap::kMaxPages),
-        prots_(kRuns) {
+        picks_(trap::kMaxPages) {
     // The descriptor goes high and is identity-checked before every use: a program that closes
     // descriptors it did not open, and gets the number back for a file of its own, never
     // receives our ioctls, nor our close.
@@ -111,8 +110,9 @@ class SampleMonitor final : public Monitor {
     std::lock_guard<std::mutex> guard(mu_);  // the owner's lock is held by the caller
     auto it = ranges_.find(addr);
     if (it == ranges_.end()) return;
-    snapshot_protections(addr, addr + std::max(len, it->second));
-    end_period(addr, std::max(len, it->second), nullptr, true);
+    // Its own snapshot (unwatch runs on any thread; the engine's snapshot is the engine's).
+    snapshot_protections(addr, addr + std::max(len, it->second), &unwatch_prots_, &unwatch_nprots_);
+    end_period(addr, std::max(len, it->second), nullptr, true, unwatch_prots_, unwatch_nprots_);
     trap::released();
     ranges_.erase(it);
   }
@@ -211,15 +211,22 @@ class SampleMonitor final : public Monitor {
     return !pagemap_lost_;
   }
 
-  // The protections of [b, e) now, into prots_ (ascending runs; empty when it cannot be
-  // read: then nothing is restored nor armed).
-  void snapshot_protections(uintptr_t b, uintptr_t e) noexcept {
+  // The protections of [b, e) now, into *out (ascending runs, *count of them; none when they
+  // cannot be read: then nothing is restored nor armed).
+  static void snapshot_protections(uintptr_t b, uintptr_t e, std::vector<vmq::ProtRun>* out, size_t* count) noexcept {
     size_t n = 0;
     for (;;) {
-      int err = vmq::protection_runs(b, e, prots_.data(), prots_.size(), &n);
-      if (err == ENOSPC && prots_.size() < (size_t(1) << 20)) {
+      if (out->empty()) {
         try {
-          prots_.resize(prots_.size() * 4);
+          out->resize(kRuns);
+        } catch (...) {
+          break;
+        }
+      }
+      int err = vmq::protection_runs(b, e, out->data(), out->size(), &n);
+      if (err == ENOSPC && out->size() < (size_t(1) << 20)) {
+        try {
+          out->resize(out->size() * 4);
           continue;
         } catch (...) {
         }
@@ -227,7 +234,7 @@ class SampleMonitor final : public Monitor {
       if (err) n = 0;
       break;
     }
-    nprots_ = n;
+    *count = n;
   }
   // ... over the span of every watched range (one read of /proc/self/maps per period).
   void snapshot_all() noexcept {
@@ -241,13 +248,13 @@ class SampleMonitor final : public Monitor {
       b = ranges_.begin()->first;
       e = std::prev(ranges_.end())->first + std::prev(ranges_.end())->second;
     }
-    snapshot_protections(b, e);
+    snapshot_protections(b, e, &prots_, &nprots_);
   }
-  // The protection of page p in the snapshot (vm_query bits), or -2 when unknown.
-  int prot_of(uintptr_t p) const noexcept {
-    auto it = std::upper_bound(prots_.begin(), prots_.begin() + ptrdiff_t(nprots_), p,
+  // The protection of page p in a snapshot (vm_query bits), or -2 when unknown.
+  static int prot_of(const std::vector<vmq::ProtRun>& prots, size_t n, uintptr_t p) noexcept {
+    auto it = std::upper_bound(prots.begin(), prots.begin() + ptrdiff_t(n), p,
                                [](uintptr_t a, const vmq::ProtRun& r) { return a < r.begin; });
-    if (it == prots_.begin()) return -2;
+    if (it == prots.begin()) return -2;
     --it;
     return p < it->end ? it->prot : -2;
   }
@@ -280,11 +287,15 @@ class SampleMonitor final : public Monitor {
   // keeps its protection; one the owner decommitted was forgotten by the device layer), or
   // forgotten (the mapping they were armed in was replaced or is gone).
   void end_period(uintptr_t a, size_t n, HeatSink* sink, bool restore) noexcept {
+    end_period(a, n, sink, restore, prots_, nprots_);
+  }
+  void end_period(uintptr_t a, size_t n, HeatSink* sink, bool restore, const std::vector<vmq::ProtRun>& prots,
+                  size_t nprots) noexcept {
     size_t nt = 0, nu = 0;
     trap::stop(a, a + n, touched_.data(), touched_.size(), &nt, untouched_.data(), untouched_.size(), &nu);
     if (restore)
       for (size_t i = 0; i < nu; ++i)
-        if (prot_of(untouched_[i]) == 0) trap::restore(untouched_[i]);
+        if (prot_of(prots, nprots, untouched_[i]) == 0) trap::restore(untouched_[i]);
     if (sink) {
       const size_t ps = os::page_size();
       for (size_t i = 0; i < nt; ++i) {
@@ -365,8 +376,10 @@ class SampleMonitor final : public Monitor {
   std::vector<vmq::Run> cand_;
   std::vector<uintptr_t> touched_, untouched_;
   std::vector<size_t> picks_;
-  std::vector<vmq::ProtRun> prots_;  // the last snapshot_protections()
+  std::vector<vmq::ProtRun> prots_;  // the engine thread's snapshot (arm, collect)
   size_t nprots_ = 0;
+  std::vector<vmq::ProtRun> unwatch_prots_;  // unwatch's (any thread, under mu_)
+  size_t unwatch_nprots_ = 0;
   std::mutex mu_;
   std::map<uintptr_t, size_t> ranges_;
   std::vector<std::pair<uintptr_t, size_t>> snapshot_;  // ranges_ as each_range_locked() found them

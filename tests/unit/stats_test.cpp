@@ -80,7 +80,10 @@ struct PageView {
     for (int attempt = 0; attempt < 10000; ++attempt) {
       const uint64_t s1 = __atomic_load_n(&header().seq, __ATOMIC_ACQUIRE);
       if (s1 & 1) continue;
-      for (size_t i = 0; i < bytes; ++i) copy[i] = __atomic_load_n(base + i, __ATOMIC_ACQUIRE);
+      for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        const uint64_t w = __atomic_load_n(reinterpret_cast<const uint64_t*>(base + i), __ATOMIC_ACQUIRE);
+        std::memcpy(copy.data() + i, &w, 8);
+      }
       if (__atomic_load_n(&header().seq, __ATOMIC_RELAXED) != s1) continue;
       const auto* h = reinterpret_cast<const S::Header*>(copy.data());
       const auto* m = reinterpret_cast<const S::MetricSlot*>(copy.data() + h->metrics_offset);
