@@ -8,7 +8,20 @@
  * Threads: an arena and its sequences may be used from any threads (one lock per arena); a
  * view may be read from any threads and released once. Nothing here is async-signal-safe or
  * usable from the interposer's malloc. Statuses as everywhere: 0 or a negative
- * cxlpool_status_t, with the thread's last error naming the call and the bad argument. */
+ * cxlpool_status_t, with the thread's last error naming the call and the bad argument.
+ *
+ * Handles (arena, sequence, view, params) carry a magic word; destroyed ones are kept, marked
+ * dead, in a bounded quarantine (the last 1,024 of each kind), so a second destroy or a call
+ * on a destroyed handle is refused (CXLPOOL_E_INVALID_ARGUMENT) rather than reaching freed
+ * memory or a later object at the same address. A pointer that was never a handle is the
+ * caller's bug, as with free().
+ *
+ * Pools: a pool given to an arena or a view should stay open while it lives. One closed
+ * anyway is noticed at the next call (its blocks went with it: they are forgotten, never
+ * touched; calls that need them fail with CXLPOOL_E_INVALID_ARGUMENT). A participant the pool
+ * evicted (CXLPOOL_E_EVICTED) or whose device failed (CXLPOOL_E_DEVICE_FAILED) gets that status
+ * from every call that would hand out a pointer into the pool (cxlpool_kv_seq_block,
+ * cxlpool_kv_view_block, a prefix-cache hit in cxlpool_kv_seq_append), never the pointer. */
 #ifndef CXLPOOL_KVCACHE_H
 #define CXLPOOL_KVCACHE_H
 
@@ -100,9 +113,10 @@ CXLPOOL_API cxlpool_status_t cxlpool_kv_seq_create(cxlpool_kv_arena_t* arena, cx
 /* Drops the sequence's hold on its blocks: cached ones stay for reuse (until evicted), the
  * others are freed. Its export (if any) is withdrawn: imports already done keep their blocks. */
 CXLPOOL_API cxlpool_status_t cxlpool_kv_seq_destroy(cxlpool_kv_seq_t* seq);
-/* Extends the sequence by n tokens (their ids: the prefix cache's key). While the sequence
- * has no block of its own yet past its start, every whole block of tokens whose content (these
- * tokens after exactly this prefix) is in the cache is shared instead of allocated;
+/* Extends the sequence by n tokens (their ids: the prefix cache's key; a sequence holds fewer
+ * than 2^32). While the sequence has no block of its own yet past its start, every whole block
+ * of tokens whose content (these tokens after exactly the same cached block) is in the cache
+ * is shared instead of allocated;
  * *reused_tokens (may be NULL) says how many leading tokens of this call need no computing.
  * New blocks are the caller's to fill (cxlpool_kv_seq_block), then to seal. CXLPOOL_E_CAPACITY
  * when no pool has room even after eviction: the sequence is unchanged. */
@@ -134,7 +148,9 @@ typedef struct cxlpool_kv_handle {
 } cxlpool_kv_handle_t;
 /* Publishes the sequence's first `tokens` tokens (all of them: 0) for import: writes its block
  * table into a pool, writes back the blocks' bytes (cxlpool_publish) and names the table. The
- * tokens must be sealed. The blocks stay valid for importers while the sequence lives, and for
+ * tokens must be sealed. Exports of different token counts live side by side (a prefix and the
+ * whole); the same count again returns the same handle. Every export is withdrawn when the
+ * sequence is destroyed. The blocks stay valid for importers while the sequence lives, and for
  * each importer until it releases its view, whatever the producer does after the import. */
 CXLPOOL_API cxlpool_status_t cxlpool_kv_seq_export(cxlpool_kv_seq_t* seq, uint64_t tokens, cxlpool_kv_handle_t* out);
 
@@ -143,9 +159,12 @@ typedef struct cxlpool_kv_view cxlpool_kv_view_t;
 /* Validates the handle and the block table it names (pool, bounds, generation, geometry,
  * checksums, every block's handle) against the pools this process has open, leases every block
  * and acquires its bytes (cxlpool_acquire). expected (may be NULL: any) must equal the
- * exporter's geometry. Forged or damaged handles: CXLPOOL_E_INVALID_ARGUMENT or
+ * exporter's geometry. Damaged handles and tables: CXLPOOL_E_INVALID_ARGUMENT or
  * CXLPOOL_E_CORRUPT; a withdrawn export: CXLPOOL_E_STALE; a pool not open here:
- * CXLPOOL_E_NOT_FOUND. Never a pointer outside a live block; on failure no lease is kept. */
+ * CXLPOOL_E_NOT_FOUND; more blocks than the lease table holds (4,096 per participant by
+ * default: cxlpool_shared_params_set_leases): CXLPOOL_E_CAPACITY. The checks are not secret: a
+ * participant that writes a table of its own making can name any live blocks of the pool, but
+ * never make this call return a pointer outside a live block. On failure no lease is kept. */
 CXLPOOL_API cxlpool_status_t cxlpool_kv_import(cxlpool_shared_pool_t* const* pools, size_t npools,
                                                const cxlpool_kv_geometry_t* expected, const cxlpool_kv_handle_t* handle,
                                                cxlpool_kv_view_t** out);

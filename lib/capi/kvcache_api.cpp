@@ -2,7 +2,10 @@
 // C ABI for the KV cache (include/cxlpool/kvcache.h): geometry, arenas, sequences, export and
 // import. Handles carry a magic word so a foreign or destroyed one is refused, not followed.
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "capi/capi_guard.hpp"
@@ -13,7 +16,15 @@
 
 using namespace cxlpool::detail;
 
+// Every handle is a small shell with a magic word. Destroyed shells are kept, marked dead, in
+// a bounded quarantine instead of being freed: a second destroy, or a call on a destroyed
+// handle, is refused with a status instead of reaching freed memory or, its address reused,
+// another object (as shared pool handles are).
+using PoolPair = std::pair<cxlpool_shared_pool_t*, shared::SharedPool*>;  // shell, and the pool it had
+
 struct cxlpool_kv_params {
+  static constexpr uint64_t kLive = 0x534d524150564b31ull;
+  uint64_t magic = kLive;
   kv::ArenaParams p;
 };
 
@@ -21,6 +32,7 @@ struct cxlpool_kv_arena {
   static constexpr uint64_t kLive = 0x414e455241564b31ull;  // "1KVARENA"
   uint64_t magic = kLive;
   std::unique_ptr<kv::Arena> arena;
+  std::vector<PoolPair> pools;
 };
 
 struct cxlpool_kv_seq {
@@ -34,21 +46,64 @@ struct cxlpool_kv_view {
   static constexpr uint64_t kLive = 0x5745495656584b31ull;
   uint64_t magic = kLive;
   std::unique_ptr<kv::View> view;
+  std::vector<PoolPair> pools;
 };
 
 namespace {
 
+constexpr size_t kQuarantine = 1024;
+std::mutex g_quarantine_mu;
+
+template <class Shell>
+void retire(Shell* shell) noexcept {
+  static std::deque<Shell*>& retired = *new std::deque<Shell*>;  // never destroyed
+  shell->magic = 0;
+  std::lock_guard<std::mutex> lock(g_quarantine_mu);
+  try {
+    retired.push_back(shell);
+  } catch (...) {
+    return;  // no room to remember it: leaked rather than freed under a caller's stale pointer
+  }
+  if (retired.size() > kQuarantine) {
+    delete retired.front();
+    retired.pop_front();
+  }
+}
+
+// Pools closed since the last call: the arena (or view) forgets their blocks (their memory
+// went with the close) before anything else touches them.
+template <class Owner>
+void forget_closed_pools(std::vector<PoolPair>& pools, Owner& owner) noexcept {
+  for (PoolPair& pp : pools)
+    if (pp.second && shared_pool_if_open(pp.first) != pp.second) {
+      owner.pool_gone(pp.second);
+      pp.second = nullptr;
+    }
+}
+
 kv::Arena& arena_of(cxlpool_kv_arena_t* a, const char* who) {
   require(a != nullptr && a->magic == cxlpool_kv_arena::kLive && a->arena, who, "not a live KV arena");
+  forget_closed_pools(a->pools, *a->arena);
   return *a->arena;
 }
 kv::Sequence* seq_of(cxlpool_kv_seq_t* s, const char* who) {
   require(s != nullptr && s->magic == cxlpool_kv_seq::kLive && s->seq, who, "not a live KV sequence");
+  arena_of(s->arena, who);
   return s->seq;
 }
-const kv::View& view_of(const cxlpool_kv_view_t* v, const char* who) {
+kv::View& view_of(cxlpool_kv_view_t* v, const char* who) {
   require(v != nullptr && v->magic == cxlpool_kv_view::kLive && v->view, who, "not a live KV view");
+  forget_closed_pools(v->pools, *v->view);
   return *v->view;
+}
+cxlpool_kv_params* params_of(cxlpool_kv_params_t* p, const char* who) {
+  require(p != nullptr && p->magic == cxlpool_kv_params::kLive, who, "not live KV parameters");
+  return p;
+}
+std::vector<PoolPair> pairs_of(cxlpool_shared_pool_t* const* pools, const std::vector<shared::SharedPool*>& list) {
+  std::vector<PoolPair> out;
+  for (size_t i = 0; i < list.size(); ++i) out.push_back({pools[i], list[i]});
+  return out;
 }
 std::vector<shared::SharedPool*> pools_of(cxlpool_shared_pool_t* const* pools, size_t n, const char* who) {
   require(pools != nullptr && n > 0, who, "no pools");
@@ -107,21 +162,20 @@ cxlpool_status_t cxlpool_kv_params_create(cxlpool_kv_params_t** out) {
   });
 }
 
-void cxlpool_kv_params_destroy(cxlpool_kv_params_t* params) { delete params; }
+void cxlpool_kv_params_destroy(cxlpool_kv_params_t* params) {
+  if (params && params->magic == cxlpool_kv_params::kLive) retire(params);
+}
 
 cxlpool_status_t cxlpool_kv_params_set_max_blocks(cxlpool_kv_params_t* params, uint32_t tier, uint64_t blocks) {
   return guarded([&] {
-    require(params != nullptr, "cxlpool_kv_params_set_max_blocks", "params is NULL");
+    cxlpool_kv_params* p = params_of(params, "cxlpool_kv_params_set_max_blocks");
     require(tier < uint32_t(kv::kMaxTiers), "cxlpool_kv_params_set_max_blocks", "tier is 0..3");
-    params->p.max_blocks[tier] = blocks;
+    p->p.max_blocks[tier] = blocks;
   });
 }
 
 cxlpool_status_t cxlpool_kv_params_set_prefix_caching(cxlpool_kv_params_t* params, int enabled) {
-  return guarded([&] {
-    require(params != nullptr, "cxlpool_kv_params_set_prefix_caching", "params is NULL");
-    params->p.prefix_caching = enabled != 0;
-  });
+  return guarded([&] { params_of(params, "cxlpool_kv_params_set_prefix_caching")->p.prefix_caching = enabled != 0; });
 }
 
 cxlpool_status_t cxlpool_kv_arena_create(const cxlpool_kv_geometry_t* geometry, cxlpool_shared_pool_t* const* pools,
@@ -131,8 +185,11 @@ cxlpool_status_t cxlpool_kv_arena_create(const cxlpool_kv_geometry_t* geometry, 
     require(geometry != nullptr && out != nullptr, kWho, "geometry or out is NULL");
     const kv::Geometry g = kv::make_geometry(*geometry, kWho);
     std::vector<shared::SharedPool*> tiers = pools_of(pools, npools, kWho);
+    const kv::ArenaParams ap =
+        params ? params_of(const_cast<cxlpool_kv_params_t*>(params), kWho)->p : kv::ArenaParams{};
     auto a = std::make_unique<cxlpool_kv_arena>();
-    a->arena = std::make_unique<kv::Arena>(g, std::move(tiers), params ? params->p : kv::ArenaParams{});
+    a->pools = pairs_of(pools, tiers);
+    a->arena = std::make_unique<kv::Arena>(g, std::move(tiers), ap);
     *out = a.release();
   });
 }
@@ -142,9 +199,8 @@ cxlpool_status_t cxlpool_kv_arena_destroy(cxlpool_kv_arena_t* arena) {
     kv::Arena& a = arena_of(arena, "cxlpool_kv_arena_destroy");
     if (size_t n = a.sequences())
       fail(CXLPOOL_E_BUSY, "cxlpool_kv_arena_destroy: " + std::to_string(n) + " sequences of the arena are alive");
-    arena->magic = 0;
     arena->arena.reset();
-    delete arena;
+    retire(arena);
   });
 }
 
@@ -171,9 +227,8 @@ cxlpool_status_t cxlpool_kv_seq_destroy(cxlpool_kv_seq_t* seq) {
   return guarded([&] {
     kv::Sequence* s = seq_of(seq, "cxlpool_kv_seq_destroy");
     s->arena->destroy_sequence(s);
-    seq->magic = 0;
     seq->seq = nullptr;
-    delete seq;
+    retire(seq);
   });
 }
 
@@ -228,6 +283,7 @@ cxlpool_status_t cxlpool_kv_import(cxlpool_shared_pool_t* const* pools, size_t n
     require(handle != nullptr && out != nullptr, kWho, "handle or out is NULL");
     std::vector<shared::SharedPool*> list = pools_of(pools, npools, kWho);
     auto v = std::make_unique<cxlpool_kv_view>();
+    v->pools = pairs_of(pools, list);
     v->view = std::make_unique<kv::View>(list, expected, *handle);
     *out = v.release();
   });
@@ -235,7 +291,7 @@ cxlpool_status_t cxlpool_kv_import(cxlpool_shared_pool_t* const* pools, size_t n
 
 cxlpool_status_t cxlpool_kv_view_info(const cxlpool_kv_view_t* view, cxlpool_kv_view_info_t* out) {
   return guarded([&] {
-    const kv::View& v = view_of(view, "cxlpool_kv_view_info");
+    const kv::View& v = view_of(const_cast<cxlpool_kv_view_t*>(view), "cxlpool_kv_view_info");
     require(out != nullptr, "cxlpool_kv_view_info", "out is NULL");
     cxlpool_kv_view_info_t i{};
     i.geometry = v.geometry().c;
@@ -248,7 +304,7 @@ cxlpool_status_t cxlpool_kv_view_info(const cxlpool_kv_view_t* view, cxlpool_kv_
 
 cxlpool_status_t cxlpool_kv_view_block(const cxlpool_kv_view_t* view, uint64_t index, const void** data) {
   return guarded([&] {
-    const kv::View& v = view_of(view, "cxlpool_kv_view_block");
+    const kv::View& v = view_of(const_cast<cxlpool_kv_view_t*>(view), "cxlpool_kv_view_block");
     require(data != nullptr, "cxlpool_kv_view_block", "data is NULL");
     require(index < v.blocks(), "cxlpool_kv_view_block",
             "index " + std::to_string(index) + " of " + std::to_string(v.blocks()) + " blocks");
@@ -259,9 +315,8 @@ cxlpool_status_t cxlpool_kv_view_block(const cxlpool_kv_view_t* view, uint64_t i
 cxlpool_status_t cxlpool_kv_view_release(cxlpool_kv_view_t* view) {
   return guarded([&] {
     view_of(view, "cxlpool_kv_view_release");
-    view->magic = 0;
     view->view.reset();
-    delete view;
+    retire(view);
   });
 }
 

@@ -75,6 +75,9 @@ shared::SharedPool* shared_pool_of(cxlpool_shared_pool_t* pool, const char* who)
   require(pool != nullptr, who, "a pool is NULL");
   return impl(pool);
 }
+shared::SharedPool* shared_pool_if_open(cxlpool_shared_pool_t* pool) noexcept {
+  return pool && pool->magic == cxlpool_shared_pool::kOpen ? pool->pool : nullptr;
+}
 }  // namespace cxlpool::detail
 
 extern "C" {

@@ -9,4 +9,7 @@
 
 namespace cxlpool::detail {
 shared::SharedPool* shared_pool_of(cxlpool_shared_pool_t* pool, const char* who);
-}
+// The pool behind a handle while it is open, else nullptr (closed handles stay in a bounded
+// quarantine, so a recent close is seen; a handle closed long ago is the caller's bug).
+shared::SharedPool* shared_pool_if_open(cxlpool_shared_pool_t* pool) noexcept;
+}  // namespace cxlpool::detail

@@ -16,11 +16,39 @@ Arena::Arena(const Geometry& g, std::vector<shared::SharedPool*> tiers, const Ar
 
 Arena::~Arena() {
   for (auto& [id, b] : blocks_) {
+    if (!b.data || !tiers_[size_t(b.tier)]) continue;  // its pool was closed: nothing to free
     try {
       tiers_[size_t(b.tier)]->free(b.data);
     } catch (...) {  // a failed or evicted pool: its memory is not ours to free any more
     }
   }
+}
+
+void Arena::pool_gone(const shared::SharedPool* p) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t t = 0; t < tiers_.size(); ++t) {
+    if (tiers_[t] != p) continue;
+    tiers_[t] = nullptr;
+    for (auto& [id, b] : blocks_) {
+      if (b.tier != int(t) || !b.data) continue;
+      if (b.is_idle) idle_[t].erase(b.idle);
+      b.is_idle = false;
+      if (b.cached) {
+        auto it = prefix_.find(b.hash);
+        if (it != prefix_.end() && it->second == id) prefix_.erase(it);
+        b.cached = false;
+      }
+      b.data = nullptr;
+    }
+    count_[t] = 0;
+    for (Sequence* s : seqs_)
+      s->exports.erase(
+          std::remove_if(s->exports.begin(), s->exports.end(), [&](const Sequence::Export& e) { return e.pool == p; }),
+          s->exports.end());
+  }
+  // Blocks of the gone pool that nobody holds any more are dropped now.
+  for (auto it = blocks_.begin(); it != blocks_.end();)
+    it = !it->second.data && it->second.refs == 0 ? blocks_.erase(it) : std::next(it);
 }
 
 Sequence* Arena::create_sequence() {
@@ -49,7 +77,7 @@ size_t Arena::sequences() {
 
 void Arena::destroy_sequence(Sequence* s) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
-  withdraw_export(s);
+  withdraw_exports(s);
   for (uint32_t id : s->blocks) drop(id);
   seqs_.erase(s);
   --stats_.sequences;
@@ -57,6 +85,7 @@ void Arena::destroy_sequence(Sequence* s) noexcept {
 }
 
 void* Arena::try_alloc(int tier) {
+  if (!tiers_[size_t(tier)]) return nullptr;  // closed
   if (params_.max_blocks[tier] && count_[tier] >= params_.max_blocks[tier]) return nullptr;
   try {
     return tiers_[size_t(tier)]->alloc(g_.block_bytes);
@@ -89,7 +118,7 @@ bool Arena::demote_oldest(int tier) {
 }
 
 void Arena::move_block(uint32_t id, int to, void* dst) {
-  Block& b = blocks_.at(id);
+  Block& b = blocks_.at(id);  // a block with data: only live pools' blocks are idle
   std::memcpy(dst, b.data, g_.block_bytes);
   try {
     tiers_[size_t(b.tier)]->free(b.data);  // importers holding a lease keep the old copy
@@ -112,9 +141,15 @@ void Arena::free_block(uint32_t id) noexcept {
   auto it = blocks_.find(id);
   if (it == blocks_.end()) return;
   Block& b = it->second;
-  try {
-    tiers_[size_t(b.tier)]->free(b.data);
-  } catch (...) {
+  if (b.data && tiers_[size_t(b.tier)]) {
+    try {
+      tiers_[size_t(b.tier)]->free(b.data);
+    } catch (...) {
+    }
+  }
+  if (!b.data) {  // its pool was closed: nothing of it is in the lists or the counts
+    blocks_.erase(it);
+    return;
   }
   if (b.is_idle) idle_[b.tier].erase(b.idle);
   if (b.cached) {
@@ -149,6 +184,12 @@ void Arena::drop(uint32_t id) noexcept {
   } catch (...) {
     free_block(id);  // no room to remember it: it is not kept
   }
+}
+
+size_t Arena::held_blocks() const noexcept {
+  size_t n = 0;
+  for (const auto& [id, b] : blocks_) n += b.refs > 0;
+  return n;
 }
 
 uint32_t Arena::new_block() {
@@ -187,37 +228,41 @@ void Arena::promote_if_room(uint32_t id) {
 size_t Arena::append(Sequence* s, const int32_t* tokens, size_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t T = g_.c.tokens_per_block;
-  const uint64_t old = s->ids.size(), total = old + n;
-  if (total > (uint64_t(1) << 32))
-    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_seq_append: a sequence holds at most 2^32 tokens");
-  std::vector<int32_t> ids = s->ids;
-  ids.insert(ids.end(), tokens, tokens + n);
-  const uint64_t have = s->blocks.size(), need = (total + T - 1) / T;
-  // New blocks in order: cached ones shared while the prefix is all shared, then new ones.
-  std::vector<uint32_t> added;
-  std::vector<Hash128> hashes = s->hashes;
+  const uint64_t old = s->ids.size();
+  if (n >= (uint64_t(1) << 32) || old + n >= (uint64_t(1) << 32))
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_seq_append: a sequence holds fewer than 2^32 tokens (" +
+                                         std::to_string(old) + " now, " + std::to_string(n) + " more asked)");
+  const uint64_t total = old + n;
+  const size_t old_blocks = s->blocks.size(), old_hashes = s->hashes.size();
+  // In place, undone on failure: the sequence is unchanged unless the whole call succeeds.
   bool own = s->own_block;
   size_t reused = 0, hits = 0, misses = 0;
   try {
+    s->ids.insert(s->ids.end(), tokens, tokens + n);
     // A partial last block that becomes whole gets its hash now.
-    for (uint64_t b = hashes.size(); b < have && (b + 1) * T <= total; ++b)
-      hashes.push_back(chain_hash(b ? hashes[b - 1] : Hash128{}, ids.data() + b * T, T));
-    for (uint64_t b = have; b < need; ++b) {
+    for (uint64_t b = s->hashes.size(); b < old_blocks && (b + 1) * T <= total; ++b)
+      s->hashes.push_back(chain_hash(b ? s->hashes[b - 1] : Hash128{}, s->ids.data() + b * T, T));
+    const uint64_t need = (total + T - 1) / T;
+    for (uint64_t b = old_blocks; b < need; ++b) {
       const bool whole = (b + 1) * T <= total;
       Hash128 h{};
       if (whole) {
-        h = chain_hash(b ? hashes[b - 1] : Hash128{}, ids.data() + b * T, T);
-        hashes.push_back(h);
+        h = chain_hash(b ? s->hashes[b - 1] : Hash128{}, s->ids.data() + b * T, T);
+        s->hashes.push_back(h);
       }
       if (whole && !own && params_.prefix_caching) {
         auto it = prefix_.find(h);
         if (it != prefix_.end()) {
           Block& c = blocks_.at(it->second);
-          const Hash128 parent = b ? hashes[b - 1] : Hash128{};
-          if (c.parent == parent && std::equal(c.tokens.begin(), c.tokens.end(), ids.begin() + ptrdiff_t(b * T))) {
+          // Exact: the same tokens after the very same block (the prefix is all shared so far,
+          // so by induction the whole prefix is the same), never the hash alone.
+          const uint32_t parent = b ? s->blocks.back() : 0;
+          if (c.data && c.parent == parent &&
+              std::equal(c.tokens.begin(), c.tokens.end(), s->ids.begin() + ptrdiff_t(b * T))) {
+            tiers_[size_t(c.tier)]->check_usable();  // a pointer into the pool is handed out
             const bool was_idle = c.refs == 0;
             hold(it->second);
-            added.push_back(it->second);
+            s->blocks.push_back(it->second);
             if (was_idle && c.tier > 0) promote_if_room(it->second);
             reused += size_t(T);  // a whole block past the old end: all of it is this call's
             ++hits;
@@ -225,17 +270,17 @@ size_t Arena::append(Sequence* s, const int32_t* tokens, size_t n) {
           }
         }
       }
-      added.push_back(new_block());
+      s->blocks.push_back(new_block());
       own = true;
       misses += whole;
     }
   } catch (...) {
-    for (uint32_t id : added) drop(id);
+    for (size_t i = old_blocks; i < s->blocks.size(); ++i) drop(s->blocks[i]);
+    s->blocks.resize(old_blocks);
+    s->hashes.resize(old_hashes);
+    s->ids.resize(old);
     throw;
   }
-  s->ids.swap(ids);
-  s->hashes.swap(hashes);
-  s->blocks.insert(s->blocks.end(), added.begin(), added.end());
   s->own_block = own;
   s->shared += hits;
   stats_.prefix_hits += hits;
@@ -251,12 +296,14 @@ void Arena::seal(Sequence* s, uint64_t tokens) {
   s->sealed = std::max(s->sealed, tokens);
   if (!params_.prefix_caching) return;
   const uint64_t T = g_.c.tokens_per_block;
-  for (uint64_t b = 0; (b + 1) * T <= s->sealed; ++b) {
+  // Only the blocks sealed since the last call (each block is offered to the cache once).
+  for (uint64_t b = s->sealed_blocks; (b + 1) * T <= s->sealed; ++b) {
+    s->sealed_blocks = b + 1;
     Block& blk = blocks_.at(s->blocks[b]);
-    if (blk.cached || prefix_.count(s->hashes[b])) continue;
+    if (blk.cached || !blk.data || prefix_.count(s->hashes[b])) continue;
     blk.tokens.assign(s->ids.begin() + ptrdiff_t(b * T), s->ids.begin() + ptrdiff_t((b + 1) * T));
     blk.hash = s->hashes[b];
-    blk.parent = b ? s->hashes[b - 1] : Hash128{};
+    blk.parent = b ? s->blocks[b - 1] : 0;
     prefix_.emplace(blk.hash, s->blocks[b]);
     blk.cached = true;
   }
@@ -268,6 +315,8 @@ void* Arena::block(Sequence* s, uint64_t index, uint32_t* tier) {
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_seq_block: index " + std::to_string(index) + " of " +
                                          std::to_string(s->blocks.size()) + " blocks");
   const Block& b = blocks_.at(s->blocks[index]);
+  if (!b.data) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_seq_block: the block's pool was closed");
+  tiers_[size_t(b.tier)]->check_usable();  // EVICTED or DEVICE_FAILED: the memory is not ours to hand out
   if (tier) *tier = uint32_t(b.tier);
   return b.data;
 }
@@ -282,14 +331,14 @@ cxlpool_kv_seq_info_t Arena::info(Sequence* s) {
   return i;
 }
 
-void Arena::withdraw_export(Sequence* s) noexcept {
-  if (!s->table) return;
-  try {
-    s->table_pool->free(s->table);
-  } catch (...) {
+void Arena::withdraw_exports(Sequence* s) noexcept {
+  for (const Sequence::Export& e : s->exports) {
+    try {
+      e.pool->free(e.table);
+    } catch (...) {
+    }
   }
-  s->table = nullptr;
-  s->table_pool = nullptr;
+  s->exports.clear();
 }
 
 cxlpool_kv_handle_t Arena::export_sequence(Sequence* s, uint64_t tokens) {
@@ -299,11 +348,16 @@ cxlpool_kv_handle_t Arena::export_sequence(Sequence* s, uint64_t tokens) {
   if (tokens > s->sealed)
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_seq_export: " + std::to_string(tokens) + " tokens, but only " +
                                          std::to_string(s->sealed) + " are sealed (cxlpool_kv_seq_seal)");
+  // The same tokens exported again: the same table (handles given out before stay valid).
+  for (const Sequence::Export& e : s->exports)
+    if (e.tokens == tokens) return e.handle;
   const uint64_t T = g_.c.tokens_per_block;
   const uint64_t n = (tokens + T - 1) / T;
   std::vector<cxlpool_shared_handle_t> handles(n);
   for (uint64_t i = 0; i < n; ++i) {
     const Block& b = blocks_.at(s->blocks[i]);
+    if (!b.data)
+      fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_seq_export: block " + std::to_string(i) + "'s pool was closed");
     handles[i] = tiers_[size_t(b.tier)]->export_block(b.data);
   }
   TableHeader h = make_table_header(g_, tokens, n, handles.data());
@@ -312,6 +366,7 @@ cxlpool_kv_handle_t Arena::export_sequence(Sequence* s, uint64_t tokens) {
   void* table = nullptr;
   shared::SharedPool* pool = nullptr;
   for (int t = 0; t < int(tiers_.size()) && !table; ++t) {
+    if (!tiers_[size_t(t)]) continue;
     for (;;) {
       try {
         table = tiers_[size_t(t)]->alloc(bytes);
@@ -344,9 +399,12 @@ cxlpool_kv_handle_t Arena::export_sequence(Sequence* s, uint64_t tokens) {
   out.tokens = tokens;
   out.blocks = uint32_t(n);
   out.check = handle_check(out);
-  withdraw_export(s);
-  s->table = table;
-  s->table_pool = pool;
+  try {
+    s->exports.push_back(Sequence::Export{tokens, pool, table, out});
+  } catch (...) {
+    pool->free(table);
+    throw;
+  }
   ++stats_.exports;
   return out;
 }

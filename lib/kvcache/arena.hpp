@@ -35,10 +35,17 @@ struct Sequence {
   std::vector<int32_t> ids;      // every token id so far (the cache's keys)
   std::vector<Hash128> hashes;   // chain hash of each whole block
   uint64_t sealed = 0, shared = 0;
-  bool own_block = false;  // a block of its own past the start: no more prefix reuse
-  // The last export: its block table in a pool.
-  shared::SharedPool* table_pool = nullptr;
-  void* table = nullptr;
+  uint64_t sealed_blocks = 0;  // blocks [0, sealed_blocks) were offered to the prefix cache
+  bool own_block = false;      // a block of its own past the start: no more prefix reuse
+  // Exports: block tables in a pool, one per token count exported (withdrawn with the
+  // sequence).
+  struct Export {
+    uint64_t tokens;
+    shared::SharedPool* pool;
+    void* table;
+    cxlpool_kv_handle_t handle;
+  };
+  std::vector<Export> exports;
 };
 
 class Arena {
@@ -60,14 +67,18 @@ class Arena {
   cxlpool_kv_handle_t export_sequence(Sequence* s, uint64_t tokens);
   cxlpool_kv_stats_t stats();
   bool owns(const Sequence* s);
+  // Pool `p` of the arena was closed (its memory and its blocks went with it): its blocks are
+  // forgotten, never touched again; sequences holding them fail on them (INVALID_ARGUMENT).
+  void pool_gone(const shared::SharedPool* p) noexcept;
 
  private:
   struct Block {
-    void* data = nullptr;
+    void* data = nullptr;  // nullptr: its pool was closed (pool_gone)
     int tier = 0;
     uint32_t refs = 0;
     bool cached = false;  // in prefix_
-    Hash128 hash, parent;
+    Hash128 hash;
+    uint32_t parent = 0;          // when cached: the block before it (0: first of its prompt)
     std::vector<int32_t> tokens;  // when cached: exact hit check
     std::list<uint32_t>::iterator idle;
     bool is_idle = false;  // cached and held by no sequence: in idle_[tier]
@@ -82,12 +93,13 @@ class Arena {
   void free_block(uint32_t id) noexcept;
   void hold(uint32_t id);
   void drop(uint32_t id) noexcept;
-  void withdraw_export(Sequence* s) noexcept;
+  void withdraw_exports(Sequence* s) noexcept;
+  size_t held_blocks() const noexcept;
   void promote_if_room(uint32_t id);
 
   std::mutex mu_;
   Geometry g_;
-  std::vector<shared::SharedPool*> tiers_;
+  std::vector<shared::SharedPool*> tiers_;  // nullptr once pool_gone()
   ArenaParams params_;
   std::unordered_map<uint32_t, Block> blocks_;
   uint32_t next_id_ = 1;

@@ -51,6 +51,7 @@ uint32_t handle_check(const cxlpool_kv_handle_t& h) noexcept {
 View::View(const std::vector<shared::SharedPool*>& pools, const cxlpool_kv_geometry_t* expected,
            const cxlpool_kv_handle_t& handle) {
   constexpr const char* kWho = "cxlpool_kv_import";
+  if (expected) make_geometry(*expected, "cxlpool_kv_import (expected)");
   if (handle_check(handle) != handle.check)
     fail(CXLPOOL_E_INVALID_ARGUMENT,
          std::string(kWho) + ": the handle fails its check (damaged in transit, or forged)");
@@ -89,11 +90,15 @@ View::View(const std::vector<shared::SharedPool*>& pools, const cxlpool_kv_geome
   const uint64_t T = g_.c.tokens_per_block;
   if (h.block_bytes != g_.block_bytes || h.tokens > h.blocks * T || h.tokens <= (h.blocks - 1) * T)
     corrupt("sizes do not agree with its geometry");
-  if (expected && !same_shape(*expected, h.geometry))
-    fail(CXLPOOL_E_INVALID_ARGUMENT,
-         std::string(kWho) + ": the exporter's geometry (" + std::to_string(h.geometry.layers) + " layers, " +
-             std::to_string(h.geometry.kv_heads) + " KV heads, head_dim " + std::to_string(h.geometry.head_dim) + ", " +
-             std::to_string(h.geometry.tokens_per_block) + " tokens per block) is not the expected one");
+  if (expected && !same_shape(*expected, h.geometry)) {
+    auto shape = [](const cxlpool_kv_geometry_t& x) {
+      return std::to_string(x.layers) + " layers, " + std::to_string(x.kv_heads) + " KV heads, head_dim " +
+             std::to_string(x.head_dim) + ", dtype " + std::to_string(x.dtype) + ", " +
+             std::to_string(x.tokens_per_block) + " tokens per block";
+    };
+    fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(kWho) + ": the exporter's geometry (" + shape(h.geometry) +
+                                         ") is not the expected one (" + shape(*expected) + ")");
+  }
   tokens_ = h.tokens;
   blocks_.reserve(size_t(h.blocks));
   try {
@@ -118,8 +123,21 @@ View::View(const std::vector<shared::SharedPool*>& pools, const cxlpool_kv_geome
 
 View::~View() { release_all(); }
 
+const void* View::block(size_t i) const {
+  const auto& [p, b] = blocks_[i];
+  if (!p) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_view_block: the block's pool was closed");
+  p->check_usable();
+  return b;
+}
+
+void View::pool_gone(const shared::SharedPool* p) noexcept {
+  for (auto& e : blocks_)
+    if (e.first == p) e.first = nullptr;
+}
+
 void View::release_all() noexcept {
   for (auto& [p, b] : blocks_) {
+    if (!p) continue;
     try {
       p->release(b);
     } catch (...) {

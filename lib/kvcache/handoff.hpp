@@ -46,7 +46,11 @@ class View {
   const Geometry& geometry() const { return g_; }
   uint64_t tokens() const { return tokens_; }
   size_t blocks() const { return blocks_.size(); }
-  const void* block(size_t i) const { return blocks_[i].second; }
+  // Block i, after checking that this participant may still use its pool (EVICTED,
+  // DEVICE_FAILED) and that the pool was not closed (INVALID_ARGUMENT).
+  const void* block(size_t i) const;
+  // Pool p was closed (its leases went with it): its blocks are forgotten, never released.
+  void pool_gone(const shared::SharedPool* p) noexcept;
 
  private:
   void release_all() noexcept;

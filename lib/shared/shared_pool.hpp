@@ -122,6 +122,10 @@ class SharedPool {
   bool acquire(const void* p, size_t len);
   bool lines(const void* p, size_t len, bool publishing);
   bool noncoherent() const { return view_.noncoherent(); }
+  // Throws (EVICTED, DEVICE_FAILED, NOT_SUPPORTED in a fork child, INVALID_ARGUMENT after
+  // leaving) unless this participant may still use the pool's memory: for callers that hand out
+  // pointers into it without another pool call (the KV cache's views and block tables).
+  void check_usable() { ensure_usable(false); }
   // One pass of the watch: heartbeat, look at the others, recover the dead, re-check blocks
   // this participant let go that others still held. The heartbeat thread runs it; tests too.
   void tick();

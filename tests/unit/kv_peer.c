@@ -4,7 +4,9 @@
  *                            <checksum hex>" on stdin imports the sequence, checks the FNV-1a
  *                            checksum of its blocks' bytes, releases it and answers "ok" or
  *                            "bad <status> <message>"; "Q" ends it
- *   kv_peer DEVICE hold HEX  imports the sequence, answers "held", then waits to be killed */
+ *   kv_peer DEVICE hold HEX  imports the sequence, answers "held", then waits to be killed
+ *   kv_peer DEVICE late HEX  imports the sequence, answers "held", waits for a line on stdin,
+ *                            then answers the status of reading block 0 of its view */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,21 @@ int main(int argc, char** argv) {
     }
     printf("held\n");
     for (;;) pause();
+  }
+  if (strcmp(argv[2], "late") == 0 && argc == 4) {
+    cxlpool_kv_view_t* view = NULL;
+    int st = import(pool, argv[3], &view);
+    if (st) {
+      printf("bad %d %s\n", st, cxlpool_last_error_message());
+      return 4;
+    }
+    printf("held\n");
+    char go[16];
+    if (!fgets(go, sizeof go, stdin)) return 5;
+    const void* data = NULL;
+    st = cxlpool_kv_view_block(view, 0, &data);
+    printf("%d %s\n", st, st ? cxlpool_last_error_message() : "ok");
+    return 0;
   }
   char line[4096];
   while (fgets(line, sizeof line, stdin)) {

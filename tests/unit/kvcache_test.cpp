@@ -552,3 +552,165 @@ TEST_CASE("handoff: a consumer killed while it holds a view; the producer reclai
   CHECK(r.leaked_blocks == 0);
   CHECK(r.dangling_leases == 0);
 }
+
+TEST_CASE("handles: destroyed ones are refused, exports live side by side, arguments checked", "[kvcache]") {
+  ShmPool pool("handles");
+  cxlpool_shared_pool_t* consumer = pool.open_again();
+  // Params: a double destroy and a foreign pointer are refused, not followed.
+  cxlpool_kv_params_t* p = nullptr;
+  REQUIRE(cxlpool_kv_params_create(&p) == CXLPOOL_OK);
+  cxlpool_kv_params_destroy(p);
+  cxlpool_kv_params_destroy(p);  // no double free
+  CHECK(cxlpool_kv_params_set_max_blocks(p, 0, 1) == CXLPOOL_E_INVALID_ARGUMENT);
+  Arena arena({pool.pool});
+  Seq live(arena);
+  CHECK(cxlpool_kv_params_set_max_blocks(reinterpret_cast<cxlpool_kv_params_t*>(live.s), 0, 1) ==
+        CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(live.info().tokens == 0);  // untouched
+  // A destroyed sequence's handle stays refused even as new sequences come and go.
+  cxlpool_kv_seq_t* stale = nullptr;
+  REQUIRE(cxlpool_kv_seq_create(arena.a, &stale) == CXLPOOL_OK);
+  REQUIRE(cxlpool_kv_seq_destroy(stale) == CXLPOOL_OK);
+  for (int i = 0; i < 50; ++i) {
+    Seq other(arena);
+    other.append(tokens(3, i));
+    CHECK(cxlpool_kv_seq_destroy(stale) == CXLPOOL_E_INVALID_ARGUMENT);
+    CHECK(other.info().tokens == 3);
+  }
+  // n that would wrap the token count.
+  Seq w(arena);
+  w.append(tokens(6, 1));
+  int32_t one = 1;
+  CHECK(cxlpool_kv_seq_append(w.s, &one, SIZE_MAX - 1, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(w.info().tokens == 6);
+  // Two exports of one sequence (a prefix, then all of it) both import; the same count again
+  // is the same handle.
+  Seq s(arena);
+  s.append(tokens(48, 300));
+  s.fill_and_seal(5);
+  cxlpool_kv_handle_t prefix{}, all{}, again{};
+  REQUIRE(cxlpool_kv_seq_export(s.s, 16, &prefix) == CXLPOOL_OK);
+  REQUIRE(cxlpool_kv_seq_export(s.s, 0, &all) == CXLPOOL_OK);
+  REQUIRE(cxlpool_kv_seq_export(s.s, 16, &again) == CXLPOOL_OK);
+  CHECK(std::memcmp(&prefix, &again, sizeof prefix) == 0);
+  for (const cxlpool_kv_handle_t* h : {&prefix, &all}) {
+    cxlpool_kv_view_t* v = nullptr;
+    REQUIRE(cxlpool_kv_import(&consumer, 1, nullptr, h, &v) == CXLPOOL_OK);
+    REQUIRE(cxlpool_kv_view_release(v) == CXLPOOL_OK);
+    CHECK(cxlpool_kv_view_release(v) == CXLPOOL_E_INVALID_ARGUMENT);  // released once
+  }
+  // The expected geometry is validated, and a mismatch names both.
+  cxlpool_kv_geometry_t bad = small_geometry();
+  bad.reserved[0] = 7;
+  cxlpool_kv_view_t* v = nullptr;
+  CHECK(cxlpool_kv_import(&consumer, 1, &bad, &all, &v) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(std::string(cxlpool_last_error_message()).find("reserved") != std::string::npos);
+  cxlpool_kv_geometry_t other = small_geometry();
+  other.dtype = CXLPOOL_KV_BF16;
+  CHECK(cxlpool_kv_import(&consumer, 1, &other, &all, &v) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(std::string(cxlpool_last_error_message()).find("dtype 1") != std::string::npos);
+  cxlpool_shared_pool_close(consumer);
+}
+
+TEST_CASE("pools that fail or close under an arena or a view: statuses, never their memory", "[kvcache]") {
+  SECTION("the consumer's pool closed while a view lives") {
+    ShmPool pool("closeview");
+    cxlpool_shared_pool_t* consumer = pool.open_again();
+    Arena arena({pool.pool});
+    Seq s(arena);
+    s.append(tokens(32, 1));
+    s.fill_and_seal(1);
+    cxlpool_kv_handle_t h{};
+    REQUIRE(cxlpool_kv_seq_export(s.s, 0, &h) == CXLPOOL_OK);
+    cxlpool_kv_view_t* v = nullptr;
+    REQUIRE(cxlpool_kv_import(&consumer, 1, nullptr, &h, &v) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(consumer) == CXLPOOL_OK);
+    const void* data = nullptr;
+    CHECK(cxlpool_kv_view_block(v, 0, &data) == CXLPOOL_E_INVALID_ARGUMENT);
+    CHECK(std::string(cxlpool_last_error_message()).find("closed") != std::string::npos);
+    CHECK(cxlpool_kv_view_release(v) == CXLPOOL_OK);  // its leases went with the close
+  }
+  SECTION("the arena's pool closed") {
+    ShmPool pool("closearena");
+    cxlpool_shared_pool_t* own = pool.open_again();
+    cxlpool_kv_geometry_t g = small_geometry();
+    cxlpool_kv_arena_t* a = nullptr;
+    REQUIRE(cxlpool_kv_arena_create(&g, &own, 1, nullptr, &a) == CXLPOOL_OK);
+    cxlpool_kv_seq_t* s = nullptr;
+    REQUIRE(cxlpool_kv_seq_create(a, &s) == CXLPOOL_OK);
+    std::vector<int32_t> t = tokens(32, 1);
+    REQUIRE(cxlpool_kv_seq_append(s, t.data(), t.size(), nullptr) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(own) == CXLPOOL_OK);
+    void* data = nullptr;
+    CHECK(cxlpool_kv_seq_block(s, 0, &data, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+    CHECK(cxlpool_kv_seq_append(s, t.data(), t.size(), nullptr) == CXLPOOL_E_CAPACITY);
+    CHECK(cxlpool_kv_seq_destroy(s) == CXLPOOL_OK);
+    CHECK(cxlpool_kv_arena_destroy(a) == CXLPOOL_OK);
+  }
+  SECTION("a failed device: no pointer into it") {
+    ShmPool pool("failed");
+    cxlpool_shared_pool_t* consumer = pool.open_again();
+    Arena arena({pool.pool});
+    Seq s(arena);
+    s.append(tokens(32, 1));
+    s.fill_and_seal(1);
+    cxlpool_kv_handle_t h{};
+    REQUIRE(cxlpool_kv_seq_export(s.s, 0, &h) == CXLPOOL_OK);
+    cxlpool_kv_view_t* v = nullptr;
+    REQUIRE(cxlpool_kv_import(&consumer, 1, nullptr, &h, &v) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_inject_failure(consumer, "test") == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_inject_failure(pool.pool, "test") == CXLPOOL_OK);
+    const void* cdata = nullptr;
+    CHECK(cxlpool_kv_view_block(v, 0, &cdata) == CXLPOOL_E_DEVICE_FAILED);
+    void* pdata = nullptr;
+    CHECK(cxlpool_kv_seq_block(s.s, 0, &pdata, nullptr) == CXLPOOL_E_DEVICE_FAILED);
+    Seq hit(arena);
+    int32_t same[32];
+    for (int i = 0; i < 32; ++i) same[i] = 1 + i;
+    CHECK(cxlpool_kv_seq_append(hit.s, same, 32, nullptr) == CXLPOOL_E_DEVICE_FAILED);  // a cache hit
+    CHECK(hit.info().tokens == 0);
+    cxlpool_kv_view_release(v);
+    cxlpool_shared_pool_close(consumer);
+  }
+}
+
+TEST_CASE("a consumer stopped past its lease is evicted, and its view then says so", "[kvcache]") {
+  ShmPool pool("evict");
+  Arena arena({pool.pool});
+  Seq s(arena);
+  s.append(tokens(64, 9));
+  s.fill_and_seal(2);
+  cxlpool_kv_handle_t h{};
+  REQUIRE(cxlpool_kv_seq_export(s.s, 0, &h) == CXLPOOL_OK);
+  int to_peer[2], from_peer[2];
+  REQUIRE(pipe(to_peer) == 0);
+  REQUIRE(pipe(from_peer) == 0);
+  const std::string peer = std::string(CXLPOOL_TEST_BINARY_DIR) + "/kv_peer";
+  const std::string handle_hex = hex(&h, sizeof h);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(to_peer[0], 0);
+    dup2(from_peer[1], 1);
+    close(to_peer[1]);
+    close(from_peer[0]);
+    execl(peer.c_str(), peer.c_str(), pool.device.c_str(), "late", handle_hex.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  close(to_peer[0]);
+  close(from_peer[1]);
+  FILE* in = fdopen(from_peer[0], "r");
+  char line[512] = {};
+  REQUIRE(std::fgets(line, sizeof line, in) != nullptr);
+  REQUIRE(std::string(line) == "held\n");
+  kill(pid, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // lease timeout 100 ms: recovered by the producer
+  kill(pid, SIGCONT);
+  REQUIRE(write(to_peer[1], "go\n", 3) == 3);
+  REQUIRE(std::fgets(line, sizeof line, in) != nullptr);
+  std::fclose(in);
+  close(to_peer[1]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  INFO("the consumer said: " << line);
+  CHECK(std::atoi(line) == CXLPOOL_E_EVICTED);
+}
