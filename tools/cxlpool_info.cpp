@@ -277,49 +277,7 @@ std::vector<PoolReport> find_pools(bool scan, const std::vector<std::string>& na
 // The length of the valid UTF-8 sequence at in[i], or 0 (lib/common/utf8.hpp, header-only).
 size_t utf8_length(const std::string& in, size_t i) { return cxlpool::detail::utf8_sequence(in, i); }
 
-// Code points that move the cursor, split a line or reorder text: C1 controls, line and
-// paragraph separators, bidirectional marks, embeddings, overrides and isolates.
-bool unsafe_code_point(const std::string& in, size_t i, size_t n, uint32_t* cp) {
-  const auto b = [&](size_t k) { return static_cast<uint32_t>(static_cast<unsigned char>(in[i + k])); };
-  if (n == 2)
-    *cp = ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
-  else if (n == 3)
-    *cp = ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
-  else
-    return false;
-  const uint32_t c = *cp;
-  return (c >= 0x80 && c <= 0x9F) || c == 0x061C || c == 0x200E || c == 0x200F || (c >= 0x2028 && c <= 0x202E) ||
-         (c >= 0x2066 && c <= 0x2069);
-}
-
-// Names and strings from pools (anyone may write them) as text that cannot move the cursor,
-// clear the screen, split a line or reorder what follows: control bytes, backslashes and bytes
-// that are not UTF-8 become \xNN / \\, the code points above \u{XXXX}.
-std::string printable(const std::string& in) {
-  std::string out;
-  for (size_t i = 0; i < in.size();) {
-    const size_t n = utf8_length(in, i);
-    const auto c = static_cast<unsigned char>(in[i]);
-    uint32_t cp = 0;
-    if (n > 1 && unsafe_code_point(in, i, n, &cp)) {
-      char buf[16];
-      std::snprintf(buf, sizeof buf, "\\u{%04X}", cp);
-      out += buf;
-      i += n;
-      continue;
-    }
-    if (n == 0 || c < 0x20 || c == 0x7F || c == '\\') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, c == '\\' ? "\\\\" : "\\x%02X", c);
-      out += buf;
-      ++i;
-    } else {
-      out.append(in, i, n);
-      i += n;
-    }
-  }
-  return out;
-}
+using cxlpool::detail::printable;  // names and strings from pools: anyone may write them
 
 const char* coherence_str(uint32_t c) {
   return c == CXLPOOL_COHERENCE_HOST ? "host" : c == CXLPOOL_COHERENCE_FABRIC ? "fabric" : "none";

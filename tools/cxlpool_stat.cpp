@@ -24,6 +24,7 @@
 
 #include "common/json.hpp"
 #include "common/parse.hpp"
+#include "common/utf8.hpp"  // header-only: printable()
 #include "stats/layout.hpp"
 #include "stats/schema.hpp"
 
@@ -526,7 +527,10 @@ std::string render_json(const Snapshot& s) {
 }
 
 // A label value in the text format: backslash, double quote and newline escaped.
-std::string label(const std::string& v) {
+// A Prometheus label value: the text made printable (valid UTF-8, no control bytes), then
+// escaped as the text format asks.
+std::string label(const std::string& raw) {
+  const std::string v = cxlpool::detail::printable(raw);
   std::string out;
   for (char c : v) {
     if (c == '\\' || c == '"')
@@ -592,7 +596,7 @@ std::string render_table(const Snapshot& s, const Snapshot* prev) {
   const double up =
       s.updated_realtime_ns > s.start_realtime_ns ? double(s.updated_realtime_ns - s.start_realtime_ns) / 1e9 : 0.0;
   snprintf(line, sizeof line, "cxlpool-stat: pid %d (%s), up %.1f s, updated %.1f s ago (every %u ms)%s\n", s.pid,
-           s.program.c_str(), up, age_s(s), s.interval_ms, stale(s) ? "  STALE" : "");
+           cxlpool::detail::printable(s.program).c_str(), up, age_s(s), s.interval_ms, stale(s) ? "  STALE" : "");
   out += line;
   const bool tiering = value_of(s, "tiering_running") != 0;
   if (tiering)
@@ -694,7 +698,7 @@ int list_processes() {
     if (open_page(int(pid), &m, &why) != kOk) continue;
     Snapshot s;
     if (take(m, &s, &why)) {
-      printf("%7ld  %-16s %s\n", pid, s.program.c_str(), stale(s) ? "stale" : "live");
+      printf("%7ld  %-16s %s\n", pid, cxlpool::detail::printable(s.program).c_str(), stale(s) ? "stale" : "live");
       ++found;
     }
     munmap(const_cast<uint8_t*>(m.base), m.bytes);

@@ -331,6 +331,7 @@ bool purge_everything() noexcept {
 }
 
 void* purger_main(void*) {
+  os::prim::block_async_signals(nullptr);    // the program's handlers run on its own threads
   if (g_enter_internal) g_enter_internal();  // the interposer: our own allocations are internal
   for (;;) {
     g_purge_requested.store(false, std::memory_order_relaxed);

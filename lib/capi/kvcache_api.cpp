@@ -55,18 +55,25 @@ constexpr size_t kQuarantine = 1024;
 std::mutex g_quarantine_mu;
 
 template <class Shell>
+std::deque<Shell*>* quarantine() noexcept {
+  static std::deque<Shell*>* retired = new (std::nothrow) std::deque<Shell*>;  // never destroyed
+  return retired;
+}
+
+template <class Shell>
 void retire(Shell* shell) noexcept {
-  static std::deque<Shell*>& retired = *new std::deque<Shell*>;  // never destroyed
   shell->magic = 0;
   std::lock_guard<std::mutex> lock(g_quarantine_mu);
+  std::deque<Shell*>* retired = quarantine<Shell>();
+  if (!retired) return;  // no room to remember it: leaked rather than freed under a stale pointer
   try {
-    retired.push_back(shell);
+    retired->push_back(shell);
   } catch (...) {
-    return;  // no room to remember it: leaked rather than freed under a caller's stale pointer
+    return;
   }
-  if (retired.size() > kQuarantine) {
-    delete retired.front();
-    retired.pop_front();
+  if (retired->size() > kQuarantine) {
+    delete retired->front();
+    retired->pop_front();
   }
 }
 

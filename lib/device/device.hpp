@@ -14,6 +14,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "backing/backing_spec.hpp"
 #include "backing/claim.hpp"
@@ -129,8 +130,11 @@ class Device {
   // under the same address (rebind.cpp): NUMA node to NUMA node by the kernel (mbind
   // MPOL_MF_MOVE, verified page by page); otherwise its committed bytes are copied into to's
   // storage mapped at a staging address, which then replaces the old mapping in one mremap.
-  // While the bytes are copied the range is read-only and writers wait in a write fence
-  // (os/write_fence.hpp): no write is lost. Capacity moves from this ledger to to's; the
+  // While the bytes are copied writers wait in a write fence (os/write_fence.hpp): no write is
+  // lost; the program's protections are kept, and ranges it made unreadable, registered with a
+  // userfaultfd of its own, or gave attributes a new mapping would lose (mlock, DONTDUMP,
+  // WIPEONFORK, DONTFORK) are NOT_SUPPORTED, as is a move the program disturbed (closed the
+  // fence's descriptor, changed protections). Capacity moves from this ledger to to's; the
   // reservation then belongs to to (commit, decommit, release go there). Statuses: OK;
   // NOT_FOUND (addr does not start a reservation here); NOT_SUPPORTED (memory shared with
   // other processes or forked children, ranges mapped with map_range, this device = to);
@@ -164,6 +168,13 @@ class Device {
   bool fork_needs_copy() const noexcept;
 
  private:
+  struct Run {
+    uint64_t lo, hi;  // byte offsets inside a reservation
+  };
+  struct Reservation;
+  // The copy half of move_reservation (rebind.cpp): stages, fences, copies, swaps.
+  cxlpool_status_t staged_copy(const Reservation& r, const std::vector<Run>& runs, Storage& dst, uint64_t new_offset,
+                               bool shared_mapping, size_t to_ps, DeviceError* err) noexcept;
   struct Reservation {
     uintptr_t addr = 0;
     size_t size = 0;  // device bytes mapped from addr

@@ -17,13 +17,168 @@
 #include "os/write_fence.hpp"
 
 namespace cxlpool::detail {
+
 namespace {
 
-struct Run {
-  uint64_t lo, hi;  // byte offsets inside the reservation
+namespace vmq = os::vm_query;
+
+// The range's protections now, as runs; NOT_SUPPORTED when it has too many to follow.
+int read_protections(uintptr_t b, uintptr_t e, std::vector<vmq::ProtRun>* out) noexcept {
+  try {
+    out->resize(64);
+    size_t n = 0;
+    for (int err; (err = vmq::protection_runs(b, e, out->data(), out->size(), &n));) {
+      if (err != ENOSPC || out->size() >= 65536) return err;
+      out->resize(out->size() * 4);
+    }
+    out->resize(n);
+  } catch (...) {
+    return ENOMEM;
+  }
+  return 0;
+}
+
+bool same_protections(const std::vector<vmq::ProtRun>& a, const std::vector<vmq::ProtRun>& b, int drop) noexcept {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].begin != b[i].begin || a[i].end != b[i].end ||
+        (a[i].prot < 0 ? a[i].prot : a[i].prot & ~drop) != b[i].prot)
+      return false;
+  return true;
+}
+
+// Holds every asynchronous signal away from this thread while a fence is up: a handler that
+// wrote the fenced range would wait on the fence this thread holds.
+struct AsyncSignalsHeld {
+  alignas(16) unsigned char saved[os::prim::kSignalMaskBytes];
+  AsyncSignalsHeld() noexcept { os::prim::block_async_signals(saved); }
+  ~AsyncSignalsHeld() { os::prim::restore_signals(saved); }
 };
 
 }  // namespace
+
+cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run>& runs, Storage& dst,
+                                     uint64_t new_offset, bool shared_mapping, size_t to_ps,
+                                     DeviceError* err) noexcept {
+  void* const addr = reinterpret_cast<void*>(r.addr);
+  // The range as the program has it, read before anything is mapped (a range that cannot
+  // move costs two /proc reads, not a staged copy): what it made unreadable is not ours to
+  // read, and attributes it set (mlock, MADV_DONTDUMP, WIPEONFORK, DONTFORK) would be lost
+  // with the mapping, so such ranges do not move; THP hints are carried over.
+  std::vector<vmq::ProtRun> prots, now;
+  if (int e = read_protections(r.addr, r.addr + r.size, &prots))
+    return device_failure(err, e == ENOSPC ? CXLPOOL_E_NOT_SUPPORTED : CXLPOOL_E_OS, e, "move: /proc/self/maps");
+  for (const Run& run : runs)
+    for (const auto& p : prots)
+      if (p.begin < r.addr + run.hi && r.addr + run.lo < p.end && (p.prot < 0 || !(p.prot & vmq::kRead)))
+        return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0,
+                              "move: the program made part of the range unreadable (its protections are kept: not "
+                              "moved)");
+  unsigned flags = 0;
+  if (int e = vmq::vma_flags(r.addr, r.addr + r.size, &flags))
+    return device_failure(err, CXLPOOL_E_OS, e, "move: /proc/self/smaps");
+  if (flags & (vmq::kVmLocked | vmq::kVmDontDump | vmq::kVmWipeOnFork | vmq::kVmDontCopy))
+    return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0,
+                          "move: the program set attributes on the range (mlock, MADV_DONTDUMP, MADV_WIPEONFORK or "
+                          "MADV_DONTFORK) that a new mapping would lose: not moved");
+  void* staging = nullptr;
+  if (int e = os::prim::reserve(r.size, to_ps, &staging))
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "move: staging address space");
+  auto* stage = static_cast<char*>(staging);
+  const bool shared_target = !dst.anonymous() && shared_mapping;
+  auto drop_staging = [&](cxlpool_status_t status, int e, const char* call) {
+    if (shared_target)
+      for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
+    os::prim::unmap(staging, r.size);
+    return device_failure(err, status, e, call);
+  };
+  if (int e = dst.map(staging, r.size, new_offset, shared_mapping)) {
+    os::prim::unmap(staging, r.size);
+    return device_failure(err, CXLPOOL_E_OS, e, "move: mapping the target");
+  }
+  // Every target page is faulted in before the fence goes up, in one call per run (much
+  // cheaper than a fault per page during the copy, and the fenced window only copies).
+  for (const Run& run : runs) {
+    if (int e = os::prim::protect(stage + run.lo, run.hi - run.lo, true))
+      return drop_staging(CXLPOOL_E_OS, e, "move: mprotect(staging)");
+    // Target memory on a size-limited filesystem is allocated before anything is copied,
+    // so a full one is CAPACITY here rather than SIGBUS in the copy (as in commit()).
+    int e = os::prim::populate_write(stage + run.lo, run.hi - run.lo);
+    if (e && e != EINVAL)  // EINVAL: a kernel before 5.14, the copy faults them in
+      return drop_staging(e == ENOMEM || e == EFAULT ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e,
+                          "move: madvise(POPULATE_WRITE)");
+  }
+  if (flags & (vmq::kVmNoHugePage | vmq::kVmHugePage))
+    os::prim::advise_thp(staging, r.size, (flags & vmq::kVmHugePage) != 0);
+  // Fence the writers: by userfaultfd where it can be had (writers and system calls wait in
+  // the kernel), else read-only pages and the SIGSEGV handler.
+  AsyncSignalsHeld held;
+  os::write_fence::UffdFence uf;
+  int slot = -1;
+  const int fe = os::write_fence::raise_uffd(addr, r.size, &uf);
+  if (fe == EBUSY)
+    return drop_staging(CXLPOOL_E_NOT_SUPPORTED, fe,
+                        "move: the range is registered with a userfaultfd of the program's (not taken over)");
+  const bool by_uffd = fe == 0;
+  if (!by_uffd) {
+    if (int e = os::write_fence::raise(addr, r.size, &slot))
+      return drop_staging(e == EBUSY ? CXLPOOL_E_NOT_SUPPORTED : CXLPOOL_E_OS, e,
+                          e == EBUSY ? "move: no userfaultfd here, and the program replaced cxlpool's SIGSEGV "
+                                       "handler (write fences need one or the other)"
+                                     : "move: write fence");
+    for (const auto& p : prots)
+      if (p.prot > 0 && (p.prot & vmq::kWrite))
+        os::prim::protect_prot(reinterpret_cast<void*>(p.begin), p.end - p.begin, p.prot & ~vmq::kWrite);
+  }
+  auto lift_in_place = [&] {
+    if (by_uffd) {
+      os::write_fence::lift_uffd_in_place(uf);
+      return;
+    }
+    for (const auto& p : prots)
+      if (p.prot > 0 && (p.prot & vmq::kWrite))
+        os::prim::protect_prot(reinterpret_cast<void*>(p.begin), p.end - p.begin, p.prot);
+    os::write_fence::lift(slot);
+  };
+  // The copy reads as the kernel does for another process: a page the program makes
+  // unreadable meanwhile is an error here, not a fault in cxlpool's thread.
+  const auto* from = static_cast<const char*>(addr);
+  for (const Run& run : runs)
+    if (int e = os::prim::copy_checked(stage + run.lo, from + run.lo, run.hi - run.lo)) {
+      lift_in_place();
+      return drop_staging(CXLPOOL_E_NOT_SUPPORTED, e,
+                          "move: the program made part of the range unreadable while it moved (not moved)");
+    }
+  // Nothing may have changed under the fence: the program's protections (mprotect is not held
+  // by it), and the fence itself (a program that closes cxlpool's userfaultfd releases it).
+  const bool protections_kept =
+      read_protections(r.addr, r.addr + r.size, &now) == 0 && same_protections(prots, now, by_uffd ? 0 : vmq::kWrite);
+  if (!protections_kept || (by_uffd && !os::write_fence::uffd_fence_intact(uf))) {
+    lift_in_place();
+    return drop_staging(CXLPOOL_E_NOT_SUPPORTED, 0,
+                        protections_kept
+                            ? "move: the program closed cxlpool's userfaultfd while the range moved (not "
+                              "moved; its writes went to the old pages, which stay)"
+                            : "move: the program changed the range's protections while it moved (not moved)");
+  }
+  // The new mapping gets the program's protections where they differ from read-write.
+  for (const auto& p : prots) {
+    if (p.prot == (vmq::kRead | vmq::kWrite)) continue;
+    const uint64_t lo = p.begin - r.addr, hi = p.end - r.addr;
+    bool committed = false;
+    for (const Run& run : runs) committed |= run.lo < hi && lo < run.hi;
+    if (committed) os::prim::protect_prot(stage + lo, hi - lo, p.prot);
+  }
+  if (int e = os::prim::move_mapping(staging, r.size, addr)) {
+    lift_in_place();
+    return drop_staging(CXLPOOL_E_OS, e, "move: mremap");
+  }
+  if (by_uffd)
+    os::write_fence::lift_uffd_replaced(uf);
+  else
+    os::write_fence::lift(slot);
+  return CXLPOOL_OK;
+}
 
 cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* report, DeviceError* err) noexcept {
   MoveReport local;
@@ -101,113 +256,11 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
     out.by_kernel = true;
     out.pages_left_behind = left;
   } else {
-    void* staging = nullptr;
-    if (int e = os::prim::reserve(r.size, to_ps, &staging)) {
+    if (cxlpool_status_t st = staged_copy(r, runs, *dst, new_offset, to.mapped_shared(moved), to_ps, err)) {
       undo_entry();
       give_back();
-      return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "move: staging address space");
+      return st;
     }
-    auto drop_staging = [&](cxlpool_status_t status, int e, const char* call) {
-      os::prim::unmap(staging, r.size);
-      undo_entry();
-      give_back();
-      return device_failure(err, status, e, call);
-    };
-    if (int e = dst->map(staging, r.size, new_offset, to.mapped_shared(moved)))
-      return drop_staging(CXLPOOL_E_OS, e, "move: mapping the target");
-    auto* stage = static_cast<char*>(staging);
-    // Every target page is faulted in before the fence goes up, in one call per run (much
-    // cheaper than a fault per page during the copy, and the fenced window only copies).
-    const bool shared_target = !dst->anonymous() && to.mapped_shared(moved);
-    for (const Run& run : runs) {
-      if (int e = os::prim::protect(stage + run.lo, run.hi - run.lo, true))
-        return drop_staging(CXLPOOL_E_OS, e, "move: mprotect(staging)");
-      // Target memory on a size-limited filesystem is allocated before anything is copied,
-      // so a full one is CAPACITY here rather than SIGBUS in the copy (as in commit()).
-      int e = os::prim::populate_write(stage + run.lo, run.hi - run.lo);
-      if (e && e != EINVAL) {  // EINVAL: a kernel before 5.14, the copy faults them in
-        if (shared_target) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
-        return drop_staging(e == ENOMEM || e == EFAULT ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e,
-                            "move: madvise(POPULATE_WRITE)");
-      }
-    }
-    // The program's protections of the range (kept on the new mapping); what it made
-    // unreadable is not ours to read, so the range does not move.
-    std::vector<os::vm_query::ProtRun> prots(64);
-    size_t nprot = 0;
-    for (int e; (e = os::vm_query::protection_runs(r.addr, r.addr + r.size, prots.data(), prots.size(), &nprot));) {
-      if (e != ENOSPC || prots.size() >= 65536) {
-        if (shared_target)
-          for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
-        return drop_staging(e == ENOSPC ? CXLPOOL_E_NOT_SUPPORTED : CXLPOOL_E_OS, e, "move: /proc/self/maps");
-      }
-      prots.resize(prots.size() * 4);
-    }
-    prots.resize(nprot);
-    for (const Run& run : runs)
-      for (const auto& p : prots)
-        if (p.begin < r.addr + run.hi && r.addr + run.lo < p.end && (p.prot < 0 || !(p.prot & os::vm_query::kRead))) {
-          if (shared_target)
-            for (const Run& x : runs) os::prim::advise_remove(stage + x.lo, x.hi - x.lo);
-          return drop_staging(CXLPOOL_E_NOT_SUPPORTED, 0,
-                              "move: the program made part of the range unreadable (its protections are kept: not "
-                              "moved)");
-        }
-    // Fence the writers: by userfaultfd where it can be had (writers and system calls wait in
-    // the kernel), else read-only pages and the SIGSEGV handler.
-    os::write_fence::UffdFence uf;
-    int slot = -1;
-    int fe = os::write_fence::raise_uffd(addr, r.size, &uf);
-    if (fe == EBUSY) {
-      if (shared_target)
-        for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
-      return drop_staging(CXLPOOL_E_NOT_SUPPORTED, fe,
-                          "move: the range is registered with a userfaultfd of the program's (not taken over)");
-    }
-    const bool by_uffd = fe == 0;
-    auto* from = static_cast<char*>(addr);
-    if (!by_uffd) {
-      if (int e = os::write_fence::raise(addr, r.size, &slot)) {
-        if (shared_target)
-          for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
-        return drop_staging(e == EBUSY ? CXLPOOL_E_NOT_SUPPORTED : CXLPOOL_E_OS, e,
-                            e == EBUSY ? "move: no userfaultfd here, and the program replaced cxlpool's SIGSEGV "
-                                         "handler (write fences need one or the other)"
-                                       : "move: write fence");
-      }
-      for (const auto& p : prots)
-        if (p.prot & os::vm_query::kWrite)
-          os::prim::protect_prot(reinterpret_cast<void*>(p.begin), p.end - p.begin, p.prot & ~os::vm_query::kWrite);
-    }
-    auto restore_source = [&] {
-      if (by_uffd) {
-        os::write_fence::lift_uffd_in_place(uf);
-        return;
-      }
-      for (const auto& p : prots)
-        if (p.prot & os::vm_query::kWrite)
-          os::prim::protect_prot(reinterpret_cast<void*>(p.begin), p.end - p.begin, p.prot);
-      os::write_fence::lift(slot);
-    };
-    for (const Run& run : runs) std::memcpy(stage + run.lo, from + run.lo, run.hi - run.lo);
-    // The new mapping gets the program's protections where they differ from read-write.
-    for (const auto& p : prots) {
-      if (p.prot == (os::vm_query::kRead | os::vm_query::kWrite)) continue;
-      const uint64_t lo = p.begin - r.addr, hi = p.end - r.addr;
-      bool committed = false;
-      for (const Run& run : runs) committed |= run.lo < hi && lo < run.hi;
-      if (committed) os::prim::protect_prot(stage + lo, hi - lo, p.prot);
-    }
-    if (int e = os::prim::move_mapping(staging, r.size, addr)) {
-      restore_source();
-      if (shared_target)
-        for (const Run& run : runs) os::prim::advise_remove(stage + run.lo, run.hi - run.lo);
-      return drop_staging(CXLPOOL_E_OS, e, "move: mremap");
-    }
-    if (by_uffd)
-      os::write_fence::lift_uffd_replaced(uf);
-    else
-      os::write_fence::lift(slot);
     // The source's memory: anonymous and private pages went with the old mapping; pages of a
     // shared file mapping stay in the file until punched out.
     if (!src.anonymous() && mapped_shared(r) && caps_.decommit_frees_memory && src.valid_fd() >= 0)

@@ -10,6 +10,7 @@
 
 #include "common/error.hpp"
 #include "os/prim.hpp"
+#include "os/write_fence.hpp"
 
 namespace cxlpool::detail::registry {
 namespace {
@@ -126,6 +127,7 @@ void fork_parent() noexcept {
 
 void fork_child() noexcept {
   if (g_wait_for_child) __atomic_store_n(&g_sync->child_pid, os::prim::process_id(), __ATOMIC_SEQ_CST);
+  os::write_fence::forget_fences_in_fork_child();  // the child never holds the parent's fences up
   if (g_devices)
     for (Entry& e : *g_devices) {
       char message[512];

@@ -24,6 +24,11 @@ int map_anonymous_fixed(void* addr, size_t size, bool shared) noexcept;
 int map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset, bool shared) noexcept;
 int protect(void* addr, size_t size, bool read_write) noexcept;
 int protect_read_only(void* addr, size_t size) noexcept;
+// Copies len bytes from src to dst of this process as the kernel reads memory for another
+// process (process_vm_readv): a source page that is not readable (now) is EFAULT, not a fault.
+int copy_checked(void* dst, const void* src, size_t len) noexcept;
+// madvise(MADV_HUGEPAGE) when huge, else MADV_NOHUGEPAGE.
+int advise_thp(void* addr, size_t size, bool huge) noexcept;
 // mprotect with read (1), write (2) and execute (4) bits, as os::vm_query reports them.
 int protect_prot(void* addr, size_t size, int prot) noexcept;
 int advise_dontneed(void* addr, size_t size) noexcept;  // drops this mapping's pages
@@ -79,6 +84,11 @@ bool child_gone(int pid) noexcept;
 // Blocks every signal on the calling thread; the old mask goes to *saved (sigset_t storage).
 void block_signals(void* saved) noexcept;
 void restore_signals(const void* saved) noexcept;
+// Blocks every signal but the synchronous ones (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP,
+// SIGSYS) on the calling thread (the old mask to *saved when given): cxlpool's own threads
+// never run the program's handlers, and a thread holding a write fence never runs one that
+// might write the fenced memory and wait on itself.
+void block_async_signals(void* saved) noexcept;
 inline constexpr size_t kSignalMaskBytes = 128;
 // Copies [addr, addr+len) of the current mapping into fresh private anonymous memory that
 // replaces it at the same address (mremap), keeping the data and read/write access.

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,6 +82,28 @@ int protect(void* addr, size_t size, bool read_write) noexcept {
 }
 
 int protect_read_only(void* addr, size_t size) noexcept { return mprotect(addr, size, PROT_READ) == 0 ? 0 : errno; }
+
+int copy_checked(void* dst, const void* src, size_t len) noexcept {
+  auto* d = static_cast<char*>(dst);
+  auto* sp = static_cast<const char*>(src);
+  while (len) {
+    iovec local{d, len}, remote{const_cast<char*>(sp), len};
+    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    if (n == 0) return EFAULT;
+    d += n;
+    sp += n;
+    len -= size_t(n);
+  }
+  return 0;
+}
+
+int advise_thp(void* addr, size_t size, bool huge) noexcept {
+  return madvise(addr, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE) == 0 ? 0 : errno;
+}
 
 int protect_prot(void* addr, size_t size, int prot) noexcept {
   const int p = (prot & 1 ? PROT_READ : 0) | (prot & 2 ? PROT_WRITE : 0) | (prot & 4 ? PROT_EXEC : 0);
@@ -236,6 +259,13 @@ void block_signals(void* saved) noexcept {
 
 void restore_signals(const void* saved) noexcept {
   pthread_sigmask(SIG_SETMASK, static_cast<const sigset_t*>(saved), nullptr);
+}
+
+void block_async_signals(void* saved) noexcept {
+  sigset_t set;
+  sigfillset(&set);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) sigdelset(&set, sig);
+  pthread_sigmask(SIG_BLOCK, &set, static_cast<sigset_t*>(saved));
 }
 
 int replace_with_private_copy(void* addr, size_t len) noexcept {

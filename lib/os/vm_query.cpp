@@ -27,12 +27,11 @@ bool parse_hex(const char*& p, const char* end, uintptr_t* out) noexcept {
   return p != start;
 }
 
-// Calls each(lo, hi, perms) for every mapping of /proc/self/maps that overlaps [begin, end),
-// in ascending order (perms: the 4-letter "rwxp" field); each returns false to stop. 0 or an
-// errno.
-template <class Each>
-int for_each_mapping(uintptr_t begin, uintptr_t end, Each&& each) noexcept {
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+// Calls line(begin, end) for every line of the file at path (without its newline), in order;
+// line returns false to stop. 0 or an errno.
+template <class Line>
+int for_each_line(const char* path, Line&& line) noexcept {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return errno;
   char buf[16384];
   size_t have = 0;
@@ -52,24 +51,16 @@ int for_each_mapping(uintptr_t begin, uintptr_t end, Each&& each) noexcept {
     // Whole lines in buf[0, have).
     size_t used = 0;
     for (;;) {
-      const char* line = buf + used;
-      const char* nl = static_cast<const char*>(memchr(line, '\n', have - used));
+      const char* l = buf + used;
+      const char* nl = static_cast<const char*>(memchr(l, '\n', have - used));
       if (!nl) {
         if (eof && used < have)
           nl = buf + have;  // a last line without its newline
         else
           break;
       }
-      const char* p = line;
-      uintptr_t lo = 0, hi = 0;
-      bool ok = parse_hex(p, nl, &lo) && p < nl && *p++ == '-' && parse_hex(p, nl, &hi) && p + 5 <= nl && *p++ == ' ';
       used = size_t(nl - buf) + (nl < buf + have ? 1 : 0);
-      if (!ok) continue;
-      if (lo >= end) {
-        done = true;
-        break;
-      }
-      if (hi > begin && !each(lo < begin ? begin : lo, hi > end ? end : hi, p)) {
+      if (!line(l, nl)) {
         done = true;
         break;
       }
@@ -87,7 +78,56 @@ int for_each_mapping(uintptr_t begin, uintptr_t end, Each&& each) noexcept {
   return result;
 }
 
+// A mapping's header line of /proc/self/maps or smaps: "lo-hi perms ...". perms points at
+// its 4-letter "rwxp" field.
+bool parse_mapping(const char* p, const char* nl, uintptr_t* lo, uintptr_t* hi, const char** perms) noexcept {
+  bool ok = parse_hex(p, nl, lo) && p < nl && *p++ == '-' && parse_hex(p, nl, hi) && p + 5 <= nl && *p++ == ' ';
+  *perms = p;
+  return ok;
+}
+
+// Calls each(lo, hi, perms) for every mapping of /proc/self/maps that overlaps [begin, end),
+// in ascending order, clipped to it; each returns false to stop. 0 or an errno.
+template <class Each>
+int for_each_mapping(uintptr_t begin, uintptr_t end, Each&& each) noexcept {
+  return for_each_line("/proc/self/maps", [&](const char* p, const char* nl) {
+    uintptr_t lo = 0, hi = 0;
+    const char* perms = nullptr;
+    if (!parse_mapping(p, nl, &lo, &hi, &perms)) return true;
+    if (lo >= end) return false;
+    return hi <= begin || each(lo < begin ? begin : lo, hi > end ? end : hi, perms);
+  });
+}
+
 }  // namespace
+
+int vma_flags(uintptr_t begin, uintptr_t end, unsigned* out) noexcept {
+  *out = 0;
+  bool inside = false;
+  return for_each_line("/proc/self/smaps", [&](const char* p, const char* nl) {
+    uintptr_t lo = 0, hi = 0;
+    const char* perms = nullptr;
+    if (parse_mapping(p, nl, &lo, &hi, &perms)) {
+      if (lo >= end) return false;
+      inside = hi > begin;
+      return true;
+    }
+    if (!inside || nl - p < 8 || memcmp(p, "VmFlags:", 8) != 0) return true;
+    for (const char* c = p + 8; c + 2 <= nl; ++c) {
+      if (c[0] == ' ') continue;
+      struct Code {
+        char a, b;
+        unsigned flag;
+      };
+      static constexpr Code kCodes[] = {{'l', 'o', kVmLocked},   {'d', 'd', kVmDontDump},   {'w', 'f', kVmWipeOnFork},
+                                        {'d', 'c', kVmDontCopy}, {'n', 'h', kVmNoHugePage}, {'h', 'g', kVmHugePage}};
+      for (const Code& k : kCodes)
+        if (c[0] == k.a && c[1] == k.b && (c + 2 == nl || c[2] == ' ')) *out |= k.flag;
+      while (c < nl && *c != ' ') ++c;
+    }
+    return true;
+  });
+}
 
 int read_write_runs(uintptr_t begin, uintptr_t end, Run* out, size_t cap, size_t* n) noexcept {
   *n = 0;

@@ -29,6 +29,12 @@ struct ProtRun {
 };
 int protection_runs(uintptr_t begin, uintptr_t end, ProtRun* out, size_t cap, size_t* n) noexcept;
 
+// Attributes the program may have set on the mappings overlapping [begin, end), from the
+// VmFlags of /proc/self/smaps (read up to the range only): OR of these.
+inline constexpr unsigned kVmLocked = 1, kVmDontDump = 2, kVmWipeOnFork = 4, kVmDontCopy = 8, kVmNoHugePage = 16,
+                          kVmHugePage = 32;
+int vma_flags(uintptr_t begin, uintptr_t end, unsigned* out) noexcept;
+
 // perf_event_open of a user-space hardware event (PERF_TYPE_HARDWARE, CPU cycles) for this
 // thread, closed at once: 0 when it opens, else its errno (ENOENT: no PMU exposed to this
 // kernel, e.g. a VM without a virtual PMU; EACCES/EPERM: kernel.perf_event_paranoid).

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <mutex>
+#include <new>
 
 #include "os/prim.hpp"
 #include "os/uffd.hpp"
@@ -41,20 +42,48 @@ struct sigaction g_previous {};
 __attribute__((tls_model("initial-exec"))) thread_local uintptr_t tl_retried_addr = 0;
 __attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_retried_lifts = 0;
 
+// The signal this thread is handing to the program's handler, and this handler's frame then:
+// when that handler chains back to ours (it saved ours as the one it replaced), the same
+// siginfo arrives deeper on the same stack. A handler that leaves by siglongjmp leaves these
+// set; a later fault has its own siginfo, or one at the same place with ours above it again.
+__attribute__((tls_model("initial-exec"))) thread_local const siginfo_t* tl_chained_info = nullptr;
+__attribute__((tls_model("initial-exec"))) thread_local uintptr_t tl_chained_frame = 0;
+
+uintptr_t frame_here() noexcept { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
+
+bool called_back(const siginfo_t* info) noexcept { return info == tl_chained_info && frame_here() < tl_chained_frame; }
+
+// Calls the program's handler, marking the signal as handed on while it runs.
+template <typename Call>
+void chain(const siginfo_t* info, Call&& call) {
+  const siginfo_t* const outer_info = tl_chained_info;
+  const uintptr_t outer_frame = tl_chained_frame;
+  tl_chained_info = info;
+  tl_chained_frame = frame_here();
+  call();
+  tl_chained_info = outer_info;
+  tl_chained_frame = outer_frame;
+}
+
+void default_action(int sig, bool sent) {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  if (sent) ::raise(sig);  // pending while this handler runs; terminates when it returns
+}
+
 void pass_on(int sig, siginfo_t* info, void* context) {
   g_passed_on.fetch_add(1, std::memory_order_relaxed);
   const struct sigaction prev = g_previous;
   if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction) {
-    prev.sa_sigaction(sig, info, context);
+    chain(info, [&] { prev.sa_sigaction(sig, info, context); });
   } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler) {
-    prev.sa_handler(sig);
+    chain(info, [&] { prev.sa_handler(sig); });
   } else {
     // Default action: restore it and return; the instruction faults again and the program
     // terminates (with a core) exactly as it would have without us.
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    sigaction(sig, &dfl, nullptr);
+    default_action(sig, false);
   }
 }
 
@@ -149,8 +178,35 @@ TrapVerdict on_trap_fault(uintptr_t addr) noexcept {
   }
 }
 
+// A SIGSEGV another process or the program itself sent (kill, raise, sigqueue: si_code <= 0)
+// is no fault of ours: the program's handler gets it, or its disposition applies.
+void pass_on_sent(int sig, siginfo_t* info, void* context) {
+  g_passed_on.fetch_add(1, std::memory_order_relaxed);
+  const struct sigaction prev = g_previous;
+  if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction) {
+    chain(info, [&] { prev.sa_sigaction(sig, info, context); });
+  } else if (prev.sa_handler == SIG_IGN) {
+  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler) {
+    chain(info, [&] { prev.sa_handler(sig); });
+  } else {
+    default_action(sig, true);  // the signal again, with the default disposition
+  }
+}
+
 void on_segv(int sig, siginfo_t* info, void* context) {
   const int saved_errno = errno;
+  if (called_back(info)) {
+    // The program's handler, given this signal by us, gave it back (its "previous" is ours):
+    // the disposition before both of us is not known, so the default one applies.
+    default_action(sig, info->si_code <= 0);
+    errno = saved_errno;
+    return;
+  }
+  if (info->si_code <= 0) {
+    pass_on_sent(sig, info, context);
+    errno = saved_errno;
+    return;
+  }
   const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
   for (Fence& f : g_fences) {
     const uint32_t s = f.seq.load(std::memory_order_acquire);
@@ -184,15 +240,25 @@ void on_segv(int sig, siginfo_t* info, void* context) {
 
 bool g_installed_once = false;  // g_install_mu
 
-// Installs on_segv in front of whatever handles SIGSEGV now, once. EBUSY when the program has
-// replaced it since: ours is not put back in front (a handler that chains to the one it
-// replaced would then call ours, and ours it, forever).
+bool same_disposition(const struct sigaction& a, const struct sigaction& b) noexcept {
+  if ((a.sa_flags & SA_SIGINFO) != (b.sa_flags & SA_SIGINFO)) return false;
+  return (a.sa_flags & SA_SIGINFO) ? a.sa_sigaction == b.sa_sigaction : a.sa_handler == b.sa_handler;
+}
+
+// Installs on_segv in front of whatever handles SIGSEGV now. EBUSY when the program has
+// replaced ours since with a handler of its own: ours is not put back in front (a handler that
+// chains to the one it replaced would then call ours, and ours it). Put back in front are only
+// dispositions nothing can chain from (SIG_DFL, SIG_IGN) and the very handler ours was in
+// front of before (a program that saved its disposition and restored it, as test frameworks
+// do); if that one chains to ours meanwhile, called_back() ends the loop.
 int ensure_installed() noexcept {
   std::lock_guard<std::mutex> lock(g_install_mu);
   struct sigaction current {};
   if (sigaction(SIGSEGV, nullptr, &current) != 0) return errno;
   if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_segv) return 0;
-  if (g_installed_once) return EBUSY;
+  const bool no_handler =
+      !(current.sa_flags & SA_SIGINFO) && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN);
+  if (g_installed_once && !no_handler && !same_disposition(current, g_previous)) return EBUSY;
   g_installed_once = true;
   struct sigaction ours {};
   ours.sa_sigaction = on_segv;
@@ -260,7 +326,9 @@ int fence_uffd() noexcept {
   if (g_uffd_failed) return -g_uffd_failed;
   uffd::WpAsync u;
   if (int e = uffd::open_wp_sync(&u)) {
-    g_uffd_failed = e;
+    // What cannot change in this process is remembered (no userfaultfd, refused, a kernel
+    // without the features); running out of descriptors or memory is tried again next time.
+    if (e != EMFILE && e != ENFILE && e != ENOMEM && e != EAGAIN && e != EINTR) g_uffd_failed = e;
     return -e;
   }
   u.fd = prim::move_fd_high(u.fd);
@@ -302,6 +370,18 @@ void lift_uffd_in_place(const UffdFence& f) noexcept {
   if (!ours(f.fd, f.dev, f.ino)) return;
   uffd::write_protect(f.fd, f.addr, f.len, false);  // wakes the waiting writers
   uffd::unregister(f.fd, f.addr, f.len);
+}
+
+bool uffd_fence_intact(const UffdFence& f) noexcept { return ours(f.fd, f.dev, f.ino); }
+
+void forget_fences_in_fork_child() noexcept {
+  // Single-threaded here (the atfork child handler): no lock is needed, and g_uffd_mu may be
+  // a copy held by a thread of the parent.
+  new (&g_uffd_mu) std::mutex();
+  if (g_uffd >= 0 && ours(g_uffd, g_uffd_id.dev, g_uffd_id.ino)) prim::close_fd(g_uffd);
+  g_uffd = -1;
+  g_uffd_failed = 0;
+  g_uffd_pid = prim::process_id();
 }
 
 bool uffd_user_mode_only() noexcept {

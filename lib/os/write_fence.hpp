@@ -19,10 +19,13 @@
 // The same handler serves the sampling traps of the "sample" hotness monitor (below): pages
 // made PROT_NONE on purpose whose first touch is counted and undone. One handler, two tables:
 // a process has one SIGSEGV disposition, and both must chain to the program's. Ours is put in
-// front once; a program that replaces it later is not fought (putting ours back in front of a
-// handler that chains to ours would make the two call each other forever): from then on
-// raise() and sample_trap::arm() refuse (EBUSY), and the program's handler, which comes
-// first, should chain to the one it replaced.
+// front of the program's; a program that replaces it later with a handler of its own is not
+// fought (putting ours back in front of a handler that chains to ours would make the two call
+// each other forever): from then on raise() and sample_trap::arm() refuse (EBUSY), and the
+// program's handler, which comes first, should chain to the one it replaced. Ours goes back in
+// front only of SIG_DFL/SIG_IGN or of the handler it was in front of before (a disposition
+// saved and restored, as test frameworks do); a handler that gives our signal back to us ends
+// in the default action, never in a loop.
 #pragma once
 
 #include <cstddef>
@@ -56,6 +59,13 @@ void lift_uffd_replaced(const UffdFence& f) noexcept;
 // Lifts a fence whose mapping is still there (a failed move): un-protects, which wakes the
 // writers, and unregisters.
 void lift_uffd_in_place(const UffdFence& f) noexcept;
+// Whether the fence still holds: its descriptor is still ours (a program that closed it has
+// released the registration, and writers went on). Checked right before the mapping is
+// swapped: a close after that check and before the swap is the one window left.
+bool uffd_fence_intact(const UffdFence& f) noexcept;
+// In a fork child (atfork): the parent's fence descriptor is closed (if the number is still
+// ours) so that the child never keeps the parent's fences up by holding it.
+void forget_fences_in_fork_child() noexcept;
 // Whether the fences' userfaultfd is UFFD_USER_MODE_ONLY (system calls writing a fenced range
 // get EFAULT); false before the first uffd fence.
 bool uffd_user_mode_only() noexcept;

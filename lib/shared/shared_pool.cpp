@@ -593,6 +593,7 @@ void SharedPool::start_heartbeat() {
 
 void SharedPool::start_heartbeat_thread() {
   heartbeat_thread_ = std::make_unique<std::thread>([this] {
+    os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
     std::unique_lock<std::mutex> lock(hb_mu_);
     while (!hb_stop_) {
       lock.unlock();

@@ -170,6 +170,7 @@ void publish_locked() {
 }
 
 void run() {
+  os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
   pthread_mutex_lock(&g_state_mu);
   while (!g_stopping) {
     pthread_mutex_unlock(&g_state_mu);

@@ -17,6 +17,7 @@
 #include "common/json.hpp"
 #include "config/options.hpp"
 #include "os/os.hpp"
+#include "os/prim.hpp"
 #include "tiering/counters.hpp"
 #include "tiering/monitor.hpp"
 #include "tiering/monitor_sample.hpp"
@@ -171,6 +172,10 @@ class Engine final : public HeatSink {
     // made from, and the weight of the last one (sampled estimates are noisy: see noise()).
     double spread = 0, weight = 1;
     uint64_t moved_at = 0, judged_at = 0;
+    // A unit whose moves are refused (the program's protections or attributes, its own
+    // userfaultfd: NOT_SUPPORTED) is left alone until then, twice as long after each refusal.
+    uint64_t refused_until = 0;
+    unsigned refusals = 0;
     int pin = -1;
   };
 
@@ -189,6 +194,7 @@ class Engine final : public HeatSink {
   }
 
   void run() {
+    os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
     alloc::enter_internal_scope();
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
@@ -413,7 +419,9 @@ class Engine final : public HeatSink {
   // `weight` each, from their weighted variance.
   static double noise(const State& s) { return std::sqrt(s.spread * s.weight / (2 - s.weight)); }
 
-  bool settled(const State& s, uint64_t now) const { return s.moved_at && now - s.moved_at < cfg_.min_residence_ns; }
+  bool settled(const State& s, uint64_t now) const {
+    return (s.moved_at && now - s.moved_at < cfg_.min_residence_ns) || now < s.refused_until;
+  }
 
   // Moves s to device `to`: OK, or why not (BUSY: the budget is spent; NOT_SUPPORTED: the
   // kernel's; the move's own status).
@@ -433,13 +441,22 @@ class Engine final : public HeatSink {
     c.moves.add(1);
     if (st != CXLPOOL_OK) {
       c.move_failures.add(1);
-      c.pgmigrate_fail.add(s.committed / kPage);
+      if (st == CXLPOOL_E_NOT_SUPPORTED) {
+        // Refused before any page was copied: no migration failed. Back off: 1 s (or
+        // min_residence), doubling, at most a minute.
+        const uint64_t base = std::max<uint64_t>(cfg_.min_residence_ns, 1'000'000'000);
+        s.refused_until = now + std::min<uint64_t>(base << std::min(s.refusals, 6u), 60'000'000'000);
+        ++s.refusals;
+      } else {
+        c.pgmigrate_fail.add(s.committed / kPage);
+      }
       s.moved_at = now;  // not retried before min_residence (the promote loop retries once after making room)
       std::lock_guard<std::mutex> lock(view_mu_);
       last_error_ = why;
       return st;
     }
     s.moved_at = now;
+    s.refusals = 0;
     spent_ += result.bytes;
     tokens_ -= std::min(tokens_, result.bytes);
     s.resident = to;
@@ -703,6 +720,7 @@ void pin(const void* p, size_t len, int tier) {
                                          std::to_string(kMaxTiers - 1) + ", or -1 to unpin)");
   auto a = reinterpret_cast<uintptr_t>(p);
   if (a + len < a) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: range wraps around");
+  counters().pins.add(1);  // calls with valid arguments, refused ones too
   // A running engine's monitors stop watching a unit while it moves (as for the engine's own
   // moves): the engine stays while this pin runs.
   std::lock_guard<std::mutex> engine_lock(g_engine_mu);
@@ -756,6 +774,7 @@ void pin(const void* p, size_t len, int tier) {
       c.moves.add(1);
       if (st != CXLPOOL_OK) {
         c.move_failures.add(1);
+        if (st != CXLPOOL_E_NOT_SUPPORTED) c.pgmigrate_fail.add(u.committed / kPage);
         fail(st, "cxlpool_pin: " + why);
       }
       const bool promote = tier_of(u.pool, to) < tier_of(u.pool, u.resident);
@@ -768,7 +787,6 @@ void pin(const void* p, size_t len, int tier) {
     else
       pins_table()[u.ref.base] = {u.ref.serial, tier};
   }
-  counters().pins.v.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::string stats_json() {

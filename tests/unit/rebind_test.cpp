@@ -4,16 +4,23 @@
 // see no torn record while their memory moves 1,000 times; refusals leave everything as it
 // was; a fault outside every fence still reaches the program's own SIGSEGV handler, and a
 // handler the program installs later is not fought; threads blocking SIGSEGV, system calls
-// writing the range and the program's page protections survive moves.
+// writing the range and the program's page protections survive moves; a hostile program
+// (handlers writing the range, descriptors closed under the fence, mprotect racing the copy,
+// mlock and madvise tags) loses nothing and gets a refusal that names why.
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -228,7 +235,18 @@ TEST_CASE("a fault outside every fence reaches the program's handler, or kills a
   REQUIRE(waitpid(child, &status, 0) == child);
   CHECK(WIFSIGNALED(status));
   CHECK(WTERMSIG(status) == SIGSEGV);
-  // The program's handler, installed before ours: faults outside the fence reach it.
+  // The program's handler, installed before ours, in a process where ours was never
+  // installed (this one has had ours in front of Catch2's handler).
+  CHECK(run_fresh("fresh process: faults outside the fence reach the program's handler installed before ours"));
+  munmap(fenced, 4096);
+  munmap(guard, 4096);
+}
+
+TEST_CASE("fresh process: faults outside the fence reach the program's handler installed before ours", "[.][fresh]") {
+  void* fenced = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(fenced != MAP_FAILED);
+  REQUIRE(guard != MAP_FAILED);
   struct sigaction prog {
   }, saved{};
   prog.sa_handler = program_handler;
@@ -240,9 +258,96 @@ TEST_CASE("a fault outside every fence reaches the program's handler, or kills a
   if (sigsetjmp(g_jump, 1) == 0) *static_cast<volatile char*>(guard) = 1;
   CHECK(g_program_handler_ran == 1);
   cxlpool::os::write_fence::lift(slot);
+  // A framework saves the disposition (ours), runs with its own, and restores it: while its
+  // own is in place fences refuse; restored, they work again.
+  struct sigaction other {
+  }, ours{};
+  other.sa_handler = [](int) {};
+  sigemptyset(&other.sa_mask);
+  REQUIRE(sigaction(SIGSEGV, &other, &ours) == 0);
+  CHECK(cxlpool::os::write_fence::raise(fenced, 4096, &slot) == EBUSY);
+  REQUIRE(sigaction(SIGSEGV, &ours, nullptr) == 0);
+  REQUIRE(cxlpool::os::write_fence::raise(fenced, 4096, &slot) == 0);
+  cxlpool::os::write_fence::lift(slot);
+  // The program puts back the handler it had before ours: ours goes in front of it again, and
+  // faults outside fences still reach it.
+  REQUIRE(sigaction(SIGSEGV, &prog, nullptr) == 0);
+  REQUIRE(cxlpool::os::write_fence::raise(fenced, 4096, &slot) == 0);
+  struct sigaction now {};
+  REQUIRE(sigaction(SIGSEGV, nullptr, &now) == 0);
+  CHECK(now.sa_handler != program_handler);
+  g_program_handler_ran = 0;
+  if (sigsetjmp(g_jump, 1) == 0) *static_cast<volatile char*>(guard) = 1;
+  CHECK(g_program_handler_ran == 1);
+  // The same fault again, from the same place after the longjmp: still the program's.
+  g_program_handler_ran = 0;
+  if (sigsetjmp(g_jump, 1) == 0) *static_cast<volatile char*>(guard) = 1;
+  CHECK(g_program_handler_ran == 1);
+  cxlpool::os::write_fence::lift(slot);
   REQUIRE(sigaction(SIGSEGV, &saved, nullptr) == 0);
   munmap(fenced, 4096);
   munmap(guard, 4096);
+}
+
+namespace {
+// A crash reporter that registers again later, saving ours as the handler it chains to.
+struct sigaction g_reporter_previous {};
+volatile int* g_reporter_calls = nullptr;
+void re_registering_reporter(int sig, siginfo_t* info, void* ctx) {
+  *g_reporter_calls = *g_reporter_calls + 1;
+  if (*g_reporter_calls > 5) _exit(42);  // the two handlers loop
+  if (g_reporter_previous.sa_flags & SA_SIGINFO)
+    g_reporter_previous.sa_sigaction(sig, info, ctx);
+  else if (g_reporter_previous.sa_handler == SIG_DFL)
+    signal(sig, SIG_DFL);
+}
+}  // namespace
+
+TEST_CASE("fresh process: a handler ours is in front of again that gives the signal back ends in the default action",
+          "[.][fresh]") {
+  void* fenced = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  auto* calls =
+      static_cast<volatile int*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  REQUIRE(fenced != MAP_FAILED);
+  REQUIRE(guard != MAP_FAILED);
+  REQUIRE(calls != MAP_FAILED);
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(20);
+    g_reporter_calls = calls;
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGSEGV, &dfl, nullptr);  // Catch2's handler out of the way
+    struct sigaction reporter {};
+    reporter.sa_sigaction = re_registering_reporter;
+    reporter.sa_flags = SA_SIGINFO;
+    sigemptyset(&reporter.sa_mask);
+    sigaction(SIGSEGV, &reporter, &g_reporter_previous);  // first: chains to SIG_DFL
+    int s = -1;
+    if (cxlpool::os::write_fence::raise(fenced, 4096, &s) != 0) _exit(3);  // ours in front of it
+    cxlpool::os::write_fence::lift(s);
+    sigaction(SIGSEGV, &reporter, &g_reporter_previous);                   // registers again: now chains to ours
+    if (cxlpool::os::write_fence::raise(fenced, 4096, &s) != 0) _exit(4);  // the same handler: ours in front
+    cxlpool::os::write_fence::lift(s);
+    *static_cast<volatile char*>(guard) = 1;  // ours -> reporter -> ours: the default action
+    _exit(5);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("status " << status << ", reporter called " << *calls << " times (exit 42: a loop)");
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGSEGV);
+  CHECK(*calls == 1);
+  munmap(const_cast<int*>(calls), 4096);
+  munmap(fenced, 4096);
+  munmap(guard, 4096);
+}
+
+TEST_CASE("ours goes back in front only of the handler it was in front of, or of no handler", "[rebind]") {
+  CHECK(
+      run_fresh("fresh process: a handler ours is in front of again that gives the signal back ends in the default "
+                "action"));
 }
 
 namespace {
@@ -410,4 +515,231 @@ TEST_CASE("moves keep what the program did to its memory", "[rebind]") {
     CHECK(holds(p, 4 * kMiB, 6));
     REQUIRE(b->release(base, 1, nullptr) == CXLPOOL_OK);
   }
+}
+
+namespace {
+// For the signal-handler case: where the handler writes, and how often it ran.
+volatile uint64_t* g_handler_word = nullptr;
+volatile sig_atomic_t g_handler_runs = 0;
+void write_in_handler(int) {
+  if (g_handler_word) *g_handler_word = *g_handler_word + 1;
+  g_handler_runs = g_handler_runs + 1;
+}
+
+// The descriptors of this process that are userfaultfds (what a hostile program closes).
+std::vector<int> userfaultfds() {
+  std::vector<int> out;
+  for (int fd = 3; fd < 4096; ++fd) {
+    char link[64], target[128] = {};
+    std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    if (readlink(link, target, sizeof target - 1) > 0 && std::strstr(target, "userfaultfd")) out.push_back(fd);
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("moves under a hostile program: signal handlers, closed descriptors, mprotect races, attributes",
+          "[rebind]") {
+#if defined(__SANITIZE_THREAD__)
+  WARN("skipped under ThreadSanitizer: writers are held by the kernel while memory moves");
+  return;
+#endif
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  SECTION("a signal handler that writes the moving memory: no deadlock, every write kept") {
+    pid_t child = fork();
+    if (child == 0) {
+      alarm(60);  // a deadlock ends as SIGALRM's default action, never as a hang
+      auto a = make("numa"), b = make("memfd");
+      void* base = nullptr;
+      if (a->reserve(4 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) ||
+          a->commit(base, 4 * kMiB, false, 1, nullptr))
+        _exit(3);
+      g_handler_word = static_cast<volatile uint64_t*>(base) + 1000;
+      struct sigaction sa {};
+      sa.sa_handler = write_in_handler;
+      sigemptyset(&sa.sa_mask);
+      sigaction(SIGUSR1, &sa, nullptr);
+      std::atomic<bool> stop{false};
+      std::thread pinger([&] {
+        while (!stop) {
+          kill(getpid(), SIGUSR1);  // the process: any thread, the moving one included
+          usleep(50);
+        }
+      });
+      Device* from = a.get();
+      Device* to = b.get();
+      for (int m = 0; m < 300; ++m) {
+        if (from->move_reservation(base, *to, nullptr, nullptr) != CXLPOOL_OK) _exit(4);
+        std::swap(from, to);
+      }
+      stop = true;
+      pinger.join();
+      usleep(10000);
+      _exit(*g_handler_word == uint64_t(g_handler_runs) ? 0 : 5);
+    }
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    INFO("status " << status << " (signal 14: deadlocked; exit 5: a handler write was lost)");
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  SECTION("the program closes cxlpool's userfaultfd again and again: no write lost") {
+    auto a = make("numa"), b = make("shm");
+    void* base = nullptr;
+    REQUIRE(a->reserve(4 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) == CXLPOOL_OK);
+    REQUIRE(a->commit(base, 4 * kMiB, false, 1, nullptr) == CXLPOOL_OK);
+    auto* words = static_cast<volatile uint64_t*>(base);
+    const size_t n = 4 * kMiB / 8;
+    std::atomic<bool> stop{false};
+    std::atomic<size_t> written{0};
+    std::thread writer([&] {  // each slot written once, in order: a lost write shows as a 0
+      for (size_t i = 0; i < n && !stop; ++i) {
+        words[i] = i + 1;
+        written = i + 1;
+      }
+    });
+    std::thread closer([&] {
+      while (!stop)
+        for (int fd : userfaultfds()) close(fd);
+    });
+    Device* from = a.get();
+    Device* to = b.get();
+    int moved = 0, refused = 0;
+    for (int m = 0; m < 400 && written < n; ++m) {
+      cxlpool::detail::DeviceError err{};
+      if (from->move_reservation(base, *to, nullptr, &err) == CXLPOOL_OK) {
+        ++moved;
+        std::swap(from, to);
+      } else {
+        ++refused;
+      }
+    }
+    writer.join();
+    stop = true;
+    closer.join();
+    size_t lost = 0;
+    for (size_t i = 0; i < written; ++i) lost += words[i] != i + 1;
+    WARN("moves while descriptors are closed: " << moved << " done, " << refused << " refused; " << lost << " of "
+                                                << written.load() << " writes lost");
+    CHECK(lost == 0);
+    REQUIRE(from->release(base, 1, nullptr) == CXLPOOL_OK);
+  }
+  SECTION("the program changes protections while its memory moves: no crash, its protections hold") {
+    auto a = make("memfd"), b = make("numa");
+    void* base = nullptr;
+    REQUIRE(a->reserve(4 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) == CXLPOOL_OK);
+    REQUIRE(a->commit(base, 4 * kMiB, false, 1, nullptr) == CXLPOOL_OK);
+    auto* p = static_cast<unsigned char*>(base);
+    fill(p, 4 * kMiB, 3);
+    std::atomic<bool> stop{false};
+    std::thread toggler([&] {
+      while (!stop) {
+        mprotect(p + 10 * page, page, PROT_NONE);
+        mprotect(p + 10 * page, page, PROT_READ | PROT_WRITE);
+      }
+    });
+    Device* from = a.get();
+    Device* to = b.get();
+    int moved = 0;
+    for (int m = 0; m < 300; ++m)
+      if (from->move_reservation(base, *to, nullptr, nullptr) == CXLPOOL_OK) {
+        ++moved;
+        std::swap(from, to);
+      }
+    stop = true;
+    toggler.join();
+    WARN(moved << " of 300 moves went through while the program toggled a page's protection");
+    CHECK(holds(p, 4 * kMiB, 3));
+    std::vector<cxlpool::os::vm_query::ProtRun> runs(64);
+    size_t nr = 0;
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    REQUIRE(cxlpool::os::vm_query::protection_runs(at, at + 4 * kMiB, runs.data(), runs.size(), &nr) == 0);
+    CHECK(nr == 1);  // all read-write, as the program left it
+    REQUIRE(from->release(base, 1, nullptr) == CXLPOOL_OK);
+  }
+  SECTION("attributes a new mapping would lose are refused; THP hints carried over") {
+    auto a = make("numa"), b = make("memfd");
+    void* base = nullptr;
+    REQUIRE(a->reserve(4 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) == CXLPOOL_OK);
+    REQUIRE(a->commit(base, 4 * kMiB, false, 1, nullptr) == CXLPOOL_OK);
+    auto* p = static_cast<unsigned char*>(base);
+    fill(p, 4 * kMiB, 8);
+    struct Attr {
+      const char* what;
+      std::function<int()> set, clear;
+    };
+    const std::vector<Attr> attrs = {
+        // mlock by the system call itself: ASan's interceptor does nothing and returns 0.
+        {"mlock", [&] { return int(syscall(SYS_mlock, p, page)); }, [&] { return int(syscall(SYS_munlock, p, page)); }},
+        {"MADV_DONTDUMP", [&] { return madvise(p, page, MADV_DONTDUMP); },
+         [&] { return madvise(p, page, MADV_DODUMP); }},
+        {"MADV_WIPEONFORK", [&] { return madvise(p, page, MADV_WIPEONFORK); },
+         [&] { return madvise(p, page, MADV_KEEPONFORK); }},
+        {"MADV_DONTFORK", [&] { return madvise(p, page, MADV_DONTFORK); },
+         [&] { return madvise(p, page, MADV_DOFORK); }},
+    };
+    for (const Attr& attr : attrs) {
+      INFO(attr.what);
+      REQUIRE(attr.set() == 0);
+      cxlpool::detail::DeviceError err{};
+      CHECK(a->move_reservation(base, *b, nullptr, &err) == CXLPOOL_E_NOT_SUPPORTED);
+      CHECK(a->committed() == 4 * kMiB);
+      REQUIRE(attr.clear() == 0);
+    }
+    CHECK(holds(p, 4 * kMiB, 8));
+    REQUIRE(madvise(p, 4 * kMiB, MADV_NOHUGEPAGE) == 0);
+    REQUIRE(a->move_reservation(base, *b, nullptr, nullptr) == CXLPOOL_OK);
+    unsigned flags = 0;
+    const auto at = reinterpret_cast<uintptr_t>(p);
+    REQUIRE(cxlpool::os::vm_query::vma_flags(at, at + 4 * kMiB, &flags) == 0);
+    CHECK((flags & cxlpool::os::vm_query::kVmNoHugePage) != 0);
+    CHECK(holds(p, 4 * kMiB, 8));
+    REQUIRE(b->release(base, 1, nullptr) == CXLPOOL_OK);
+  }
+}
+
+TEST_CASE("no descriptor for a moment does not give up userfaultfd fences for good", "[rebind]") {
+  auto a = make("numa"), b = make("memfd");
+  void* base = nullptr;
+  REQUIRE(a->reserve(4 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) == CXLPOOL_OK);
+  REQUIRE(a->commit(base, 4 * kMiB, false, 1, nullptr) == CXLPOOL_OK);
+  for (int fd : userfaultfds()) close(fd);  // a fresh start: the next fence opens a descriptor
+  rlimit saved{};
+  getrlimit(RLIMIT_NOFILE, &saved);
+  int probe = open("/dev/null", O_RDONLY);
+  REQUIRE(probe >= 0);
+  close(probe);
+  rlimit low = saved;
+  low.rlim_cur = rlim_t(probe);  // no descriptor left
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  const uint64_t before = cxlpool::os::write_fence::uffd_fences();
+  const cxlpool_status_t st = a->move_reservation(base, *b, nullptr, nullptr);  // mprotect fence, or refused
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  Device* from = st == CXLPOOL_OK ? b.get() : a.get();
+  Device* to = st == CXLPOOL_OK ? a.get() : b.get();
+  REQUIRE(from->move_reservation(base, *to, nullptr, nullptr) == CXLPOOL_OK);
+  CHECK(cxlpool::os::write_fence::uffd_fences() > before);  // descriptors are back: userfaultfd again
+  REQUIRE(to->release(base, 1, nullptr) == CXLPOOL_OK);
+}
+
+TEST_CASE("a SIGSEGV sent by raise() or kill() is not taken for a fault", "[rebind]") {
+  void* fenced = mmap(nullptr, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(fenced != MAP_FAILED);
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(20);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGSEGV, &dfl, nullptr);
+    int s = -1;
+    if (cxlpool::os::write_fence::raise(fenced, 4096, &s) != 0) _exit(3);  // ours in front of SIG_DFL
+    cxlpool::os::write_fence::lift(s);
+    raise(SIGSEGV);  // the default action: death
+    _exit(4);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGSEGV);
+  munmap(fenced, 4096);
 }
