@@ -561,8 +561,14 @@ TEST_CASE("moves under a hostile program: signal handlers, closed descriptors, m
       sigaction(SIGUSR1, &sa, nullptr);
       std::atomic<bool> stop{false};
       std::thread pinger([&] {
+        // Only the moving thread takes the signal: two threads running the handler at once
+        // would race on its (non-atomic) increment and look like a lost write.
+        sigset_t usr1;
+        sigemptyset(&usr1);
+        sigaddset(&usr1, SIGUSR1);
+        pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
         while (!stop) {
-          kill(getpid(), SIGUSR1);  // the process: any thread, the moving one included
+          kill(getpid(), SIGUSR1);  // the process: delivered to the moving thread
           usleep(50);
         }
       });
