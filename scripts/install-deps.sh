@@ -14,6 +14,7 @@ PACKAGES=(
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev libmemkind-dev  # benchmark peers
   qemu-system-x86 busybox-static cpio kmod xz-utils     # the multi-node guest test bed (tests/vm)
   gnuplot-nox                                           # benchmark plots (bench/tiering)
+  libucx-dev ucx-utils iproute2                         # KV cache transport between hosts (libcxlpool_ucx), netns tests
 )
 
 missing=()

@@ -62,6 +62,12 @@ CXLPOOL_API cxlpool_status_t cxlpool_last_error(cxlpool_error_info_t* out);
 /* Shorthand for the message of cxlpool_last_error(); "" when nothing failed yet. */
 CXLPOOL_API const char* cxlpool_last_error_message(void);
 
+/* Records a failure as the calling thread's last error, for companion libraries built on the C
+ * ABI (libcxlpool_ucx) so that their callers read every failure in one place. The message is
+ * copied (truncated to 1 KiB); NULL records "". Returns status, so a caller can write
+ * `return cxlpool_set_last_error(s, e, msg);`. */
+CXLPOOL_API cxlpool_status_t cxlpool_set_last_error(cxlpool_status_t status, int os_errno, const char* message);
+
 /* Where an attribute's value came from. Values are never renumbered. */
 typedef enum cxlpool_source {
   CXLPOOL_SOURCE_UNKNOWN = 0,  /* no value: nothing told us */

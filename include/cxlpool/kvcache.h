@@ -177,8 +177,20 @@ typedef struct cxlpool_kv_imported_info {
 } cxlpool_kv_view_info_t;
 CXLPOOL_API cxlpool_status_t cxlpool_kv_view_info(const cxlpool_kv_view_t* view, cxlpool_kv_view_info_t* out);
 CXLPOOL_API cxlpool_status_t cxlpool_kv_view_block(const cxlpool_kv_view_t* view, uint64_t index, const void** data);
-/* Drops every lease of the view and frees it. */
+/* Drops every lease of the view and frees it (a landing view: frees its blocks too). */
 CXLPOOL_API cxlpool_status_t cxlpool_kv_view_release(cxlpool_kv_view_t* view);
+
+/* A landing view: blocks for `tokens` tokens of `geometry`, allocated by this process in its
+ * own pools (the first pool with room, then the next), for bytes that arrive another way than
+ * a shared pool (a transport: libcxlpool_ucx, include/cxlpool/kvcache_remote.h). The caller
+ * writes them through cxlpool_kv_view_block_writable and reads them as any view; release frees
+ * them. No room in any pool: CXLPOOL_E_CAPACITY, nothing kept. */
+CXLPOOL_API cxlpool_status_t cxlpool_kv_view_create(cxlpool_shared_pool_t* const* pools, size_t npools,
+                                                    const cxlpool_kv_geometry_t* geometry, uint64_t tokens,
+                                                    cxlpool_kv_view_t** out);
+/* Block `index` of a landing view, to be written; CXLPOOL_E_INVALID_ARGUMENT for an imported
+ * view (its blocks are the exporter's). */
+CXLPOOL_API cxlpool_status_t cxlpool_kv_view_block_writable(cxlpool_kv_view_t* view, uint64_t index, void** data);
 
 #ifdef __cplusplus
 }

@@ -158,6 +158,10 @@ typedef struct cxlpool_shared_info {
   uint64_t reserved[7];
 } cxlpool_shared_info_t;
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_info(cxlpool_shared_pool_t* pool, cxlpool_shared_info_t* out);
+/* Where this process maps the pool's blocks: every block lies in [*base, *base + *size). For
+ * registering the pool with a NIC or a transport once (RDMA memory regions, ucp_mem_map)
+ * instead of block by block. The pool's own metadata is outside the range. */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_data_range(cxlpool_shared_pool_t* pool, void** base, uint64_t* size);
 
 /* The pool's quotas: up to capacity entries written to out, *count = how many the pool has. */
 typedef struct cxlpool_shared_quota {

@@ -25,6 +25,11 @@ cxlpool_status_t cxlpool_last_error(cxlpool_error_info_t* out) {
 
 const char* cxlpool_last_error_message(void) { return last_error().message; }
 
+cxlpool_status_t cxlpool_set_last_error(cxlpool_status_t status, int os_errno, const char* message) {
+  set_last_error(status, os_errno, message ? message : "");
+  return status;
+}
+
 const char* cxlpool_source_str(cxlpool_source_t source) { return source_name(source); }
 
 const char* cxlpool_version_string(void) { return version_string(); }

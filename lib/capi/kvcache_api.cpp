@@ -319,6 +319,30 @@ cxlpool_status_t cxlpool_kv_view_block(const cxlpool_kv_view_t* view, uint64_t i
   });
 }
 
+cxlpool_status_t cxlpool_kv_view_create(cxlpool_shared_pool_t* const* pools, size_t npools,
+                                        const cxlpool_kv_geometry_t* geometry, uint64_t tokens,
+                                        cxlpool_kv_view_t** out) {
+  return guarded([&] {
+    constexpr const char* kWho = "cxlpool_kv_view_create";
+    require(geometry != nullptr && out != nullptr, kWho, "geometry or out is NULL");
+    std::vector<shared::SharedPool*> list = pools_of(pools, npools, kWho);
+    auto v = std::make_unique<cxlpool_kv_view>();
+    v->pools = pairs_of(pools, list);
+    v->view = std::make_unique<kv::View>(list, *geometry, tokens);
+    *out = v.release();
+  });
+}
+
+cxlpool_status_t cxlpool_kv_view_block_writable(cxlpool_kv_view_t* view, uint64_t index, void** data) {
+  return guarded([&] {
+    const kv::View& v = view_of(view, "cxlpool_kv_view_block_writable");
+    require(data != nullptr, "cxlpool_kv_view_block_writable", "data is NULL");
+    require(index < v.blocks(), "cxlpool_kv_view_block_writable",
+            "index " + std::to_string(index) + " of " + std::to_string(v.blocks()) + " blocks");
+    *data = v.block_writable(size_t(index));
+  });
+}
+
 cxlpool_status_t cxlpool_kv_view_release(cxlpool_kv_view_t* view) {
   return guarded([&] {
     view_of(view, "cxlpool_kv_view_release");

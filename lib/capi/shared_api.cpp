@@ -339,6 +339,16 @@ cxlpool_status_t cxlpool_shared_pool_info(cxlpool_shared_pool_t* pool, cxlpool_s
   });
 }
 
+cxlpool_status_t cxlpool_shared_pool_data_range(cxlpool_shared_pool_t* pool, void** base, uint64_t* size) {
+  return guarded([&] {
+    require(pool != nullptr, "cxlpool_shared_pool_data_range", "pool is NULL");
+    require(base != nullptr && size != nullptr, "cxlpool_shared_pool_data_range", "base or size is NULL");
+    const shared::PoolView& v = impl(pool)->view();
+    *base = v.base() + v.extent_offset(0);
+    *size = v.extent_count() * v.extent_size();
+  });
+}
+
 cxlpool_status_t cxlpool_shared_pool_quotas(cxlpool_shared_pool_t* pool, cxlpool_shared_quota_t* out, size_t capacity,
                                             size_t* count) {
   return guarded([&] {

@@ -121,7 +121,48 @@ View::View(const std::vector<shared::SharedPool*>& pools, const cxlpool_kv_geome
   }
 }
 
+View::View(const std::vector<shared::SharedPool*>& pools, const cxlpool_kv_geometry_t& geometry, uint64_t tokens)
+    : g_(make_geometry(geometry, "cxlpool_kv_view_create")), tokens_(tokens), landing_(true) {
+  constexpr const char* kWho = "cxlpool_kv_view_create";
+  const uint64_t T = g_.c.tokens_per_block;
+  if (tokens == 0 || tokens / T >= (uint64_t{1} << 32))
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         std::string(kWho) + ": tokens " + std::to_string(tokens) + " (1 to 2^32 blocks' worth of tokens)");
+  if (g_.block_bytes > SIZE_MAX) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(kWho) + ": block too large");
+  const uint64_t n = (tokens + T - 1) / T;
+  try {
+    blocks_.reserve(size_t(n));
+    size_t from = 0;  // pools before this one were full
+    for (uint64_t i = 0; i < n; ++i) {
+      void* b = nullptr;
+      for (; from < pools.size() && !b;) {
+        try {
+          b = pools[from]->alloc(size_t(g_.block_bytes));
+        } catch (const Failure& f) {
+          if (f.status() != CXLPOOL_E_CAPACITY) throw;
+          ++from;
+        }
+      }
+      if (!b)
+        fail(CXLPOOL_E_CAPACITY, std::string(kWho) + ": no room for block " + std::to_string(i) + " of " +
+                                     std::to_string(n) + " (" + std::to_string(g_.block_bytes) +
+                                     " bytes each) in the pools given");
+      blocks_.push_back({pools[from], b});
+    }
+  } catch (...) {
+    release_all();
+    throw;
+  }
+}
+
 View::~View() { release_all(); }
+
+void* View::block_writable(size_t i) const {
+  if (!landing_)
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         "cxlpool_kv_view_block_writable: an imported view is read-only (its blocks are the exporter's)");
+  return const_cast<void*>(block(i));
+}
 
 const void* View::block(size_t i) const {
   const auto& [p, b] = blocks_[i];
@@ -139,7 +180,10 @@ void View::release_all() noexcept {
   for (auto& [p, b] : blocks_) {
     if (!p) continue;
     try {
-      p->release(b);
+      if (landing_)
+        p->free(b);
+      else
+        p->release(b);
     } catch (...) {
     }
   }

@@ -2,7 +2,9 @@
 // Handoff of a sequence between processes: the block table an exporter writes into a shared
 // pool (TableHeader, then one cxlpool_shared_handle_t per block), the check of the small
 // cxlpool_kv_handle_t, and the importer's side: a View that validates everything it is given
-// (a copy of the table, never the live one), leases every block and acquires its bytes.
+// (a copy of the table, never the live one), leases every block and acquires its bytes; or a
+// landing View whose blocks this process allocates in its own pools for bytes that arrive by
+// another way (a transport such as libcxlpool_ucx), freed when the View goes.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +42,11 @@ class View {
   // Throws Failure (INVALID_ARGUMENT, CORRUPT, STALE, NOT_FOUND, ...) holding no lease.
   View(const std::vector<shared::SharedPool*>& pools, const cxlpool_kv_geometry_t* expected,
        const cxlpool_kv_handle_t& handle);
-  ~View();  // releases every lease
+  // A landing view: blocks for `tokens` tokens of geometry allocated in pools (nearest first,
+  // the next when one is full), owned by the view and writable through block_writable.
+  // Throws Failure (INVALID_ARGUMENT, CAPACITY) holding no block.
+  View(const std::vector<shared::SharedPool*>& pools, const cxlpool_kv_geometry_t& geometry, uint64_t tokens);
+  ~View();  // releases every lease (frees every block of a landing view)
   View(const View&) = delete;
   View& operator=(const View&) = delete;
   const Geometry& geometry() const { return g_; }
@@ -49,6 +55,9 @@ class View {
   // Block i, after checking that this participant may still use its pool (EVICTED,
   // DEVICE_FAILED) and that the pool was not closed (INVALID_ARGUMENT).
   const void* block(size_t i) const;
+  // Block i of a landing view, to be written (INVALID_ARGUMENT for an imported view).
+  void* block_writable(size_t i) const;
+  bool landing() const { return landing_; }
   // Pool p was closed (its leases went with it): its blocks are forgotten, never released.
   void pool_gone(const shared::SharedPool* p) noexcept;
 
@@ -56,7 +65,8 @@ class View {
   void release_all() noexcept;
   Geometry g_;
   uint64_t tokens_ = 0;
-  std::vector<std::pair<shared::SharedPool*, void*>> blocks_;  // leased
+  bool landing_ = false;
+  std::vector<std::pair<shared::SharedPool*, void*>> blocks_;  // leased (owned by a landing view)
 };
 
 }  // namespace cxlpool::detail::kv

@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: MIT
+// What the KV server and client share (libcxlpool_ucx): errors recorded through the C ABI's
+// last error, "HOST:PORT" parsing with messages that name the bad part, a UCP context and
+// worker pair that cleans up after itself, and waiting for a UCX request with a deadline.
+#pragma once
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <ucp/api/ucp.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "cxlpool/common.h"
+
+namespace cxlpool::ucx {
+
+// A failure on its way to the caller: status and message (recorded by record()).
+struct Error {
+  cxlpool_status_t status;
+  std::string message;
+};
+
+inline cxlpool_status_t record(const Error& e) { return cxlpool_set_last_error(e.status, 0, e.message.c_str()); }
+
+inline Error ucx_error(const std::string& what, ucs_status_t s) {
+  return {CXLPOOL_E_OS, what + ": " + ucs_status_string(s)};
+}
+
+// "IPV4:PORT", "[IPV6]:PORT" or "NAME:PORT" into *out. listening: port 0 allowed.
+inline bool parse_address(const char* fn, const char* text, bool listening, sockaddr_storage* out, socklen_t* len,
+                          Error* err) {
+  auto bad = [&](const std::string& why) {
+    *err = {CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": address \"" + text + "\": " + why};
+    return false;
+  };
+  if (!text) return *err = {CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": address is NULL"}, false;
+  std::string s(text), host, port;
+  if (s.empty()) return bad("empty (expected HOST:PORT)");
+  if (s[0] == '[') {
+    size_t close = s.find(']');
+    if (close == std::string::npos || close + 1 >= s.size() || s[close + 1] != ':') return bad("expected [IPV6]:PORT");
+    host = s.substr(1, close - 1);
+    port = s.substr(close + 2);
+  } else {
+    size_t colon = s.rfind(':');
+    if (colon == std::string::npos) return bad("no port (expected HOST:PORT)");
+    host = s.substr(0, colon);
+    port = s.substr(colon + 1);
+    if (host.find(':') != std::string::npos) return bad("an IPv6 address needs brackets: [ADDR]:PORT");
+  }
+  if (host.empty()) return bad("no host before the port");
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos)
+    return bad("port \"" + port + "\" is not a number 0..65535");
+  unsigned long p = std::stoul(port);
+  if (p > 65535 || (p == 0 && !listening)) return bad("port " + port + (p ? " is above 65535" : " (0 only to listen)"));
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV | (listening ? AI_PASSIVE : 0);
+  addrinfo* res = nullptr;
+  if (int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); e != 0 || !res)
+    return bad("host \"" + host + "\": " + gai_strerror(e));
+  std::memcpy(out, res->ai_addr, res->ai_addrlen);
+  *len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return true;
+}
+
+inline std::string format_address(const sockaddr_storage& sa) {
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getnameinfo(reinterpret_cast<const sockaddr*>(&sa), sizeof sa, host, sizeof host, serv, sizeof serv,
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "?";
+  return sa.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + serv : std::string(host) + ":" + serv;
+}
+
+// A UCP context and one worker.
+class Ucp {
+ public:
+  Ucp() = default;
+  Ucp(const Ucp&) = delete;
+  Ucp& operator=(const Ucp&) = delete;
+  ~Ucp() {
+    if (worker_) ucp_worker_destroy(worker_);
+    if (context_) ucp_cleanup(context_);
+  }
+  bool init(const char* name, uint64_t features, ucs_thread_mode_t mode, Error* err) {
+    ucp_config_t* config = nullptr;
+    if (ucs_status_t s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK)
+      return *err = ucx_error("ucp_config_read (UCX_* environment)", s), false;
+    // UCX's memory hooks (libucm patches mmap, munmap, mremap, madvise and brk for its
+    // registration and memory-type caches) would sit under cxlpool's own allocator and tiering
+    // moves. Both caches are off unless the environment asks for them: cxlpool registers its
+    // pools once and needs neither. (libucm may still hook at load time: UCX_MEM_EVENTS=no in
+    // the environment keeps it out entirely; under ThreadSanitizer its hooks crash new threads.)
+    for (const char* option : {"RCACHE_ENABLE", "MEMTYPE_CACHE"})
+      if (!std::getenv((std::string("UCX_") + option).c_str())) ucp_config_modify(config, option, "n");
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+    params.features = features;
+    params.name = name;
+    params.mt_workers_shared = 0;
+    ucs_status_t s = ucp_init(&params, config, &context_);
+    ucp_config_release(config);
+    if (s != UCS_OK) return *err = ucx_error("ucp_init", s), false;
+    ucp_worker_params_t wp{};
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = mode;
+    if ((s = ucp_worker_create(context_, &wp, &worker_)) != UCS_OK)
+      return *err = ucx_error("ucp_worker_create", s), false;
+    return true;
+  }
+  ucp_context_h context() const { return context_; }
+  ucp_worker_h worker() const { return worker_; }
+
+ private:
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+};
+
+using Clock = std::chrono::steady_clock;
+
+// A stopped server's or closed connection's shell (its magic word cleared) is kept in a
+// bounded quarantine instead of freed: a second stop or close is refused with a status
+// instead of reaching freed memory (as every other cxlpool handle).
+template <class Shell>
+void retire(Shell* shell) noexcept {
+  static std::mutex mu;
+  static std::deque<Shell*>* retired = new (std::nothrow) std::deque<Shell*>;  // never destroyed
+  std::lock_guard<std::mutex> lock(mu);
+  if (!retired) return;
+  try {
+    retired->push_back(shell);
+  } catch (...) {
+    return;
+  }
+  if (retired->size() > 1024) {
+    delete retired->front();
+    retired->pop_front();
+  }
+}
+
+// Progresses the worker until the request completes. When the deadline passes first,
+// on_timeout() runs once (it force-closes the endpoint, which fails the request) and the wait
+// goes on until the request is done; the result is then UCS_ERR_TIMED_OUT.
+template <class OnTimeout>
+ucs_status_t wait_request(ucp_worker_h worker, ucs_status_ptr_t req, Clock::time_point deadline,
+                          OnTimeout&& on_timeout) {
+  if (req == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
+  ucs_status_t s;
+  unsigned spins = 0;
+  bool timed_out = false;
+  while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) {
+    if (!ucp_worker_progress(worker) && !timed_out && (++spins & 255) == 0 && Clock::now() > deadline) {
+      timed_out = true;
+      on_timeout();
+    }
+  }
+  ucp_request_free(req);
+  return timed_out ? UCS_ERR_TIMED_OUT : s;
+}
+
+}  // namespace cxlpool::ucx
