@@ -11,8 +11,12 @@
 // time-to-first-token style figure (handoff plus one read of the whole prefix), p50/p99 and
 // GB/s, and a MODELLED table for hardware this machine does not have (CXL, RDMA NICs, PCIe),
 // every parameter printed and overridable, labelled "model". Table, --json, --plot (gnuplot).
-// UCX paths are not measured yet (docs/kvcache.md).
+// (b) UCX (libcxlpool_ucx, ucx-tcp): the decode process has a pool of its own and fetches the
+// sequence from the prefill process's KV server over UCX tcp (UCX 1.13's client-server
+// connections keep their lanes on tcp even with UCX_TLS=sm,tcp: no shared-memory figure); it
+// moves the whole sequence whatever the reuse (the remote import has no prefix to merge).
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/mman.h>
@@ -29,6 +33,7 @@
 #include <vector>
 
 #include "cxlpool/cxlpool.h"
+#include "cxlpool/kvcache_remote.h"
 
 namespace {
 
@@ -41,7 +46,7 @@ struct Options {
   std::vector<uint64_t> tokens{16, 128, 512, 2048};
   std::vector<int> reuse{0, 50, 90};
   int reps = 7;
-  std::vector<std::string> paths{"pool", "tcp", "storage-hop", "shm-memcpy"};
+  std::vector<std::string> paths{"pool", "ucx-tcp", "tcp", "storage-hop", "shm-memcpy"};
   std::string json, plot;
   // The model's parameters (GB/s = 1e9 bytes per second; latencies in us).
   double cxl_gbps = 64, cxl_lat_us = 0.4;         // CXL 2.0 x16 Gen5 memory, read in place
@@ -132,10 +137,25 @@ double pct(std::vector<double> v, double p) {
   return v[std::min(i, v.size() - 1)];
 }
 
-// ---- the decode side of the pool path: its own process, its own participant ----
-int pool_consumer(const char* device, int in, int out, const cxlpool_kv_geometry_t& g) {
+// ---- the decode side of the pool and UCX paths: its own process, its own participant ----
+// remote == nullptr: imports from the shared pool device (in place); otherwise creates a pool
+// of its own on device (pool_bytes) and fetches from the KV server at remote.
+int consumer(const char* device, const char* remote, uint64_t pool_bytes, int in, int out,
+             const cxlpool_kv_geometry_t& g) {
   cxlpool_shared_pool_t* pool = nullptr;
-  if (cxlpool_shared_pool_open(device, nullptr, &pool) != CXLPOOL_OK) {
+  cxlpool_kv_remote_t* conn = nullptr;
+  cxlpool_status_t st;
+  if (!remote) {
+    st = cxlpool_shared_pool_open(device, nullptr, &pool);
+  } else {
+    cxlpool_shared_params_t* p = nullptr;
+    cxlpool_shared_params_create(&p);
+    cxlpool_shared_params_set_size(p, pool_bytes);
+    st = cxlpool_shared_pool_create(device, p, 0, &pool);
+    cxlpool_shared_params_destroy(p);
+    if (st == CXLPOOL_OK) st = cxlpool_kv_remote_connect(remote, 30000, &conn);
+  }
+  if (st != CXLPOOL_OK) {
     std::fprintf(stderr, "consumer: %s\n", cxlpool_last_error_message());
     return 3;
   }
@@ -144,7 +164,8 @@ int pool_consumer(const char* device, int in, int out, const cxlpool_kv_geometry
     if (!read_all(in, &h, sizeof h)) break;
     cxlpool_kv_view_t* v = nullptr;
     uint64_t result[2] = {0, 0};  // status, checksum
-    cxlpool_status_t st = cxlpool_kv_import(&pool, 1, &g, &h, &v);
+    st = conn ? cxlpool_kv_remote_import(conn, &pool, 1, &g, &h, &v) : cxlpool_kv_import(&pool, 1, &g, &h, &v);
+    if (st != CXLPOOL_OK) std::fprintf(stderr, "consumer: %s\n", cxlpool_last_error_message());
     const char ready = st == CXLPOOL_OK ? 'r' : 'x';
     write_all(out, &ready, 1);  // the handoff is done: every block is readable here
     if (st == CXLPOOL_OK) {
@@ -160,7 +181,9 @@ int pool_consumer(const char* device, int in, int out, const cxlpool_kv_geometry
     result[0] = uint64_t(-int64_t(st));
     write_all(out, result, sizeof result);
   }
+  if (conn) cxlpool_kv_remote_close(conn);
   cxlpool_shared_pool_close(pool);
+  if (remote) cxlpool_shared_pool_unlink(device);
   return 0;
 }
 
@@ -172,7 +195,8 @@ class Bench {
  private:
   bool setup();
   Row measure(const std::string& path, uint64_t tokens, int reuse);
-  Trial pool_trial(uint64_t tokens, int reuse, uint64_t seed, uint64_t* moved);
+  Trial pool_trial(const std::string& path, uint64_t tokens, int reuse, uint64_t seed, uint64_t* moved);
+  bool spawn_consumer(const std::string& path);
   Trial copy_trial(const std::string& path, uint64_t bytes, uint64_t seed);
   void model_table(FILE* json);
 
@@ -183,8 +207,15 @@ class Bench {
   std::string pool_name_, device_;
   cxlpool_shared_pool_t* pool_ = nullptr;
   cxlpool_kv_arena_t* arena_ = nullptr;
-  pid_t consumer_ = -1;
-  int to_consumer_ = -1, from_consumer_ = -1;
+  cxlpool_kv_server_t* server_ = nullptr;
+  std::string server_address_;
+  struct Consumer {
+    std::string path;
+    pid_t pid = -1;
+    int to = -1, from = -1;
+  };
+  std::vector<Consumer> consumers_;  // the pool path's and each UCX path's decode process
+  uint64_t consumer_pool_bytes_ = 0;
   std::vector<Row> rows_;
 };
 
@@ -216,26 +247,57 @@ bool Bench::setup() {
     std::fprintf(stderr, "kvcache_bench: %s\n", cxlpool_last_error_message());
     return false;
   }
-  // The decode process: exec'd, so that it is a participant of its own.
+  consumer_pool_bytes_ = (max_tokens + o_.tokens_per_block) * per_token_ + (64u << 20);
+  for (const std::string& path : o_.paths) {
+    if (path.rfind("ucx-", 0) == 0 && !server_) {
+      if (cxlpool_kv_server_start(&pool_, 1, "127.0.0.1:0", &server_) != CXLPOOL_OK) {
+        std::fprintf(stderr, "kvcache_bench: %s\n", cxlpool_last_error_message());
+        return false;
+      }
+      char a[128];
+      cxlpool_kv_server_address(server_, a, sizeof a);
+      server_address_ = a;
+    }
+    if ((path == "pool" || path.rfind("ucx-", 0) == 0) && !spawn_consumer(path)) return false;
+  }
+  return true;
+}
+
+// A decode process for path: exec'd, so that it is a participant of its own; the UCX ones with
+// their transports chosen by UCX_TLS (loopback only).
+bool Bench::spawn_consumer(const std::string& path) {
   int down[2], up[2];
-  if (pipe(down) || pipe(up)) return false;
-  consumer_ = fork();
-  if (consumer_ == 0) {
+  if (pipe2(down, O_CLOEXEC) || pipe2(up, O_CLOEXEC)) return false;  // other decode processes must not hold them
+  pid_t pid = fork();
+  if (pid == 0) {
     dup2(down[0], 3);
     dup2(up[1], 4);
+    fcntl(3, F_SETFD, 0);  // (dup2 onto itself keeps close-on-exec)
+    fcntl(4, F_SETFD, 0);
     std::string tpb = std::to_string(o_.tokens_per_block);
-    execl(self_, self_, "--role", "pool-consumer", device_.c_str(), o_.model.c_str(), tpb.c_str(), (char*)nullptr);
+    if (path == "pool") {
+      execl(self_, self_, "--role", "pool-consumer", device_.c_str(), o_.model.c_str(), tpb.c_str(), (char*)nullptr);
+    } else {
+      setenv("UCX_TLS", "tcp", 1);
+      setenv("UCX_NET_DEVICES", "lo", 1);
+      std::string own = device_ + "-" + path, bytes = std::to_string(consumer_pool_bytes_);
+      execl(self_, self_, "--role", "ucx-consumer", own.c_str(), o_.model.c_str(), tpb.c_str(), server_address_.c_str(),
+            bytes.c_str(), (char*)nullptr);
+    }
     _exit(127);
   }
   close(down[0]);
   close(up[1]);
-  to_consumer_ = down[1];
-  from_consumer_ = up[0];
+  consumers_.push_back({path, pid, down[1], up[0]});
   return true;
 }
 
-Trial Bench::pool_trial(uint64_t tokens, int reuse, uint64_t seed, uint64_t* moved) {
+Trial Bench::pool_trial(const std::string& path, uint64_t tokens, int reuse, uint64_t seed, uint64_t* moved) {
   Trial t;
+  const Consumer* c = nullptr;
+  for (const Consumer& x : consumers_)
+    if (x.path == path) c = &x;
+  if (!c) return t;
   const uint64_t shared = tokens * uint64_t(reuse) / 100 / o_.tokens_per_block * o_.tokens_per_block;
   std::vector<int32_t> ids(tokens);
   for (uint64_t i = 0; i < tokens; ++i) ids[i] = int32_t(i < shared ? i : seed * 1000003 + i);
@@ -272,15 +334,16 @@ Trial Bench::pool_trial(uint64_t tokens, int reuse, uint64_t seed, uint64_t* mov
     want ^= sum_words(d, per_block_) + b;
   }
   cxlpool_kv_seq_seal(s, tokens);
-  *moved = 56;  // the handle; the blocks stay where they are
+  // The pool path moves the handle (the blocks stay where they are); a UCX path every block.
+  *moved = path == "pool" ? 56 : info.blocks * per_block_;
   const auto t0 = Clock::now();
   cxlpool_kv_handle_t h{};
-  if (cxlpool_kv_seq_export(s, 0, &h) == CXLPOOL_OK && write_all(to_consumer_, &h, sizeof h)) {
+  if (cxlpool_kv_seq_export(s, 0, &h) == CXLPOOL_OK && write_all(c->to, &h, sizeof h)) {
     char ready = 0;
     uint64_t result[2] = {};
-    if (read_all(from_consumer_, &ready, 1)) {
+    if (read_all(c->from, &ready, 1)) {
       const auto t1 = Clock::now();
-      if (read_all(from_consumer_, result, sizeof result)) {
+      if (read_all(c->from, result, sizeof result)) {
         const auto t2 = Clock::now();
         t.handoff = secs(t0, t1);
         t.ttft = secs(t0, t2);
@@ -391,9 +454,9 @@ Row Bench::measure(const std::string& path, uint64_t tokens, int reuse) {
   const int reps = r.bytes > (uint64_t(256) << 20) ? std::max(3, o_.reps / 2) : o_.reps;
   for (int i = 0; i < reps + 1; ++i) {  // the first is a warm-up
     Trial t;
-    if (path == "pool") {
+    if (path == "pool" || path.rfind("ucx-", 0) == 0) {
       uint64_t moved = 0;
-      t = pool_trial(tokens, reuse, uint64_t(i + 1) * 7919 + tokens, &moved);
+      t = pool_trial(path, tokens, reuse, uint64_t(i + 1) * 7919 + tokens, &moved);
       r.moved = moved;
     } else {
       t = copy_trial(path, std::max<uint64_t>(r.moved, 4096), uint64_t(i + 1));
@@ -526,8 +589,12 @@ int Bench::run() {
     std::fclose(g);
     if (std::system(("gnuplot '" + gp + "'").c_str()) == 0) std::printf("plot: %s\n", o_.plot.c_str());
   }
-  close(to_consumer_);
-  waitpid(consumer_, nullptr, 0);
+  for (Consumer& c : consumers_) {
+    close(c.to);
+    close(c.from);
+    waitpid(c.pid, nullptr, 0);
+  }
+  if (server_) cxlpool_kv_server_stop(server_);
   cxlpool_kv_arena_destroy(arena_);
   cxlpool_shared_pool_close(pool_);
   cxlpool_shared_pool_unlink(device_.c_str());
@@ -553,8 +620,14 @@ int main(int argc, char** argv) {
   if (argc >= 6 && std::string(argv[1]) == "--role" && std::string(argv[2]) == "pool-consumer") {
     cxlpool_kv_geometry_t g{};
     if (cxlpool_kv_geometry_preset(argv[4], uint32_t(std::atoi(argv[5])), &g) != CXLPOOL_OK) return 2;
-    return pool_consumer(argv[3], 3, 4, g);
+    return consumer(argv[3], nullptr, 0, 3, 4, g);
   }
+  if (argc >= 8 && std::string(argv[1]) == "--role" && std::string(argv[2]) == "ucx-consumer") {
+    cxlpool_kv_geometry_t g{};
+    if (cxlpool_kv_geometry_preset(argv[4], uint32_t(std::atoi(argv[5])), &g) != CXLPOOL_OK) return 2;
+    return consumer(argv[3], argv[6], std::strtoull(argv[7], nullptr, 10), 3, 4, g);
+  }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (std::string(CXLPOOL_BENCH_BUILD_TYPE) != "Release") {
     std::fprintf(stderr, "kvcache_bench: built as %s; benchmarks need CMAKE_BUILD_TYPE=Release\n",
                  CXLPOOL_BENCH_BUILD_TYPE);
@@ -601,7 +674,8 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: kvcache_bench [--model opt-6.7b] [--tokens-per-block 16] [--tokens 16,128,512,2048] "
-                   "[--reuse 0,50,90] [--paths pool,tcp,storage-hop,shm-memcpy] [--reps 7] [--json F] [--plot F.png] "
+                   "[--reuse 0,50,90] [--paths pool,ucx-tcp,tcp,storage-hop,shm-memcpy] [--reps 7] [--json F] "
+                   "[--plot F.png] "
                    "[--cxl-gbps 64] [--rdma200-gbps 25] [--rdma100-gbps 12.5] [--copy-gbps 64] [--storage-gbps 7]\n");
       return 2;
     }
@@ -613,8 +687,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   for (const std::string& p : o.paths)
-    if (p != "pool" && p != "tcp" && p != "storage-hop" && p != "shm-memcpy") {
-      std::fprintf(stderr, "kvcache_bench: unknown path '%s' (pool, tcp, storage-hop, shm-memcpy)\n", p.c_str());
+    if (p != "pool" && p != "ucx-tcp" && p != "tcp" && p != "storage-hop" && p != "shm-memcpy") {
+      std::fprintf(stderr, "kvcache_bench: unknown path '%s' (pool, ucx-tcp, tcp, storage-hop, shm-memcpy)\n",
+                   p.c_str());
       return 2;
     }
   Bench b(o, "/proc/self/exe");

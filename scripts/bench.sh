@@ -17,3 +17,4 @@ python3 bench/run_shared_bench.py --build "$BUILD" --out bench-results/shared_be
 "$BUILD/bench/rebind_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_out=bench-results/rebind_bench.json --benchmark_out_format=json
 "$BUILD/bench/tiering_bench" --seconds 10 --json bench-results/tiering_bench.json --plot bench-results/tiering_bench.png
+"$BUILD/bench/kvcache_bench" --json bench-results/kvcache_bench.json --plot bench-results/kvcache_bench.png

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The consumer's side of the KV remote protocol (include/cxlpool/kvcache_remote.h): one UCX
 // endpoint to a server, driven by the calling thread (one call at a time: the worker is
-// serialized by a mutex). An import sends FETCH, validates the REPLY, allocates a landing
-// view in the consumer's pools (cxlpool_kv_view_create), reads every block one-sided
-// (ucp_get_nbx) into it and sends DONE so that the server drops its leases.
+// serialized by a mutex). An import sends FETCH, validates the META answer, allocates a landing
+// view in the consumer's pools (cxlpool_kv_view_create), sends PULL and receives every BLOCK
+// straight into its landing block (ucp_am_recv_data_nbx for rendezvous), then sends DONE.
+#include <unistd.h>
+
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,8 +19,6 @@
 namespace cxlpool::ucx {
 namespace {
 
-constexpr size_t kGetsInFlight = 32;
-
 class Client {
  public:
   ~Client() { close(); }
@@ -30,15 +30,16 @@ class Client {
     if (!parse_address(kWho, address, false, &sa, &len, err)) return false;
     address_ = address;
     timeout_ = std::chrono::milliseconds(timeout_ms ? timeout_ms : 10000);
-    if (!ucp_.init("cxlpool-kv-client", UCP_FEATURE_RMA | UCP_FEATURE_AM, UCS_THREAD_MODE_SERIALIZED, err))
-      return false;
-    ucp_am_handler_param_t hp{};
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-    hp.id = kAmReply;
-    hp.cb = on_reply;
-    hp.arg = this;
-    if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
-      return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
+    if (!ucp_.init("cxlpool-kv-client", UCP_FEATURE_AM, UCS_THREAD_MODE_SERIALIZED, err)) return false;
+    for (unsigned id : {kAmMeta, kAmBlock}) {
+      ucp_am_handler_param_t hp{};
+      hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+      hp.id = id;
+      hp.cb = id == kAmMeta ? on_meta : on_block;
+      hp.arg = this;
+      if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
+        return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
+    }
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -51,6 +52,7 @@ class Client {
     if (ucs_status_t s = ucp_ep_create(ucp_.worker(), &ep, &ep_); s != UCS_OK)
       return *err = ucx_error(std::string(kWho) + ": " + address, s), false;
     // The connection is made in the background: a flush completes once it is up.
+    deadline_ = Clock::now() + timeout_;
     ucp_request_param_t p{};
     ucs_status_t s = wait(ucp_ep_flush_nbx(ep_, &p));
     if (s == UCS_OK && failed_) s = failure_;
@@ -70,6 +72,7 @@ class Client {
     *out = nullptr;
     std::lock_guard<std::mutex> lock(mu_);
     if (failed_) return broken(kWho);
+    deadline_ = Clock::now() + timeout_;  // the whole import, however the server paces it
     FetchRequest req{};
     req.magic = kWireMagic;
     req.version = kWireVersion;
@@ -79,40 +82,70 @@ class Client {
       req.has_expected = 1;
       req.expected = *expected;
     }
-    replies_.erase(req.request_id);
+    meta_.reset();
     ucp_request_param_t p{};
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
     if (wait(ucp_am_send_nbx(ep_, kAmFetch, nullptr, 0, &req, sizeof req, &p)) != UCS_OK || failed_)
       return broken(kWho);
-    const Clock::time_point deadline = Clock::now() + timeout_;
-    unsigned spins = 0;
-    while (!failed_ && !replies_.count(req.request_id)) {
-      if (!ucp_worker_progress(ucp_.worker()) && (++spins & 255) == 0 && Clock::now() > deadline) {
-        fail_connection(UCS_ERR_TIMED_OUT);
-        break;
-      }
+    if (!progress_until([&] { return meta_ != nullptr; })) return broken(kWho);
+    std::vector<unsigned char> bytes = std::move(*meta_);
+    meta_.reset();
+    MetaReply h{};
+    if (bytes.size() < sizeof h) return protocol_error(kWho, "a META answer shorter than its header");
+    std::memcpy(&h, bytes.data(), sizeof h);
+    if (h.version != kWireVersion) return protocol_error(kWho, "protocol version " + std::to_string(h.version));
+    if (h.status != CXLPOOL_OK) {
+      if (h.message_bytes > kMaxMessage || bytes.size() - sizeof h != h.message_bytes)
+        return protocol_error(kWho, "a refusal whose message does not fit it");
+      std::string m(reinterpret_cast<const char*>(bytes.data() + sizeof h), h.message_bytes);
+      for (char& c : m)  // the server's words, not its control characters, reach the caller's logs
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+      return record({known_error(h.status), std::string(kWho) + ": refused by " + address_ + ": " + m});
     }
-    if (failed_) return broken(kWho);
-    std::vector<unsigned char> bytes = std::move(replies_[req.request_id]);
-    replies_.erase(req.request_id);
-    Reply reply;
-    std::string why;
-    if (!parse_reply(bytes.data(), bytes.size(), &reply, &why)) {
-      done(req.request_id);
-      return record({CXLPOOL_E_CORRUPT, std::string(kWho) + ": the server's reply " + why});
+    if (bytes.size() != sizeof h) return protocol_error(kWho, "a META answer of the wrong size");
+    // The shape, checked before anything is allocated for it.
+    uint64_t per_token = 0, per_block = 0;
+    if (cxlpool_kv_geometry_sizes(&h.geometry, &per_token, &per_block) != CXLPOOL_OK || per_block != h.block_bytes)
+      return abandon(req.request_id, protocol_error(kWho, "sizes that do not agree with its geometry"));
+    const uint64_t T = h.geometry.tokens_per_block;
+    if (h.tokens == 0 || h.blocks == 0 || h.blocks > kMaxBlocks || (h.tokens + T - 1) / T != h.blocks ||
+        h.tokens > h.blocks * T)
+      return abandon(req.request_id, protocol_error(kWho, std::to_string(h.blocks) + " blocks for " +
+                                                              std::to_string(h.tokens) + " tokens"));
+    if (expected && std::memcmp(expected, &h.geometry, sizeof h.geometry) != 0)
+      return abandon(req.request_id, record({CXLPOOL_E_INVALID_ARGUMENT,
+                                             std::string(kWho) + ": the exporter's geometry is not the expected one"}));
+    cxlpool_kv_view_t* view = nullptr;
+    if (cxlpool_status_t s = cxlpool_kv_view_create(pools, npools, &h.geometry, h.tokens, &view); s != CXLPOOL_OK) {
+      std::string m = cxlpool_last_error_message();
+      return abandon(req.request_id, record({s, std::string(kWho) + ": " + m}));
     }
-    if (reply.header.status != CXLPOOL_OK)
-      return record({cxlpool_status_t(reply.header.status),
-                     std::string(kWho) + ": refused by " + address_ + ": " + reply.message});
-    cxlpool_status_t s = fetch(reply, pools, npools, expected, out);
-    done(req.request_id);
-    if (s == CXLPOOL_OK && failed_) {
-      cxlpool_kv_view_release(*out);
-      *out = nullptr;
+    // Receive every block into its landing block.
+    rx_ = Receive{};
+    rx_.request_id = req.request_id;
+    rx_.block_bytes = h.block_bytes;
+    rx_.view = view;
+    rx_.have.assign(size_t(h.blocks), 0);
+    RequestMessage pull{kWireMagic, req.request_id};
+    bool ok = wait(ucp_am_send_nbx(ep_, kAmPull, nullptr, 0, &pull, sizeof pull, &p)) == UCS_OK && !failed_ &&
+              progress_until([&] { return rx_.error || (rx_.received == h.blocks && rx_.pending == 0); });
+    if (!ok || rx_.error) {
+      if (!failed_) fail_connection(UCS_ERR_IO_ERROR);
+      // No receive may still be writing the landing blocks when they are freed.
+      const Clock::time_point until = Clock::now() + std::chrono::seconds(1);
+      while (rx_.pending && Clock::now() < until) ucp_worker_progress(ucp_.worker());
+      if (rx_.pending == 0) cxlpool_kv_view_release(view);  // else: leaked, never freed under a receive
+      const std::string why = rx_.why;
+      rx_ = Receive{};
+      if (!why.empty()) return protocol_error(kWho, why);
       return broken(kWho);
     }
-    return s;
+    rx_ = Receive{};
+    RequestMessage done{kWireMagic, req.request_id};
+    wait(ucp_am_send_nbx(ep_, kAmDone, nullptr, 0, &done, sizeof done, &p));  // a failure shows next time
+    *out = view;
+    return CXLPOOL_OK;
   }
 
   void close() {
@@ -131,82 +164,56 @@ class Client {
   }
 
  private:
-  cxlpool_status_t fetch(const Reply& reply, cxlpool_shared_pool_t* const* pools, size_t npools,
-                         const cxlpool_kv_geometry_t* expected, cxlpool_kv_view_t** out) {
-    constexpr const char* kWho = "cxlpool_kv_remote_import";
-    const ReplyHeader& h = reply.header;
-    uint64_t per_token = 0, per_block = 0;
-    if (cxlpool_kv_geometry_sizes(&h.geometry, &per_token, &per_block) != CXLPOOL_OK || per_block != h.block_bytes)
-      return record({CXLPOOL_E_CORRUPT, std::string(kWho) + ": the server's reply has sizes that do not agree with "
-                                                            "its geometry"});
-    if (expected && std::memcmp(expected, &h.geometry, sizeof h.geometry) != 0)
-      return record(
-          {CXLPOOL_E_INVALID_ARGUMENT, std::string(kWho) + ": the exporter's geometry is not the expected one"});
+  // A sequence being received: which blocks have landed, receives still in flight.
+  struct Receive {
+    uint64_t request_id = 0;
+    uint64_t block_bytes = 0;
     cxlpool_kv_view_t* view = nullptr;
-    if (cxlpool_status_t s = cxlpool_kv_view_create(pools, npools, &h.geometry, h.tokens, &view); s != CXLPOOL_OK)
-      return s;  // its message stands
-    cxlpool_kv_view_info_t info{};
-    cxlpool_kv_view_info(view, &info);
-    if (info.blocks != h.blocks) {
-      cxlpool_kv_view_release(view);
-      return record({CXLPOOL_E_CORRUPT, std::string(kWho) + ": the server says " + std::to_string(h.blocks) +
-                                            " blocks for " + std::to_string(h.tokens) + " tokens"});
-    }
-    std::vector<ucp_rkey_h> rkeys;
-    ucs_status_t st = UCS_OK;
-    for (const Reply::Region& r : reply.regions) {
-      ucp_rkey_h k = nullptr;
-      if ((st = ucp_ep_rkey_unpack(ep_, r.rkey.data(), &k)) != UCS_OK) break;
-      rkeys.push_back(k);
-    }
-    std::vector<ucs_status_ptr_t> in_flight;
-    auto drain = [&](size_t keep) {
-      while (in_flight.size() > keep) {
-        ucs_status_t s = wait(in_flight.front());
-        in_flight.erase(in_flight.begin());
-        if (s != UCS_OK && st == UCS_OK) st = s;
-      }
-    };
-    for (uint64_t i = 0; st == UCS_OK && i < h.blocks && !failed_; ++i) {
-      void* dst = nullptr;
-      cxlpool_kv_view_block_writable(view, i, &dst);
-      const BlockEntry& b = reply.blocks[size_t(i)];
-      ucp_request_param_t p{};
-      ucs_status_ptr_t r = ucp_get_nbx(ep_, dst, size_t(h.block_bytes), b.address, rkeys[b.region], &p);
-      if (UCS_PTR_IS_ERR(r)) {
-        st = UCS_PTR_STATUS(r);
-      } else if (r) {
-        in_flight.push_back(r);
-        drain(kGetsInFlight - 1);
+    std::vector<char> have;
+    uint64_t received = 0, pending = 0;
+    bool error = false;
+    std::string why;
+  };
+
+  // Progresses until done() or the deadline (the connection then fails) or a failure.
+  template <class Done>
+  bool progress_until(Done&& done) {
+    const Clock::time_point deadline = deadline_;
+    unsigned spins = 0;
+    while (!failed_ && !done()) {
+      if (!ucp_worker_progress(ucp_.worker()) && (++spins & 255) == 0 && Clock::now() > deadline) {
+        fail_connection(UCS_ERR_TIMED_OUT);
+        return false;
       }
     }
-    drain(0);
-    if (st == UCS_OK && !failed_) {  // every get has landed once the endpoint is flushed
-      ucp_request_param_t p{};
-      st = wait(ucp_ep_flush_nbx(ep_, &p));
-    }
-    for (ucp_rkey_h k : rkeys) ucp_rkey_destroy(k);
-    if (st != UCS_OK || failed_) {
-      cxlpool_kv_view_release(view);
-      if (failed_) return broken(kWho);
-      return record(ucx_error(std::string(kWho) + ": reading the blocks from " + address_, st));
-    }
-    *out = view;
-    return CXLPOOL_OK;
+    return !failed_;
   }
 
-  // Tells the server the sequence is read (its leases go); a failure shows at the next call.
-  void done(uint64_t request_id) {
-    if (failed_) return;
-    DoneMessage d{kWireMagic, request_id};
-    ucp_request_param_t p{};
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-    wait(ucp_am_send_nbx(ep_, kAmDone, nullptr, 0, &d, sizeof d, &p));
+  // The server broke the protocol: the connection is not used again.
+  cxlpool_status_t protocol_error(const char* who, const std::string& what) {
+    fail_connection(UCS_ERR_IO_ERROR);
+    return record({CXLPOOL_E_CORRUPT,
+                   std::string(who) + ": the server at " + address_ + " sent " + what + "; the connection is closed"});
+  }
+
+  // Tells the server the request is given up (its leases go at once); returns status.
+  cxlpool_status_t abandon(uint64_t request_id, cxlpool_status_t status) {
+    if (!failed_ && ep_) {
+      RequestMessage d{kWireMagic, request_id};
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+      cxlpool_error_info_t e{};
+      cxlpool_last_error(&e);
+      const std::string keep = e.message;
+      wait(ucp_am_send_nbx(ep_, kAmDone, nullptr, 0, &d, sizeof d, &p));
+      cxlpool_set_last_error(status, e.os_errno, keep.c_str());
+    }
+    return status;
   }
 
   ucs_status_t wait(ucs_status_ptr_t req) {
-    return wait_request(ucp_.worker(), req, Clock::now() + timeout_, [&] { fail_connection(UCS_ERR_TIMED_OUT); });
+    return wait_request(ucp_.worker(), req, deadline_, [&] { fail_connection(UCS_ERR_TIMED_OUT); });
   }
 
   void fail_connection(ucs_status_t why) {
@@ -240,22 +247,78 @@ class Client {
     }
   }
 
-  static ucs_status_t on_reply(void* arg, const void*, size_t, void* data, size_t length,
-                               const ucp_am_recv_param_t* param) {
+  static ucs_status_t on_meta(void* arg, const void*, size_t, void* data, size_t length,
+                              const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Client*>(arg);
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {  // the server sends eagerly only
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {  // the server sends META eagerly
       ucp_am_data_release(self->ucp_.worker(), data);
+      self->fail_connection(UCS_ERR_IO_ERROR);
       return UCS_OK;
     }
-    ReplyHeader h{};
+    MetaReply h{};
     if (length < sizeof h) return UCS_OK;
     std::memcpy(&h, data, sizeof h);
-    if (h.magic != kWireMagic || h.request_id != self->next_id_) return UCS_OK;  // late answer to a past request
+    if (h.magic != kWireMagic || h.request_id != self->next_id_ || self->meta_) return UCS_OK;  // stale or repeated
     try {
       const auto* b = static_cast<const unsigned char*>(data);
-      self->replies_[h.request_id].assign(b, b + length);
+      self->meta_ = std::make_unique<std::vector<unsigned char>>(b, b + length);
     } catch (...) {
       self->fail_connection(UCS_ERR_NO_MEMORY);
+    }
+    return UCS_OK;
+  }
+
+  static ucs_status_t on_block(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                               const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Client*>(arg);
+    Receive& rx = self->rx_;
+    const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+    auto reject = [&](const std::string& why) {
+      if (rndv) ucp_am_data_release(self->ucp_.worker(), data);
+      if (rx.view && !rx.error) {
+        rx.error = true;
+        rx.why = why;
+      }
+      return UCS_OK;
+    };
+    BlockHeader bh{};
+    if (header_length != sizeof bh)
+      return reject("a block with a header of " + std::to_string(header_length) + " bytes");
+    std::memcpy(&bh, header, sizeof bh);
+    if (!rx.view || bh.magic != kWireMagic || bh.request_id != rx.request_id) {
+      if (rndv) ucp_am_data_release(self->ucp_.worker(), data);
+      return UCS_OK;  // a block of a request given up: dropped
+    }
+    if (bh.index >= rx.have.size() || rx.have[size_t(bh.index)])
+      return reject("block " + std::to_string(bh.index) + " twice or beyond the sequence");
+    if (length != rx.block_bytes)
+      return reject("block " + std::to_string(bh.index) + " of " + std::to_string(length) + " bytes");
+    void* dst = nullptr;
+    if (cxlpool_kv_view_block_writable(rx.view, bh.index, &dst) != CXLPOOL_OK) return reject("a block it cannot place");
+    rx.have[size_t(bh.index)] = 1;
+    if (!rndv) {
+      std::memcpy(dst, data, length);
+      ++rx.received;
+      return UCS_OK;
+    }
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    p.cb.recv_am = [](void* request, ucs_status_t status, size_t, void* user) {
+      auto* c = static_cast<Client*>(user);
+      --c->rx_.pending;
+      if (status == UCS_OK) {
+        ++c->rx_.received;
+      } else if (!c->rx_.error) {
+        c->rx_.error = true;
+      }
+      ucp_request_free(request);
+    };
+    p.user_data = self;
+    ucs_status_ptr_t r = ucp_am_recv_data_nbx(self->ucp_.worker(), data, dst, length, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+      rx.error = true;
+    } else {
+      ++rx.pending;
     }
     return UCS_OK;
   }
@@ -264,11 +327,13 @@ class Client {
   ucp_ep_h ep_ = nullptr;
   std::string address_;
   std::chrono::milliseconds timeout_{10000};
+  Clock::time_point deadline_{};  // of the call in progress: connect, or one whole import
   std::mutex mu_;
   bool failed_ = false;
   ucs_status_t failure_ = UCS_OK;
   uint64_t next_id_ = 0;
-  std::map<uint64_t, std::vector<unsigned char>> replies_;
+  std::unique_ptr<std::vector<unsigned char>> meta_;  // the current request's META
+  Receive rx_;
 };
 
 }  // namespace
@@ -277,6 +342,7 @@ class Client {
 struct cxlpool_kv_remote {
   static constexpr uint64_t kLive = 0x45544f4d45564b31ull;
   uint64_t magic = kLive;
+  pid_t owner = getpid();  // a fork child has the handle but must not speak on the parent's connection
   std::unique_ptr<cxlpool::ucx::Client> client;
 };
 
@@ -285,6 +351,12 @@ using cxlpool::ucx::record;
 
 namespace {
 bool live(const cxlpool_kv_remote_t* r) { return r && r->magic == cxlpool_kv_remote::kLive && r->client; }
+cxlpool_status_t foreign(const cxlpool_kv_remote_t* r, const char* fn) {
+  if (r->owner == getpid()) return CXLPOOL_OK;
+  return record({CXLPOOL_E_NOT_SUPPORTED, std::string(fn) + ": the connection belongs to process " +
+                                              std::to_string(r->owner) +
+                                              " (a fork child cannot use it; nothing of it is touched here)"});
+}
 }  // namespace
 
 extern "C" {
@@ -310,6 +382,7 @@ cxlpool_status_t cxlpool_kv_remote_import(cxlpool_kv_remote_t* remote, cxlpool_s
                                           const cxlpool_kv_handle_t* handle, cxlpool_kv_view_t** out) {
   if (!live(remote))
     return record({CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_remote_import: not a live KV remote connection"});
+  if (cxlpool_status_t f = foreign(remote, "cxlpool_kv_remote_import")) return f;
   try {
     return remote->client->import(pools, npools, expected, handle, out);
   } catch (const std::exception& e) {
@@ -320,6 +393,7 @@ cxlpool_status_t cxlpool_kv_remote_import(cxlpool_kv_remote_t* remote, cxlpool_s
 cxlpool_status_t cxlpool_kv_remote_close(cxlpool_kv_remote_t* remote) {
   if (!live(remote))
     return record({CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_remote_close: not a live KV remote connection"});
+  if (cxlpool_status_t f = foreign(remote, "cxlpool_kv_remote_close")) return f;
   remote->magic = 0;
   remote->client.reset();
   cxlpool::ucx::retire(remote);

@@ -1,18 +1,24 @@
 // SPDX-License-Identifier: MIT
 // The producer's KV server (include/cxlpool/kvcache_remote.h): a UCX listener and one worker
 // driven by its own thread. A FETCH is imported from the server's pools exactly as a local
-// consumer would (cxlpool_kv_import: every check, a lease on every block), answered with the
-// blocks' addresses in the regions registered at start, and held until the consumer's DONE, its
-// disconnect or its failure. UCX calls its callbacks inside ucp_worker_progress on this thread
-// only; they queue work that the loop does after progress returns.
+// consumer would (cxlpool_kv_import: every check, a lease on every block) and answered with the
+// sequence's shape (META); on the consumer's PULL every block goes to it as an active message
+// (UCX rendezvous: zero-copy where the transport can). The leases are held from the FETCH until
+// the last block is sent, the consumer gives up, fails, or misses a deadline. The worker has no
+// RMA feature: a consumer cannot read anything of this process that was not sent to it (UCX's
+// software RMA over tcp checks no key or address). UCX calls its callbacks inside
+// ucp_worker_progress on this thread only; they queue work that the loop does after progress.
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,7 +30,10 @@
 namespace cxlpool::ucx {
 namespace {
 
-constexpr size_t kMaxViewsPerPeer = 256;
+// Sequences handed out at once, in all and to one consumer: each holds a lease on every block
+// (the producer's own participant's lease table, 4,096 by default, is shared with its local
+// imports) until its last block is sent.
+constexpr uint64_t kMaxRequests = 64, kMaxRequestsPerPeer = 16;
 
 class Server {
  public:
@@ -35,40 +44,22 @@ class Server {
     sockaddr_storage sa{};
     socklen_t len = 0;
     if (!parse_address(kWho, address, true, &sa, &len, err)) return false;
-    if (!pools || npools == 0 || npools > kMaxRegions)
+    if (!pools || npools == 0 || npools > 16)
       return *err = {CXLPOOL_E_INVALID_ARGUMENT, std::string(kWho) + ": 1 to 16 pools"}, false;
-    if (!ucp_.init("cxlpool-kv-server", UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-                   UCS_THREAD_MODE_SERIALIZED, err))
+    if (!ucp_.init("cxlpool-kv-server", UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, UCS_THREAD_MODE_SERIALIZED, err))
       return false;
+    pools_.assign(pools, pools + npools);
     for (size_t i = 0; i < npools; ++i) {
-      void* base = nullptr;
-      uint64_t size = 0;
-      if (cxlpool_status_t s = cxlpool_shared_pool_data_range(pools[i], &base, &size); s != CXLPOOL_OK)
-        return *err = {s, std::string(kWho) + ": pool " + std::to_string(i) + ": " + cxlpool_last_error_message()},
+      cxlpool_shared_info_t info{};
+      if (cxlpool_status_t st = cxlpool_shared_pool_info(pools[i], &info); st != CXLPOOL_OK)
+        return *err = {st, std::string(kWho) + ": pool " + std::to_string(i) + ": " + cxlpool_last_error_message()},
                false;
-      pools_.push_back(pools[i]);
-      Region r{reinterpret_cast<uintptr_t>(base), size, nullptr, {}};
-      ucp_mem_map_params_t mp{};
-      mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-      mp.address = base;
-      mp.length = size;
-      if (ucs_status_t s = ucp_mem_map(ucp_.context(), &mp, &r.memh); s != UCS_OK)
-        return *err = ucx_error(std::string(kWho) + ": ucp_mem_map(pool " + std::to_string(i) + ")", s), false;
-      void* packed = nullptr;
-      size_t packed_size = 0;
-      ucs_status_t s = ucp_rkey_pack(ucp_.context(), r.memh, &packed, &packed_size);
-      if (s == UCS_OK && (packed_size == 0 || packed_size > kMaxRkeyBytes)) s = UCS_ERR_EXCEEDS_LIMIT;
-      if (s == UCS_OK)
-        r.rkey.assign(static_cast<unsigned char*>(packed), static_cast<unsigned char*>(packed) + packed_size);
-      if (packed) ucp_rkey_buffer_release(packed);
-      regions_.push_back(std::move(r));
-      if (s != UCS_OK) return *err = ucx_error(std::string(kWho) + ": ucp_rkey_pack", s), false;
     }
-    for (unsigned id : {kAmFetch, kAmDone}) {
+    for (unsigned id : {kAmFetch, kAmPull, kAmDone}) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
       hp.id = id;
-      hp.cb = id == kAmFetch ? on_fetch : on_done;
+      hp.cb = id == kAmFetch ? on_fetch : id == kAmPull ? on_pull : on_done;
       hp.arg = this;
       if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
         return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
@@ -109,9 +100,6 @@ class Server {
     }
     if (listener_) ucp_listener_destroy(listener_);
     listener_ = nullptr;
-    for (Region& r : regions_)
-      if (r.memh) ucp_mem_unmap(ucp_.context(), r.memh);
-    regions_.clear();
   }
 
   const std::string& address() const { return address_; }
@@ -124,24 +112,32 @@ class Server {
     s.refused = refused_.load();
     s.bytes_offered = bytes_offered_.load();
     s.views_held = views_held_.load();
+    s.expired = expired_.load();
     return s;
   }
 
  private:
-  struct Region {
-    uintptr_t base;
-    uint64_t size;
-    ucp_mem_h memh;
-    std::vector<unsigned char> rkey;
+  // One sequence being handed to a consumer: its leases (the view) and its sends in flight.
+  struct Request {
+    cxlpool_kv_view_t* view = nullptr;
+    bool pulled = false;
+    uint64_t sends = 0;  // in flight
+    Clock::time_point deadline;
   };
   struct Peer {
-    std::map<uint64_t, cxlpool_kv_view_t*> views;  // request id -> the leases it holds
+    std::map<uint64_t, Request> requests;  // by request id
   };
-  enum class Kind { kFetch, kDone, kFailed };
+  enum class Kind { kFetch, kPull, kDone, kFailed, kHostile };
   struct Work {
     Kind kind;
     ucp_ep_h ep;
     std::vector<unsigned char> payload;
+  };
+  // What a BLOCK send's completion needs to find its request.
+  struct SendContext {
+    Server* server;
+    ucp_ep_h ep;
+    uint64_t request_id;
   };
 
   static void on_connection(ucp_conn_request_h request, void* arg) {
@@ -155,6 +151,13 @@ class Server {
     ep.err_handler.arg = self;
     ucp_ep_h h = nullptr;
     if (ucp_ep_create(self->ucp_.worker(), &ep, &h) != UCS_OK) return;  // UCX rejects the request
+    // A record left under this handle by a closed endpoint (UCX reused its memory) is not this
+    // consumer's: what it held goes now.
+    if (auto old = self->peers_.find(h); old != self->peers_.end()) {
+      for (auto& [id, r] : old->second.requests) self->release(r);
+      self->peers_.erase(old);
+      self->failed_.erase(h);
+    }
     self->peers_[h];
     self->connections_.fetch_add(1);
   }
@@ -165,17 +168,25 @@ class Server {
 
   static ucs_status_t on_message(Kind kind, void* arg, void* data, size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Server*>(arg);
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {  // never sent so: requests are small and eager
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
+      if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(self->ucp_.worker(), data);
+      return UCS_OK;  // no one to answer
+    }
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {  // requests are small and sent eagerly: not a consumer of ours
       ucp_am_data_release(self->ucp_.worker(), data);
+      self->queue(Kind::kHostile, param->reply_ep, nullptr, 0);
       return UCS_OK;
     }
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)
-      self->queue(kind, param->reply_ep, static_cast<const unsigned char*>(data), length);
+    self->queue(kind, param->reply_ep, static_cast<const unsigned char*>(data), length);
     return UCS_OK;
   }
   static ucs_status_t on_fetch(void* arg, const void*, size_t, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
     return on_message(Kind::kFetch, arg, data, length, param);
+  }
+  static ucs_status_t on_pull(void* arg, const void*, size_t, void* data, size_t length,
+                              const ucp_am_recv_param_t* param) {
+    return on_message(Kind::kPull, arg, data, length, param);
   }
   static ucs_status_t on_done(void* arg, const void*, size_t, void* data, size_t length,
                               const ucp_am_recv_param_t* param) {
@@ -200,27 +211,63 @@ class Server {
         for (Work& w : batch) handle(w);
         continue;
       }
+      sweep();
+      // While blocks are on their way, keep progressing: a rendezvous completes only when this
+      // side answers (not every transport wakes the worker's descriptor for it).
+      if (sending_ > 0) {
+        sched_yield();
+        continue;
+      }
       ucs_status_t s = ucp_worker_arm(ucp_.worker());
       if (s == UCS_ERR_BUSY) continue;
       pollfd pfd{efd_, POLLIN, 0};
       poll(&pfd, 1, 100);
     }
-    // Every consumer goes: leases dropped, endpoints closed.
-    for (auto& [ep, peer] : peers_) {
-      drop_views(peer);
-      close_endpoint(ep);
-    }
+    // Every consumer goes: endpoints closed (their sends complete with an error), then the
+    // leases dropped once no send can still read a block.
+    for (auto& [ep, peer] : peers_) close_endpoint(ep);
+    const Clock::time_point until = Clock::now() + std::chrono::seconds(5);
+    while (sends_in_flight() && Clock::now() < until) ucp_worker_progress(ucp_.worker());
+    for (auto& [ep, peer] : peers_)
+      for (auto& [id, r] : peer.requests)
+        if (r.sends == 0) release(r);  // (a send that never completed keeps its leases: never freed under it)
     peers_.clear();
-    for (int i = 0; i < 100 && ucp_worker_progress(ucp_.worker()) != 0; ++i) {
-    }
   }
 
-  void drop_views(Peer& peer) {
-    for (auto& [id, view] : peer.views) {
-      cxlpool_kv_view_release(view);
-      views_held_.fetch_sub(1);
-    }
-    peer.views.clear();
+  uint64_t sends_in_flight() const {
+    uint64_t n = 0;
+    for (const auto& [ep, peer] : peers_)
+      for (const auto& [id, r] : peer.requests) n += r.sends;
+    return n;
+  }
+
+  void release(Request& r) {
+    if (!r.view) return;
+    cxlpool_kv_view_release(r.view);
+    r.view = nullptr;
+    views_held_.fetch_sub(1);
+  }
+
+  // Requests that missed their deadline: not pulled in time (leases dropped), or sends stuck
+  // (the consumer's endpoint is closed: the sends complete with an error, then the leases go).
+  void sweep() {
+    const Clock::time_point now = Clock::now();
+    if (now < next_sweep_) return;
+    next_sweep_ = now + std::chrono::milliseconds(100);
+    std::vector<ucp_ep_h> stuck;
+    for (auto& [ep, peer] : peers_)
+      for (auto it = peer.requests.begin(); it != peer.requests.end();) {
+        Request& r = it->second;
+        if (now > r.deadline && r.sends == 0) {
+          release(r);
+          it = peer.requests.erase(it);
+          expired_.fetch_add(1);
+          continue;
+        }
+        if (now > r.deadline && r.sends) stuck.push_back(ep);
+        ++it;
+      }
+    for (ucp_ep_h ep : stuck) fail_peer(ep);
   }
 
   void close_endpoint(ucp_ep_h ep) {
@@ -231,41 +278,105 @@ class Server {
     if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);  // released when the close completes
   }
 
-  void handle(Work& w) {
-    if (w.kind == Kind::kFailed) {
-      auto it = peers_.find(w.ep);
-      if (it == peers_.end()) return;
-      drop_views(it->second);
+  // The consumer failed, misbehaved or is stuck: its endpoint goes; each request's leases go as
+  // soon as none of its sends can still read a block.
+  void fail_peer(ucp_ep_h ep) {
+    auto it = peers_.find(ep);
+    if (it == peers_.end() || failed_.count(ep)) return;
+    failed_.insert(ep);
+    close_endpoint(ep);
+    disconnects_.fetch_add(1);
+    reap(ep);
+  }
+
+  // Drops a failed peer's finished requests, and the peer once it has none.
+  void reap(ucp_ep_h ep) {
+    auto it = peers_.find(ep);
+    if (it == peers_.end() || !failed_.count(ep)) return;
+    for (auto r = it->second.requests.begin(); r != it->second.requests.end();) {
+      if (r->second.sends == 0) {
+        release(r->second);
+        r = it->second.requests.erase(r);
+      } else {
+        ++r;
+      }
+    }
+    if (it->second.requests.empty()) {
       peers_.erase(it);
-      close_endpoint(w.ep);
-      disconnects_.fetch_add(1);
+      failed_.erase(ep);
+    }
+  }
+
+  void sent(ucp_ep_h ep, uint64_t request_id, ucs_status_t status) {
+    auto it = peers_.find(ep);
+    if (it == peers_.end()) return;
+    auto r = it->second.requests.find(request_id);
+    if (r == it->second.requests.end() || r->second.sends == 0) return;
+    --r->second.sends;
+    if (status != UCS_OK && !failed_.count(ep)) {
+      fail_peer(ep);
       return;
     }
-    Peer& peer = peers_[w.ep];
-    if (w.kind == Kind::kDone) {
-      DoneMessage d{};
-      if (w.payload.size() != sizeof d) return;
-      std::memcpy(&d, w.payload.data(), sizeof d);
-      auto it = peer.views.find(d.request_id);
-      if (d.magic != kWireMagic || it == peer.views.end()) return;
-      cxlpool_kv_view_release(it->second);
-      peer.views.erase(it);
-      views_held_.fetch_sub(1);
+    if (r->second.sends == 0 && r->second.pulled) {  // every block is with the consumer
+      release(r->second);
+      it->second.requests.erase(r);
+    }
+    reap(ep);
+  }
+
+  void handle(Work& w) {
+    if (w.kind == Kind::kFailed || w.kind == Kind::kHostile) {
+      fail_peer(w.ep);
+      return;
+    }
+    if (failed_.count(w.ep)) return;
+    auto found = peers_.find(w.ep);
+    if (found == peers_.end()) return;  // an endpoint already let go: never a new record for it
+    Peer& peer = found->second;
+    if (w.kind == Kind::kPull || w.kind == Kind::kDone) {
+      RequestMessage m{};
+      if (w.payload.size() != sizeof m) return fail_peer(w.ep);
+      std::memcpy(&m, w.payload.data(), sizeof m);
+      auto it = peer.requests.find(m.request_id);
+      if (m.magic != kWireMagic || it == peer.requests.end()) return;  // late, or not ours: nothing to do
+      Request& r = it->second;
+      if (w.kind == Kind::kDone) {  // the consumer has what it needs, or gives up
+        if (r.sends == 0) {
+          release(r);
+          peer.requests.erase(it);
+        }
+        return;
+      }
+      if (r.pulled) return;
+      r.pulled = true;
+      r.deadline = Clock::now() + std::chrono::seconds(60);  // for the sends
+      if (!push_blocks(w.ep, m.request_id, r)) return;       // the peer was failed: its records may be gone
+      if (r.sends == 0) {
+        release(r);
+        peer.requests.erase(it);
+      }
       return;
     }
     FetchRequest req{};
-    if (w.payload.size() != sizeof req) return;  // not ours: no request id to answer
+    if (w.payload.size() != sizeof req) return fail_peer(w.ep);  // no request id to answer
     std::memcpy(&req, w.payload.data(), sizeof req);
-    if (req.magic != kWireMagic) return;
+    if (req.magic != kWireMagic) return fail_peer(w.ep);
     if (req.version != kWireVersion) {
       refuse(w.ep, req.request_id, CXLPOOL_E_NOT_SUPPORTED,
-             "protocol version " + std::to_string(req.version) + " (this server speaks 1)");
+             "protocol version " + std::to_string(req.version) + " (this server speaks " +
+                 std::to_string(kWireVersion) + ")");
       return;
     }
-    if (peer.views.size() >= kMaxViewsPerPeer || peer.views.count(req.request_id)) {
-      refuse(w.ep, req.request_id, CXLPOOL_E_CAPACITY,
-             "this consumer already reads " + std::to_string(peer.views.size()) + " sequences (at most " +
-                 std::to_string(kMaxViewsPerPeer) + ")");
+    if (peer.requests.count(req.request_id)) {
+      refuse(w.ep, req.request_id, CXLPOOL_E_INVALID_ARGUMENT,
+             "request id " + std::to_string(req.request_id) + " is already in use on this connection");
+      return;
+    }
+    if (peer.requests.size() >= kMaxRequestsPerPeer || views_held_.load() >= kMaxRequests) {
+      refuse(w.ep, req.request_id, CXLPOOL_E_BUSY,
+             "the server is handing out " + std::to_string(views_held_.load()) + " sequences (at most " +
+                 std::to_string(kMaxRequests) + ", " + std::to_string(kMaxRequestsPerPeer) +
+                 " per consumer); try again");
       return;
     }
     cxlpool_kv_view_t* view = nullptr;
@@ -275,63 +386,65 @@ class Server {
       refuse(w.ep, req.request_id, s, cxlpool_last_error_message());
       return;
     }
-    std::vector<unsigned char> reply;
-    if (!describe(view, req.request_id, &reply)) {
-      cxlpool_kv_view_release(view);
-      refuse(w.ep, req.request_id, CXLPOOL_E_INTERNAL, "a block outside every registered region");
-      return;
-    }
-    peer.views[req.request_id] = view;
-    views_held_.fetch_add(1);
-    fetches_.fetch_add(1);
     cxlpool_kv_view_info_t info{};
     cxlpool_kv_view_info(view, &info);
+    Request& r = peer.requests[req.request_id];
+    r.view = view;
+    r.deadline = Clock::now() + std::chrono::seconds(10);  // for the consumer's PULL
+    views_held_.fetch_add(1);
+    fetches_.fetch_add(1);
     bytes_offered_.fetch_add(info.blocks * info.bytes_per_block);
-    send(w.ep, std::move(reply));
-  }
-
-  bool describe(cxlpool_kv_view_t* view, uint64_t request_id, std::vector<unsigned char>* out) {
-    cxlpool_kv_view_info_t info{};
-    if (cxlpool_kv_view_info(view, &info) != CXLPOOL_OK) return false;
-    ReplyHeader h{};
+    MetaReply h{};
     h.magic = kWireMagic;
     h.version = kWireVersion;
     h.status = CXLPOOL_OK;
-    h.request_id = request_id;
+    h.request_id = req.request_id;
     h.geometry = info.geometry;
     h.tokens = info.tokens;
     h.blocks = info.blocks;
     h.block_bytes = info.bytes_per_block;
-    h.regions = uint32_t(regions_.size());
-    auto put = [&](const void* p, size_t n) {
-      const auto* b = static_cast<const unsigned char*>(p);
-      out->insert(out->end(), b, b + n);
-    };
-    put(&h, sizeof h);
-    for (const Region& r : regions_) {
-      RegionEntry e{r.base, r.size, uint32_t(r.rkey.size()), 0};
-      put(&e, sizeof e);
-      put(r.rkey.data(), r.rkey.size());
-      out->resize(out->size() + pad8(r.rkey.size()) - r.rkey.size(), 0);
-    }
+    std::vector<unsigned char> reply(sizeof h);
+    std::memcpy(reply.data(), &h, sizeof h);
+    send(w.ep, kAmMeta, std::move(reply));
+  }
+
+  // Every block of the request to the consumer, each its own active message (the view's leases
+  // keep the bytes in place until the last send completes).
+  // False when the consumer was failed on the way (r and its peer may be gone then).
+  bool push_blocks(ucp_ep_h ep, uint64_t request_id, Request& r) {
+    cxlpool_kv_view_info_t info{};
+    cxlpool_kv_view_info(r.view, &info);
     for (uint64_t i = 0; i < info.blocks; ++i) {
       const void* data = nullptr;
-      if (cxlpool_kv_view_block(view, i, &data) != CXLPOOL_OK) return false;
-      const auto a = reinterpret_cast<uintptr_t>(data);
-      uint32_t region = 0;
-      while (region < regions_.size() &&
-             !(a >= regions_[region].base && a - regions_[region].base + info.bytes_per_block <= regions_[region].size))
-        ++region;
-      if (region == regions_.size()) return false;
-      BlockEntry b{a, region, 0};
-      put(&b, sizeof b);
+      if (cxlpool_kv_view_block(r.view, i, &data) != CXLPOOL_OK) return fail_peer(ep), false;  // the pool failed
+      auto* ctx = new (std::nothrow) SendContext{this, ep, request_id};
+      if (!ctx) return fail_peer(ep), false;
+      BlockHeader bh{kWireMagic, request_id, i};
+      ucp_request_param_t p{};
+      p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      p.cb.send = [](void* request, ucs_status_t status, void* user) {
+        auto* c = static_cast<SendContext*>(user);
+        --c->server->sending_;
+        c->server->sent(c->ep, c->request_id, status);
+        delete c;
+        ucp_request_free(request);
+      };
+      p.user_data = ctx;
+      ucs_status_ptr_t q = ucp_am_send_nbx(ep, kAmBlock, &bh, sizeof bh, data, size_t(info.bytes_per_block), &p);
+      if (UCS_PTR_IS_PTR(q)) {
+        ++r.sends;
+        ++sending_;
+        continue;
+      }
+      delete ctx;
+      if (UCS_PTR_IS_ERR(q)) return fail_peer(ep), false;
     }
     return true;
   }
 
   void refuse(ucp_ep_h ep, uint64_t request_id, cxlpool_status_t status, const std::string& message) {
     refused_.fetch_add(1);
-    ReplyHeader h{};
+    MetaReply h{};
     h.magic = kWireMagic;
     h.version = kWireVersion;
     h.status = status;
@@ -341,11 +454,11 @@ class Server {
     std::vector<unsigned char> reply(sizeof h + m.size());
     std::memcpy(reply.data(), &h, sizeof h);
     std::memcpy(reply.data() + sizeof h, m.data(), m.size());
-    send(ep, std::move(reply));
+    send(ep, kAmMeta, std::move(reply));
   }
 
-  // Sends a REPLY; the buffer lives until UCX is done with it.
-  void send(ucp_ep_h ep, std::vector<unsigned char> bytes) {
+  // Sends a small message; the buffer lives until UCX is done with it.
+  void send(ucp_ep_h ep, unsigned id, std::vector<unsigned char> bytes) {
     auto* buffer = new (std::nothrow) std::vector<unsigned char>(std::move(bytes));
     if (!buffer) return;
     ucp_request_param_t p{};
@@ -356,7 +469,7 @@ class Server {
       ucp_request_free(request);
     };
     p.user_data = buffer;
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAmReply, nullptr, 0, buffer->data(), buffer->size(), &p);
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, id, nullptr, 0, buffer->data(), buffer->size(), &p);
     if (!UCS_PTR_IS_PTR(r)) delete buffer;  // done at once, or failed (the endpoint's error comes)
   }
 
@@ -365,12 +478,15 @@ class Server {
   int efd_ = -1;
   std::string address_;
   std::vector<cxlpool_shared_pool_t*> pools_;
-  std::vector<Region> regions_;
   std::map<ucp_ep_h, Peer> peers_;  // loop thread only
-  std::deque<Work> work_;           // loop thread only (callbacks run inside its progress)
+  std::set<ucp_ep_h> failed_;       // closed, waiting for their sends to complete
+  Clock::time_point next_sweep_{};
+  uint64_t sending_ = 0;   // BLOCK sends in flight, all consumers
+  std::deque<Work> work_;  // loop thread only (callbacks run inside its progress)
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> connections_{0}, disconnects_{0}, fetches_{0}, refused_{0}, bytes_offered_{0}, views_held_{0};
+  std::atomic<uint64_t> connections_{0}, disconnects_{0}, fetches_{0}, refused_{0}, bytes_offered_{0}, views_held_{0},
+      expired_{0};
 };
 
 }  // namespace
@@ -379,6 +495,7 @@ class Server {
 struct cxlpool_kv_server {
   static constexpr uint64_t kLive = 0x5652455356564b31ull;
   uint64_t magic = kLive;
+  pid_t owner = getpid();  // a fork child has the handle but not the thread or the connections
   std::unique_ptr<cxlpool::ucx::Server> server;
 };
 
@@ -389,6 +506,13 @@ namespace {
 bool live(const cxlpool_kv_server_t* s) { return s && s->magic == cxlpool_kv_server::kLive && s->server; }
 cxlpool_status_t not_live(const char* fn) {
   return record({CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": not a live KV server"});
+}
+// Nonzero (recorded) when the calling process is not the one that started the server.
+cxlpool_status_t foreign(const cxlpool_kv_server_t* s, const char* fn) {
+  if (s->owner == getpid()) return CXLPOOL_OK;
+  return record({CXLPOOL_E_NOT_SUPPORTED, std::string(fn) + ": the server belongs to process " +
+                                              std::to_string(s->owner) +
+                                              " (a fork child cannot use it; nothing of it is touched here)"});
 }
 }  // namespace
 
@@ -413,6 +537,7 @@ cxlpool_status_t cxlpool_kv_server_start(cxlpool_shared_pool_t* const* pools, si
 
 cxlpool_status_t cxlpool_kv_server_address(const cxlpool_kv_server_t* server, char* buf, size_t len) {
   if (!live(server)) return not_live("cxlpool_kv_server_address");
+  if (cxlpool_status_t f = foreign(server, "cxlpool_kv_server_address")) return f;
   const std::string& a = server->server->address();
   if (!buf || len <= a.size())
     return record({CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_server_address: buffer NULL or shorter than " +
@@ -423,6 +548,7 @@ cxlpool_status_t cxlpool_kv_server_address(const cxlpool_kv_server_t* server, ch
 
 cxlpool_status_t cxlpool_kv_server_stats(const cxlpool_kv_server_t* server, cxlpool_kv_server_stats_t* out) {
   if (!live(server)) return not_live("cxlpool_kv_server_stats");
+  if (cxlpool_status_t f = foreign(server, "cxlpool_kv_server_stats")) return f;
   if (!out) return record({CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_server_stats: out is NULL"});
   *out = server->server->stats();
   return CXLPOOL_OK;
@@ -430,6 +556,7 @@ cxlpool_status_t cxlpool_kv_server_stats(const cxlpool_kv_server_t* server, cxlp
 
 cxlpool_status_t cxlpool_kv_server_stop(cxlpool_kv_server_t* server) {
   if (!live(server)) return not_live("cxlpool_kv_server_stop");
+  if (cxlpool_status_t f = foreign(server, "cxlpool_kv_server_stop")) return f;
   server->magic = 0;
   server->server.reset();  // stops it
   cxlpool::ucx::retire(server);

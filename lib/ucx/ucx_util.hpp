@@ -60,15 +60,28 @@ inline bool parse_address(const char* fn, const char* text, bool listening, sock
   unsigned long p = std::stoul(port);
   if (p > 65535 || (p == 0 && !listening)) return bad("port " + port + (p ? " is above 65535" : " (0 only to listen)"));
   addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
+  hints.ai_family = AF_UNSPEC;  // a name with an IPv4 address is used as such
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV | (listening ? AI_PASSIVE : 0);
   addrinfo* res = nullptr;
   if (int e = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); e != 0 || !res)
     return bad("host \"" + host + "\": " + gai_strerror(e));
-  std::memcpy(out, res->ai_addr, res->ai_addrlen);
-  *len = res->ai_addrlen;
+  const addrinfo* pick = res;
+  for (const addrinfo* a = res; a; a = a->ai_next)
+    if (a->ai_family == AF_INET) {
+      pick = a;
+      break;
+    }
+  const bool v6 = pick->ai_family != AF_INET;
+  std::memcpy(out, pick->ai_addr, pick->ai_addrlen);
+  *len = pick->ai_addrlen;
   freeaddrinfo(res);
+  if (v6) {  // uct_tcp_ep_set_dest_addr writes past its buffer for an IPv6 peer (hostile review)
+    *err = {CXLPOOL_E_NOT_SUPPORTED, std::string(fn) + ": address \"" + text +
+                                         "\": IPv6 is not supported (UCX 1.13's tcp connection manager corrupts "
+                                         "its heap on IPv6 peers); use an IPv4 address"};
+    return false;
+  }
   return true;
 }
 

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cxlpool/cxlpool.h"
@@ -238,6 +239,8 @@ static int selftest(void) {
     expect(st == CXLPOOL_E_INVALID_ARGUMENT && message_has(named[i]) && r == NULL, what);
   }
   expect(cxlpool_kv_remote_connect("127.0.0.1:5000", 0, NULL) == CXLPOOL_E_INVALID_ARGUMENT, "NULL out");
+  expect(cxlpool_kv_remote_connect("[::1]:5000", 0, &r) == CXLPOOL_E_NOT_SUPPORTED && message_has("IPv6"),
+         "IPv6 refused, saying why");
   /* Nobody listens on port 9 (discard) here: a clear OS error within the timeout, not a hang. */
   cxlpool_status_t st = cxlpool_kv_remote_connect("127.0.0.1:9", 2000, &r);
   expect(st == CXLPOOL_E_OS && message_has("no connection to 127.0.0.1:9") && r == NULL, "nobody listening");
@@ -262,6 +265,30 @@ static int selftest(void) {
     /* A second server on the same port: UCX's refusal, named. */
     cxlpool_kv_server_t* s2 = NULL;
     expect(cxlpool_kv_server_start(&pool, 1, a, &s2) == CXLPOOL_E_OS && s2 == NULL, "port taken");
+    /* fork after connecting: the child is refused on both handles, touching nothing; the
+     * parent's connection still works (a forged handle comes back refused by the server). */
+    cxlpool_kv_remote_t* c = NULL;
+    expect(cxlpool_kv_remote_connect(a, 5000, &c) == CXLPOOL_OK, "connect to the server");
+    if (c) {
+      cxlpool_kv_handle_t forged;
+      memset(&forged, 0x5a, sizeof forged);
+      cxlpool_kv_view_t* view = NULL;
+      pid_t child = fork();
+      if (child == 0) {
+        int ok = cxlpool_kv_remote_import(c, &pool, 1, NULL, &forged, &view) == CXLPOOL_E_NOT_SUPPORTED &&
+                 message_has("fork child") && cxlpool_kv_remote_close(c) == CXLPOOL_E_NOT_SUPPORTED &&
+                 cxlpool_kv_server_stop(s) == CXLPOOL_E_NOT_SUPPORTED;
+        _exit(ok ? 0 : 1);
+      }
+      int status = 0;
+      waitpid(child, &status, 0);
+      expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a fork child is refused on the parent's handles");
+      expect(cxlpool_kv_remote_import(c, &pool, 1, NULL, &forged, &view) == CXLPOOL_E_INVALID_ARGUMENT &&
+                 message_has("refused by"),
+             "the parent's connection works after the fork");
+      expect(cxlpool_kv_remote_close(c) == CXLPOOL_OK, "close");
+      expect(cxlpool_kv_remote_close(c) == CXLPOOL_E_INVALID_ARGUMENT, "second close refused");
+    }
     expect(cxlpool_kv_server_stop(s) == CXLPOOL_OK, "stop");
     expect(cxlpool_kv_server_stop(s) == CXLPOOL_E_INVALID_ARGUMENT, "second stop refused");
   }
