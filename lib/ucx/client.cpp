@@ -352,10 +352,7 @@ using cxlpool::ucx::record;
 namespace {
 bool live(const cxlpool_kv_remote_t* r) { return r && r->magic == cxlpool_kv_remote::kLive && r->client; }
 cxlpool_status_t foreign(const cxlpool_kv_remote_t* r, const char* fn) {
-  if (r->owner == getpid()) return CXLPOOL_OK;
-  return record({CXLPOOL_E_NOT_SUPPORTED, std::string(fn) + ": the connection belongs to process " +
-                                              std::to_string(r->owner) +
-                                              " (a fork child cannot use it; nothing of it is touched here)"});
+  return cxlpool::ucx::foreign(r->owner, fn, "the connection");
 }
 }  // namespace
 

@@ -507,12 +507,8 @@ bool live(const cxlpool_kv_server_t* s) { return s && s->magic == cxlpool_kv_ser
 cxlpool_status_t not_live(const char* fn) {
   return record({CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": not a live KV server"});
 }
-// Nonzero (recorded) when the calling process is not the one that started the server.
 cxlpool_status_t foreign(const cxlpool_kv_server_t* s, const char* fn) {
-  if (s->owner == getpid()) return CXLPOOL_OK;
-  return record({CXLPOOL_E_NOT_SUPPORTED, std::string(fn) + ": the server belongs to process " +
-                                              std::to_string(s->owner) +
-                                              " (a fork child cannot use it; nothing of it is touched here)"});
+  return cxlpool::ucx::foreign(s->owner, fn, "the server");
 }
 }  // namespace
 

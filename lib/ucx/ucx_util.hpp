@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -138,6 +139,15 @@ class Ucp {
 };
 
 using Clock = std::chrono::steady_clock;
+
+// Nonzero (recorded) when the calling process is not the one that made the handle (a fork
+// child): what names the handle in the message ("the server", "the connection").
+inline cxlpool_status_t foreign(pid_t owner, const char* fn, const char* what) {
+  if (owner == getpid()) return CXLPOOL_OK;
+  return record({CXLPOOL_E_NOT_SUPPORTED, std::string(fn) + ": " + what + " belongs to process " +
+                                              std::to_string(owner) +
+                                              " (a fork child cannot use it; nothing of it is touched here)"});
+}
 
 // A stopped server's or closed connection's shell (its magic word cleared) is kept in a
 // bounded quarantine instead of freed: a second stop or close is refused with a status

@@ -14,23 +14,7 @@
 #include <unistd.h>
 
 #include "cxlpool/cxlpool.h"
-
-static int from_hex(const char* hex, void* out, size_t n) {
-  unsigned char* b = (unsigned char*)out;
-  if (strlen(hex) < 2 * n) return -1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned v = 0;
-    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
-    b[i] = (unsigned char)v;
-  }
-  return 0;
-}
-
-static uint64_t fnv(const void* p, size_t n, uint64_t h) {
-  const unsigned char* b = (const unsigned char*)p;
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
+#include "kv_hex.h"
 
 static int import(cxlpool_shared_pool_t* pool, const char* hex, cxlpool_kv_view_t** view) {
   cxlpool_kv_handle_t h;

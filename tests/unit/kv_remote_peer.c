@@ -20,6 +20,7 @@
 
 #include "cxlpool/cxlpool.h"
 #include "cxlpool/kvcache_remote.h"
+#include "kv_hex.h"
 
 static cxlpool_kv_geometry_t test_geometry(void) {
   cxlpool_kv_geometry_t g;
@@ -30,28 +31,6 @@ static cxlpool_kv_geometry_t test_geometry(void) {
   g.dtype = CXLPOOL_KV_FP16;
   g.tokens_per_block = 16; /* 1 KiB per token, 16 KiB per block */
   return g;
-}
-
-static uint64_t fnv(const void* p, size_t n, uint64_t h) {
-  const unsigned char* b = (const unsigned char*)p;
-  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
-  return h;
-}
-
-static void to_hex(const void* p, size_t n, char* out) {
-  const unsigned char* b = (const unsigned char*)p;
-  for (size_t i = 0; i < n; ++i) sprintf(out + 2 * i, "%02x", b[i]);
-}
-
-static int from_hex(const char* hex, void* out, size_t n) {
-  unsigned char* b = (unsigned char*)out;
-  if (strlen(hex) < 2 * n) return -1;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned v = 0;
-    if (sscanf(hex + 2 * i, "%2x", &v) != 1) return -1;
-    b[i] = (unsigned char)v;
-  }
-  return 0;
 }
 
 static cxlpool_shared_pool_t* make_pool(const char* device) {
