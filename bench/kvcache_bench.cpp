@@ -11,10 +11,11 @@
 // time-to-first-token style figure (handoff plus one read of the whole prefix), p50/p99 and
 // GB/s, and a MODELLED table for hardware this machine does not have (CXL, RDMA NICs, PCIe),
 // every parameter printed and overridable, labelled "model". Table, --json, --plot (gnuplot).
-// (b) UCX (libcxlpool_ucx, ucx-tcp): the decode process has a pool of its own and fetches the
-// sequence from the prefill process's KV server over UCX tcp (UCX 1.13's client-server
-// connections keep their lanes on tcp even with UCX_TLS=sm,tcp: no shared-memory figure); it
-// moves the whole sequence whatever the reuse (the remote import has no prefix to merge).
+// (b) UCX (libcxlpool_ucx, ucx-tcp and ucx-sm): the decode process has a pool of its own and
+// fetches the sequence from the prefill process's KV server over UCX tcp (UCX_TLS=tcp), or
+// through shared memory and CMA (CXLPOOL_KV_REMOTE_SAME_HOST on both ends; the decode process
+// refuses to run when its connection's path is not "same host"); it moves the whole sequence
+// whatever the reuse (the remote import has no prefix to merge).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -46,7 +47,7 @@ struct Options {
   std::vector<uint64_t> tokens{16, 128, 512, 2048};
   std::vector<int> reuse{0, 50, 90};
   int reps = 7;
-  std::vector<std::string> paths{"pool", "ucx-tcp", "tcp", "storage-hop", "shm-memcpy"};
+  std::vector<std::string> paths{"pool", "ucx-tcp", "ucx-sm", "tcp", "storage-hop", "shm-memcpy"};
   std::string json, plot;
   // The model's parameters (GB/s = 1e9 bytes per second; latencies in us).
   double cxl_gbps = 64, cxl_lat_us = 0.4;         // CXL 2.0 x16 Gen5 memory, read in place
@@ -140,7 +141,7 @@ double pct(std::vector<double> v, double p) {
 // ---- the decode side of the pool and UCX paths: its own process, its own participant ----
 // remote == nullptr: imports from the shared pool device (in place); otherwise creates a pool
 // of its own on device (pool_bytes) and fetches from the KV server at remote.
-int consumer(const char* device, const char* remote, uint64_t pool_bytes, int in, int out,
+int consumer(const char* device, const char* remote, uint64_t pool_bytes, uint32_t flags, int in, int out,
              const cxlpool_kv_geometry_t& g) {
   cxlpool_shared_pool_t* pool = nullptr;
   cxlpool_kv_remote_t* conn = nullptr;
@@ -153,11 +154,20 @@ int consumer(const char* device, const char* remote, uint64_t pool_bytes, int in
     cxlpool_shared_params_set_size(p, pool_bytes);
     st = cxlpool_shared_pool_create(device, p, 0, &pool);
     cxlpool_shared_params_destroy(p);
-    if (st == CXLPOOL_OK) st = cxlpool_kv_remote_connect(remote, 30000, &conn);
+    if (st == CXLPOOL_OK) st = cxlpool_kv_remote_connect(remote, 30000, flags, &conn);
   }
   if (st != CXLPOOL_OK) {
     std::fprintf(stderr, "consumer: %s\n", cxlpool_last_error_message());
     return 3;
+  }
+  if (flags & CXLPOOL_KV_REMOTE_SAME_HOST) {  // measured as shared memory only if it is
+    char path[512] = "";
+    cxlpool_kv_remote_path(conn, path, sizeof path);
+    if (std::strncmp(path, "same host: ", 11) != 0) {
+      std::fprintf(stderr, "consumer: ucx-sm: the connection is not through shared memory: %s\n", path);
+      return 3;
+    }
+    std::fprintf(stderr, "ucx-sm: %s\n", path);
   }
   for (;;) {
     cxlpool_kv_handle_t h{};
@@ -250,7 +260,7 @@ bool Bench::setup() {
   consumer_pool_bytes_ = (max_tokens + o_.tokens_per_block) * per_token_ + (64u << 20);
   for (const std::string& path : o_.paths) {
     if (path.rfind("ucx-", 0) == 0 && !server_) {
-      if (cxlpool_kv_server_start(&pool_, 1, "127.0.0.1:0", &server_) != CXLPOOL_OK) {
+      if (cxlpool_kv_server_start(&pool_, 1, "127.0.0.1:0", CXLPOOL_KV_REMOTE_SAME_HOST, &server_) != CXLPOOL_OK) {
         std::fprintf(stderr, "kvcache_bench: %s\n", cxlpool_last_error_message());
         return false;
       }
@@ -278,11 +288,12 @@ bool Bench::spawn_consumer(const std::string& path) {
     if (path == "pool") {
       execl(self_, self_, "--role", "pool-consumer", device_.c_str(), o_.model.c_str(), tpb.c_str(), (char*)nullptr);
     } else {
-      setenv("UCX_TLS", "tcp", 1);
+      const bool sm = path == "ucx-sm";
+      setenv("UCX_TLS", sm ? "sm,tcp" : "tcp", 1);  // sm: tcp only for the connection it is made on
       setenv("UCX_NET_DEVICES", "lo", 1);
       std::string own = device_ + "-" + path, bytes = std::to_string(consumer_pool_bytes_);
       execl(self_, self_, "--role", "ucx-consumer", own.c_str(), o_.model.c_str(), tpb.c_str(), server_address_.c_str(),
-            bytes.c_str(), (char*)nullptr);
+            bytes.c_str(), sm ? "same-host" : "network", (char*)nullptr);
     }
     _exit(127);
   }
@@ -620,12 +631,13 @@ int main(int argc, char** argv) {
   if (argc >= 6 && std::string(argv[1]) == "--role" && std::string(argv[2]) == "pool-consumer") {
     cxlpool_kv_geometry_t g{};
     if (cxlpool_kv_geometry_preset(argv[4], uint32_t(std::atoi(argv[5])), &g) != CXLPOOL_OK) return 2;
-    return consumer(argv[3], nullptr, 0, 3, 4, g);
+    return consumer(argv[3], nullptr, 0, 0, 3, 4, g);
   }
-  if (argc >= 8 && std::string(argv[1]) == "--role" && std::string(argv[2]) == "ucx-consumer") {
+  if (argc >= 9 && std::string(argv[1]) == "--role" && std::string(argv[2]) == "ucx-consumer") {
     cxlpool_kv_geometry_t g{};
     if (cxlpool_kv_geometry_preset(argv[4], uint32_t(std::atoi(argv[5])), &g) != CXLPOOL_OK) return 2;
-    return consumer(argv[3], argv[6], std::strtoull(argv[7], nullptr, 10), 3, 4, g);
+    const uint32_t flags = std::string(argv[8]) == "same-host" ? CXLPOOL_KV_REMOTE_SAME_HOST : 0;
+    return consumer(argv[3], argv[6], std::strtoull(argv[7], nullptr, 10), flags, 3, 4, g);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (std::string(CXLPOOL_BENCH_BUILD_TYPE) != "Release") {
@@ -674,7 +686,7 @@ int main(int argc, char** argv) {
     else {
       std::fprintf(stderr,
                    "usage: kvcache_bench [--model opt-6.7b] [--tokens-per-block 16] [--tokens 16,128,512,2048] "
-                   "[--reuse 0,50,90] [--paths pool,ucx-tcp,tcp,storage-hop,shm-memcpy] [--reps 7] [--json F] "
+                   "[--reuse 0,50,90] [--paths pool,ucx-tcp,ucx-sm,tcp,storage-hop,shm-memcpy] [--reps 7] [--json F] "
                    "[--plot F.png] "
                    "[--cxl-gbps 64] [--rdma200-gbps 25] [--rdma100-gbps 12.5] [--copy-gbps 64] [--storage-gbps 7]\n");
       return 2;
@@ -687,8 +699,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   for (const std::string& p : o.paths)
-    if (p != "pool" && p != "ucx-tcp" && p != "tcp" && p != "storage-hop" && p != "shm-memcpy") {
-      std::fprintf(stderr, "kvcache_bench: unknown path '%s' (pool, ucx-tcp, tcp, storage-hop, shm-memcpy)\n",
+    if (p != "pool" && p != "ucx-tcp" && p != "ucx-sm" && p != "tcp" && p != "storage-hop" && p != "shm-memcpy") {
+      std::fprintf(stderr, "kvcache_bench: unknown path '%s' (pool, ucx-tcp, ucx-sm, tcp, storage-hop, shm-memcpy)\n",
                    p.c_str());
       return 2;
     }

@@ -27,6 +27,16 @@
 extern "C" {
 #endif
 
+/* CXLPOOL_KV_REMOTE_SAME_HOST, given to the server and to the consumer's connection: when both
+ * ask for it and UCX reaches the consumer through shared memory (UCX's sysv or posix transport
+ * for the messages, CMA for the blocks: UCX_TLS decides which are allowed), the blocks go that
+ * way instead of through the socket the connection was made on; cxlpool_kv_remote_path says
+ * which way a connection goes, and why. Only between processes of one user, or that trust each
+ * other: UCX's shared-memory transports attach the segments, and CMA reads the process, that
+ * the other end names (the kernel checks the ptrace permission). Without the flag on both ends,
+ * or when UCX has no shared-memory way to the peer, the connection's own transport (tcp) is used. */
+#define CXLPOOL_KV_REMOTE_SAME_HOST 1u
+
 /* A producer's server: serves the exports (cxlpool_kv_seq_export) whose blocks are in pools.
  * address: "IPV4:PORT" or "HOSTNAME:PORT" to listen on (port 0: any free port, see
  * cxlpool_kv_server_address; IPv6 is refused: UCX 1.13's tcp connection manager corrupts its
@@ -35,11 +45,12 @@ extern "C" {
  * when the consumer gives up, fails or disconnects, or when it does not ask for the blocks
  * within 10 s. At most 64 sequences are handed out at once (16 per consumer): more are
  * CXLPOOL_E_BUSY for the consumer. The pools must stay open until the server is stopped.
- * Statuses: INVALID_ARGUMENT (the address, naming the bad part), NOT_SUPPORTED (IPv6), OS (UCX
- * refused: its message is included). */
+ * flags: 0 or CXLPOOL_KV_REMOTE_SAME_HOST (below).
+ * Statuses: INVALID_ARGUMENT (the address, naming the bad part; an unknown flag), NOT_SUPPORTED
+ * (IPv6), OS (UCX refused: its message is included). */
 typedef struct cxlpool_kv_server cxlpool_kv_server_t;
 CXLPOOL_API cxlpool_status_t cxlpool_kv_server_start(cxlpool_shared_pool_t* const* pools, size_t npools,
-                                                     const char* address, cxlpool_kv_server_t** out);
+                                                     const char* address, uint32_t flags, cxlpool_kv_server_t** out);
 /* The address the server listens on, "IP:PORT" (the port it got when asked for 0). */
 CXLPOOL_API cxlpool_status_t cxlpool_kv_server_address(const cxlpool_kv_server_t* server, char* buf, size_t len);
 typedef struct cxlpool_kv_server_counters {
@@ -50,17 +61,23 @@ typedef struct cxlpool_kv_server_counters {
   uint64_t bytes_offered; /* bytes of the blocks handed out */
   uint64_t views_held;    /* sequences being handed out now (their blocks leased) */
   uint64_t expired;       /* sequences a consumer asked for and never pulled within 10 s */
-  uint64_t reserved[5];
+  uint64_t same_host;     /* consumers served through shared memory (CXLPOOL_KV_REMOTE_SAME_HOST) */
+  uint64_t reserved[4];
 } cxlpool_kv_server_stats_t;
 CXLPOOL_API cxlpool_status_t cxlpool_kv_server_stats(const cxlpool_kv_server_t* server, cxlpool_kv_server_stats_t* out);
 /* Disconnects every consumer, drops every lease, and frees the server. */
 CXLPOOL_API cxlpool_status_t cxlpool_kv_server_stop(cxlpool_kv_server_t* server);
 
 /* A consumer's connection to one server. timeout_ms bounds connecting, and each import as a
- * whole (0: 10,000 ms). Statuses: INVALID_ARGUMENT (the address), OS (no connection: UCX's reason). */
+ * whole (0: 10,000 ms). flags: 0 or CXLPOOL_KV_REMOTE_SAME_HOST (above). Statuses:
+ * INVALID_ARGUMENT (the address; an unknown flag), OS (no connection: UCX's reason; or the
+ * same-host path the server offered did not come up within the timeout). */
 typedef struct cxlpool_kv_remote cxlpool_kv_remote_t;
-CXLPOOL_API cxlpool_status_t cxlpool_kv_remote_connect(const char* address, uint32_t timeout_ms,
+CXLPOOL_API cxlpool_status_t cxlpool_kv_remote_connect(const char* address, uint32_t timeout_ms, uint32_t flags,
                                                        cxlpool_kv_remote_t** out);
+/* Which way the connection's blocks go, as text: "same host: am sysv/memory, rma_bw
+ * cma/memory" or "network: am tcp/lo (...why not the same host...)". */
+CXLPOOL_API cxlpool_status_t cxlpool_kv_remote_path(const cxlpool_kv_remote_t* remote, char* buf, size_t len);
 /* Fetches the exported sequence `handle` names from the server into blocks allocated in this
  * process's pools (cxlpool_kv_view_create) and returns them as a view. expected (may be NULL)
  * must equal the exporter's geometry. The server validates the handle exactly as

@@ -4,6 +4,9 @@
 // serialized by a mutex). An import sends FETCH, validates the META answer, allocates a landing
 // view in the consumer's pools (cxlpool_kv_view_create), sends PULL and receives every BLOCK
 // straight into its landing block (ucp_am_recv_data_nbx for rendezvous), then sends DONE.
+// With CXLPOOL_KV_REMOTE_SAME_HOST, connecting also sends HELLO (this worker's address) and
+// waits for the server's answer: META and BLOCK then come through shared memory, over the
+// endpoint the server made to this worker's address (the handlers take them from any endpoint).
 #include <unistd.h>
 
 #include <map>
@@ -23,19 +26,21 @@ class Client {
  public:
   ~Client() { close(); }
 
-  bool connect(const char* address, uint32_t timeout_ms, Error* err) {
+  bool connect(const char* address, uint32_t timeout_ms, uint32_t flags, Error* err) {
     constexpr const char* kWho = "cxlpool_kv_remote_connect";
+    if (flags & ~CXLPOOL_KV_REMOTE_SAME_HOST)
+      return *err = {CXLPOOL_E_INVALID_ARGUMENT, std::string(kWho) + ": unknown flags " + std::to_string(flags)}, false;
     sockaddr_storage sa{};
     socklen_t len = 0;
     if (!parse_address(kWho, address, false, &sa, &len, err)) return false;
     address_ = address;
     timeout_ = std::chrono::milliseconds(timeout_ms ? timeout_ms : 10000);
     if (!ucp_.init("cxlpool-kv-client", UCP_FEATURE_AM, UCS_THREAD_MODE_SERIALIZED, err)) return false;
-    for (unsigned id : {kAmMeta, kAmBlock}) {
+    for (unsigned id : {kAmMeta, kAmBlock, kAmHelloReply}) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
       hp.id = id;
-      hp.cb = id == kAmMeta ? on_meta : on_block;
+      hp.cb = id == kAmMeta ? on_meta : id == kAmBlock ? on_block : on_hello_reply;
       hp.arg = this;
       if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
         return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
@@ -62,8 +67,65 @@ class Client {
                                                         : ucs_status_string(s))};
       return false;
     }
+    bool same_host = false;
+    const std::string lanes = describe_lanes(ep_, &same_host);
+    path_ = "network: " + lanes;
+    if (flags & CXLPOOL_KV_REMOTE_SAME_HOST) return hello(err);
     return true;
   }
+
+  // The same-host path: HELLO with this worker's address, then the server's answer.
+  bool hello(Error* err) {
+    constexpr const char* kWho = "cxlpool_kv_remote_connect";
+    ucp_address_t* mine = nullptr;
+    size_t length = 0;
+    if (ucs_status_t s = ucp_worker_get_address(ucp_.worker(), &mine, &length); s != UCS_OK)
+      return *err = ucx_error(std::string(kWho) + ": ucp_worker_get_address", s), false;
+    if (length > kMaxWorkerAddress) {
+      ucp_worker_release_address(ucp_.worker(), mine);
+      return *err = {CXLPOOL_E_NOT_SUPPORTED, std::string(kWho) + ": this worker's address has " +
+                                                  std::to_string(length) + " bytes (at most " +
+                                                  std::to_string(kMaxWorkerAddress) + ")"},
+             false;
+    }
+    HelloRequest h{kWireMagic, kWireVersion, uint32_t(length), {}};
+    if (!host_identity(&h.where)) {
+      ucp_worker_release_address(ucp_.worker(), mine);
+      return *err = {CXLPOOL_E_OS, std::string(kWho) + ": /proc does not tell this process's boot id and namespaces"},
+             false;
+    }
+    std::vector<unsigned char> bytes(sizeof h + length);
+    std::memcpy(bytes.data(), &h, sizeof h);
+    std::memcpy(bytes.data() + sizeof h, mine, length);
+    ucp_worker_release_address(ucp_.worker(), mine);
+    hello_.reset();
+    ucp_request_param_t p{};
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    want_hello_ = true;
+    const bool answered = wait(ucp_am_send_nbx(ep_, kAmHello, nullptr, 0, bytes.data(), bytes.size(), &p)) == UCS_OK &&
+                          !failed_ && progress_until([&] { return hello_ != nullptr; });
+    want_hello_ = false;
+    if (!answered) {
+      *err = {CXLPOOL_E_OS, std::string(kWho) + ": " + address_ +
+                                ": no answer to the same-host request (HELLO) within " +
+                                std::to_string(timeout_.count()) + " ms (" +
+                                (failure_ == UCS_ERR_TIMED_OUT ? "timed out" : ucs_status_string(failure_)) + ")"};
+      return false;
+    }
+    HelloReply r{};
+    std::memcpy(&r, hello_->data(), sizeof r);
+    std::string m = printable(std::string(reinterpret_cast<const char*>(hello_->data() + sizeof r), r.message_bytes));
+    hello_.reset();
+    if (r.status == CXLPOOL_OK) {
+      path_ = "same host: " + m;
+    } else {
+      path_ += " (the same-host path was refused: " + m + ")";
+    }
+    return true;
+  }
+
+  const std::string& path() const { return path_; }
 
   cxlpool_status_t import(cxlpool_shared_pool_t* const* pools, size_t npools, const cxlpool_kv_geometry_t* expected,
                           const cxlpool_kv_handle_t* handle, cxlpool_kv_view_t** out) {
@@ -98,9 +160,9 @@ class Client {
     if (h.status != CXLPOOL_OK) {
       if (h.message_bytes > kMaxMessage || bytes.size() - sizeof h != h.message_bytes)
         return protocol_error(kWho, "a refusal whose message does not fit it");
-      std::string m(reinterpret_cast<const char*>(bytes.data() + sizeof h), h.message_bytes);
-      for (char& c : m)  // the server's words, not its control characters, reach the caller's logs
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+      // The server's words, not its control characters, reach the caller's logs.
+      const std::string m =
+          printable(std::string(reinterpret_cast<const char*>(bytes.data() + sizeof h), h.message_bytes));
       return record({known_error(h.status), std::string(kWho) + ": refused by " + address_ + ": " + m});
     }
     if (bytes.size() != sizeof h) return protocol_error(kWho, "a META answer of the wrong size");
@@ -134,7 +196,7 @@ class Client {
       if (!failed_) fail_connection(UCS_ERR_IO_ERROR);
       // No receive may still be writing the landing blocks when they are freed.
       const Clock::time_point until = Clock::now() + std::chrono::seconds(1);
-      while (rx_.pending && Clock::now() < until) ucp_worker_progress(ucp_.worker());
+      while (rx_.pending && Clock::now() < until) progress();
       if (rx_.pending == 0) cxlpool_kv_view_release(view);  // else: leaked, never freed under a receive
       const std::string why = rx_.why;
       rx_ = Receive{};
@@ -157,8 +219,7 @@ class Client {
     ep_ = nullptr;
     if (UCS_PTR_IS_PTR(r)) {
       const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(1000);
-      while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < deadline)
-        ucp_worker_progress(ucp_.worker());
+      while (ucp_request_check_status(r) == UCS_INPROGRESS && Clock::now() < deadline) progress();
       ucp_request_free(r);
     }
   }
@@ -181,7 +242,7 @@ class Client {
     const Clock::time_point deadline = deadline_;
     unsigned spins = 0;
     while (!failed_ && !done()) {
-      if (!ucp_worker_progress(ucp_.worker()) && (++spins & 255) == 0 && Clock::now() > deadline) {
+      if (!progress() && (++spins & 255) == 0 && Clock::now() > deadline) {
         fail_connection(UCS_ERR_TIMED_OUT);
         return false;
       }
@@ -213,8 +274,10 @@ class Client {
   }
 
   ucs_status_t wait(ucs_status_ptr_t req) {
-    return wait_request(ucp_.worker(), req, deadline_, [&] { fail_connection(UCS_ERR_TIMED_OUT); });
+    return wait_request([&] { return progress(); }, req, deadline_, [&] { fail_connection(UCS_ERR_TIMED_OUT); });
   }
+
+  unsigned progress() { return ucp_worker_progress(ucp_.worker()); }
 
   void fail_connection(ucs_status_t why) {
     if (!failed_) {
@@ -251,9 +314,8 @@ class Client {
                               const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Client*>(arg);
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {  // the server sends META eagerly
-      ucp_am_data_release(self->ucp_.worker(), data);
       self->fail_connection(UCS_ERR_IO_ERROR);
-      return UCS_OK;
+      return UCS_OK;  // (a rendezvous descriptor not received is dropped by UCX when this returns)
     }
     MetaReply h{};
     if (length < sizeof h) return UCS_OK;
@@ -268,13 +330,38 @@ class Client {
     return UCS_OK;
   }
 
+  static ucs_status_t on_hello_reply(void* arg, const void*, size_t, void* data, size_t length,
+                                     const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Client*>(arg);
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {  // the server sends it eagerly
+      self->fail_connection(UCS_ERR_IO_ERROR);
+      return UCS_OK;
+    }
+    HelloReply h{};
+    if (!self->want_hello_ || self->hello_ || length < sizeof h) return UCS_OK;  // not asked for, or repeated
+    std::memcpy(&h, data, sizeof h);
+    if (h.magic != kWireMagic || h.version != kWireVersion || h.message_bytes > kMaxMessage ||
+        length - sizeof h != h.message_bytes) {
+      self->fail_connection(UCS_ERR_IO_ERROR);
+      return UCS_OK;
+    }
+    try {
+      const auto* b = static_cast<const unsigned char*>(data);
+      self->hello_ = std::make_unique<std::vector<unsigned char>>(b, b + length);
+    } catch (...) {
+      self->fail_connection(UCS_ERR_NO_MEMORY);
+    }
+    return UCS_OK;
+  }
+
   static ucs_status_t on_block(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Client*>(arg);
     Receive& rx = self->rx_;
     const bool rndv = param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV;
+    // A rendezvous block not received is dropped by UCX when the handler returns UCS_OK (its
+    // sender's request completes); ucp_am_data_release is only for descriptors kept (UCS_INPROGRESS).
     auto reject = [&](const std::string& why) {
-      if (rndv) ucp_am_data_release(self->ucp_.worker(), data);
       if (rx.view && !rx.error) {
         rx.error = true;
         rx.why = why;
@@ -285,10 +372,8 @@ class Client {
     if (header_length != sizeof bh)
       return reject("a block with a header of " + std::to_string(header_length) + " bytes");
     std::memcpy(&bh, header, sizeof bh);
-    if (!rx.view || bh.magic != kWireMagic || bh.request_id != rx.request_id) {
-      if (rndv) ucp_am_data_release(self->ucp_.worker(), data);
+    if (!rx.view || bh.magic != kWireMagic || bh.request_id != rx.request_id)
       return UCS_OK;  // a block of a request given up: dropped
-    }
     if (bh.index >= rx.have.size() || rx.have[size_t(bh.index)])
       return reject("block " + std::to_string(bh.index) + " twice or beyond the sequence");
     if (length != rx.block_bytes)
@@ -332,7 +417,10 @@ class Client {
   bool failed_ = false;
   ucs_status_t failure_ = UCS_OK;
   uint64_t next_id_ = 0;
-  std::unique_ptr<std::vector<unsigned char>> meta_;  // the current request's META
+  std::unique_ptr<std::vector<unsigned char>> meta_;   // the current request's META
+  std::unique_ptr<std::vector<unsigned char>> hello_;  // the server's HELLO_REPLY
+  bool want_hello_ = false;
+  std::string path_;  // cxlpool_kv_remote_path
   Receive rx_;
 };
 
@@ -358,7 +446,8 @@ cxlpool_status_t foreign(const cxlpool_kv_remote_t* r, const char* fn) {
 
 extern "C" {
 
-cxlpool_status_t cxlpool_kv_remote_connect(const char* address, uint32_t timeout_ms, cxlpool_kv_remote_t** out) {
+cxlpool_status_t cxlpool_kv_remote_connect(const char* address, uint32_t timeout_ms, uint32_t flags,
+                                           cxlpool_kv_remote_t** out) {
   if (!out) return record({CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_remote_connect: out is NULL"});
   *out = nullptr;
   auto r = std::unique_ptr<cxlpool_kv_remote>(new (std::nothrow) cxlpool_kv_remote);
@@ -366,7 +455,7 @@ cxlpool_status_t cxlpool_kv_remote_connect(const char* address, uint32_t timeout
   Error err{CXLPOOL_OK, ""};
   try {
     r->client = std::make_unique<cxlpool::ucx::Client>();
-    if (!r->client->connect(address, timeout_ms, &err)) return record(err);
+    if (!r->client->connect(address, timeout_ms, flags, &err)) return record(err);
   } catch (const std::exception& e) {
     return record({CXLPOOL_E_NO_MEMORY, std::string("cxlpool_kv_remote_connect: ") + e.what()});
   }
@@ -385,6 +474,18 @@ cxlpool_status_t cxlpool_kv_remote_import(cxlpool_kv_remote_t* remote, cxlpool_s
   } catch (const std::exception& e) {
     return record({CXLPOOL_E_NO_MEMORY, std::string("cxlpool_kv_remote_import: ") + e.what()});
   }
+}
+
+cxlpool_status_t cxlpool_kv_remote_path(const cxlpool_kv_remote_t* remote, char* buf, size_t len) {
+  if (!live(remote))
+    return record({CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_remote_path: not a live KV remote connection"});
+  if (cxlpool_status_t f = foreign(remote, "cxlpool_kv_remote_path")) return f;
+  const std::string& p = remote->client->path();
+  if (!buf || len <= p.size())
+    return record({CXLPOOL_E_INVALID_ARGUMENT,
+                   "cxlpool_kv_remote_path: buffer NULL or shorter than " + std::to_string(p.size() + 1) + " bytes"});
+  std::memcpy(buf, p.c_str(), p.size() + 1);
+  return CXLPOOL_OK;
 }
 
 cxlpool_status_t cxlpool_kv_remote_close(cxlpool_kv_remote_t* remote) {

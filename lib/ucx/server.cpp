@@ -4,7 +4,11 @@
 // consumer would (cxlpool_kv_import: every check, a lease on every block) and answered with the
 // sequence's shape (META); on the consumer's PULL every block goes to it as an active message
 // (UCX rendezvous: zero-copy where the transport can). The leases are held from the FETCH until
-// the last block is sent, the consumer gives up, fails, or misses a deadline. The worker has no
+// the last block is sent, the consumer gives up, fails, or misses a deadline. A consumer on this
+// host that says HELLO (CXLPOOL_KV_REMOTE_SAME_HOST, both ends) gets a second endpoint, made to
+// its worker address, when UCX reaches it through shared memory: META and BLOCK go there. That
+// endpoint has no peer error handling (UCX 1.13's shared-memory transports have none: with it
+// UCX picks tcp); the first connection watches the consumer for both. The worker has no
 // RMA feature: a consumer cannot read anything of this process that was not sent to it (UCX's
 // software RMA over tcp checks no key or address). UCX calls its callbacks inside
 // ucp_worker_progress on this thread only; they queue work that the loop does after progress.
@@ -14,6 +18,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <deque>
 #include <map>
 #include <memory>
@@ -39,8 +44,14 @@ class Server {
  public:
   ~Server() { stop(); }
 
-  bool start(cxlpool_shared_pool_t* const* pools, size_t npools, const char* address, Error* err) {
+  bool start(cxlpool_shared_pool_t* const* pools, size_t npools, const char* address, uint32_t flags, Error* err) {
     constexpr const char* kWho = "cxlpool_kv_server_start";
+    if (flags & ~CXLPOOL_KV_REMOTE_SAME_HOST)
+      return *err = {CXLPOOL_E_INVALID_ARGUMENT, std::string(kWho) + ": unknown flags 0x" + hex(flags)}, false;
+    same_host_ = flags & CXLPOOL_KV_REMOTE_SAME_HOST;
+    if (same_host_ && !host_identity(&where_))
+      return *err = {CXLPOOL_E_OS, std::string(kWho) + ": /proc does not tell this process's boot id and namespaces"},
+             false;
     sockaddr_storage sa{};
     socklen_t len = 0;
     if (!parse_address(kWho, address, true, &sa, &len, err)) return false;
@@ -55,11 +66,11 @@ class Server {
         return *err = {st, std::string(kWho) + ": pool " + std::to_string(i) + ": " + cxlpool_last_error_message()},
                false;
     }
-    for (unsigned id : {kAmFetch, kAmPull, kAmDone}) {
+    for (unsigned id : {kAmFetch, kAmPull, kAmDone, kAmHello}) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
       hp.id = id;
-      hp.cb = id == kAmFetch ? on_fetch : id == kAmPull ? on_pull : on_done;
+      hp.cb = id == kAmFetch ? on_fetch : id == kAmPull ? on_pull : id == kAmDone ? on_done : on_hello;
       hp.arg = this;
       if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
         return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
@@ -100,6 +111,7 @@ class Server {
     }
     if (listener_) ucp_listener_destroy(listener_);
     listener_ = nullptr;
+    ucp_.destroy();  // now, while the records a late send completion may look at still exist
   }
 
   const std::string& address() const { return address_; }
@@ -113,6 +125,7 @@ class Server {
     s.bytes_offered = bytes_offered_.load();
     s.views_held = views_held_.load();
     s.expired = expired_.load();
+    s.same_host = same_host_paths_.load();
     return s;
   }
 
@@ -125,19 +138,26 @@ class Server {
     Clock::time_point deadline;
   };
   struct Peer {
+    uint64_t serial = 0;                   // unique per connection (a closed endpoint's handle is reused)
     std::map<uint64_t, Request> requests;  // by request id
+    bool hello = false;                    // said HELLO (once only)
+    ucp_ep_h data_ep = nullptr;            // the same-host endpoint: META and BLOCK go there when set
   };
-  enum class Kind { kFetch, kPull, kDone, kFailed, kHostile };
+  enum class Kind { kFetch, kPull, kDone, kHello, kFailed, kHostile };
   struct Work {
     Kind kind;
     ucp_ep_h ep;
     std::vector<unsigned char> payload;
   };
-  // What a BLOCK send's completion needs to find its request.
+  // What a BLOCK send's completion needs to find its request, and the send's active-message
+  // header (UCX 1.13 reads it until the send completes: a pending send on shared memory read a
+  // stack copy long gone, and the consumer dropped the blocks).
   struct SendContext {
     Server* server;
     ucp_ep_h ep;
+    uint64_t serial;  // the peer's: a completion for a peer record since dropped changes nothing
     uint64_t request_id;
+    BlockHeader header;
   };
 
   static void on_connection(ucp_conn_request_h request, void* arg) {
@@ -158,7 +178,7 @@ class Server {
       self->peers_.erase(old);
       self->failed_.erase(h);
     }
-    self->peers_[h];
+    self->peers_[h].serial = ++self->serial_;
     self->connections_.fetch_add(1);
   }
 
@@ -168,12 +188,9 @@ class Server {
 
   static ucs_status_t on_message(Kind kind, void* arg, void* data, size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Server*>(arg);
-    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-      if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ucp_am_data_release(self->ucp_.worker(), data);
-      return UCS_OK;  // no one to answer
-    }
+    // (A rendezvous descriptor not received is dropped by UCX when the handler returns UCS_OK.)
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) return UCS_OK;  // no one to answer
     if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {  // requests are small and sent eagerly: not a consumer of ours
-      ucp_am_data_release(self->ucp_.worker(), data);
       self->queue(Kind::kHostile, param->reply_ep, nullptr, 0);
       return UCS_OK;
     }
@@ -191,6 +208,16 @@ class Server {
   static ucs_status_t on_done(void* arg, const void*, size_t, void* data, size_t length,
                               const ucp_am_recv_param_t* param) {
     return on_message(Kind::kDone, arg, data, length, param);
+  }
+  static ucs_status_t on_hello(void* arg, const void*, size_t, void* data, size_t length,
+                               const ucp_am_recv_param_t* param) {
+    return on_message(Kind::kHello, arg, data, length, param);
+  }
+
+  static std::string hex(uint32_t v) {
+    char b[16];
+    std::snprintf(b, sizeof b, "%x", v);
+    return b;
   }
 
   void queue(Kind kind, ucp_ep_h ep, const unsigned char* data, size_t length) noexcept {
@@ -225,12 +252,17 @@ class Server {
     }
     // Every consumer goes: endpoints closed (their sends complete with an error), then the
     // leases dropped once no send can still read a block.
-    for (auto& [ep, peer] : peers_) close_endpoint(ep);
+    for (auto& [ep, peer] : peers_) {
+      close_endpoint(ep);
+      if (peer.data_ep) close_endpoint(peer.data_ep);  // (kept as the mark of a same-host peer)
+    }
     const Clock::time_point until = Clock::now() + std::chrono::seconds(5);
     while (sends_in_flight() && Clock::now() < until) ucp_worker_progress(ucp_.worker());
     for (auto& [ep, peer] : peers_)
       for (auto& [id, r] : peer.requests)
-        if (r.sends == 0) release(r);  // (a send that never completed keeps its leases: never freed under it)
+        // A send that never completed keeps its leases (never freed under it), except on the
+        // same-host path, where no late send writes the pool (fail_peer).
+        if (r.sends == 0 || peer.data_ep) release(r);
     peers_.clear();
   }
 
@@ -286,6 +318,22 @@ class Server {
     failed_.insert(ep);
     close_endpoint(ep);
     disconnects_.fetch_add(1);
+    if (it->second.data_ep) {
+      // The same-host endpoint has no peer error handling: UCX completes none of its sends that
+      // wait for a dead consumer (a rendezvous waits for the consumer's acknowledgement). They
+      // are forgotten now and the leases go: on shared memory a late send only reads the pool
+      // (CMA: the consumer reads this process; a lone copy goes to a closed endpoint), never
+      // writes it. A completion that comes later finds no record of its serial and does nothing.
+      close_endpoint(it->second.data_ep);
+      for (auto& [id, r] : it->second.requests) {
+        sending_ -= r.sends;
+        r.sends = 0;
+        release(r);
+      }
+      peers_.erase(it);
+      failed_.erase(ep);
+      return;
+    }
     reap(ep);
   }
 
@@ -307,21 +355,24 @@ class Server {
     }
   }
 
-  void sent(ucp_ep_h ep, uint64_t request_id, ucs_status_t status) {
+  // False when the send's peer record is gone (it was forgotten with its sends).
+  bool sent(ucp_ep_h ep, uint64_t serial, uint64_t request_id, ucs_status_t status) {
     auto it = peers_.find(ep);
-    if (it == peers_.end()) return;
+    if (it == peers_.end() || it->second.serial != serial) return false;
+    --sending_;
     auto r = it->second.requests.find(request_id);
-    if (r == it->second.requests.end() || r->second.sends == 0) return;
+    if (r == it->second.requests.end() || r->second.sends == 0) return true;
     --r->second.sends;
     if (status != UCS_OK && !failed_.count(ep)) {
       fail_peer(ep);
-      return;
+      return true;
     }
     if (r->second.sends == 0 && r->second.pulled) {  // every block is with the consumer
       release(r->second);
       it->second.requests.erase(r);
     }
     reap(ep);
+    return true;
   }
 
   void handle(Work& w) {
@@ -333,6 +384,8 @@ class Server {
     auto found = peers_.find(w.ep);
     if (found == peers_.end()) return;  // an endpoint already let go: never a new record for it
     Peer& peer = found->second;
+    if (w.kind == Kind::kHello) return hello(w.ep, peer, w.payload);
+    const ucp_ep_h out = peer.data_ep ? peer.data_ep : w.ep;  // where META and BLOCK go
     if (w.kind == Kind::kPull || w.kind == Kind::kDone) {
       RequestMessage m{};
       if (w.payload.size() != sizeof m) return fail_peer(w.ep);
@@ -350,7 +403,7 @@ class Server {
       if (r.pulled) return;
       r.pulled = true;
       r.deadline = Clock::now() + std::chrono::seconds(60);  // for the sends
-      if (!push_blocks(w.ep, m.request_id, r)) return;       // the peer was failed: its records may be gone
+      if (!push_blocks(w.ep, out, m.request_id, r)) return;  // the peer was failed: its records may be gone
       if (r.sends == 0) {
         release(r);
         peer.requests.erase(it);
@@ -362,18 +415,18 @@ class Server {
     std::memcpy(&req, w.payload.data(), sizeof req);
     if (req.magic != kWireMagic) return fail_peer(w.ep);
     if (req.version != kWireVersion) {
-      refuse(w.ep, req.request_id, CXLPOOL_E_NOT_SUPPORTED,
+      refuse(out, req.request_id, CXLPOOL_E_NOT_SUPPORTED,
              "protocol version " + std::to_string(req.version) + " (this server speaks " +
                  std::to_string(kWireVersion) + ")");
       return;
     }
     if (peer.requests.count(req.request_id)) {
-      refuse(w.ep, req.request_id, CXLPOOL_E_INVALID_ARGUMENT,
+      refuse(out, req.request_id, CXLPOOL_E_INVALID_ARGUMENT,
              "request id " + std::to_string(req.request_id) + " is already in use on this connection");
       return;
     }
     if (peer.requests.size() >= kMaxRequestsPerPeer || views_held_.load() >= kMaxRequests) {
-      refuse(w.ep, req.request_id, CXLPOOL_E_BUSY,
+      refuse(out, req.request_id, CXLPOOL_E_BUSY,
              "the server is handing out " + std::to_string(views_held_.load()) + " sequences (at most " +
                  std::to_string(kMaxRequests) + ", " + std::to_string(kMaxRequestsPerPeer) +
                  " per consumer); try again");
@@ -383,7 +436,7 @@ class Server {
     cxlpool_status_t s =
         cxlpool_kv_import(pools_.data(), pools_.size(), req.has_expected ? &req.expected : nullptr, &req.handle, &view);
     if (s != CXLPOOL_OK) {
-      refuse(w.ep, req.request_id, s, cxlpool_last_error_message());
+      refuse(out, req.request_id, s, cxlpool_last_error_message());
       return;
     }
     cxlpool_kv_view_info_t info{};
@@ -405,32 +458,83 @@ class Server {
     h.block_bytes = info.bytes_per_block;
     std::vector<unsigned char> reply(sizeof h);
     std::memcpy(reply.data(), &h, sizeof h);
-    send(w.ep, kAmMeta, std::move(reply));
+    send(out, kAmMeta, std::move(reply));
+  }
+
+  // HELLO from a consumer that wants the same-host path: a second endpoint to its worker
+  // address if this server offers it and UCX reaches the consumer through shared memory; the
+  // answer says which (over the new endpoint when it is taken: it proves the way works).
+  void hello(ucp_ep_h ep, Peer& peer, const std::vector<unsigned char>& payload) {
+    HelloRequest h{};
+    if (peer.hello || payload.size() < sizeof h) return fail_peer(ep);
+    std::memcpy(&h, payload.data(), sizeof h);
+    if (h.magic != kWireMagic || h.version != kWireVersion || h.address_bytes == 0 ||
+        h.address_bytes > kMaxWorkerAddress || payload.size() - sizeof h != h.address_bytes)
+      return fail_peer(ep);
+    peer.hello = true;
+    if (!same_host_)
+      return hello_reply(ep, CXLPOOL_E_NOT_SUPPORTED,
+                         "the server does not offer a same-host path (started without CXLPOOL_KV_REMOTE_SAME_HOST)");
+    h.where.boot_id[sizeof h.where.boot_id - 1] = 0;
+    if (const std::string why = identity_mismatch(where_, h.where); !why.empty())
+      return hello_reply(ep, CXLPOOL_E_NOT_SUPPORTED, "no shared memory reaches the consumer: " + why);
+    ucp_ep_params_t p{};
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = reinterpret_cast<const ucp_address_t*>(payload.data() + sizeof h);
+    p.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // the first connection watches the consumer
+    ucp_ep_h data = nullptr;
+    if (ucs_status_t s = ucp_ep_create(ucp_.worker(), &p, &data); s != UCS_OK)
+      return hello_reply(ep, CXLPOOL_E_NOT_SUPPORTED,
+                         std::string("UCX cannot reach the consumer's worker: ") + ucs_status_string(s));
+    bool same_host = false;
+    const std::string lanes = describe_lanes(data, &same_host);
+    if (!same_host) {
+      close_endpoint(data);
+      return hello_reply(ep, CXLPOOL_E_NOT_SUPPORTED,
+                         "UCX has no shared-memory way to the consumer (it would use " +
+                             (lanes.empty() ? std::string("no lane it describes") : lanes) + ")");
+    }
+    peer.data_ep = data;
+    same_host_paths_.fetch_add(1);
+    hello_reply(data, CXLPOOL_OK, lanes);
+  }
+
+  void hello_reply(ucp_ep_h ep, cxlpool_status_t status, const std::string& message) {
+    HelloReply h{};
+    h.magic = kWireMagic;
+    h.version = kWireVersion;
+    h.status = status;
+    const std::string m = message.substr(0, kMaxMessage);
+    h.message_bytes = uint32_t(m.size());
+    std::vector<unsigned char> reply(sizeof h + m.size());
+    std::memcpy(reply.data(), &h, sizeof h);
+    std::memcpy(reply.data() + sizeof h, m.data(), m.size());
+    send(ep, kAmHelloReply, std::move(reply));
   }
 
   // Every block of the request to the consumer, each its own active message (the view's leases
   // keep the bytes in place until the last send completes).
-  // False when the consumer was failed on the way (r and its peer may be gone then).
-  bool push_blocks(ucp_ep_h ep, uint64_t request_id, Request& r) {
+  // ep: the consumer's connection (its record's key); out: where the blocks go. False when the
+  // consumer was failed on the way (r and its peer may be gone then).
+  bool push_blocks(ucp_ep_h ep, ucp_ep_h out, uint64_t request_id, Request& r) {
     cxlpool_kv_view_info_t info{};
     cxlpool_kv_view_info(r.view, &info);
     for (uint64_t i = 0; i < info.blocks; ++i) {
       const void* data = nullptr;
       if (cxlpool_kv_view_block(r.view, i, &data) != CXLPOOL_OK) return fail_peer(ep), false;  // the pool failed
-      auto* ctx = new (std::nothrow) SendContext{this, ep, request_id};
+      auto* ctx = new (std::nothrow) SendContext{this, ep, peers_[ep].serial, request_id, {kWireMagic, request_id, i}};
       if (!ctx) return fail_peer(ep), false;
-      BlockHeader bh{kWireMagic, request_id, i};
       ucp_request_param_t p{};
       p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       p.cb.send = [](void* request, ucs_status_t status, void* user) {
         auto* c = static_cast<SendContext*>(user);
-        --c->server->sending_;
-        c->server->sent(c->ep, c->request_id, status);
+        c->server->sent(c->ep, c->serial, c->request_id, status);
         delete c;
         ucp_request_free(request);
       };
       p.user_data = ctx;
-      ucs_status_ptr_t q = ucp_am_send_nbx(ep, kAmBlock, &bh, sizeof bh, data, size_t(info.bytes_per_block), &p);
+      ucs_status_ptr_t q =
+          ucp_am_send_nbx(out, kAmBlock, &ctx->header, sizeof ctx->header, data, size_t(info.bytes_per_block), &p);
       if (UCS_PTR_IS_PTR(q)) {
         ++r.sends;
         ++sending_;
@@ -482,11 +586,14 @@ class Server {
   std::set<ucp_ep_h> failed_;       // closed, waiting for their sends to complete
   Clock::time_point next_sweep_{};
   uint64_t sending_ = 0;   // BLOCK sends in flight, all consumers
+  uint64_t serial_ = 0;    // of the last connection
   std::deque<Work> work_;  // loop thread only (callbacks run inside its progress)
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  bool same_host_ = false;  // CXLPOOL_KV_REMOTE_SAME_HOST
+  HostIdentity where_{};    // this process's, for the consumers that say HELLO
   std::atomic<uint64_t> connections_{0}, disconnects_{0}, fetches_{0}, refused_{0}, bytes_offered_{0}, views_held_{0},
-      expired_{0};
+      expired_{0}, same_host_paths_{0};
 };
 
 }  // namespace
@@ -515,7 +622,7 @@ cxlpool_status_t foreign(const cxlpool_kv_server_t* s, const char* fn) {
 extern "C" {
 
 cxlpool_status_t cxlpool_kv_server_start(cxlpool_shared_pool_t* const* pools, size_t npools, const char* address,
-                                         cxlpool_kv_server_t** out) {
+                                         uint32_t flags, cxlpool_kv_server_t** out) {
   if (!out) return record({CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_kv_server_start: out is NULL"});
   *out = nullptr;
   auto s = std::unique_ptr<cxlpool_kv_server>(new (std::nothrow) cxlpool_kv_server);
@@ -523,7 +630,7 @@ cxlpool_status_t cxlpool_kv_server_start(cxlpool_shared_pool_t* const* pools, si
   Error err{CXLPOOL_OK, ""};
   try {
     s->server = std::make_unique<cxlpool::ucx::Server>();
-    if (!s->server->start(pools, npools, address, &err)) return record(err);
+    if (!s->server->start(pools, npools, address, flags, &err)) return record(err);
   } catch (const std::exception& e) {
     return record({CXLPOOL_E_NO_MEMORY, std::string("cxlpool_kv_server_start: ") + e.what()});
   }

@@ -6,18 +6,22 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <new>
+#include <sstream>
 #include <string>
 
 #include "cxlpool/common.h"
+#include "ucx/wire.hpp"
 
 namespace cxlpool::ucx {
 
@@ -100,9 +104,12 @@ class Ucp {
   Ucp() = default;
   Ucp(const Ucp&) = delete;
   Ucp& operator=(const Ucp&) = delete;
-  ~Ucp() {
+  ~Ucp() { destroy(); }
+  void destroy() {
     if (worker_) ucp_worker_destroy(worker_);
     if (context_) ucp_cleanup(context_);
+    worker_ = nullptr;
+    context_ = nullptr;
   }
   bool init(const char* name, uint64_t features, ucs_thread_mode_t mode, Error* err) {
     ucp_config_t* config = nullptr;
@@ -140,6 +147,81 @@ class Ucp {
 
 using Clock = std::chrono::steady_clock;
 
+// The other side's words with their control characters blanked: they may reach a log.
+inline std::string printable(std::string text) {
+  for (char& c : text)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  return text;
+}
+
+// This process's HostIdentity (wire.hpp); false when /proc does not tell.
+inline bool host_identity(HostIdentity* out) {
+  std::memset(out, 0, sizeof *out);
+  FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "re");
+  if (!f) return false;
+  const bool read = std::fgets(out->boot_id, sizeof out->boot_id, f) != nullptr;
+  std::fclose(f);
+  if (!read) return false;
+  out->boot_id[std::strcspn(out->boot_id, "\n")] = 0;
+  uint64_t* ns[] = {&out->net_ns, &out->ipc_ns, &out->pid_ns};
+  const char* names[] = {"/proc/self/ns/net", "/proc/self/ns/ipc", "/proc/self/ns/pid"};
+  for (int i = 0; i < 3; ++i) {
+    struct stat st {};
+    if (stat(names[i], &st) != 0) return false;
+    *ns[i] = st.st_ino;
+  }
+  return true;
+}
+
+// Why a and b are not one host and namespace set for shared memory; empty when they are.
+inline std::string identity_mismatch(const HostIdentity& a, const HostIdentity& b) {
+  if (std::memcmp(a.boot_id, b.boot_id, sizeof a.boot_id) != 0) return "it runs on another host (boot id)";
+  if (a.net_ns != b.net_ns) return "it runs in another network namespace";
+  if (a.ipc_ns != b.ipc_ns) return "it runs in another IPC namespace";
+  if (a.pid_ns != b.pid_ns) return "it runs in another PID namespace";
+  return {};
+}
+
+// What an endpoint's lanes carry, from UCX's own description of it (ucp_ep_print_info; UCX
+// 1.13 has no query for it): "am sysv/memory, rma_bw cma/memory". *same_host: its active
+// messages go through shared memory (sysv, posix, xpmem or self), not a network. Empty when
+// UCX described no lane.
+inline std::string describe_lanes(ucp_ep_h ep, bool* same_host) {
+  *same_host = false;
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = open_memstream(&text, &size);
+  if (!f) return {};
+  ucp_ep_print_info(ep, f);
+  std::fclose(f);
+  std::istringstream in(text ? std::string(text, size) : std::string());
+  std::free(text);
+  std::string line, out, am;
+  while (std::getline(in, line)) {
+    const size_t at = line.find("lane[");
+    if (at == std::string::npos) continue;
+    std::istringstream words(line.substr(at));
+    std::string lane, transport, word;
+    words >> lane >> transport;  // "lane[0]:" "2:sysv/memory.0"
+    if (size_t colon = transport.find(':'); colon != std::string::npos) transport.erase(0, colon + 1);
+    if (size_t dot = transport.rfind('.'); dot != std::string::npos && transport.find('/') < dot) transport.erase(dot);
+    bool after_arrow = false;
+    while (words >> word) {
+      if (word == "->") after_arrow = true;
+      if (!after_arrow) continue;
+      std::string use;
+      if (word == "am") use = "am";
+      if (word.rfind("rma_bw", 0) == 0) use = "rma_bw";
+      if (use.empty()) continue;
+      if (use == "am" && am.empty()) am = transport;
+      out += (out.empty() ? "" : ", ") + use + " " + transport;
+    }
+  }
+  const std::string kind = am.substr(0, am.find('/'));
+  *same_host = kind == "sysv" || kind == "posix" || kind == "xpmem" || kind == "self";
+  return out;
+}
+
 // Nonzero (recorded) when the calling process is not the one that made the handle (a fork
 // child): what names the handle in the message ("the server", "the connection").
 inline cxlpool_status_t foreign(pid_t owner, const char* fn, const char* what) {
@@ -172,8 +254,9 @@ void retire(Shell* shell) noexcept {
 // Progresses the worker until the request completes. When the deadline passes first,
 // on_timeout() runs once (it force-closes the endpoint, which fails the request) and the wait
 // goes on until the request is done; the result is then UCS_ERR_TIMED_OUT.
-template <class OnTimeout>
-ucs_status_t wait_request(ucp_worker_h worker, ucs_status_ptr_t req, Clock::time_point deadline,
+// progress() progresses the caller's workers and returns how much happened.
+template <class Progress, class OnTimeout>
+ucs_status_t wait_request(Progress&& progress, ucs_status_ptr_t req, Clock::time_point deadline,
                           OnTimeout&& on_timeout) {
   if (req == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(req)) return UCS_PTR_STATUS(req);
@@ -181,7 +264,7 @@ ucs_status_t wait_request(ucp_worker_h worker, ucs_status_ptr_t req, Clock::time
   unsigned spins = 0;
   bool timed_out = false;
   while ((s = ucp_request_check_status(req)) == UCS_INPROGRESS) {
-    if (!ucp_worker_progress(worker) && !timed_out && (++spins & 255) == 0 && Clock::now() > deadline) {
+    if (!progress() && !timed_out && (++spins & 255) == 0 && Clock::now() > deadline) {
       timed_out = true;
       on_timeout();
     }

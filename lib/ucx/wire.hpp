@@ -6,6 +6,12 @@
 // as UCX's rendezvous moves them, zero-copy where the transport can); DONE (consumer -> server:
 // it has every block, or gives up). The consumer never names an address in the producer: it
 // receives what the producer sends. Every length and count is checked before it is used.
+// Same host (both ends asked for it): right after connecting the consumer sends HELLO (its UCX
+// worker address); the server makes a second endpoint to that address, and when UCX reaches
+// the consumer through shared memory it answers HELLO_REPLY over that endpoint and sends every
+// META and BLOCK there from then on (FETCH, PULL and DONE stay on the first connection, which
+// also tells either end when the other is gone); otherwise HELLO_REPLY refuses, saying why, on
+// the first connection.
 #pragma once
 
 #include <cstddef>
@@ -20,9 +26,36 @@ namespace cxlpool::ucx {
 
 inline constexpr uint64_t kWireMagic = 0x324d52564b4c5843ull;  // "CXLKVRM2"
 inline constexpr uint32_t kWireVersion = 2;
-inline constexpr unsigned kAmFetch = 0x6b31, kAmMeta = 0x6b32, kAmPull = 0x6b33, kAmBlock = 0x6b34, kAmDone = 0x6b35;
+inline constexpr unsigned kAmFetch = 0x6b31, kAmMeta = 0x6b32, kAmPull = 0x6b33, kAmBlock = 0x6b34, kAmDone = 0x6b35,
+                          kAmHello = 0x6b36, kAmHelloReply = 0x6b37;
 inline constexpr uint64_t kMaxBlocks = 1u << 20;
 inline constexpr uint32_t kMaxMessage = 1024;
+inline constexpr uint32_t kMaxWorkerAddress = 16384;
+
+// Where a process runs: the kernel's boot id and its network, IPC and PID namespaces. UCX's
+// shared-memory transports need all four the same (its wakeups go over abstract UNIX sockets,
+// which belong to a network namespace; CMA names the peer by its PID).
+struct HostIdentity {
+  char boot_id[40];                 // /proc/sys/kernel/random/boot_id, NUL-terminated
+  uint64_t net_ns, ipc_ns, pid_ns;  // inode numbers of /proc/self/ns/{net,ipc,pid}
+};
+
+// HELLO: the consumer's identity, then its worker address (address_bytes).
+struct HelloRequest {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t address_bytes;
+  HostIdentity where;
+};
+
+// HELLO_REPLY: status OK (message: the lanes UCX chose) or the refusal (message: why).
+struct HelloReply {
+  uint64_t magic;
+  uint32_t version;
+  int32_t status;
+  uint32_t message_bytes;
+  uint32_t reserved;
+};
 
 struct FetchRequest {
   uint64_t magic;

@@ -3,10 +3,11 @@
  * line by line by tests/unit/kv_remote_test.py (which may run each end in its own network
  * namespace):
  *   kv_remote_peer produce DEVICE ADDR   a shared pool DEVICE, an arena and a KV server on ADDR;
- *     prints "listening ADDR". "S TOKENS SEED": a sequence of TOKENS tokens with bytes from
- *     SEED, exported: "H HEX CHECKSUM" (the previous sequence is destroyed first); "X": destroy
- *     it ("destroyed"); "L": "stats VIEWS FETCHES REFUSED DISCONNECTS LEASES"; "Q": stop.
- *   kv_remote_peer consume DEVICE ADDR   its own pool DEVICE and a connection to ADDR. "H HEX
+ *     prints "listening ADDR" ("same-host" after ADDR: CXLPOOL_KV_REMOTE_SAME_HOST, both modes). "S TOKENS SEED": a
+ * sequence of TOKENS tokens with bytes from SEED, exported: "H HEX CHECKSUM" (the previous sequence is destroyed
+ * first); "X": destroy it ("destroyed"); "L": "stats VIEWS FETCHES REFUSED DISCONNECTS LEASES SAME_HOST"; "Q": stop.
+ *   kv_remote_peer consume DEVICE ADDR   its own pool DEVICE and a connection to ADDR ("connected
+ *     PATH", the connection's cxlpool_kv_remote_path). "H HEX
  *     CHECKSUM": import, check the checksum of every block's bytes, release: "ok" or "bad STATUS
  *     MESSAGE"; "F HEX": import expecting a refusal: "status STATUS MESSAGE"; "K HEX": import
  *     and hold the view ("held"); "Q": close.
@@ -60,13 +61,13 @@ static uint64_t view_checksum(const cxlpool_kv_view_t* view) {
   return h ^ info.tokens;
 }
 
-static int produce(const char* device, const char* address) {
+static int produce(const char* device, const char* address, uint32_t flags) {
   cxlpool_shared_pool_t* pool = make_pool(device);
   cxlpool_kv_geometry_t g = test_geometry();
   cxlpool_kv_arena_t* arena = NULL;
   cxlpool_kv_server_t* server = NULL;
   if (cxlpool_kv_arena_create(&g, &pool, 1, NULL, &arena) != CXLPOOL_OK ||
-      cxlpool_kv_server_start(&pool, 1, address, &server) != CXLPOOL_OK) {
+      cxlpool_kv_server_start(&pool, 1, address, flags, &server) != CXLPOOL_OK) {
     printf("bad start %s\n", cxlpool_last_error_message());
     return 4;
   }
@@ -127,8 +128,8 @@ static int produce(const char* device, const char* address) {
       cxlpool_shared_info_t info;
       cxlpool_kv_server_stats(server, &st);
       cxlpool_shared_pool_info(pool, &info);
-      printf("stats %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %u\n", st.views_held, st.fetches, st.refused,
-             st.disconnects, info.leases_held);
+      printf("stats %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %u %" PRIu64 "\n", st.views_held, st.fetches,
+             st.refused, st.disconnects, info.leases_held, st.same_host);
     } else if (line[0] == 'Q') {
       break;
     }
@@ -142,14 +143,16 @@ static int produce(const char* device, const char* address) {
   return 0;
 }
 
-static int consume(const char* device, const char* address) {
+static int consume(const char* device, const char* address, uint32_t flags) {
   cxlpool_shared_pool_t* pool = make_pool(device);
   cxlpool_kv_remote_t* remote = NULL;
-  if (cxlpool_kv_remote_connect(address, 10000, &remote) != CXLPOOL_OK) {
+  char path[512];
+  if (cxlpool_kv_remote_connect(address, 10000, flags, &remote) != CXLPOOL_OK ||
+      cxlpool_kv_remote_path(remote, path, sizeof path) != CXLPOOL_OK) {
     printf("bad connect %s\n", cxlpool_last_error_message());
     return 4;
   }
-  printf("connected\n");
+  printf("connected %s\n", path);
   cxlpool_kv_geometry_t g = test_geometry();
   char line[512], hex[256];
   cxlpool_kv_view_t* held[64];
@@ -206,26 +209,31 @@ static int message_has(const char* needle) { return strstr(cxlpool_last_error_me
 static int selftest(void) {
   cxlpool_kv_remote_t* r = NULL;
   cxlpool_kv_server_t* s = NULL;
-  expect(cxlpool_kv_remote_connect(NULL, 0, &r) == CXLPOOL_E_INVALID_ARGUMENT && message_has("NULL"), "NULL address");
+  expect(cxlpool_kv_remote_connect(NULL, 0, 0, &r) == CXLPOOL_E_INVALID_ARGUMENT && message_has("NULL"),
+         "NULL address");
   const char* bad[] = {"",      "127.0.0.1", "127.0.0.1:", "127.0.0.1:http",           "127.0.0.1:70000", "127.0.0.1:0",
                        ":5000", "::1:5000",  "[::1]5000",  "no-such-host.invalid:5000"};
   const char* named[] = {"empty",   "no port",  "port \"\"",   "port \"http\"",       "above 65535", "0 only to listen",
                          "no host", "brackets", "[IPV6]:PORT", "no-such-host.invalid"};
   for (size_t i = 0; i < sizeof bad / sizeof *bad; ++i) {
-    cxlpool_status_t st = cxlpool_kv_remote_connect(bad[i], 0, &r);
+    cxlpool_status_t st = cxlpool_kv_remote_connect(bad[i], 0, 0, &r);
     char what[128];
     snprintf(what, sizeof what, "address \"%s\" refused naming \"%s\"", bad[i], named[i]);
     expect(st == CXLPOOL_E_INVALID_ARGUMENT && message_has(named[i]) && r == NULL, what);
   }
-  expect(cxlpool_kv_remote_connect("127.0.0.1:5000", 0, NULL) == CXLPOOL_E_INVALID_ARGUMENT, "NULL out");
-  expect(cxlpool_kv_remote_connect("[::1]:5000", 0, &r) == CXLPOOL_E_NOT_SUPPORTED && message_has("IPv6"),
+  expect(cxlpool_kv_remote_connect("127.0.0.1:5000", 0, 0, NULL) == CXLPOOL_E_INVALID_ARGUMENT, "NULL out");
+  expect(cxlpool_kv_remote_connect("[::1]:5000", 0, 0, &r) == CXLPOOL_E_NOT_SUPPORTED && message_has("IPv6"),
          "IPv6 refused, saying why");
   /* Nobody listens on port 9 (discard) here: a clear OS error within the timeout, not a hang. */
-  cxlpool_status_t st = cxlpool_kv_remote_connect("127.0.0.1:9", 2000, &r);
+  cxlpool_status_t st = cxlpool_kv_remote_connect("127.0.0.1:9", 2000, 0, &r);
   expect(st == CXLPOOL_E_OS && message_has("no connection to 127.0.0.1:9") && r == NULL, "nobody listening");
-  expect(cxlpool_kv_server_start(NULL, 0, "127.0.0.1:0", &s) == CXLPOOL_E_INVALID_ARGUMENT, "no pools");
-  expect(cxlpool_kv_server_start(NULL, 1, "127.0.0.1", &s) == CXLPOOL_E_INVALID_ARGUMENT && message_has("no port"),
+  expect(cxlpool_kv_remote_connect("127.0.0.1:5000", 0, 6, &r) == CXLPOOL_E_INVALID_ARGUMENT &&
+             message_has("unknown flags"),
+         "unknown connect flags");
+  expect(cxlpool_kv_server_start(NULL, 0, "127.0.0.1:0", 0, &s) == CXLPOOL_E_INVALID_ARGUMENT, "no pools");
+  expect(cxlpool_kv_server_start(NULL, 1, "127.0.0.1", 0, &s) == CXLPOOL_E_INVALID_ARGUMENT && message_has("no port"),
          "server address without port");
+  expect(cxlpool_kv_remote_path(NULL, NULL, 0) == CXLPOOL_E_INVALID_ARGUMENT, "path of NULL");
   expect(cxlpool_kv_server_stop(NULL) == CXLPOOL_E_INVALID_ARGUMENT, "stop NULL");
   expect(cxlpool_kv_remote_close(NULL) == CXLPOOL_E_INVALID_ARGUMENT, "close NULL");
   expect(cxlpool_kv_remote_import(NULL, NULL, 0, NULL, NULL, NULL) == CXLPOOL_E_INVALID_ARGUMENT, "import NULL");
@@ -234,7 +242,10 @@ static int selftest(void) {
   expect(cxlpool_kv_remote_close((cxlpool_kv_remote_t*)not_a_handle) == CXLPOOL_E_INVALID_ARGUMENT, "foreign remote");
   /* A server, stopped twice: the second is refused. Port 0: it reports the port it got. */
   cxlpool_shared_pool_t* pool = make_pool("shm:cxlpool-kvr-selftest");
-  expect(cxlpool_kv_server_start(&pool, 1, "127.0.0.1:0", &s) == CXLPOOL_OK, "server on port 0");
+  expect(cxlpool_kv_server_start(&pool, 1, "127.0.0.1:0", 0x10, &s) == CXLPOOL_E_INVALID_ARGUMENT &&
+             message_has("unknown flags 0x10") && s == NULL,
+         "unknown server flags");
+  expect(cxlpool_kv_server_start(&pool, 1, "127.0.0.1:0", 0, &s) == CXLPOOL_OK, "server on port 0");
   if (s) {
     char a[64];
     expect(cxlpool_kv_server_address(s, a, 4) == CXLPOOL_E_INVALID_ARGUMENT, "short address buffer");
@@ -243,19 +254,33 @@ static int selftest(void) {
            "server address has its port");
     /* A second server on the same port: UCX's refusal, named. */
     cxlpool_kv_server_t* s2 = NULL;
-    expect(cxlpool_kv_server_start(&pool, 1, a, &s2) == CXLPOOL_E_OS && s2 == NULL, "port taken");
+    expect(cxlpool_kv_server_start(&pool, 1, a, 0, &s2) == CXLPOOL_E_OS && s2 == NULL, "port taken");
     /* fork after connecting: the child is refused on both handles, touching nothing; the
      * parent's connection still works (a forged handle comes back refused by the server). */
     cxlpool_kv_remote_t* c = NULL;
-    expect(cxlpool_kv_remote_connect(a, 5000, &c) == CXLPOOL_OK, "connect to the server");
+    /* Asking for the same-host path of a server that does not offer it: connected, over the
+     * network, saying why. */
+    expect(cxlpool_kv_remote_connect(a, 5000, CXLPOOL_KV_REMOTE_SAME_HOST, &c) == CXLPOOL_OK, "connect same-host");
+    if (c) {
+      char path[512];
+      expect(cxlpool_kv_remote_path(c, path, 4) == CXLPOOL_E_INVALID_ARGUMENT, "short path buffer");
+      expect(cxlpool_kv_remote_path(c, path, sizeof path) == CXLPOOL_OK && strncmp(path, "network: ", 9) == 0 &&
+                 strstr(path, "does not offer a same-host path"),
+             "a server without the same-host flag: the network, saying why");
+      cxlpool_kv_remote_close(c);
+      c = NULL;
+    }
+    expect(cxlpool_kv_remote_connect(a, 5000, 0, &c) == CXLPOOL_OK, "connect to the server");
     if (c) {
       cxlpool_kv_handle_t forged;
       memset(&forged, 0x5a, sizeof forged);
       cxlpool_kv_view_t* view = NULL;
       pid_t child = fork();
       if (child == 0) {
+        char path[512];
         int ok = cxlpool_kv_remote_import(c, &pool, 1, NULL, &forged, &view) == CXLPOOL_E_NOT_SUPPORTED &&
-                 message_has("fork child") && cxlpool_kv_remote_close(c) == CXLPOOL_E_NOT_SUPPORTED &&
+                 message_has("fork child") && cxlpool_kv_remote_path(c, path, sizeof path) == CXLPOOL_E_NOT_SUPPORTED &&
+                 cxlpool_kv_remote_close(c) == CXLPOOL_E_NOT_SUPPORTED &&
                  cxlpool_kv_server_stop(s) == CXLPOOL_E_NOT_SUPPORTED;
         _exit(ok ? 0 : 1);
       }
@@ -297,8 +322,9 @@ static int selftest(void) {
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 2 && strcmp(argv[1], "selftest") == 0) return selftest();
-  if (argc == 4 && strcmp(argv[1], "produce") == 0) return produce(argv[2], argv[3]);
-  if (argc == 4 && strcmp(argv[1], "consume") == 0) return consume(argv[2], argv[3]);
-  fprintf(stderr, "usage: kv_remote_peer produce|consume DEVICE ADDR | kv_remote_peer selftest\n");
+  const uint32_t flags = argc == 5 && strcmp(argv[4], "same-host") == 0 ? CXLPOOL_KV_REMOTE_SAME_HOST : 0;
+  if ((argc == 4 || flags) && strcmp(argv[1], "produce") == 0) return produce(argv[2], argv[3], flags);
+  if ((argc == 4 || flags) && strcmp(argv[1], "consume") == 0) return consume(argv[2], argv[3], flags);
+  fprintf(stderr, "usage: kv_remote_peer produce|consume DEVICE ADDR [same-host] | kv_remote_peer selftest\n");
   return 2;
 }

@@ -6,12 +6,17 @@
 #             stopped handles, a port already taken, nobody listening, landing views)
 #   tcp       1,000 handoffs of random sizes over UCX tcp on loopback, checksums equal; one
 #             OPT-6.7B-sized sequence; the server holds no lease afterwards
+#   sm        the same through shared memory (CXLPOOL_KV_REMOTE_SAME_HOST on both ends,
+#             UCX_TLS=sm,tcp): the consumer's path is "same host" (sysv + cma) and the server
+#             counts it; a consumer asking a server that does not offer it gets tcp, saying why
 #   netns     the same between two network namespaces joined by a veth pair this test creates
-#             (UCX tcp pinned to the veth with UCX_NET_DEVICES)
+#             (UCX tcp pinned to the veth with UCX_NET_DEVICES); a consumer there asking for
+#             the same-host path is refused it (no shared memory reaches it) and still works
 #   hostile   forged and damaged handles refused with the import's status; a sequence the
 #             producer destroyed while a consumer holds it still reads back; a consumer killed
 #             with SIGKILL while holding views: the server drops its leases; the server stopping
 #             under a connected consumer: the consumer's next import fails cleanly
+#   hostile-sm the same on the shared-memory path
 # Usage: kv_remote_test.py KV_REMOTE_PEER MODE
 import os
 import random
@@ -103,35 +108,54 @@ def handoffs(prod, cons, count, rng, max_tokens=400):
 def stats(prod):
     s = prod.ask("L").split()
     return {"views": int(s[1]), "fetches": int(s[2]), "refused": int(s[3]), "disconnects": int(s[4]),
-            "leases": int(s[5])}
+            "leases": int(s[5]), "same_host": int(s[6])}
 
 
-def pair(tls, addr="127.0.0.1:0", dev=None, prod_prefix=(), cons_prefix=(), cons_dev=None):
+SAME = ["same-host"]
+
+
+def consumer(cdev, where, tls, dev, prefix=(), same=False):
+    cons = Proc([peer, "consume", cdev, where] + (SAME if same else []), env=ucx_env(tls, dev), prefix=prefix)
+    first = cons.line()
+    if not first.startswith("connected "):
+        raise RuntimeError(f"consumer: {first}")
+    cons.path = first[len("connected "):]
+    return cons
+
+
+def pair(tls, addr="127.0.0.1:0", dev=None, prod_prefix=(), cons_prefix=(), cons_dev=None, same=False,
+         cons_same=None):
     pdev, cdev = names()
-    prod = Proc([peer, "produce", pdev, addr], env=ucx_env(tls, dev), prefix=prod_prefix)
+    prod = Proc([peer, "produce", pdev, addr] + (SAME if same else []), env=ucx_env(tls, dev), prefix=prod_prefix)
     first = prod.line()
     if not first.startswith("listening "):
         raise RuntimeError(f"producer: {first}")
     where = first.split()[1]
-    cons = Proc([peer, "consume", cdev, where], env=ucx_env(tls, cons_dev or dev), prefix=cons_prefix)
-    first = cons.line()
-    if first != "connected":
-        raise RuntimeError(f"consumer: {first}")
+    cons = consumer(cdev, where, tls, cons_dev or dev, cons_prefix, same if cons_same is None else cons_same)
     return prod, cons, where
 
 
-def run_handoffs(tls, count, dev=None, addr="127.0.0.1:0", prod_prefix=(), cons_prefix=(), cons_dev=None):
-    prod, cons, where = pair(tls, addr, dev, prod_prefix, cons_prefix, cons_dev)
-    print(f"{tls}: producer at {where}", flush=True)
+def run_handoffs(tls, count, dev=None, addr="127.0.0.1:0", prod_prefix=(), cons_prefix=(), cons_dev=None,
+                 same=False, want_path="network: "):
+    prod, cons, where = pair(tls, addr, dev, prod_prefix, cons_prefix, cons_dev, same)
+    print(f"{tls}: producer at {where}; consumer's path: {cons.path}", flush=True)
+    check(cons.path.startswith(want_path), f"the consumer's path starts with {want_path!r}: {cons.path}")
     rng = random.Random(20261201)
     t0 = time.time()
     handoffs(prod, cons, count, rng)
     print(f"{tls}: {count} handoffs in {time.time() - t0:.1f} s", flush=True)
     # One large sequence: 2048 tokens of the test geometry (2 MiB, 128 blocks).
     handoffs(prod, cons, 1, rng, max_tokens=2048)
-    s = stats(prod)
+    # The consumer has every block before the server has seen its last send complete (a
+    # rendezvous completes when the consumer's acknowledgement is processed): a moment's grace.
+    for _ in range(50):
+        s = stats(prod)
+        if s["views"] == 0 and s["leases"] == 0:
+            break
+        time.sleep(0.1)
     check(s["views"] == 0 and s["leases"] == 0, f"after the handoffs the server holds nothing: {s}")
     check(s["fetches"] == count + 1, f"fetches counted: {s}")
+    check(s["same_host"] == (1 if want_path.startswith("same host") else 0), f"same-host paths counted: {s}")
     rc, _, err = cons.quit()
     check(rc == 0, f"consumer exit {rc}: {err[-500:]}")
     rc, _, err = prod.quit()
@@ -164,15 +188,21 @@ def netns():
             sh("ip", "-n", ns, "link", "set", "lo", "up")
         # The namespaces share no network: the consumer reaches the producer only through the
         # veth pair.
-        run_handoffs("tcp", 1000, dev=va, addr="10.231.7.1:0", prod_prefix=("ip", "netns", "exec", a),
-                     cons_prefix=("ip", "netns", "exec", b), cons_dev=vb)
+        # Both ends ask for the same-host path: UCX has no shared-memory way across (the
+        # namespaces' sockets differ; sm is allowed in UCX_TLS), so the server refuses it, says
+        # why, and the blocks go over the veth.
+        run_handoffs("sm,tcp", 1000, dev=va, addr="10.231.7.1:0", prod_prefix=("ip", "netns", "exec", a),
+                     cons_prefix=("ip", "netns", "exec", b), cons_dev=vb, same=True,
+                     want_path="network: ")
     finally:
         sh("ip", "netns", "del", a, ok=False)
         sh("ip", "netns", "del", b, ok=False)
 
 
-def hostile():
-    prod, cons, where = pair("tcp", dev="lo")
+def hostile(same=False):
+    tls = "sm,tcp" if same else "tcp"
+    prod, cons, where = pair(tls, dev="lo", same=same)
+    check(cons.path.startswith("same host: " if same else "network: "), f"the path: {cons.path}")
     rng = random.Random(7)
     h = prod.ask("S 100 42")
     hexh = h.split()[1]
@@ -201,8 +231,7 @@ def hostile():
     # stopped the server holds its leases (the producer's blocks stay safe), once it is dead
     # they go.
     pdev, cdev = names()
-    cons = Proc([peer, "consume", cdev, where], env=ucx_env("tcp", "lo"))
-    check(cons.line() == "connected", "second consumer")
+    cons = consumer(cdev, where, tls, "lo", same=same)
     h = prod.ask("S 60000 43")  # 3,750 blocks, 60 MB: a read long enough to be caught in
     caught = None
     for attempt in range(20):
@@ -233,8 +262,7 @@ def hostile():
     check(s["views"] == 0 and s["leases"] == 0 and s["disconnects"] == gone_before + 1,
           f"leases dropped after the consumer was killed: {s}")
     # The server goes away under a connected consumer: the next import fails, no hang.
-    cons = Proc([peer, "consume", cdev, where], env=ucx_env("tcp", "lo"))
-    check(cons.line() == "connected", "third consumer")
+    cons = consumer(cdev, where, tls, "lo", same=same)
     h = prod.ask("S 50 44")
     rc, _, err = prod.quit()
     check(rc == 0, f"producer exit {rc}: {err[-300:]}")
@@ -257,10 +285,21 @@ try:
         check(r.returncode == 0, "selftest")
     elif mode == "tcp":
         run_handoffs("tcp", 1000, dev="lo")
+    elif mode == "sm":
+        run_handoffs("sm,tcp", 1000, dev="lo", same=True, want_path="same host: am sysv/memory")
+        # A consumer that asks a server not offering it: tcp, and the reason in its path.
+        prod, cons, _ = pair("sm,tcp", dev="lo", same=False, cons_same=True)
+        check(cons.path.startswith("network: ") and "does not offer a same-host path" in cons.path,
+              f"a server without the flag: {cons.path}")
+        handoffs(prod, cons, 20, random.Random(3))
+        cons.quit()
+        prod.quit()
     elif mode == "netns":
         netns()
     elif mode == "hostile":
         hostile()
+    elif mode == "hostile-sm":
+        hostile(same=True)
     else:
         sys.exit(f"unknown mode {mode}")
 except RuntimeError as e:
