@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // bench/kvcache: handing a prompt's KV cache from a prefill process to a decode process, real
 // processes and real bytes (checksums verified), by every path side by side: (a) the shared
-// pool's zero-copy handoff (cxlpool_kv_seq_export -> cxlpool_kv_import: a 56-byte handle, the
+// pool's zero-copy handoff (cxlpool_kv_seq_export -> cxlpool_kv_import: a 48-byte handle, the
 // decode side reads the blocks in place); (d) a loopback TCP socket; (c) the disaggregated
 // demo's shape with a storage hop (prefill -> storage process -> decode: two TCP transfers,
 // store and forward); (e) a copy through shared memory (memcpy into the decode process's own

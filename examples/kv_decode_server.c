@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The decode half of the pair (with kv_prefill_server.c): it opens the prefill server's shared
  * pool as a participant of its own, sends a prompt over the prefill server's UNIX socket, gets
- * back a 56-byte handle, imports the sequence and reads every block in place (no copy), then
+ * back a 48-byte handle, imports the sequence and reads every block in place (no copy), then
  * says DONE. Here "decoding" is a toy attention pass over layer 0's keys of every token.
  *   kv_decode_server SOCKET DEVICE "PROMPT" */
 #include <stdint.h>

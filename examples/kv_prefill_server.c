@@ -3,7 +3,7 @@
  * shared pool and a KV block arena, and for every decode server that connects to its UNIX
  * socket it "prefills" the prompt it is sent (a toy tokenizer: one token per byte; toy keys
  * and values derived from the tokens) into KV blocks, exports the sequence and answers with the
- * 56-byte handle (as hex). The decode server reads the blocks in place and says DONE; then the
+ * 48-byte handle (as hex). The decode server reads the blocks in place and says DONE; then the
  * sequence is destroyed (the decode server's leases would keep the blocks alive anyway).
  *   kv_prefill_server SOCKET DEVICE REQUESTS   e.g. /tmp/kv.sock shm:kv-example 2
  * Prefix caching is on: a prompt that starts like an earlier one reuses its whole blocks. */

@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: MIT
+// The Python binding (module "cxlpool", pybind11 from Debian): shared pools and the KV block
+// arena (geometry, sequences, export and import handles, views) over the public C ABI only.
+// Block bytes go to Python through the buffer protocol without a copy: memoryview(block) is the
+// pool's memory. Every object keeps alive what it points into (a view its pools, a block its
+// view or sequence), and an object whose blocks are still exported refuses to be released or
+// destroyed (cxlpool.Error, status CXLPOOL_E_BUSY) instead of leaving a memoryview dangling.
+// Errors raise cxlpool.Error with cxlpool's own message and its status (.status, .name).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cxlpool/cxlpool.h"
+
+namespace py = pybind11;
+
+namespace {
+
+PyObject* g_error = nullptr;  // cxlpool.Error
+
+std::string status_name(cxlpool_status_t s) {
+  std::string text = cxlpool_status_str(s);
+  return text.substr(0, text.find(':'));
+}
+
+[[noreturn]] void raise(cxlpool_status_t status, const std::string& message) {
+  py::object e = py::reinterpret_borrow<py::object>(g_error)(py::str(message));
+  e.attr("status") = int(status);
+  e.attr("name") = status_name(status);
+  PyErr_SetObject(g_error, e.ptr());
+  throw py::error_already_set();
+}
+
+void check(cxlpool_status_t status) {
+  if (status != CXLPOOL_OK) raise(status, cxlpool_last_error_message());
+}
+
+// ---- shared pools ----
+
+struct Pool {
+  cxlpool_shared_pool_t* pool = nullptr;
+  std::string device;
+  int users = 0;  // arenas and views on it: close() waits for them
+
+  ~Pool() {
+    if (pool) cxlpool_shared_pool_close(pool);
+  }
+  cxlpool_shared_pool_t* get(const char* who) const {
+    if (!pool) raise(CXLPOOL_E_INVALID_ARGUMENT, std::string(who) + ": the pool " + device + " is closed");
+    return pool;
+  }
+  void close() {
+    if (users)
+      raise(CXLPOOL_E_BUSY, "SharedPool.close: " + std::to_string(users) + " arena(s) or view(s) on " + device +
+                                " are still alive (destroy or release them first)");
+    if (pool) check(cxlpool_shared_pool_close(pool));
+    pool = nullptr;
+  }
+};
+
+struct Params {
+  cxlpool_shared_params_t* p = nullptr;
+  Params() { check(cxlpool_shared_params_create(&p)); }
+  ~Params() { cxlpool_shared_params_destroy(p); }
+};
+
+py::object create_pool(const std::string& device, uint64_t size, const py::object& leases) {
+  Params params;
+  check(cxlpool_shared_params_set_size(params.p, size));
+  if (!leases.is_none()) check(cxlpool_shared_params_set_leases(params.p, leases.cast<uint32_t>()));
+  auto pool = std::make_unique<Pool>();
+  pool->device = device;
+  check(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &pool->pool));
+  return py::cast(pool.release(), py::return_value_policy::take_ownership);
+}
+
+py::object open_pool(const std::string& device) {
+  auto pool = std::make_unique<Pool>();
+  pool->device = device;
+  check(cxlpool_shared_pool_open(device.c_str(), nullptr, &pool->pool));
+  return py::cast(pool.release(), py::return_value_policy::take_ownership);
+}
+
+py::dict pool_info(const Pool& p) {
+  cxlpool_shared_info_t i{};
+  check(cxlpool_shared_pool_info(p.get("SharedPool.info"), &i));
+  py::dict d;
+  d["size"] = i.size;
+  d["extent_size"] = i.extent_size;
+  d["extents_total"] = i.extents_total;
+  d["extents_free"] = i.extents_free;
+  d["bytes_in_use"] = i.bytes_in_use;
+  d["participants"] = i.participants;
+  d["slot"] = i.slot;
+  d["leases_held"] = i.leases_held;
+  return d;
+}
+
+// The pools an arena or a view uses: Python references (they outlive it) and their handles.
+struct PoolSet {
+  std::vector<py::object> owners;
+  std::vector<Pool*> objects;  // the owners' C++ objects
+  std::vector<cxlpool_shared_pool_t*> handles;
+
+  PoolSet(const py::sequence& pools, const char* who) {
+    if (pools.size() == 0 || pools.size() > 16) raise(CXLPOOL_E_INVALID_ARGUMENT, std::string(who) + ": 1 to 16 pools");
+    for (const py::handle& h : pools) {
+      if (!py::isinstance<Pool>(h))
+        raise(CXLPOOL_E_INVALID_ARGUMENT, std::string(who) + ": pools must be cxlpool.SharedPool objects");
+      Pool& pool = h.cast<Pool&>();
+      handles.push_back(pool.get(who));
+      objects.push_back(&pool);
+      owners.push_back(py::reinterpret_borrow<py::object>(h));
+    }
+    for (Pool* p : objects) ++p->users;
+  }
+  ~PoolSet() {
+    for (Pool* p : objects) --p->users;
+  }
+  PoolSet(const PoolSet&) = delete;
+  PoolSet& operator=(const PoolSet&) = delete;
+};
+
+// ---- geometry ----
+
+struct Geometry {
+  cxlpool_kv_geometry_t g{};
+  uint64_t per_token = 0, per_block = 0;
+
+  static const char* dtype_name(uint32_t d) {
+    switch (d) {
+      case CXLPOOL_KV_FP16:
+        return "fp16";
+      case CXLPOOL_KV_BF16:
+        return "bf16";
+      case CXLPOOL_KV_FP8:
+        return "fp8";
+      case CXLPOOL_KV_FP32:
+        return "fp32";
+    }
+    return "?";
+  }
+  static Geometry from(const cxlpool_kv_geometry_t& g) {
+    Geometry r;
+    r.g = g;
+    check(cxlpool_kv_geometry_sizes(&r.g, &r.per_token, &r.per_block));
+    return r;
+  }
+  static Geometry make(uint32_t layers, uint32_t kv_heads, uint32_t head_dim, const std::string& dtype,
+                       uint32_t tokens_per_block) {
+    cxlpool_kv_geometry_t g{};
+    g.layers = layers;
+    g.kv_heads = kv_heads;
+    g.head_dim = head_dim;
+    g.tokens_per_block = tokens_per_block;
+    if (dtype == "fp16")
+      g.dtype = CXLPOOL_KV_FP16;
+    else if (dtype == "bf16")
+      g.dtype = CXLPOOL_KV_BF16;
+    else if (dtype == "fp8")
+      g.dtype = CXLPOOL_KV_FP8;
+    else if (dtype == "fp32")
+      g.dtype = CXLPOOL_KV_FP32;
+    else
+      raise(CXLPOOL_E_INVALID_ARGUMENT, "Geometry: dtype \"" + dtype + "\" (expected fp16, bf16, fp8 or fp32)");
+    return from(g);
+  }
+  static Geometry preset(const std::string& model, uint32_t tokens_per_block) {
+    cxlpool_kv_geometry_t g{};
+    check(cxlpool_kv_geometry_preset(model.c_str(), tokens_per_block, &g));
+    return from(g);
+  }
+  uint64_t block_offset(uint32_t layer, uint32_t kv, uint32_t token) const {
+    uint64_t off = 0;
+    check(cxlpool_kv_block_offset(&g, layer, kv, token, &off));
+    return off;
+  }
+  std::string repr() const {
+    return "cxlpool.Geometry(layers=" + std::to_string(g.layers) + ", kv_heads=" + std::to_string(g.kv_heads) +
+           ", head_dim=" + std::to_string(g.head_dim) + ", dtype='" + dtype_name(g.dtype) +
+           "', tokens_per_block=" + std::to_string(g.tokens_per_block) + ")";
+  }
+};
+
+// ---- block memory through the buffer protocol ----
+
+// An object whose blocks may be exported: counts them.
+struct Exporter {
+  int exported = 0;
+  void refuse_if_exported(const char* who) const {
+    if (exported)
+      raise(CXLPOOL_E_BUSY, std::string(who) + ": " + std::to_string(exported) +
+                                " block(s) of it are still alive in Python (Block objects or memoryviews of them); "
+                                "drop them first");
+  }
+};
+
+struct Block {
+  py::object owner;  // the Sequence or View (kept alive)
+  Exporter* counter;
+  void* data;
+  uint64_t bytes;
+  bool writable;
+  uint64_t index;
+  uint32_t tier;
+  Block(py::object o, Exporter* c, void* d, uint64_t n, bool w, uint64_t i, uint32_t t)
+      : owner(std::move(o)), counter(c), data(d), bytes(n), writable(w), index(i), tier(t) {
+    ++counter->exported;
+  }
+  ~Block() { --counter->exported; }
+  Block(const Block&) = delete;
+  Block& operator=(const Block&) = delete;
+};
+
+// ---- the arena and its sequences ----
+
+struct Arena {
+  std::unique_ptr<PoolSet> pools;  // until destroy()
+  Geometry geometry;
+  cxlpool_kv_arena_t* arena = nullptr;
+
+  Arena(const Arena&) = delete;
+  Arena& operator=(const Arena&) = delete;
+  Arena(const Geometry& g, const py::sequence& ps, const py::object& max_blocks, bool prefix_caching)
+      : pools(std::make_unique<PoolSet>(ps, "KvArena")), geometry(g) {
+    if (pools->handles.size() > 4) raise(CXLPOOL_E_INVALID_ARGUMENT, "KvArena: at most 4 pools (tiers)");
+    cxlpool_kv_params_t* params = nullptr;
+    check(cxlpool_kv_params_create(&params));
+    cxlpool_status_t s = cxlpool_kv_params_set_prefix_caching(params, prefix_caching ? 1 : 0);
+    if (s == CXLPOOL_OK && !max_blocks.is_none()) {
+      auto limits = max_blocks.cast<std::vector<uint64_t>>();
+      for (size_t t = 0; t < limits.size() && s == CXLPOOL_OK; ++t)
+        s = cxlpool_kv_params_set_max_blocks(params, uint32_t(t), limits[t]);
+    }
+    if (s == CXLPOOL_OK)
+      s = cxlpool_kv_arena_create(&geometry.g, pools->handles.data(), pools->handles.size(), params, &arena);
+    cxlpool_kv_params_destroy(params);
+    check(s);
+  }
+  ~Arena() {
+    if (arena) cxlpool_kv_arena_destroy(arena);  // the sequences hold references: none is left
+  }
+  cxlpool_kv_arena_t* get(const char* who) const {
+    if (!arena) raise(CXLPOOL_E_INVALID_ARGUMENT, std::string(who) + ": the arena is destroyed");
+    return arena;
+  }
+  void destroy() {
+    if (arena) check(cxlpool_kv_arena_destroy(arena));  // BUSY while sequences of it live
+    arena = nullptr;
+    pools.reset();
+  }
+  py::dict stats() const {
+    cxlpool_kv_stats_t st{};
+    check(cxlpool_kv_arena_stats(get("KvArena.stats"), &st));
+    py::dict d;
+    d["blocks"] = std::vector<uint64_t>(st.blocks, st.blocks + 4);
+    d["cached_blocks"] = st.cached_blocks;
+    d["idle_blocks"] = st.idle_blocks;
+    d["sequences"] = st.sequences;
+    d["prefix_hits"] = st.prefix_hits;
+    d["prefix_misses"] = st.prefix_misses;
+    d["demotions"] = st.demotions;
+    d["evictions"] = st.evictions;
+    d["promotions"] = st.promotions;
+    d["exports"] = st.exports;
+    return d;
+  }
+};
+
+struct Sequence : Exporter {
+  py::object arena_owner;
+  Arena* arena;
+  cxlpool_kv_seq_t* seq = nullptr;
+
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+  explicit Sequence(py::object owner) : arena_owner(std::move(owner)), arena(&arena_owner.cast<Arena&>()) {
+    check(cxlpool_kv_seq_create(arena->get("KvArena.sequence"), &seq));
+  }
+  ~Sequence() {
+    if (seq) cxlpool_kv_seq_destroy(seq);
+  }
+  cxlpool_kv_seq_t* get(const char* who) const {
+    if (!seq) raise(CXLPOOL_E_INVALID_ARGUMENT, std::string(who) + ": the sequence is destroyed");
+    return seq;
+  }
+  size_t append(const py::iterable& tokens) {
+    std::vector<int32_t> ids;
+    for (const py::handle& t : tokens) {
+      if (!py::isinstance<py::int_>(t)) raise(CXLPOOL_E_INVALID_ARGUMENT, "Sequence.append: token ids must be ints");
+      const long long v = t.cast<long long>();
+      if (v < INT32_MIN || v > INT32_MAX)
+        raise(CXLPOOL_E_INVALID_ARGUMENT, "Sequence.append: token id " + std::to_string(v) + " is not a 32-bit int");
+      ids.push_back(int32_t(v));
+    }
+    size_t reused = 0;
+    check(cxlpool_kv_seq_append(get("Sequence.append"), ids.data(), ids.size(), &reused));
+    return reused;
+  }
+  void seal(uint64_t tokens) { check(cxlpool_kv_seq_seal(get("Sequence.seal"), tokens)); }
+  py::bytes export_handle(uint64_t tokens) {
+    cxlpool_kv_handle_t h{};
+    check(cxlpool_kv_seq_export(get("Sequence.export"), tokens, &h));
+    return py::bytes(reinterpret_cast<const char*>(&h), sizeof h);
+  }
+  py::dict info() const {
+    cxlpool_kv_seq_info_t i{};
+    check(cxlpool_kv_seq_info(get("Sequence.info"), &i));
+    py::dict d;
+    d["tokens"] = i.tokens;
+    d["blocks"] = i.blocks;
+    d["sealed_tokens"] = i.sealed_tokens;
+    d["shared_blocks"] = i.shared_blocks;
+    return d;
+  }
+  void destroy() {
+    refuse_if_exported("Sequence.destroy");
+    if (seq) check(cxlpool_kv_seq_destroy(seq));
+    seq = nullptr;
+  }
+};
+
+// ---- views (imports) ----
+
+struct View : Exporter {
+  std::unique_ptr<PoolSet> pools;  // until release()
+  cxlpool_kv_view_t* view = nullptr;
+  cxlpool_kv_view_info_t info_{};
+
+  View(const View&) = delete;
+  View& operator=(const View&) = delete;
+  View(const py::sequence& ps, const py::bytes& handle, const py::object& expected)
+      : pools(std::make_unique<PoolSet>(ps, "import_view")) {
+    std::string raw = handle;
+    cxlpool_kv_handle_t h{};
+    if (raw.size() != sizeof h)
+      raise(CXLPOOL_E_INVALID_ARGUMENT,
+            "import_view: a handle has " + std::to_string(sizeof h) + " bytes, not " + std::to_string(raw.size()));
+    std::memcpy(&h, raw.data(), sizeof h);
+    const cxlpool_kv_geometry_t* want = nullptr;
+    if (!expected.is_none()) want = &expected.cast<Geometry&>().g;
+    check(cxlpool_kv_import(pools->handles.data(), pools->handles.size(), want, &h, &view));
+    cxlpool_kv_view_info(view, &info_);
+  }
+  ~View() {
+    if (view) cxlpool_kv_view_release(view);
+  }
+  cxlpool_kv_view_t* get(const char* who) const {
+    if (!view) raise(CXLPOOL_E_INVALID_ARGUMENT, std::string(who) + ": the view is released");
+    return view;
+  }
+  void release() {
+    refuse_if_exported("View.release");
+    if (view) check(cxlpool_kv_view_release(view));
+    view = nullptr;
+    pools.reset();
+  }
+  py::dict info() const {
+    get("View.info");
+    py::dict d;
+    d["geometry"] = Geometry::from(info_.geometry);
+    d["tokens"] = info_.tokens;
+    d["blocks"] = info_.blocks;
+    d["bytes_per_block"] = info_.bytes_per_block;
+    return d;
+  }
+};
+
+// A with-block's end: the object is finished strictly, unless an exception is already on its
+// way out (then a refusal, e.g. blocks still alive, must not hide it: the object is left to
+// its destructor).
+template <class F>
+void finish(const py::object& exception_type, F&& f) {
+  if (exception_type.is_none()) return f();
+  try {
+    f();
+  } catch (py::error_already_set&) {
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(cxlpool, m) {
+  m.doc() =
+      "cxlpool: shared (CXL) memory pools and the KV block arena for inference servers. Block bytes are "
+      "exported without copies (memoryview(block)); see docs/python.md.";
+  g_error = PyErr_NewExceptionWithDoc("cxlpool.Error",
+                                      "A cxlpool call failed: .status (the C status code), .name (its name), "
+                                      "str(e) (cxlpool's message).",
+                                      PyExc_RuntimeError, nullptr);
+  m.attr("Error") = py::reinterpret_borrow<py::object>(g_error);
+  m.attr("__version__") = cxlpool_version_string();
+
+  py::class_<Pool>(m, "SharedPool",
+                   "A shared memory pool on a device (\"shm:NAME\", a DAX device or file), this process one of its "
+                   "participants.")
+      .def_static("create", &create_pool, py::arg("device"), py::arg("size"), py::arg("leases") = py::none(),
+                  "Creates the pool (the name must not exist: cxlpool never adopts what it did not make).")
+      .def_static("open", &open_pool, py::arg("device"), "Joins an existing pool as a participant.")
+      .def_static(
+          "unlink", [](const std::string& device) { check(cxlpool_shared_pool_unlink(device.c_str())); },
+          py::arg("device"), "Removes a pool's name (only a cxlpool pool's).")
+      .def_property_readonly("device", [](const Pool& p) { return p.device; })
+      .def("info", &pool_info)
+      .def("close", &Pool::close, "Leaves the pool; refused (BUSY) while arenas or views on it live.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](Pool& p, const py::object& type, const py::object&, const py::object&) {
+        finish(type, [&] { p.close(); });
+      });
+
+  py::class_<Geometry>(m, "Geometry", "The shape of a model's KV cache.")
+      .def(py::init(&Geometry::make), py::arg("layers"), py::arg("kv_heads"), py::arg("head_dim"),
+           py::arg("dtype") = "fp16", py::arg("tokens_per_block") = 16)
+      .def_static("preset", &Geometry::preset, py::arg("model"), py::arg("tokens_per_block") = 16,
+                  "A known model's geometry: opt-6.7b, opt-13b, llama-3-8b, llama-3-70b, mistral-7b.")
+      .def_property_readonly("layers", [](const Geometry& g) { return g.g.layers; })
+      .def_property_readonly("kv_heads", [](const Geometry& g) { return g.g.kv_heads; })
+      .def_property_readonly("head_dim", [](const Geometry& g) { return g.g.head_dim; })
+      .def_property_readonly("dtype", [](const Geometry& g) { return std::string(Geometry::dtype_name(g.g.dtype)); })
+      .def_property_readonly("tokens_per_block", [](const Geometry& g) { return g.g.tokens_per_block; })
+      .def_property_readonly("bytes_per_token", [](const Geometry& g) { return g.per_token; })
+      .def_property_readonly("bytes_per_block", [](const Geometry& g) { return g.per_block; })
+      .def("block_offset", &Geometry::block_offset, py::arg("layer"), py::arg("kv"), py::arg("token"),
+           "Byte offset in a block of one token's head vectors of one layer (kv: 0 keys, 1 values).")
+      .def("__eq__",
+           [](const Geometry& a, const py::object& b) {
+             return py::isinstance<Geometry>(b) && std::memcmp(&a.g, &b.cast<const Geometry&>().g, sizeof a.g) == 0;
+           })
+      .def("__repr__", &Geometry::repr);
+
+  py::class_<Block>(m, "Block", py::buffer_protocol(),
+                    "One block's bytes in place: memoryview(block) (writable for a sequence's blocks, read-only "
+                    "for an imported view's).")
+      .def_buffer([](Block& b) {
+        return py::buffer_info(b.data, 1, py::format_descriptor<uint8_t>::format(), 1, {py::ssize_t(b.bytes)}, {1},
+                               !b.writable);
+      })
+      .def_property_readonly("index", [](const Block& b) { return b.index; })
+      .def_property_readonly("tier", [](const Block& b) { return b.tier; })
+      .def_property_readonly("writable", [](const Block& b) { return b.writable; })
+      .def("__len__", [](const Block& b) { return b.bytes; });
+
+  py::class_<Arena>(m, "KvArena", "Fixed-size KV blocks in shared pools (nearest first), with prefix sharing.")
+      .def(py::init<const Geometry&, const py::sequence&, const py::object&, bool>(), py::arg("geometry"),
+           py::arg("pools"), py::arg("max_blocks") = py::none(), py::arg("prefix_caching") = true)
+      .def_property_readonly("geometry", [](const Arena& a) { return a.geometry; })
+      .def(
+          "sequence", [](const py::object& self) { return std::make_unique<Sequence>(self); }, "A new, empty sequence.")
+      .def("stats", &Arena::stats)
+      .def("destroy", &Arena::destroy, "Frees its blocks; refused (BUSY) while sequences of it live.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](Arena& a, const py::object& type, const py::object&, const py::object&) {
+        finish(type, [&] { a.destroy(); });
+      });
+
+  py::class_<Sequence>(m, "Sequence", "A block table that grows by tokens.")
+      .def("append", &Sequence::append, py::arg("tokens"),
+           "Extends by these token ids; returns how many leading tokens were found in the prefix cache.")
+      .def(
+          "block",
+          [](const py::object& self, uint64_t index) {
+            auto& s = self.cast<Sequence&>();
+            void* data = nullptr;
+            uint32_t tier = 0;
+            check(cxlpool_kv_seq_block(s.get("Sequence.block"), index, &data, &tier));
+            return std::make_unique<Block>(self, &s, data, s.arena->geometry.per_block, true, index, tier);
+          },
+          py::arg("index"))
+      .def("seal", &Sequence::seal, py::arg("tokens"))
+      .def("export", &Sequence::export_handle, py::arg("tokens") = 0,
+           "Publishes the first `tokens` tokens (0: all); returns the handle (bytes) a consumer imports.")
+      .def("info", &Sequence::info)
+      .def("destroy", &Sequence::destroy)
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](Sequence& s, const py::object& type, const py::object&, const py::object&) {
+        finish(type, [&] { s.destroy(); });
+      });
+
+  py::class_<View>(m, "View", "An imported sequence: its blocks in place, leased until release().")
+      .def(
+          "block",
+          [](const py::object& self, uint64_t index) {
+            auto& v = self.cast<View&>();
+            const void* data = nullptr;
+            check(cxlpool_kv_view_block(v.get("View.block"), index, &data));
+            return std::make_unique<Block>(self, &v, const_cast<void*>(data), v.info_.bytes_per_block, false, index, 0);
+          },
+          py::arg("index"))
+      .def_property_readonly("tokens", [](const View& v) { return v.info_.tokens; })
+      .def_property_readonly("blocks", [](const View& v) { return v.info_.blocks; })
+      .def("info", &View::info)
+      .def("release", &View::release, "Drops the leases; refused (BUSY) while blocks of it are alive in Python.")
+      .def("__enter__", [](py::object self) { return self; })
+      .def("__exit__", [](View& v, const py::object& type, const py::object&, const py::object&) {
+        finish(type, [&] { v.release(); });
+      });
+
+  m.def(
+      "import_view",
+      [](const py::sequence& pools, const py::bytes& handle, const py::object& expected) {
+        return std::make_unique<View>(pools, handle, expected);
+      },
+      py::arg("pools"), py::arg("handle"), py::arg("expected") = py::none(),
+      "Imports an exported sequence from pools open here; expected (a Geometry) must match the exporter's.");
+}
