@@ -29,12 +29,15 @@ extern "C" {
 
 /* CXLPOOL_KV_REMOTE_SAME_HOST, given to the server and to the consumer's connection: when both
  * ask for it and UCX reaches the consumer through shared memory (UCX's sysv or posix transport
- * for the messages, CMA for the blocks: UCX_TLS decides which are allowed), the blocks go that
- * way instead of through the socket the connection was made on; cxlpool_kv_remote_path says
- * which way a connection goes, and why. Only between processes of one user, or that trust each
- * other: UCX's shared-memory transports attach the segments, and CMA reads the process, that
- * the other end names (the kernel checks the ptrace permission). Without the flag on both ends,
- * or when UCX has no shared-memory way to the peer, the connection's own transport (tcp) is used. */
+ * for the messages, CMA for the blocks when UCX_TLS allows it), the blocks go that way instead
+ * of through the socket the connection was made on; cxlpool_kv_remote_path says which way a
+ * connection goes, and why. Only between processes of one user: UCX's shared-memory transports
+ * trust the peer completely (the server maps and writes what the consumer's worker address
+ * names, with the server's rights, and a malformed address aborts UCX), so the server offers
+ * the path only to a consumer whose connection the kernel lists as a socket of the server's
+ * network namespace owned by the server's user (or root): a process that could already ptrace
+ * it. Others are told why (PERMISSION in the path's text) and served over the connection's own
+ * transport, as are consumers on other hosts or namespaces and servers without the flag. */
 #define CXLPOOL_KV_REMOTE_SAME_HOST 1u
 
 /* A producer's server: serves the exports (cxlpool_kv_seq_export) whose blocks are in pools.
@@ -42,12 +45,11 @@ extern "C" {
  * cxlpool_kv_server_address; IPv6 is refused: UCX 1.13's tcp connection manager corrupts its
  * heap on an IPv6 peer). While a sequence is being sent the server holds a lease on every block
  * (the producer may destroy the sequence meanwhile); the leases go when its last block is sent,
- * when the consumer gives up, fails or disconnects, or when it does not ask for the blocks
- * within 10 s. At most 64 sequences are handed out at once (16 per consumer): more are
- * CXLPOOL_E_BUSY for the consumer. The pools must stay open until the server is stopped.
- * flags: 0 or CXLPOOL_KV_REMOTE_SAME_HOST (below).
- * Statuses: INVALID_ARGUMENT (the address, naming the bad part; an unknown flag), NOT_SUPPORTED
- * (IPv6), OS (UCX refused: its message is included). */
+ * when the consumer gives up, fails or disconnects, when it does not ask for the blocks within
+ * 10 s, or when no block has reached it for 10 s (its connection is then closed). At most 64 sequences are handed out
+ * at once (16 per consumer): more are CXLPOOL_E_BUSY for the consumer. The pools must stay open until the server is
+ * stopped. flags: 0 or CXLPOOL_KV_REMOTE_SAME_HOST (below). Statuses: INVALID_ARGUMENT (the address, naming the bad
+ * part; an unknown flag), NOT_SUPPORTED (IPv6), OS (UCX refused: its message is included). */
 typedef struct cxlpool_kv_server cxlpool_kv_server_t;
 CXLPOOL_API cxlpool_status_t cxlpool_kv_server_start(cxlpool_shared_pool_t* const* pools, size_t npools,
                                                      const char* address, uint32_t flags, cxlpool_kv_server_t** out);

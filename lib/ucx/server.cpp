@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -39,6 +40,9 @@ namespace {
 // (the producer's own participant's lease table, 4,096 by default, is shared with its local
 // imports) until its last block is sent.
 constexpr uint64_t kMaxRequests = 64, kMaxRequestsPerPeer = 16;
+// A sequence whose blocks stop reaching the consumer for this long (a consumer stopped or
+// stuck) loses it: its connection is closed and the leases go.
+constexpr auto kSendStall = std::chrono::seconds(10);
 
 class Server {
  public:
@@ -228,11 +232,21 @@ class Server {
     }
   }
 
+  // A pass of the loop with nothing to do: yield, or nap once nothing has moved for 2 ms.
+  void idle() {
+    if (Clock::now() - last_activity_ < std::chrono::milliseconds(2)) {
+      sched_yield();
+      return;
+    }
+    timespec nap{0, 200 * 1000};
+    nanosleep(&nap, nullptr);
+  }
+
   void loop() {
     while (!stop_.load()) {
-      while (ucp_worker_progress(ucp_.worker()) != 0) {
-      }
+      while (ucp_worker_progress(ucp_.worker()) != 0) last_activity_ = Clock::now();
       if (!work_.empty()) {
+        last_activity_ = Clock::now();
         std::deque<Work> batch;
         batch.swap(work_);
         for (Work& w : batch) handle(w);
@@ -240,13 +254,18 @@ class Server {
       }
       sweep();
       // While blocks are on their way, keep progressing: a rendezvous completes only when this
-      // side answers (not every transport wakes the worker's descriptor for it).
+      // side answers (not every transport wakes the worker's descriptor for it). When nothing
+      // has moved for 2 ms (a consumer stopped; UCX busy with a closed endpoint's leftovers,
+      // its arm saying BUSY for ever: hostile review), it naps instead of spinning.
       if (sending_ > 0) {
-        sched_yield();
+        idle();
         continue;
       }
       ucs_status_t s = ucp_worker_arm(ucp_.worker());
-      if (s == UCS_ERR_BUSY) continue;
+      if (s == UCS_ERR_BUSY) {
+        idle();
+        continue;
+      }
       pollfd pfd{efd_, POLLIN, 0};
       poll(&pfd, 1, 100);
     }
@@ -363,6 +382,7 @@ class Server {
     auto r = it->second.requests.find(request_id);
     if (r == it->second.requests.end() || r->second.sends == 0) return true;
     --r->second.sends;
+    if (status == UCS_OK) r->second.deadline = Clock::now() + kSendStall;
     if (status != UCS_OK && !failed_.count(ep)) {
       fail_peer(ep);
       return true;
@@ -402,7 +422,7 @@ class Server {
       }
       if (r.pulled) return;
       r.pulled = true;
-      r.deadline = Clock::now() + std::chrono::seconds(60);  // for the sends
+      r.deadline = Clock::now() + kSendStall;                // renewed by every block sent
       if (!push_blocks(w.ep, out, m.request_id, r)) return;  // the peer was failed: its records may be gone
       if (r.sends == 0) {
         release(r);
@@ -475,6 +495,23 @@ class Server {
     if (!same_host_)
       return hello_reply(ep, CXLPOOL_E_NOT_SUPPORTED,
                          "the server does not offer a same-host path (started without CXLPOOL_KV_REMOTE_SAME_HOST)");
+    // UCX's shared-memory transports trust the peer completely: this process would map and
+    // write what the consumer's worker address names, with this process's rights (a segment, a
+    // file), and a malformed address aborts UCX (hostile review). So the path is only for a
+    // consumer the kernel says runs as this process's user (or root): one that could already
+    // do as much (ptrace). Its word (HELLO's identity) only gives honest consumers elsewhere a
+    // clear answer.
+    ucp_ep_attr_t attr{};
+    attr.field_mask = UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR | UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR;
+    uid_t owner = 0;
+    if (ucp_ep_query(ep, &attr) != UCS_OK || !peer_socket_owner(attr.local_sockaddr, attr.remote_sockaddr, &owner))
+      return hello_reply(ep, CXLPOOL_E_PERMISSION,
+                         "no shared memory reaches the consumer: its connection is not a socket of this host's "
+                         "network namespace (the kernel lists none)");
+    if (owner != geteuid() && owner != 0)
+      return hello_reply(ep, CXLPOOL_E_PERMISSION,
+                         "the consumer runs as uid " + std::to_string(owner) + ", not as the server's (uid " +
+                             std::to_string(geteuid()) + "): the same-host path is only for processes of one user");
     h.where.boot_id[sizeof h.where.boot_id - 1] = 0;
     if (const std::string why = identity_mismatch(where_, h.where); !why.empty())
       return hello_reply(ep, CXLPOOL_E_NOT_SUPPORTED, "no shared memory reaches the consumer: " + why);
@@ -585,9 +622,10 @@ class Server {
   std::map<ucp_ep_h, Peer> peers_;  // loop thread only
   std::set<ucp_ep_h> failed_;       // closed, waiting for their sends to complete
   Clock::time_point next_sweep_{};
-  uint64_t sending_ = 0;   // BLOCK sends in flight, all consumers
-  uint64_t serial_ = 0;    // of the last connection
-  std::deque<Work> work_;  // loop thread only (callbacks run inside its progress)
+  uint64_t sending_ = 0;               // BLOCK sends in flight, all consumers
+  uint64_t serial_ = 0;                // of the last connection
+  Clock::time_point last_activity_{};  // the loop's last progress or work
+  std::deque<Work> work_;              // loop thread only (callbacks run inside its progress)
   std::thread thread_;
   std::atomic<bool> stop_{false};
   bool same_host_ = false;  // CXLPOOL_KV_REMOTE_SAME_HOST

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <ucp/api/ucp.h>
@@ -171,6 +172,37 @@ inline bool host_identity(HostIdentity* out) {
     *ns[i] = st.st_ino;
   }
   return true;
+}
+
+// The owner (uid) of the TCP socket of this network namespace whose local address is `peer`
+// and whose remote address is `local`: the other end of a connection this process accepted,
+// as the kernel tells it (/proc/net/tcp; IPv4). False when no such socket is here: the peer
+// is on another host, or in another network namespace.
+inline bool peer_socket_owner(const sockaddr_storage& local, const sockaddr_storage& peer, uid_t* owner) {
+  if (local.ss_family != AF_INET || peer.ss_family != AF_INET) return false;
+  auto hex = [](const sockaddr_storage& a) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(a);
+    char b[32];
+    std::snprintf(b, sizeof b, "%08X:%04X", in.sin_addr.s_addr, unsigned(ntohs(in.sin_port)));
+    return std::string(b);
+  };
+  const std::string want_local = hex(peer), want_remote = hex(local);
+  FILE* f = std::fopen("/proc/net/tcp", "re");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  while (!found && std::fgets(line, sizeof line, f)) {
+    char l[64], r[64];
+    unsigned state = 0, uid = 0;
+    // sl local rem st tx:rx tr:when retrnsmt uid ...
+    if (std::sscanf(line, " %*u: %63s %63s %x %*s %*s %*s %u", l, r, &state, &uid) != 4) continue;
+    if (want_local == l && want_remote == r && state == 1 /* ESTABLISHED */) {
+      *owner = uid_t(uid);
+      found = true;
+    }
+  }
+  std::fclose(f);
+  return found;
 }
 
 // Why a and b are not one host and namespace set for shared memory; empty when they are.

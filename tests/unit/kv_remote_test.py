@@ -136,10 +136,11 @@ def pair(tls, addr="127.0.0.1:0", dev=None, prod_prefix=(), cons_prefix=(), cons
 
 
 def run_handoffs(tls, count, dev=None, addr="127.0.0.1:0", prod_prefix=(), cons_prefix=(), cons_dev=None,
-                 same=False, want_path="network: "):
+                 same=False, want_path="network: ", want_reason=""):
     prod, cons, where = pair(tls, addr, dev, prod_prefix, cons_prefix, cons_dev, same)
     print(f"{tls}: producer at {where}; consumer's path: {cons.path}", flush=True)
-    check(cons.path.startswith(want_path), f"the consumer's path starts with {want_path!r}: {cons.path}")
+    check(cons.path.startswith(want_path) and want_reason in cons.path,
+          f"the consumer's path starts with {want_path!r} ({want_reason!r}): {cons.path}")
     rng = random.Random(20261201)
     t0 = time.time()
     handoffs(prod, cons, count, rng)
@@ -193,7 +194,7 @@ def netns():
         # why, and the blocks go over the veth.
         run_handoffs("sm,tcp", 1000, dev=va, addr="10.231.7.1:0", prod_prefix=("ip", "netns", "exec", a),
                      cons_prefix=("ip", "netns", "exec", b), cons_dev=vb, same=True,
-                     want_path="network: ")
+                     want_path="network: ", want_reason="not a socket of this host's network namespace")
     finally:
         sh("ip", "netns", "del", a, ok=False)
         sh("ip", "netns", "del", b, ok=False)
@@ -294,6 +295,18 @@ try:
         handoffs(prod, cons, 20, random.Random(3))
         cons.quit()
         prod.quit()
+        # A consumer of another user asking a server that offers it: refused before anything of
+        # its worker address is used (UCX's shared-memory transports would map and write what
+        # it names with the server's rights), named by the uid the kernel gives its socket.
+        if os.geteuid() == 0:
+            prod, cons, where = pair("sm,tcp", dev="lo", same=True, cons_same=True,
+                                     cons_prefix=("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"))
+            check(cons.path.startswith("network: ") and "runs as uid 65534" in cons.path,
+                  f"another user's consumer: {cons.path}")
+            handoffs(prod, cons, 20, random.Random(4))
+            check(stats(prod)["same_host"] == 0, "another user's consumer is not counted as same host")
+            cons.quit()
+            prod.quit()
     elif mode == "netns":
         netns()
     elif mode == "hostile":
