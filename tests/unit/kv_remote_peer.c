@@ -11,7 +11,11 @@
  *     CHECKSUM": import, check the checksum of every block's bytes, release: "ok" or "bad STATUS
  *     MESSAGE"; "F HEX": import expecting a refusal: "status STATUS MESSAGE"; "K HEX": import
  *     and hold the view ("held"); "Q": close.
- *   kv_remote_peer selftest              argument checks of the API; prints what failed. */
+ *   kv_remote_peer selftest              argument checks of the API; prints what failed.
+ *   kv_remote_peer pair IP COUNT         both ends by itself, for a guest without a driver
+ *     script (the Soft-RoCE run, tests/vm): forks a producer listening on IP:0, then COUNT
+ *     handoffs of 1..400 tokens and one of 2048, checksums compared; prints "connected PATH" and
+ *     "pair: N handoffs, B bad"; exit 0 when none is bad. UCX's environment picks the transport. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -319,12 +323,88 @@ static int selftest(void) {
   return failures ? 1 : 0;
 }
 
+static int pair(const char* ip, int count) {
+  int down[2], up[2];
+  if (pipe(down) || pipe(up)) return 5;
+  char pdev[64], cdev[64], addr[96];
+  snprintf(pdev, sizeof pdev, "shm:cxlpool-kvr-pair-p-%d", (int)getpid());
+  snprintf(cdev, sizeof cdev, "shm:cxlpool-kvr-pair-c-%d", (int)getpid());
+  snprintf(addr, sizeof addr, "%s:0", ip);
+  pid_t child = fork(); /* before anything of UCX exists in this process */
+  if (child == 0) {
+    dup2(down[0], 0);
+    dup2(up[1], 1);
+    close(down[1]);
+    close(up[0]);
+    _exit(produce(pdev, addr, 0));
+  }
+  close(down[0]);
+  close(up[1]);
+  FILE* to = fdopen(down[1], "w");
+  FILE* from = fdopen(up[0], "r");
+  setvbuf(to, NULL, _IOLBF, 0);
+  char line[512], where[128] = "";
+  if (!fgets(line, sizeof line, from) || sscanf(line, "listening %127s", where) != 1) {
+    printf("pair: the producer said: %s\n", line);
+    return 4;
+  }
+  cxlpool_shared_pool_t* pool = make_pool(cdev);
+  cxlpool_kv_remote_t* remote = NULL;
+  char path[512];
+  if (cxlpool_kv_remote_connect(where, 30000, 0, &remote) != CXLPOOL_OK ||
+      cxlpool_kv_remote_path(remote, path, sizeof path) != CXLPOOL_OK) {
+    printf("pair: bad connect %s\n", cxlpool_last_error_message());
+    fprintf(to, "Q\n");
+    return 4;
+  }
+  printf("connected %s\n", path);
+  cxlpool_kv_geometry_t g = test_geometry();
+  uint64_t x = 20261202;
+  int bad = 0;
+  for (int i = 0; i <= count; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const unsigned tokens = i == count ? 2048 : 1 + (unsigned)((x >> 33) % 400);
+    fprintf(to, "S %u %d\n", tokens, i);
+    char hex[256];
+    uint64_t want = 0;
+    cxlpool_kv_handle_t h;
+    if (!fgets(line, sizeof line, from) || sscanf(line, "H %255s %" SCNx64, hex, &want) != 2 ||
+        from_hex(hex, &h, sizeof h)) {
+      printf("pair: the producer said: %s", line);
+      ++bad;
+      break;
+    }
+    cxlpool_kv_view_t* view = NULL;
+    cxlpool_status_t st = cxlpool_kv_remote_import(remote, &pool, 1, &g, &h, &view);
+    if (st != CXLPOOL_OK) {
+      if (++bad <= 5) printf("pair: handoff %d (%u tokens): %s\n", i, tokens, cxlpool_last_error_message());
+      continue;
+    }
+    const uint64_t got = view_checksum(view);
+    cxlpool_kv_view_release(view);
+    if (got != want && ++bad <= 5) printf("pair: handoff %d (%u tokens): checksum differs\n", i, tokens);
+  }
+  printf("pair: %d handoffs, %d bad\n", count + 1, bad);
+  cxlpool_kv_remote_close(remote);
+  cxlpool_shared_pool_close(pool);
+  cxlpool_shared_pool_unlink(cdev);
+  fprintf(to, "Q\n");
+  fclose(to);
+  int status = 0;
+  waitpid(child, &status, 0);
+  fclose(from);
+  return bad == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc == 4 && strcmp(argv[1], "pair") == 0) return pair(argv[2], atoi(argv[3]));
   if (argc == 2 && strcmp(argv[1], "selftest") == 0) return selftest();
   const uint32_t flags = argc == 5 && strcmp(argv[4], "same-host") == 0 ? CXLPOOL_KV_REMOTE_SAME_HOST : 0;
   if ((argc == 4 || flags) && strcmp(argv[1], "produce") == 0) return produce(argv[2], argv[3], flags);
   if ((argc == 4 || flags) && strcmp(argv[1], "consume") == 0) return consume(argv[2], argv[3], flags);
-  fprintf(stderr, "usage: kv_remote_peer produce|consume DEVICE ADDR [same-host] | kv_remote_peer selftest\n");
+  fprintf(stderr,
+          "usage: kv_remote_peer produce|consume DEVICE ADDR [same-host] | kv_remote_peer selftest | "
+          "kv_remote_peer pair IP COUNT\n");
   return 2;
 }

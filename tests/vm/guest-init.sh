@@ -77,6 +77,23 @@ if has heat-kernel; then
   section tiering-heat-own2 "$TIERING" heat own2
 fi
 has backing && section backing-test "$BACKING_TEST" --reporter compact
+# Soft-RoCE: an rxe device on one end of a veth pair, and the KV handoff between two processes
+# of libcxlpool_ucx over UCX's rc_verbs on it (kv_remote_peer pair: checksums compared).
+rxe_up() {
+  for m in crc32_generic rdma_rxe rdma_ucm veth; do modprobe $m || echo "modprobe $m failed"; done
+  /usr/bin/ip link set lo up
+  /usr/bin/ip link add v0 type veth peer name v1
+  /usr/bin/ip addr add 169.254.10.1/24 dev v0
+  /usr/bin/ip link set v0 up
+  /usr/bin/ip link set v1 up
+  /usr/bin/rdma link add rxe0 type rxe netdev v0
+  /usr/bin/rdma link show
+  ls /dev/infiniband
+}
+if has rxe; then
+  section rxe-setup rxe_up
+  section rxe-kv env UCX_TLS=rc_v,tcp UCX_NET_DEVICES=rxe0:1 UCX_LOG_LEVEL=error "$KV_REMOTE_PEER" pair 169.254.10.1 50
+fi
 echo "=== CXLPOOL-VM DONE"
 sync
 poweroff -f

@@ -6,6 +6,10 @@
 # unchanged inside the guest.
 # With CACHE_DIR (fetch-kernels.sh), the DAX modules (device_dax, dax_hmem, kmem) of every
 # cached kernel are added, uncompressed, with their dependencies and a modules.dep.
+# When the build has libcxlpool_ucx (tests/kv_remote_peer), the Soft-RoCE run's parts are added
+# too: UCX's transport modules, the rxe verbs provider, iproute2's ip and rdma (at /usr/bin: busybox
+# installs its applets in /bin), and the kernel
+# modules rdma_rxe, rdma_ucm, veth, crc32_generic.
 # Usage: make-initramfs.sh BUILD_DIR OUT.cpio.gz [CACHE_DIR]
 set -euo pipefail
 build=$(cd "$1" && pwd) out=$2 cache=${3:-}
@@ -38,6 +42,19 @@ for b in "$info" "$checks" "$backing" "$peer" "$multihost" "$tiering" "$rebind";
   [ -x "$b" ] || { echo "make-initramfs: missing $b (build first)" >&2; exit 1; }
   copy "$b"
 done
+kvpeer=$build/tests/kv_remote_peer
+mods="device_dax dax_hmem kmem"
+if [ -x "$kvpeer" ]; then
+  copy "$kvpeer"
+  # UCX loads its transports (and the verbs library its providers) at run time.
+  for b in /usr/lib/x86_64-linux-gnu/ucx/*.so.0 /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so \
+           /usr/bin/ip /usr/bin/rdma; do
+    [ -e "$b" ] && copy "$b"
+  done
+  mkdir -p "$root/etc/libibverbs.d"
+  cp /etc/libibverbs.d/rxe.driver "$root/etc/libibverbs.d/" 2>/dev/null || true
+  mods="$mods crc32_generic rdma_rxe rdma_ucm veth"
+fi
 if [ -n "$cache" ]; then
   for kver_file in "$cache"/kver-*; do
     [ -f "$kver_file" ] || continue
@@ -46,7 +63,7 @@ if [ -n "$cache" ]; then
     kroot=$cache/kpkg-$label
     [ -d "$kroot/lib/modules/$kver" ] || continue
     [ -f "$kroot/lib/modules/$kver/modules.dep" ] || depmod -b "$kroot" "$kver"
-    for m in device_dax dax_hmem kmem; do
+    for m in $mods; do
       modprobe -C /dev/null -d "$kroot" -S "$kver" --show-depends "$m" 2>/dev/null | awk '/^insmod/{print $2}' |
         while read -r ko; do
           rel=${ko#"$kroot"}
@@ -68,6 +85,7 @@ BACKING_TEST=$backing
 MULTIHOST=$multihost
 TIERING=$tiering
 REBIND=$rebind
+KV_REMOTE_PEER=$kvpeer
 PATHS
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
 mv "$out.tmp" "$out"

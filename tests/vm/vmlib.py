@@ -59,6 +59,40 @@ def died_before_plan(log):
     return m.group(0).strip() if m else "kernel panic"
 
 
+def run_guest(cmd, timeout, boot_timeout=90):
+    """Runs a guest to its end or `timeout` seconds. A guest whose plan has not started after
+    `boot_timeout` seconds (TCG sometimes hangs at "Booting from ROM..." before the kernel
+    prints anything) is killed then. Returns (log, qemu rc or None, hung_in_boot)."""
+    import subprocess
+    import threading
+    import time
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    chunks = []
+
+    def read():
+        for chunk in iter(lambda: p.stdout.read1(65536), b""):
+            chunks.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    t0 = time.time()
+    hung = False
+    while p.poll() is None:
+        elapsed = time.time() - t0
+        if elapsed > timeout:
+            break
+        if elapsed > boot_timeout and b"=== CXLPOOL-VM BEGIN" not in b"".join(chunks):
+            hung = True
+            break
+        time.sleep(0.2)
+    rc = p.poll()
+    if rc is None:
+        p.kill()
+        p.wait()
+    reader.join(5)
+    return b"".join(chunks).decode(errors="replace"), rc, hung
+
+
 def sections(log):
     out, current, lines = {}, None, []
     for raw in log.splitlines():
