@@ -24,7 +24,7 @@ static int import(cxlpool_shared_pool_t* pool, const char* hex, cxlpool_kv_view_
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: kv_peer DEVICE serve | kv_peer DEVICE hold HEX\n");
+    fprintf(stderr, "usage: kv_peer DEVICE serve | kv_peer DEVICE hold|late HEX\n");
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
     printf("bad open %s\n", cxlpool_last_error_message());
     return 3;
   }
-  if (strcmp(argv[2], "hold") == 0 && argc == 4) {
+  const int hold = strcmp(argv[2], "hold") == 0, late = strcmp(argv[2], "late") == 0;
+  if ((hold || late) && argc == 4) {
     cxlpool_kv_view_t* view = NULL;
     int st = import(pool, argv[3], &view);
     if (st) {
@@ -41,16 +42,8 @@ int main(int argc, char** argv) {
       return 4;
     }
     printf("held\n");
-    for (;;) pause();
-  }
-  if (strcmp(argv[2], "late") == 0 && argc == 4) {
-    cxlpool_kv_view_t* view = NULL;
-    int st = import(pool, argv[3], &view);
-    if (st) {
-      printf("bad %d %s\n", st, cxlpool_last_error_message());
-      return 4;
-    }
-    printf("held\n");
+    if (hold)
+      for (;;) pause();
     char go[16];
     if (!fgets(go, sizeof go, stdin)) return 5;
     const void* data = NULL;
