@@ -221,7 +221,7 @@ class EvilServer {
       else if (m == "block_bytes_lie")
         meta(id, 0, 40, 3, kBlock * 2);
       else if (m == "foreign_status")
-        meta(id, 5, 0, 0, 0, std::string("evil\nline two\x1b[31mred", 23));
+        meta(id, 5, 0, 0, 0, "evil\nline two\x1b[31mred");
       else if (m == "message_size_lie")
         meta(id, -4, 0, 0, 0, "abc", UCP_AM_SEND_FLAG_EAGER, 2000);
       else if (m == "message_huge")
