@@ -238,6 +238,129 @@ class ArenaTest(unittest.TestCase):
                 seq.destroy()
 
 
+class HostileTest(unittest.TestCase):
+    """The hostile review's findings, each kept as a regression test."""
+
+    def test_objects_python_must_not_make(self):
+        for cls in (cxlpool.SharedPool, cxlpool.Sequence, cxlpool.View, cxlpool.Block):
+            with self.assertRaises(TypeError):
+                cls.__new__(cls)
+            with self.assertRaises(TypeError):
+                cls()
+        # Constructible classes made without __init__: every method refuses, nothing crashes.
+        arena = cxlpool.KvArena.__new__(cxlpool.KvArena)
+        for call in (arena.stats, arena.destroy, arena.sequence, lambda: arena.geometry):
+            with self.assertRaises((TypeError, RuntimeError)):
+                call()
+        g = cxlpool.Geometry.__new__(cxlpool.Geometry)
+        with self.assertRaises((TypeError, RuntimeError)):
+            g.block_offset(0, 0, 0)
+
+    def test_a_pool_closed_while_its_list_is_read(self):
+        with Pool() as p1, Pool() as p2:
+            class Evil:
+                def __len__(self):
+                    return 2
+
+                def __getitem__(self, i):
+                    if i == 1:
+                        p1.close()  # not yet in use: allowed
+                        return p2
+                    if i == 0:
+                        return p1
+                    raise IndexError
+            with self.assertRaises(cxlpool.Error) as e:
+                cxlpool.KvArena(G, Evil())
+            self.assertIn("is closed", str(e.exception))
+            self.assertEqual(p2.info()["leases_held"], 0)
+            p2.close()  # nothing counts it as used
+            reopened = cxlpool.SharedPool.open(p1.device)  # so that Pool.__exit__ can close both
+            p1_device = p1.device
+        del reopened, p1_device
+
+    def test_shared_and_sealed_blocks_are_read_only(self):
+        with Pool() as p:
+            with cxlpool.KvArena(G, [p]) as arena:
+                a = arena.sequence()
+                a.append(range(40))
+                fill(a, 1)
+                a.seal(40)
+                self.assertFalse(a.block(0).writable)  # sealed whole: the cache may share it
+                self.assertTrue(a.block(2).writable)   # tokens 32..47, 40..47 not sealed
+                with self.assertRaises(TypeError):
+                    memoryview(a.block(0))[0] = 1
+                b = arena.sequence()
+                self.assertEqual(b.append(list(range(16)) + [7] * 4), 16)
+                self.assertFalse(b.block(0).writable)  # shared from a
+                self.assertTrue(b.block(1).writable)
+                for s in (a, b):
+                    s.destroy()
+
+    def test_strict_arguments(self):
+        with Pool() as p:
+            with cxlpool.KvArena(G, [p]) as arena:
+                s = arena.sequence()
+                for bad in ([True], [2**64], [-2**63 - 1], [1.0], [b"x"]):
+                    with self.assertRaises(cxlpool.Error):
+                        s.append(bad)
+                s.append(range(20))
+                for bad in (-1, True, 2**64, 1.0, "0", None):
+                    with self.assertRaises(cxlpool.Error):
+                        s.block(bad)
+                    with self.assertRaises(cxlpool.Error):
+                        s.seal(bad)
+                for bad in ("x", [1.5], [-1], 5):
+                    with self.assertRaises(cxlpool.Error):
+                        cxlpool.KvArena(G, [p], max_blocks=bad)
+                for bad in ("shm:x", None, 3):
+                    with self.assertRaises(cxlpool.Error):
+                        cxlpool.KvArena(G, bad)
+                fill(s, 2)
+                s.seal(20)
+                h = s.export()
+                for form in (h, bytearray(h), memoryview(h)):  # any buffer holds a handle
+                    cxlpool.import_view([p], form).release()
+                for bad in ("x" * 48, 48, None):
+                    with self.assertRaises(cxlpool.Error):
+                        cxlpool.import_view([p], bad)
+                with self.assertRaises(cxlpool.Error):
+                    cxlpool.import_view([p], h, expected="fp16")
+                s.destroy()
+        for bad in (-1, True, 2**64, 1.5):
+            with self.assertRaises(cxlpool.Error):
+                cxlpool.SharedPool.create(name(), bad)
+        for call in (lambda: cxlpool.SharedPool.open("shm:cxlpool-pytest\0other"),
+                     lambda: cxlpool.SharedPool.unlink("shm:cxlpool-pytest\0other"),
+                     lambda: cxlpool.SharedPool.create("shm:cxlpool-pytest\0other", 1 << 20),
+                     lambda: cxlpool.Geometry.preset("opt-6.7b\0junk")):
+            with self.assertRaises(cxlpool.Error) as e:
+                call()
+            self.assertIn("NUL", str(e.exception))
+
+    def test_memory_runs_out(self):
+        # Sequences under a low RLIMIT_AS until memory runs out: an exception, never a crash.
+        script = """
+import cxlpool, resource, sys
+dev = sys.argv[1]
+p = cxlpool.SharedPool.create(dev, 8 << 20)
+cxlpool.SharedPool.unlink(dev)
+a = cxlpool.KvArena(cxlpool.Geometry(2, 2, 64), [p])
+vm = next(int(l.split()[1]) << 10 for l in open("/proc/self/status") if l.startswith("VmSize"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + (32 << 20), resource.RLIM_INFINITY))
+keep = []
+try:
+    for i in range(400000):
+        keep.append(a.sequence())
+    print("no failure")
+except (MemoryError, cxlpool.Error) as e:
+    print("out of memory after", len(keep), type(e).__name__)
+"""
+        r = subprocess.run([sys.executable, "-c", script, name()], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":allocator_may_return_null=1"))
+        self.assertGreaterEqual(r.returncode, 0, r.stderr[-2000:])  # not killed by a signal
+        self.assertIn("out of memory after", r.stdout + r.stderr[-2000:])
+
+
 class ProcessTest(unittest.TestCase):
     def test_handoffs_to_another_process(self):
         with Pool(256 << 20) as p:
