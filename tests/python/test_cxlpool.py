@@ -339,6 +339,8 @@ class HostileTest(unittest.TestCase):
 
     def test_memory_runs_out(self):
         # Sequences under a low RLIMIT_AS until memory runs out: an exception, never a crash.
+        if "libasan" in os.environ.get("LD_PRELOAD", ""):
+            self.skipTest("AddressSanitizer's shadow memory does not fit under a low RLIMIT_AS")
         script = """
 import cxlpool, resource, sys
 dev = sys.argv[1]
@@ -355,8 +357,7 @@ try:
 except (MemoryError, cxlpool.Error) as e:
     print("out of memory after", len(keep), type(e).__name__)
 """
-        r = subprocess.run([sys.executable, "-c", script, name()], capture_output=True, text=True, timeout=120,
-                           env=dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") + ":allocator_may_return_null=1"))
+        r = subprocess.run([sys.executable, "-c", script, name()], capture_output=True, text=True, timeout=120)
         self.assertGreaterEqual(r.returncode, 0, r.stderr[-2000:])  # not killed by a signal
         self.assertIn("out of memory after", r.stdout + r.stderr[-2000:])
 
