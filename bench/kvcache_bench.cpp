@@ -346,7 +346,7 @@ Trial Bench::pool_trial(const std::string& path, uint64_t tokens, int reuse, uin
   }
   cxlpool_kv_seq_seal(s, tokens);
   // The pool path moves the handle (the blocks stay where they are); a UCX path every block.
-  *moved = path == "pool" ? 56 : info.blocks * per_block_;
+  *moved = path == "pool" ? sizeof(cxlpool_kv_handle_t) : info.blocks * per_block_;  // pool: the handle
   const auto t0 = Clock::now();
   cxlpool_kv_handle_t h{};
   if (cxlpool_kv_seq_export(s, 0, &h) == CXLPOOL_OK && write_all(c->to, &h, sizeof h)) {
