@@ -541,12 +541,18 @@ class Server {
     h.magic = kWireMagic;
     h.version = kWireVersion;
     h.status = status;
+    send(ep, kAmHelloReply, with_message(h, message));
+  }
+
+  // A reply header and its message (at most kMaxMessage bytes), as one buffer.
+  template <class Header>
+  static std::vector<unsigned char> with_message(Header h, const std::string& message) {
     const std::string m = message.substr(0, kMaxMessage);
     h.message_bytes = uint32_t(m.size());
-    std::vector<unsigned char> reply(sizeof h + m.size());
-    std::memcpy(reply.data(), &h, sizeof h);
-    std::memcpy(reply.data() + sizeof h, m.data(), m.size());
-    send(ep, kAmHelloReply, std::move(reply));
+    std::vector<unsigned char> bytes(sizeof h + m.size());
+    std::memcpy(bytes.data(), &h, sizeof h);
+    std::memcpy(bytes.data() + sizeof h, m.data(), m.size());
+    return bytes;
   }
 
   // Every block of the request to the consumer, each its own active message (the view's leases
@@ -590,12 +596,7 @@ class Server {
     h.version = kWireVersion;
     h.status = status;
     h.request_id = request_id;
-    const std::string m = message.substr(0, kMaxMessage);
-    h.message_bytes = uint32_t(m.size());
-    std::vector<unsigned char> reply(sizeof h + m.size());
-    std::memcpy(reply.data(), &h, sizeof h);
-    std::memcpy(reply.data() + sizeof h, m.data(), m.size());
-    send(ep, kAmMeta, std::move(reply));
+    send(ep, kAmMeta, with_message(h, message));
   }
 
   // Sends a small message; the buffer lives until UCX is done with it.
