@@ -644,6 +644,8 @@ class KvView {
          const KvGeometry* expected = nullptr) {
     detail::check(cxlpool_kv_import(pools.data(), pools.size(), expected ? &expected->c : nullptr, &handle, &v_));
   }
+  // Takes over a view made another way (a landing view, cxlpool::KvRemote::import).
+  explicit KvView(cxlpool_kv_view_t* adopt) noexcept : v_(adopt) {}
   KvView(KvView&& o) noexcept : v_(std::exchange(o.v_, nullptr)) {}
   KvView(const KvView&) = delete;
   KvView& operator=(const KvView&) = delete;
@@ -660,6 +662,7 @@ class KvView {
     detail::check(cxlpool_kv_view_block(v_, index, &p));
     return p;
   }
+  cxlpool_kv_view_t* get() const noexcept { return v_; }
 
  private:
   cxlpool_kv_view_t* v_ = nullptr;
