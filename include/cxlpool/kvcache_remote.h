@@ -34,10 +34,12 @@ extern "C" {
  * connection goes, and why. Only between processes of one user: UCX's shared-memory transports
  * trust the peer completely (the server maps and writes what the consumer's worker address
  * names, with the server's rights, and a malformed address aborts UCX), so the server offers
- * the path only to a consumer whose connection the kernel lists as a socket of the server's
- * network namespace owned by the server's user (or root): a process that could already ptrace
- * it. Others are told why (PERMISSION in the path's text) and served over the connection's own
- * transport, as are consumers on other hosts or namespaces and servers without the flag. */
+ * the path only to a consumer that proves it may read the server's memory (it reads a random
+ * nonce there with process_vm_readv: the ptrace permission the kernel checks), over a direct
+ * connection (the process named must hold the server's end of it): a process that could
+ * already do all of that to the server. Others are told why (PERMISSION in the path's text)
+ * and served over the connection's own transport, as are consumers on other hosts or
+ * namespaces and servers without the flag. */
 #define CXLPOOL_KV_REMOTE_SAME_HOST 1u
 
 /* A producer's server: serves the exports (cxlpool_kv_seq_export) whose blocks are in pools.

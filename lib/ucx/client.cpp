@@ -7,8 +7,10 @@
 // With CXLPOOL_KV_REMOTE_SAME_HOST, connecting also sends HELLO (this worker's address) and
 // waits for the server's answer: META and BLOCK then come through shared memory, over the
 // endpoint the server made to this worker's address (the handlers take them from any endpoint).
+#include <sys/uio.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,11 +38,14 @@ class Client {
     address_ = address;
     timeout_ = std::chrono::milliseconds(timeout_ms ? timeout_ms : 10000);
     if (!ucp_.init("cxlpool-kv-client", UCP_FEATURE_AM, UCS_THREAD_MODE_SERIALIZED, err)) return false;
-    for (unsigned id : {kAmMeta, kAmBlock, kAmHelloReply}) {
+    for (unsigned id : {kAmMeta, kAmBlock, kAmHelloReply, kAmHelloChallenge}) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
       hp.id = id;
-      hp.cb = id == kAmMeta ? on_meta : id == kAmBlock ? on_block : on_hello_reply;
+      hp.cb = id == kAmMeta         ? on_meta
+              : id == kAmBlock      ? on_block
+              : id == kAmHelloReply ? on_hello_reply
+                                    : on_hello_challenge;
       hp.arg = this;
       if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
         return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
@@ -103,8 +108,15 @@ class Client {
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
     want_hello_ = true;
-    const bool answered = wait(ucp_am_send_nbx(ep_, kAmHello, nullptr, 0, bytes.data(), bytes.size(), &p)) == UCS_OK &&
-                          !failed_ && progress_until([&] { return hello_ != nullptr; });
+    challenge_.reset();
+    bool answered = wait(ucp_am_send_nbx(ep_, kAmHello, nullptr, 0, bytes.data(), bytes.size(), &p)) == UCS_OK &&
+                    !failed_ && progress_until([&] { return hello_ != nullptr || challenge_ != nullptr; });
+    if (answered && !hello_) {  // HELLO_CHALLENGE: prove this process may read the server's memory
+      HelloProof proof = answer(*challenge_);
+      challenge_.reset();
+      answered = wait(ucp_am_send_nbx(ep_, kAmHelloProof, nullptr, 0, &proof, sizeof proof, &p)) == UCS_OK &&
+                 !failed_ && progress_until([&] { return hello_ != nullptr; });
+    }
     want_hello_ = false;
     if (!answered) {
       *err = {CXLPOOL_E_OS, std::string(kWho) + ": " + address_ +
@@ -123,6 +135,37 @@ class Client {
       path_ += " (the same-host path was refused: " + m + ")";
     }
     return true;
+  }
+
+  // The answer to a HELLO_CHALLENGE: the nonce read in the server's memory, only if the process
+  // it names holds the server's end of this connection (a server naming another process gets
+  // nothing read there), or why not.
+  HelloProof answer(const std::vector<unsigned char>& bytes) {
+    HelloProof proof{};
+    proof.magic = kWireMagic;
+    proof.version = kWireVersion;
+    HelloChallenge c{};
+    std::memcpy(&c, bytes.data(), sizeof c);
+    ucp_ep_attr_t attr{};
+    attr.field_mask = UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR | UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR;
+    unsigned long inode = 0;
+    if (c.magic != kWireMagic || c.pid <= 0 || ucp_ep_query(ep_, &attr) != UCS_OK ||
+        !tcp_socket_inode(attr.remote_sockaddr, attr.local_sockaddr, &inode)) {
+      proof.read_errno = ESRCH;
+      return proof;
+    }
+    if (const int held = process_holds_socket(pid_t(c.pid), inode); held <= 0) {
+      proof.read_errno = held < 0 ? -held : ESRCH;  // EACCES: not ours to look at
+      return proof;
+    }
+    iovec local{proof.nonce, kNonceBytes};
+    iovec remote{reinterpret_cast<void*>(uintptr_t(c.address)), kNonceBytes};
+    errno = 0;
+    if (process_vm_readv(pid_t(c.pid), &local, 1, &remote, 1, 0) != ssize_t(kNonceBytes)) {
+      proof.read_errno = errno ? errno : EIO;
+      std::memset(proof.nonce, 0, sizeof proof.nonce);
+    }
+    return proof;
   }
 
   const std::string& path() const { return path_; }
@@ -354,6 +397,27 @@ class Client {
     return UCS_OK;
   }
 
+  static ucs_status_t on_hello_challenge(void* arg, const void*, size_t, void* data, size_t length,
+                                         const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Client*>(arg);
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+      self->fail_connection(UCS_ERR_IO_ERROR);
+      return UCS_OK;
+    }
+    if (!self->want_hello_ || self->challenge_ || self->hello_) return UCS_OK;  // not asked for, or repeated
+    if (length != sizeof(HelloChallenge)) {
+      self->fail_connection(UCS_ERR_IO_ERROR);
+      return UCS_OK;
+    }
+    try {
+      const auto* b = static_cast<const unsigned char*>(data);
+      self->challenge_ = std::make_unique<std::vector<unsigned char>>(b, b + length);
+    } catch (...) {
+      self->fail_connection(UCS_ERR_NO_MEMORY);
+    }
+    return UCS_OK;
+  }
+
   static ucs_status_t on_block(void* arg, const void* header, size_t header_length, void* data, size_t length,
                                const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Client*>(arg);
@@ -417,8 +481,9 @@ class Client {
   bool failed_ = false;
   ucs_status_t failure_ = UCS_OK;
   uint64_t next_id_ = 0;
-  std::unique_ptr<std::vector<unsigned char>> meta_;   // the current request's META
-  std::unique_ptr<std::vector<unsigned char>> hello_;  // the server's HELLO_REPLY
+  std::unique_ptr<std::vector<unsigned char>> meta_;       // the current request's META
+  std::unique_ptr<std::vector<unsigned char>> hello_;      // the server's HELLO_REPLY
+  std::unique_ptr<std::vector<unsigned char>> challenge_;  // its HELLO_CHALLENGE
   bool want_hello_ = false;
   std::string path_;  // cxlpool_kv_remote_path
   Receive rx_;

@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,11 +71,15 @@ class Server {
         return *err = {st, std::string(kWho) + ": pool " + std::to_string(i) + ": " + cxlpool_last_error_message()},
                false;
     }
-    for (unsigned id : {kAmFetch, kAmPull, kAmDone, kAmHello}) {
+    for (unsigned id : {kAmFetch, kAmPull, kAmDone, kAmHello, kAmHelloProof}) {
       ucp_am_handler_param_t hp{};
       hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
       hp.id = id;
-      hp.cb = id == kAmFetch ? on_fetch : id == kAmPull ? on_pull : id == kAmDone ? on_done : on_hello;
+      hp.cb = id == kAmFetch   ? on_fetch
+              : id == kAmPull  ? on_pull
+              : id == kAmDone  ? on_done
+              : id == kAmHello ? on_hello
+                               : on_proof;
       hp.arg = this;
       if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
         return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
@@ -142,12 +147,15 @@ class Server {
     Clock::time_point deadline;
   };
   struct Peer {
-    uint64_t serial = 0;                   // unique per connection (a closed endpoint's handle is reused)
-    std::map<uint64_t, Request> requests;  // by request id
-    bool hello = false;                    // said HELLO (once only)
-    ucp_ep_h data_ep = nullptr;            // the same-host endpoint: META and BLOCK go there when set
+    uint64_t serial = 0;                        // unique per connection (a closed endpoint's handle is reused)
+    std::map<uint64_t, Request> requests;       // by request id
+    bool hello = false;                         // said HELLO (once only)
+    bool challenged = false;                    // HELLO_CHALLENGE sent, HELLO_PROOF awaited
+    std::unique_ptr<unsigned char[]> nonce;     // what the consumer must read in this process
+    std::vector<unsigned char> worker_address;  // HELLO's, used only after the proof
+    ucp_ep_h data_ep = nullptr;                 // the same-host endpoint: META and BLOCK go there when set
   };
-  enum class Kind { kFetch, kPull, kDone, kHello, kFailed, kHostile };
+  enum class Kind { kFetch, kPull, kDone, kHello, kProof, kFailed, kHostile };
   struct Work {
     Kind kind;
     ucp_ep_h ep;
@@ -217,6 +225,10 @@ class Server {
                                const ucp_am_recv_param_t* param) {
     return on_message(Kind::kHello, arg, data, length, param);
   }
+  static ucs_status_t on_proof(void* arg, const void*, size_t, void* data, size_t length,
+                               const ucp_am_recv_param_t* param) {
+    return on_message(Kind::kProof, arg, data, length, param);
+  }
 
   static std::string hex(uint32_t v) {
     char b[16];
@@ -232,13 +244,16 @@ class Server {
     }
   }
 
-  // A pass of the loop with nothing to do: yield, or nap once nothing has moved for 2 ms.
+  // A pass of the loop with nothing to do: yield; nap 200 us once nothing has moved for 2 ms,
+  // 2 ms once nothing has for 100 ms (a consumer stopped mid-transfer; UCX reporting work for
+  // ever after a same-host consumer died: hostile review, 3,200 wake-ups a second before).
   void idle() {
-    if (Clock::now() - last_activity_ < std::chrono::milliseconds(2)) {
+    const auto quiet = Clock::now() - last_activity_;
+    if (quiet < std::chrono::milliseconds(2)) {
       sched_yield();
       return;
     }
-    timespec nap{0, 200 * 1000};
+    timespec nap{0, quiet < std::chrono::milliseconds(100) ? 200 * 1000 : 2000 * 1000};
     nanosleep(&nap, nullptr);
   }
 
@@ -405,6 +420,7 @@ class Server {
     if (found == peers_.end()) return;  // an endpoint already let go: never a new record for it
     Peer& peer = found->second;
     if (w.kind == Kind::kHello) return hello(w.ep, peer, w.payload);
+    if (w.kind == Kind::kProof) return proof(w.ep, peer, w.payload);
     const ucp_ep_h out = peer.data_ep ? peer.data_ep : w.ep;  // where META and BLOCK go
     if (w.kind == Kind::kPull || w.kind == Kind::kDone) {
       RequestMessage m{};
@@ -495,29 +511,52 @@ class Server {
     if (!same_host_)
       return hello_reply(ep, CXLPOOL_E_NOT_SUPPORTED,
                          "the server does not offer a same-host path (started without CXLPOOL_KV_REMOTE_SAME_HOST)");
-    // UCX's shared-memory transports trust the peer completely: this process would map and
-    // write what the consumer's worker address names, with this process's rights (a segment, a
-    // file), and a malformed address aborts UCX (hostile review). So the path is only for a
-    // consumer the kernel says runs as this process's user (or root): one that could already
-    // do as much (ptrace). Its word (HELLO's identity) only gives honest consumers elsewhere a
-    // clear answer.
-    ucp_ep_attr_t attr{};
-    attr.field_mask = UCP_EP_ATTR_FIELD_LOCAL_SOCKADDR | UCP_EP_ATTR_FIELD_REMOTE_SOCKADDR;
-    uid_t owner = 0;
-    if (ucp_ep_query(ep, &attr) != UCS_OK || !peer_socket_owner(attr.local_sockaddr, attr.remote_sockaddr, &owner))
-      return hello_reply(ep, CXLPOOL_E_PERMISSION,
-                         "no shared memory reaches the consumer: its connection is not a socket of this host's "
-                         "network namespace (the kernel lists none)");
-    if (owner != geteuid() && owner != 0)
-      return hello_reply(ep, CXLPOOL_E_PERMISSION,
-                         "the consumer runs as uid " + std::to_string(owner) + ", not as the server's (uid " +
-                             std::to_string(geteuid()) + "): the same-host path is only for processes of one user");
     h.where.boot_id[sizeof h.where.boot_id - 1] = 0;
     if (const std::string why = identity_mismatch(where_, h.where); !why.empty())
       return hello_reply(ep, CXLPOOL_E_NOT_SUPPORTED, "no shared memory reaches the consumer: " + why);
+    // UCX's shared-memory transports trust the peer completely: this process would map and
+    // write what the consumer's worker address names, with this process's rights (a segment, a
+    // file), and a malformed address aborts UCX (hostile reviews: a uid taken from the socket
+    // table was fooled by a root-run port forwarder and by user namespaces). So the consumer
+    // first proves it may read this process's memory, the ptrace permission the kernel checks
+    // (in its own user namespace terms): a process that could already do all of that to us.
+    auto nonce = std::make_unique<unsigned char[]>(kNonceBytes);
+    if (getrandom(nonce.get(), kNonceBytes, 0) != ssize_t(kNonceBytes))
+      return hello_reply(ep, CXLPOOL_E_OS, "no random bytes for the same-host challenge (getrandom)");
+    HelloChallenge c{kWireMagic, kWireVersion, int32_t(getpid()), uint64_t(reinterpret_cast<uintptr_t>(nonce.get()))};
+    peer.nonce = std::move(nonce);
+    peer.worker_address.assign(payload.begin() + sizeof h, payload.end());
+    peer.challenged = true;
+    std::vector<unsigned char> bytes(sizeof c);
+    std::memcpy(bytes.data(), &c, sizeof c);
+    send(ep, kAmHelloChallenge, std::move(bytes));
+  }
+
+  // HELLO_PROOF: the nonce read in this process's memory. Then, and only then, the second
+  // endpoint to the consumer's worker address.
+  void proof(ucp_ep_h ep, Peer& peer, const std::vector<unsigned char>& payload) {
+    HelloProof pr{};
+    if (!peer.challenged || payload.size() != sizeof pr) return fail_peer(ep);
+    std::memcpy(&pr, payload.data(), sizeof pr);
+    peer.challenged = false;
+    const bool proven =
+        pr.magic == kWireMagic && pr.read_errno == 0 && std::memcmp(pr.nonce, peer.nonce.get(), kNonceBytes) == 0;
+    peer.nonce.reset();
+    std::vector<unsigned char> address = std::move(peer.worker_address);
+    peer.worker_address.clear();
+    if (!proven)
+      return hello_reply(
+          ep, CXLPOOL_E_PERMISSION,
+          pr.read_errno == ESRCH
+              ? std::string("the consumer's connection does not end in this process (a forwarder between them?): the "
+                            "same-host path is only for direct connections")
+              : "the consumer could not read this process's memory (" +
+                    (pr.read_errno ? std::string(std::strerror(pr.read_errno)) : std::string("it sent other bytes")) +
+                    "): the same-host path is only for processes that may ptrace the server (its user or root, as "
+                    "yama's ptrace_scope allows)");
     ucp_ep_params_t p{};
     p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
-    p.address = reinterpret_cast<const ucp_address_t*>(payload.data() + sizeof h);
+    p.address = reinterpret_cast<const ucp_address_t*>(address.data());
     p.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // the first connection watches the consumer
     ucp_ep_h data = nullptr;
     if (ucs_status_t s = ucp_ep_create(ucp_.worker(), &p, &data); s != UCS_OK)

@@ -4,6 +4,7 @@
 // worker pair that cleans up after itself, and waiting for a UCX request with a deadline.
 #pragma once
 
+#include <dirent.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -11,6 +12,7 @@
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -174,35 +176,56 @@ inline bool host_identity(HostIdentity* out) {
   return true;
 }
 
-// The owner (uid) of the TCP socket of this network namespace whose local address is `peer`
-// and whose remote address is `local`: the other end of a connection this process accepted,
-// as the kernel tells it (/proc/net/tcp; IPv4). False when no such socket is here: the peer
-// is on another host, or in another network namespace.
-inline bool peer_socket_owner(const sockaddr_storage& local, const sockaddr_storage& peer, uid_t* owner) {
-  if (local.ss_family != AF_INET || peer.ss_family != AF_INET) return false;
+// The inode of the TCP socket of this network namespace whose local address is `local` and
+// whose remote address is `remote` (/proc/net/tcp; IPv4, ESTABLISHED). False when none is here.
+inline bool tcp_socket_inode(const sockaddr_storage& local, const sockaddr_storage& remote, unsigned long* inode) {
+  if (local.ss_family != AF_INET || remote.ss_family != AF_INET) return false;
   auto hex = [](const sockaddr_storage& a) {
     const auto& in = reinterpret_cast<const sockaddr_in&>(a);
     char b[32];
     std::snprintf(b, sizeof b, "%08X:%04X", in.sin_addr.s_addr, unsigned(ntohs(in.sin_port)));
     return std::string(b);
   };
-  const std::string want_local = hex(peer), want_remote = hex(local);
+  const std::string want_local = hex(local), want_remote = hex(remote);
   FILE* f = std::fopen("/proc/net/tcp", "re");
   if (!f) return false;
   char line[512];
   bool found = false;
   while (!found && std::fgets(line, sizeof line, f)) {
     char l[64], r[64];
-    unsigned state = 0, uid = 0;
-    // sl local rem st tx:rx tr:when retrnsmt uid ...
-    if (std::sscanf(line, " %*u: %63s %63s %x %*s %*s %*s %u", l, r, &state, &uid) != 4) continue;
+    unsigned state = 0;
+    unsigned long ino = 0;
+    // sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+    if (std::sscanf(line, " %*u: %63s %63s %x %*s %*s %*s %*u %*u %lu", l, r, &state, &ino) != 4) continue;
     if (want_local == l && want_remote == r && state == 1 /* ESTABLISHED */) {
-      *owner = uid_t(uid);
+      *inode = ino;
       found = true;
     }
   }
   std::fclose(f);
   return found;
+}
+
+// Whether process `pid` holds the socket `inode` among its descriptors: 1 yes, 0 no, -errno
+// when its descriptors cannot be read (EACCES: that needs the permission to read its memory).
+inline int process_holds_socket(pid_t pid, unsigned long inode) {
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return -errno;
+  const std::string want = "socket:[" + std::to_string(inode) + "]";
+  bool found = false;
+  while (dirent* e = readdir(d)) {
+    char target[64];
+    const ssize_t n = readlinkat(dirfd(d), e->d_name, target, sizeof target - 1);
+    if (n <= 0) continue;
+    target[n] = 0;
+    if (want == target) {
+      found = true;
+      break;
+    }
+  }
+  closedir(d);
+  return found ? 1 : 0;
 }
 
 // Why a and b are not one host and namespace set for shared memory; empty when they are.

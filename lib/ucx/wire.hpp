@@ -7,11 +7,15 @@
 // it has every block, or gives up). The consumer never names an address in the producer: it
 // receives what the producer sends. Every length and count is checked before it is used.
 // Same host (both ends asked for it): right after connecting the consumer sends HELLO (its UCX
-// worker address); the server makes a second endpoint to that address, and when UCX reaches
-// the consumer through shared memory it answers HELLO_REPLY over that endpoint and sends every
-// META and BLOCK there from then on (FETCH, PULL and DONE stay on the first connection, which
-// also tells either end when the other is gone); otherwise HELLO_REPLY refuses, saying why, on
-// the first connection.
+// worker address and identity). The server answers HELLO_CHALLENGE: the address of a random
+// nonce in its own memory. The consumer checks that the process named owns the server's end of
+// its connection, reads the nonce there (process_vm_readv: the ptrace permission, exactly what
+// UCX's shared-memory transports and CMA would give either side over the other) and sends it
+// back (HELLO_PROOF). Only then does the server touch the worker address: it makes a second
+// endpoint to it, and when UCX reaches the consumer through shared memory it answers
+// HELLO_REPLY over that endpoint and sends every META and BLOCK there from then on (FETCH, PULL
+// and DONE stay on the first connection, which also tells either end when the other is gone);
+// otherwise HELLO_REPLY refuses, saying why, on the first connection.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +31,7 @@ namespace cxlpool::ucx {
 inline constexpr uint64_t kWireMagic = 0x324d52564b4c5843ull;  // "CXLKVRM2"
 inline constexpr uint32_t kWireVersion = 2;
 inline constexpr unsigned kAmFetch = 0x6b31, kAmMeta = 0x6b32, kAmPull = 0x6b33, kAmBlock = 0x6b34, kAmDone = 0x6b35,
-                          kAmHello = 0x6b36, kAmHelloReply = 0x6b37;
+                          kAmHello = 0x6b36, kAmHelloReply = 0x6b37, kAmHelloChallenge = 0x6b38, kAmHelloProof = 0x6b39;
 inline constexpr uint64_t kMaxBlocks = 1u << 20;
 inline constexpr uint32_t kMaxMessage = 1024;
 inline constexpr uint32_t kMaxWorkerAddress = 16384;
@@ -46,6 +50,24 @@ struct HelloRequest {
   uint32_t version;
   uint32_t address_bytes;
   HostIdentity where;
+};
+
+// HELLO_CHALLENGE: kNonceBytes to read at `address` in process `pid` (the server's, in its PID
+// namespace, which the identity check makes the consumer's too).
+inline constexpr size_t kNonceBytes = 32;
+struct HelloChallenge {
+  uint64_t magic;
+  uint32_t version;
+  int32_t pid;
+  uint64_t address;
+};
+
+// HELLO_PROOF: what the consumer read there, or why it could not (read_errno).
+struct HelloProof {
+  uint64_t magic;
+  uint32_t version;
+  int32_t read_errno;
+  unsigned char nonce[kNonceBytes];
 };
 
 // HELLO_REPLY: status OK (message: the lanes UCX chose) or the refusal (message: why).

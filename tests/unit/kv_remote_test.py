@@ -170,6 +170,45 @@ def sh(*argv, ok=True):
     return r
 
 
+class Forwarder:
+    """A TCP forwarder run by this (root) process: 127.0.0.1:port -> host:target."""
+
+    def __init__(self, host, target):
+        import socket
+        import threading
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(8)
+        self.port = self.listener.getsockname()[1]
+
+        def pump(a, b):
+            try:
+                while True:
+                    data = a.recv(65536)
+                    if not data:
+                        break
+                    b.sendall(data)
+            except OSError:
+                pass
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        def serve():
+            while True:
+                try:
+                    client, _ = self.listener.accept()
+                except OSError:
+                    return
+                upstream = socket.create_connection((host, target))
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+
+
 def netns():
     tag = uuid.uuid4().hex[:6]
     a, b = f"cxlkv-a-{tag}", f"cxlkv-b-{tag}"
@@ -194,7 +233,7 @@ def netns():
         # why, and the blocks go over the veth.
         run_handoffs("sm,tcp", 1000, dev=va, addr="10.231.7.1:0", prod_prefix=("ip", "netns", "exec", a),
                      cons_prefix=("ip", "netns", "exec", b), cons_dev=vb, same=True,
-                     want_path="network: ", want_reason="not a socket of this host's network namespace")
+                     want_path="network: ", want_reason="it runs in another network namespace")
     finally:
         sh("ip", "netns", "del", a, ok=False)
         sh("ip", "netns", "del", b, ok=False)
@@ -297,15 +336,28 @@ try:
         prod.quit()
         # A consumer of another user asking a server that offers it: refused before anything of
         # its worker address is used (UCX's shared-memory transports would map and write what
-        # it names with the server's rights), named by the uid the kernel gives its socket.
+        # it names with the server's rights): it cannot read the server's memory (the proof).
+        # The same through a forwarder run by root (the socket the server sees is root's): still
+        # refused; and root itself through the forwarder: its connection does not end in the
+        # server.
         if os.geteuid() == 0:
-            prod, cons, where = pair("sm,tcp", dev="lo", same=True, cons_same=True,
-                                     cons_prefix=("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"))
-            check(cons.path.startswith("network: ") and "runs as uid 65534" in cons.path,
+            nobody = ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+            prod, cons, where = pair("sm,tcp", dev="lo", same=True, cons_same=True, cons_prefix=nobody)
+            check(cons.path.startswith("network: ") and "could not read this process's memory" in cons.path,
                   f"another user's consumer: {cons.path}")
             handoffs(prod, cons, 20, random.Random(4))
-            check(stats(prod)["same_host"] == 0, "another user's consumer is not counted as same host")
             cons.quit()
+            host, port = where.rsplit(":", 1)
+            fwd = Forwarder(host, int(port))
+            for prefix, want in ((nobody, "could not read this process's memory"),
+                                 ((), "does not end in this process")):
+                _, cdev = names()
+                cons = consumer(cdev, f"127.0.0.1:{fwd.port}", "sm,tcp", "lo", prefix=prefix, same=True)
+                check(cons.path.startswith("network: ") and want in cons.path,
+                      f"a consumer through a root forwarder ({'nobody' if prefix else 'root'}): {cons.path}")
+                handoffs(prod, cons, 5, random.Random(5))
+                cons.quit()
+            check(stats(prod)["same_host"] == 0, "no consumer of those is counted as same host")
             prod.quit()
     elif mode == "netns":
         netns()
