@@ -535,10 +535,23 @@ PYBIND11_MODULE(cxlpool, m) {
           });
 
   py::class_<Geometry>(m, "Geometry", "The shape of a model's KV cache.")
-      .def(py::init(&Geometry::make), py::arg("layers"), py::arg("kv_heads"), py::arg("head_dim"),
-           py::arg("dtype") = "fp16", py::arg("tokens_per_block") = 16)
-      .def_static("preset", &Geometry::preset, py::arg("model"), py::arg("tokens_per_block") = 16,
-                  "A known model's geometry: opt-6.7b, opt-13b, llama-3-8b, llama-3-70b, mistral-7b.")
+      .def(py::init([](const py::object& layers, const py::object& kv_heads, const py::object& head_dim,
+                       const std::string& dtype, const py::object& tokens_per_block) {
+             return Geometry::make(uint32_t(to_u64(layers, "Geometry: layers", UINT32_MAX)),
+                                   uint32_t(to_u64(kv_heads, "Geometry: kv_heads", UINT32_MAX)),
+                                   uint32_t(to_u64(head_dim, "Geometry: head_dim", UINT32_MAX)), dtype,
+                                   uint32_t(to_u64(tokens_per_block, "Geometry: tokens_per_block", UINT32_MAX)));
+           }),
+           py::arg("layers"), py::arg("kv_heads"), py::arg("head_dim"), py::arg("dtype") = "fp16",
+           py::arg("tokens_per_block") = 16)
+      .def_static(
+          "preset",
+          [](const std::string& model, const py::object& tokens_per_block) {
+            return Geometry::preset(
+                model, uint32_t(to_u64(tokens_per_block, "Geometry.preset: tokens_per_block", UINT32_MAX)));
+          },
+          py::arg("model"), py::arg("tokens_per_block") = 16,
+          "A known model's geometry: opt-6.7b, opt-13b, llama-3-8b, llama-3-70b, mistral-7b.")
       .def_property_readonly("layers", [](const py::object& g) { return live<Geometry>(g, "Geometry").g.layers; })
       .def_property_readonly("kv_heads", [](const py::object& g) { return live<Geometry>(g, "Geometry").g.kv_heads; })
       .def_property_readonly("head_dim", [](const py::object& g) { return live<Geometry>(g, "Geometry").g.head_dim; })

@@ -88,8 +88,12 @@ class GeometryTest(unittest.TestCase):
         self.assertIn("layers", str(e.exception))
         with self.assertRaises(cxlpool.Error):
             G.block_offset(2, 0, 0)
-        with self.assertRaises(TypeError):
-            cxlpool.Geometry(-1, 2, 64)
+        for bad in ((-1, 2, 64), (True, 2, 64), (2, 2.0, 64), (2, 2, 2**32), (2, 2, "64")):
+            with self.assertRaises(cxlpool.Error):
+                cxlpool.Geometry(*bad)
+        for bad in (True, -1, 1.5, 2**32):
+            with self.assertRaises(cxlpool.Error):
+                cxlpool.Geometry.preset("opt-6.7b", bad)
 
 
 class PoolTest(unittest.TestCase):
