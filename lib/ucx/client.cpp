@@ -38,18 +38,12 @@ class Client {
     address_ = address;
     timeout_ = std::chrono::milliseconds(timeout_ms ? timeout_ms : 10000);
     if (!ucp_.init("cxlpool-kv-client", UCP_FEATURE_AM, UCS_THREAD_MODE_SERIALIZED, err)) return false;
-    for (unsigned id : {kAmMeta, kAmBlock, kAmHelloReply, kAmHelloChallenge}) {
-      ucp_am_handler_param_t hp{};
-      hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-      hp.id = id;
-      hp.cb = id == kAmMeta         ? on_meta
-              : id == kAmBlock      ? on_block
-              : id == kAmHelloReply ? on_hello_reply
-                                    : on_hello_challenge;
-      hp.arg = this;
-      if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
-        return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
-    }
+    if (!ucp_.set_handlers({{kAmMeta, on_meta},
+                            {kAmBlock, on_block},
+                            {kAmHelloReply, on_hello_reply},
+                            {kAmHelloChallenge, on_hello_challenge}},
+                           this, kWho, err))
+      return false;
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                     UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -364,11 +358,16 @@ class Client {
     if (length < sizeof h) return UCS_OK;
     std::memcpy(&h, data, sizeof h);
     if (h.magic != kWireMagic || h.request_id != self->next_id_ || self->meta_) return UCS_OK;  // stale or repeated
+    return self->keep(data, length, self->meta_);
+  }
+
+  // A message the calling thread reads after progress: copied into `slot`.
+  ucs_status_t keep(const void* data, size_t length, std::unique_ptr<std::vector<unsigned char>>& slot) {
     try {
       const auto* b = static_cast<const unsigned char*>(data);
-      self->meta_ = std::make_unique<std::vector<unsigned char>>(b, b + length);
+      slot = std::make_unique<std::vector<unsigned char>>(b, b + length);
     } catch (...) {
-      self->fail_connection(UCS_ERR_NO_MEMORY);
+      fail_connection(UCS_ERR_NO_MEMORY);
     }
     return UCS_OK;
   }
@@ -388,13 +387,7 @@ class Client {
       self->fail_connection(UCS_ERR_IO_ERROR);
       return UCS_OK;
     }
-    try {
-      const auto* b = static_cast<const unsigned char*>(data);
-      self->hello_ = std::make_unique<std::vector<unsigned char>>(b, b + length);
-    } catch (...) {
-      self->fail_connection(UCS_ERR_NO_MEMORY);
-    }
-    return UCS_OK;
+    return self->keep(data, length, self->hello_);
   }
 
   static ucs_status_t on_hello_challenge(void* arg, const void*, size_t, void* data, size_t length,
@@ -409,13 +402,7 @@ class Client {
       self->fail_connection(UCS_ERR_IO_ERROR);
       return UCS_OK;
     }
-    try {
-      const auto* b = static_cast<const unsigned char*>(data);
-      self->challenge_ = std::make_unique<std::vector<unsigned char>>(b, b + length);
-    } catch (...) {
-      self->fail_connection(UCS_ERR_NO_MEMORY);
-    }
-    return UCS_OK;
+    return self->keep(data, length, self->challenge_);
   }
 
   static ucs_status_t on_block(void* arg, const void* header, size_t header_length, void* data, size_t length,

@@ -71,19 +71,13 @@ class Server {
         return *err = {st, std::string(kWho) + ": pool " + std::to_string(i) + ": " + cxlpool_last_error_message()},
                false;
     }
-    for (unsigned id : {kAmFetch, kAmPull, kAmDone, kAmHello, kAmHelloProof}) {
-      ucp_am_handler_param_t hp{};
-      hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
-      hp.id = id;
-      hp.cb = id == kAmFetch   ? on_fetch
-              : id == kAmPull  ? on_pull
-              : id == kAmDone  ? on_done
-              : id == kAmHello ? on_hello
-                               : on_proof;
-      hp.arg = this;
-      if (ucs_status_t s = ucp_worker_set_am_recv_handler(ucp_.worker(), &hp); s != UCS_OK)
-        return *err = ucx_error(std::string(kWho) + ": ucp_worker_set_am_recv_handler", s), false;
-    }
+    if (!ucp_.set_handlers({{kAmFetch, on_fetch},
+                            {kAmPull, on_pull},
+                            {kAmDone, on_done},
+                            {kAmHello, on_hello},
+                            {kAmHelloProof, on_proof}},
+                           this, kWho, err))
+      return false;
     ucp_listener_params_t lp{};
     lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
     lp.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);

@@ -18,10 +18,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <initializer_list>
 #include <mutex>
 #include <new>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "cxlpool/common.h"
 #include "ucx/wire.hpp"
@@ -138,6 +140,20 @@ class Ucp {
     wp.thread_mode = mode;
     if ((s = ucp_worker_create(context_, &wp, &worker_)) != UCS_OK)
       return *err = ucx_error("ucp_worker_create", s), false;
+    return true;
+  }
+  // One active-message handler per (id, callback), all with `arg`.
+  bool set_handlers(std::initializer_list<std::pair<unsigned, ucp_am_recv_callback_t>> handlers, void* arg,
+                    const char* who, Error* err) {
+    for (const auto& [id, cb] : handlers) {
+      ucp_am_handler_param_t hp{};
+      hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+      hp.id = id;
+      hp.cb = cb;
+      hp.arg = arg;
+      if (ucs_status_t s = ucp_worker_set_am_recv_handler(worker_, &hp); s != UCS_OK)
+        return *err = ucx_error(std::string(who) + ": ucp_worker_set_am_recv_handler", s), false;
+    }
     return true;
   }
   ucp_context_h context() const { return context_; }

@@ -89,12 +89,12 @@ class EvilServer {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
         ucp_worker_progress(worker_);
-        std::deque<std::pair<int, std::vector<unsigned char>>> todo;
+        std::deque<std::pair<int, std::vector<unsigned char>>> batch;
         {
           std::lock_guard<std::mutex> lock(mu_);
-          todo.swap(work_);
+          batch.swap(work_);
         }
-        for (auto& [kind, payload] : todo) act(kind, payload);
+        for (auto& [kind, payload] : batch) act(kind, payload);
       }
       for (ucp_ep_h ep : eps_) {
         ucp_request_param_t p{};
