@@ -7,10 +7,14 @@
  *                allocates (fresh device storage) and forks: blocks from before and after must
  *                stay distinct in the child
  *   sigfork      fork() from a SIGALRM handler while the main thread mallocs and frees (the
- *                handler may interrupt cxlpool holding its locks): no deadlock, children run
+ *                handler may interrupt cxlpool holding its locks): no deadlock, children run.
+ *                The timer is one-shot, re-armed when the handler returns, so the main loop
+ *                runs between forks however long a fork takes (a periodic timer shorter than
+ *                one copy-fork kept a signal pending for ever: a livelock of the test itself)
  * In each, the parent writes right after fork returns; the child must see only the values at
  * fork time. Exit 0 when everything held. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -81,9 +85,14 @@ static int closerange(void) {
   return rc;
 }
 
-static volatile sig_atomic_t forks, bad_children;
+static volatile sig_atomic_t forks, bad_children, stopping;
+static void arm_alarm(void) {
+  struct itimerval it = {{0, 0}, {0, 2000}};
+  setitimer(ITIMER_REAL, &it, NULL);
+}
 static void on_alarm(int sig) {
   (void)sig;
+  int saved = errno;
   pid_t pid = fork();
   if (pid == 0) {
     void* p = malloc(100);
@@ -97,6 +106,8 @@ static void on_alarm(int sig) {
     ++forks;
     if (!WIFEXITED(st) || WEXITSTATUS(st)) ++bad_children;
   }
+  if (!stopping) arm_alarm();
+  errno = saved;
 }
 
 static int sigfork(void) {
@@ -105,13 +116,15 @@ static int sigfork(void) {
   sa.sa_handler = on_alarm;
   sa.sa_flags = SA_RESTART;
   sigaction(SIGALRM, &sa, NULL);
-  struct itimerval it = {{0, 2000}, {0, 2000}};
-  setitimer(ITIMER_REAL, &it, NULL);
-  for (long i = 0; i < 400000; ++i) {
+  arm_alarm();
+  /* Stop on work done and forks seen, not on time: on a fast machine 400k operations may end
+   * before the first alarm, on a slow one a fork may outlast many intervals. */
+  for (long i = 0; i < 400000 || forks < 5; ++i) {
     void* p = malloc(16 + (size_t)(i % 3000));
     memset(p, 1, 16);
     free(p);
   }
+  stopping = 1;
   struct itimerval off = {{0, 0}, {0, 0}};
   setitimer(ITIMER_REAL, &off, NULL);
   printf("sigfork: %d forks from the handler, %d bad children\n", (int)forks, (int)bad_children);
