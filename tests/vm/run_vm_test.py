@@ -221,7 +221,7 @@ def main():
     log_path = os.path.join(a.log_dir, f"{name}.log")
     cmd = qemu_command(TOPOLOGIES[a.topology], kernel, a.initrd, f"cxlpool.plan={a.plan}")
     # A guest that dies in early boot (vmlib.died_before_plan) or hangs there (no plan after
-    # 90 s: TCG sometimes stops at "Booting from ROM..." before the kernel prints anything) is
+    # 180 s, a generous bound for a loaded host: TCG sometimes stops at "Booting from ROM..." before the kernel prints anything) is
     # booted again, at most twice, and the retry is reported.
     for attempt in range(1, 4):
         t0 = time.time()

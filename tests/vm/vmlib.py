@@ -59,7 +59,7 @@ def died_before_plan(log):
     return m.group(0).strip() if m else "kernel panic"
 
 
-def run_guest(cmd, timeout, boot_timeout=90):
+def run_guest(cmd, timeout, boot_timeout=180):
     """Runs a guest to its end or `timeout` seconds. A guest whose plan has not started after
     `boot_timeout` seconds (TCG sometimes hangs at "Booting from ROM..." before the kernel
     prints anything) is killed then. Returns (log, qemu rc or None, hung_in_boot)."""
