@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_output.hpp"
 #include "cxlpool/cxlpool.h"
 #include "cxlpool/kvcache_remote.h"
 
@@ -548,7 +549,7 @@ int Bench::run() {
         std::printf("  %-12s reuse %2d%% %5llu tokens: %8.1fx\n", r.path.c_str(), r.reuse, (unsigned long long)r.tokens,
                     pct(t.handoff, 0.5) / pct(r.handoff, 0.5));
   }
-  FILE* json = o_.json.empty() ? nullptr : std::fopen(o_.json.c_str(), "w");
+  FILE* json = o_.json.empty() ? nullptr : open_bench_output(o_.json);
   if (json) {
     std::fprintf(json, "{\"model_name\":\"%s\",\"tokens_per_block\":%u,\"bytes_per_token\":%llu,\"runs\":[",
                  o_.model.c_str(), o_.tokens_per_block, (unsigned long long)per_token_);
@@ -571,34 +572,37 @@ int Bench::run() {
   }
   if (!o_.plot.empty()) {
     const std::string dat = o_.plot + ".dat", gp = o_.plot + ".gp";
-    FILE* d = std::fopen(dat.c_str(), "w");
-    std::vector<std::string> titles;
-    for (const std::string& path : o_.paths) {
-      for (const Row& r : rows_)
-        if (r.path == path && r.reuse == 0)
-          std::fprintf(d, "%llu %.6g\n", (unsigned long long)r.tokens, pct(r.handoff, 0.5) * 1e3);
-      std::fprintf(d, "\n\n");
-      titles.push_back(path + " (measured)");
+    FILE* d = open_bench_output(dat);
+    FILE* g = d ? open_bench_output(gp) : nullptr;
+    if (d && !g) std::fclose(d);
+    if (g) {
+      std::vector<std::string> titles;
+      for (const std::string& path : o_.paths) {
+        for (const Row& r : rows_)
+          if (r.path == path && r.reuse == 0)
+            std::fprintf(d, "%llu %.6g\n", (unsigned long long)r.tokens, pct(r.handoff, 0.5) * 1e3);
+        std::fprintf(d, "\n\n");
+        titles.push_back(path + " (measured)");
+      }
+      std::fclose(d);
+      std::fprintf(
+          g,
+          "set terminal pngcairo size 1000,600\nset output '%s'\nset logscale xy\nset xlabel 'tokens of %s "
+          "(%llu bytes each)'\nset ylabel 'handoff p50 (ms)'\nset key left top\nset title 'bench/kvcache: prefill "
+          "-> decode handoff, no prefix reuse'\nplot ",
+          o_.plot.c_str(), o_.model.c_str(), (unsigned long long)per_token_);
+      for (size_t i = 0; i < titles.size(); ++i)
+        std::fprintf(g, "%s'%s' index %zu with linespoints lw 2 title '%s'", i ? ", " : "", dat.c_str(), i,
+                     titles[i].c_str());
+      // The model's lines, labelled as such.
+      std::fprintf(g,
+                   ", %g*x*%llu/1e6 with lines dt 2 title 'model: CXL %.0f GB/s', %g*x*%llu/1e6 with lines dt 2 title "
+                   "'model: RDMA 200 Gb + copy'\n",
+                   1 / o_.cxl_gbps, (unsigned long long)per_token_, o_.cxl_gbps, 1 / o_.rdma200_gbps + 1 / o_.copy_gbps,
+                   (unsigned long long)per_token_);
+      std::fclose(g);
+      if (std::system(("gnuplot '" + gp + "'").c_str()) == 0) std::printf("plot: %s\n", o_.plot.c_str());
     }
-    std::fclose(d);
-    FILE* g = std::fopen(gp.c_str(), "w");
-    std::fprintf(
-        g,
-        "set terminal pngcairo size 1000,600\nset output '%s'\nset logscale xy\nset xlabel 'tokens of %s "
-        "(%llu bytes each)'\nset ylabel 'handoff p50 (ms)'\nset key left top\nset title 'bench/kvcache: prefill "
-        "-> decode handoff, no prefix reuse'\nplot ",
-        o_.plot.c_str(), o_.model.c_str(), (unsigned long long)per_token_);
-    for (size_t i = 0; i < titles.size(); ++i)
-      std::fprintf(g, "%s'%s' index %zu with linespoints lw 2 title '%s'", i ? ", " : "", dat.c_str(), i,
-                   titles[i].c_str());
-    // The model's lines, labelled as such.
-    std::fprintf(g,
-                 ", %g*x*%llu/1e6 with lines dt 2 title 'model: CXL %.0f GB/s', %g*x*%llu/1e6 with lines dt 2 title "
-                 "'model: RDMA 200 Gb + copy'\n",
-                 1 / o_.cxl_gbps, (unsigned long long)per_token_, o_.cxl_gbps, 1 / o_.rdma200_gbps + 1 / o_.copy_gbps,
-                 (unsigned long long)per_token_);
-    std::fclose(g);
-    if (std::system(("gnuplot '" + gp + "'").c_str()) == 0) std::printf("plot: %s\n", o_.plot.c_str());
   }
   for (Consumer& c : consumers_) {
     close(c.to);

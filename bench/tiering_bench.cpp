@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_output.hpp"
 #include "cxlpool/cxlpool.h"
 
 namespace {
@@ -387,11 +388,8 @@ int main(int argc, char** argv) {
         hot, 100 * (1 - mo / st), nm, mo, ns, st);
   }
   if (!o.json.empty()) {
-    FILE* f = std::fopen(o.json.c_str(), "w");
-    if (!f) {
-      std::perror(o.json.c_str());
-      return 1;
-    }
+    FILE* f = open_bench_output(o.json);
+    if (!f) return 1;
     std::fprintf(f, "{\"footprint_bytes\":%zu,\"fast_bytes\":%zu,\"threads\":%d,\"seconds\":%.1f,", o.footprint,
                  o.footprint / 4, o.threads, o.seconds);
     std::fprintf(f, "\"hot_share_percent\":%d,\"monitor_overhead\":{", o.hot_share);
@@ -422,11 +420,8 @@ int main(int argc, char** argv) {
   }
   if (!o.plot.empty()) {
     std::string dat = o.plot + ".dat", gp = o.plot + ".gp";
-    FILE* d = std::fopen(dat.c_str(), "w");
-    if (!d) {
-      std::perror(dat.c_str());
-      return 1;
-    }
+    FILE* d = open_bench_output(dat);
+    if (!d) return 1;
     std::vector<std::string> titles;
     for (const Result& r : results) {
       if (!r.error.empty() || r.placement == "monitor-only") continue;
@@ -437,7 +432,8 @@ int main(int argc, char** argv) {
       titles.push_back(title);
     }
     std::fclose(d);
-    FILE* g = std::fopen(gp.c_str(), "w");
+    FILE* g = open_bench_output(gp);
+    if (!g) return 1;
     std::fprintf(
         g,
         "set terminal pngcairo size 1100,600\nset output '%s'\nset xlabel 'time (s); the hot set shifts at "

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -57,8 +58,16 @@ int main(int argc, char** argv) {
   struct sockaddr_un sa;
   memset(&sa, 0, sizeof sa);
   sa.sun_family = AF_UNIX;
+  if (strlen(sock_path) >= sizeof sa.sun_path) { /* cut short, it would name another file */
+    fprintf(stderr, "kv_prefill_server: socket path longer than %zu bytes\n", sizeof sa.sun_path - 1);
+    return 2;
+  }
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
-  if (ls < 0 || bind(ls, (struct sockaddr*)&sa, sizeof sa) != 0 || listen(ls, 4) != 0) {
+  /* bind never replaces an existing name (EADDRINUSE); the socket's identity is kept so that
+     only it is removed at the end, not whatever has its name by then. */
+  struct stat bound;
+  if (ls < 0 || bind(ls, (struct sockaddr*)&sa, sizeof sa) != 0 || lstat(sock_path, &bound) != 0 ||
+      listen(ls, 4) != 0) {
     perror("kv_prefill_server: socket");
     return 1;
   }
@@ -117,7 +126,9 @@ int main(int argc, char** argv) {
     fclose(out);
   }
   close(ls);
-  unlink(sock_path);
+  struct stat now;
+  if (lstat(sock_path, &now) == 0 && S_ISSOCK(now.st_mode) && now.st_dev == bound.st_dev && now.st_ino == bound.st_ino)
+    unlink(sock_path);
   cxlpool_kv_arena_destroy(arena);
   cxlpool_shared_pool_close(pool);
   cxlpool_shared_pool_unlink(device);

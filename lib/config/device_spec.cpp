@@ -239,9 +239,9 @@ std::vector<DeviceSpec> parse_device_lines(std::string_view text, const std::str
 std::vector<DeviceSpec> parse_device_file(const std::string& path) {
   std::string text;
   try {
-    text = os::read_text_file(path);
+    text = os::read_user_file(path);
   } catch (const Failure& f) {
-    // read_text_file's messages name the path and what is wrong with it.
+    // read_user_file's messages name the path and what is wrong with it.
     fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_CONFIG: ") + f.what());
   }
   return parse_device_lines(text, path);

@@ -81,6 +81,11 @@ std::string path_kind(const std::string& path);
 bool path_owner(const std::string& path, unsigned& uid, unsigned& mode);
 // Whole contents of a regular file (at most 16 MiB); throws naming the path on failure.
 std::string read_text_file(const std::string& path);
+// The same for a file the user named (a configuration): opened through os::open_user_input,
+// so another user's symbolic link on the way or file is refused, naming why.
+std::string read_user_file(const std::string& path);
+// The rest of fd's contents (at most 16 MiB), then closes fd; path names it in messages.
+std::string read_whole_fd(int fd, const std::string& path);
 bool is_char_device(const std::string& path);
 // The kernel subsystem of a character device ("dax", "mem", ...) from /sys/dev/char, or "".
 std::string char_device_subsystem(const std::string& path);
@@ -92,16 +97,28 @@ bool is_directory(const std::string& path);
 namespace cxlpool::os {
 
 // ---- Shared pool files and process identity (os/pool_files.cpp) ----
-// A new file of the given mode in dir, not yet visible under any name (O_TMPFILE); where the
-// filesystem lacks O_TMPFILE, an exclusively created ".cxlpool-creating-*" file whose path is
-// returned in *temp_path (removed by link_new_file). what names the pool in messages.
-int create_unnamed_file(const std::string& dir, unsigned mode, const std::string& what, std::string* temp_path);
+// Where a new pool file is being made: the directory that will hold it, held open from the
+// check that nothing has the name until the link, and the temporary name used where the
+// filesystem lacks O_TMPFILE (removed by link_new_file, or when the site is destroyed).
+struct NewFileSite {
+  int dir = -1;
+  std::string name, temp;
+  NewFileSite() = default;
+  NewFileSite(const NewFileSite&) = delete;
+  NewFileSite& operator=(const NewFileSite&) = delete;
+  ~NewFileSite();
+};
+// A new file of the given mode in path's directory, not yet visible under any name
+// (O_TMPFILE), or an exclusively created ".cxlpool-creating-*" file. The directory is reached
+// through os::resolve_path (another user's link on the way is refused); CXLPOOL_E_EXISTS when
+// path already names something. what names the pool in messages.
+int create_unnamed_file(const std::string& path, unsigned mode, const std::string& what, NewFileSite* site);
 // Gives a file from create_unnamed_file the name path, atomically; CXLPOOL_E_EXISTS (nothing
 // touched) when something already has that name.
-void link_new_file(int fd, const std::string& temp_path, const std::string& path, const std::string& what);
+void link_new_file(int fd, NewFileSite* site, const std::string& path, const std::string& what);
 // Opens an existing regular file (or, char_device, a character device) read-write without
-// following a final symlink; refuses other kinds with CXLPOOL_E_CONFIG, having looked at them
-// through O_PATH only (a FIFO is never opened, its writers never woken).
+// following a final symlink (nor another user's symlink above it: os::resolve_path); refuses other kinds with
+// CXLPOOL_E_CONFIG, having looked at them through O_PATH only (a FIFO is never opened, its writers never woken).
 int open_existing(const std::string& path, bool char_device, const std::string& what);
 // The same, read-only (a look that writes nothing: no IN_CLOSE_WRITE for watchers either).
 int open_existing_readonly(const std::string& path, bool char_device, const std::string& what);
@@ -120,7 +137,9 @@ bool path_identity(const std::string& path, PathIdentity* out) noexcept;
 void allocate_file(int fd, uint64_t size, const std::string& what);
 // MAP_SHARED read-write mapping of [offset, offset+size) of fd.
 void* map_shared_fd(int fd, size_t size, uint64_t offset, const std::string& what);
-void unlink_path(const std::string& path, const std::string& what);
+// Removes path's name, walked as open_existing does, only while it names the file expected
+// (CXLPOOL_E_CONFIG, nothing removed, when it was replaced after being checked).
+void unlink_path(const std::string& path, const PathIdentity& expected, const std::string& what);
 void random_bytes(void* out, size_t len);
 uint64_t realtime_ns() noexcept;
 // How many times this process image has been forked into a child: 0 in the original process,

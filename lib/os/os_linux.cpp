@@ -24,6 +24,7 @@
 #include "common/error.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
+#include "os/safe_path.hpp"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
@@ -214,7 +215,15 @@ int open_tmpfile(const std::string& dir, const std::string& what) {
   std::string pseudo = pseudo_filesystem(dir);
   if (!pseudo.empty())
     fail(CXLPOOL_E_CONFIG, what + ": " + dir + " is on a " + pseudo + " pseudo filesystem, which cannot hold memory");
-  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  // The directory as the user named it, without another user's links (os/safe_path.hpp).
+  ResolvedPath r;
+  PathWhy why;
+  if (int e = resolve_path(dir.c_str(), &r, &why)) {
+    if (e == EPERM) fail(CXLPOOL_E_PERMISSION, what + ": " + dir + ": " + why.text);
+    fail_os(what + ": " + dir + ": " + why.text, e);
+  }
+  if (r.leaf < 0) fail_os(what + ": " + dir, ENOENT);
+  int fd = openat(r.leaf, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0) return fd;
   int err = errno;
   if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL) fail_os(what + ": open(\"" + dir + "\", O_TMPFILE)", err);
@@ -223,22 +232,29 @@ int open_tmpfile(const std::string& dir, const std::string& what) {
     struct timespec ts {};
     clock_gettime(CLOCK_MONOTONIC, &ts);
     char name[96];
-    snprintf(name, sizeof name, "/.cxlpool-%d-%lx-%d", prim::process_id(), static_cast<unsigned long>(ts.tv_nsec),
+    snprintf(name, sizeof name, ".cxlpool-%d-%lx-%d", prim::process_id(), static_cast<unsigned long>(ts.tv_nsec),
              attempt);
-    std::string path = dir + name;
-    fd = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    fd = openat(r.leaf, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd >= 0) {
-      ::unlink(path.c_str());
+      ::unlinkat(r.leaf, name, 0);
       return fd;
     }
-    if (errno != EEXIST) fail_os(what + ": open(\"" + path + "\", O_CREAT|O_EXCL)", errno);
+    if (errno != EEXIST) fail_os(what + ": open(\"" + dir + "/" + name + "\", O_CREAT|O_EXCL)", errno);
   }
   fail(CXLPOOL_E_OS, what + ": cannot create a private file in " + dir);
 }
 
 int open_char_device(const std::string& path) {
-  if (!is_char_device(path)) fail(CXLPOOL_E_INVALID_ARGUMENT, "\"" + path + "\" is not a character device");
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  ResolvedPath r;
+  PathWhy why;
+  if (int e = resolve_path(path.c_str(), &r, &why)) {
+    if (e == EPERM) fail(CXLPOOL_E_PERMISSION, "\"" + path + "\": " + why.text);
+    fail_os("open(\"" + path + "\", O_RDWR): " + why.text, e);
+  }
+  struct stat st {};
+  if (r.leaf < 0 || fstat(r.leaf, &st) != 0 || !S_ISCHR(st.st_mode))
+    fail(CXLPOOL_E_INVALID_ARGUMENT, "\"" + path + "\" is not a character device");
+  int fd = reopen_resolved(r, O_RDWR);
   if (fd < 0) fail_os("open(\"" + path + "\", O_RDWR)", errno);
   return fd;
 }
@@ -338,6 +354,24 @@ std::string read_text_file(const std::string& path) {
                                               : "a special file";
     fail(CXLPOOL_E_INVALID_ARGUMENT, "'" + path + "' is " + kind + ", not a regular file");
   }
+  return read_whole_fd(fd, path);
+}
+
+std::string read_user_file(const std::string& path) {
+  PathWhy why;
+  const int fd = open_user_input(path.c_str(), &why);
+  if (fd < 0) {
+    const int err = errno;
+    const cxlpool_status_t status = err == EPERM || err == EACCES    ? CXLPOOL_E_PERMISSION
+                                    : err == ENOENT                  ? CXLPOOL_E_NOT_FOUND
+                                    : err == EINVAL || err == EISDIR ? CXLPOOL_E_INVALID_ARGUMENT
+                                                                     : CXLPOOL_E_OS;
+    throw detail::Failure(status, "'" + path + "': " + why.text, err);
+  }
+  return read_whole_fd(fd, path);
+}
+
+std::string read_whole_fd(int fd, const std::string& path) {
   std::string out;
   char buf[8192];
   for (;;) {

@@ -19,53 +19,71 @@
 #include "common/error.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
+#include "os/safe_path.hpp"
 
 namespace cxlpool::os {
 
 using detail::fail;
 using detail::fail_os;
 
-int create_unnamed_file(const std::string& dir, unsigned mode, const std::string& what, std::string* temp_path) {
-  temp_path->clear();
+NewFileSite::~NewFileSite() {
+  if (dir >= 0 && !temp.empty()) ::unlinkat(dir, temp.c_str(), 0);
+  if (dir >= 0) ::close(dir);
+}
+
+int create_unnamed_file(const std::string& path, unsigned mode, const std::string& what, NewFileSite* site) {
+  const std::string dir = parent_dir(path);
   std::string pseudo = pseudo_filesystem(dir);
   if (!pseudo.empty())
     fail(CXLPOOL_E_CONFIG, what + ": " + dir + " is on a " + pseudo + " pseudo filesystem, which cannot hold memory");
-  int fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+  {
+    ResolvedPath r;
+    PathWhy why;
+    const int e = resolve_path(path.c_str(), &r, &why, kNoFollowLast);
+    if (r.last_is_link || (!e && r.leaf >= 0))
+      fail(CXLPOOL_E_EXISTS, what + ": \"" + path + "\" already exists; it was left untouched (open it, or remove it)");
+    if (e == EPERM) fail(CXLPOOL_E_PERMISSION, what + ": \"" + path + "\": " + why.text);
+    if (e) fail_os(what + ": \"" + path + "\": " + why.text, e);
+    site->dir = r.dir;  // the directory stays the one checked until the file is linked there
+    r.dir = -1;
+    site->name = r.name;
+  }
+  int fd = ::openat(site->dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
   if (fd < 0) {
     int err = errno;
     if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL) fail_os(what + ": open(\"" + dir + "\", O_TMPFILE)", err);
     for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
       char name[96];
-      snprintf(name, sizeof name, "/.cxlpool-creating-%d-%lx-%d", prim::process_id(),
+      snprintf(name, sizeof name, ".cxlpool-creating-%d-%lx-%d", prim::process_id(),
                static_cast<unsigned long>(monotonic_ns()), attempt);
-      *temp_path = dir + name;
-      fd = ::open(temp_path->c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-      if (fd < 0 && errno != EEXIST) fail_os(what + ": open(\"" + *temp_path + "\", O_CREAT|O_EXCL)", errno);
+      fd = ::openat(site->dir, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+      if (fd >= 0) site->temp = name;
+      if (fd < 0 && errno != EEXIST) fail_os(what + ": open(\"" + dir + "/" + name + "\", O_CREAT|O_EXCL)", errno);
     }
     if (fd < 0) fail(CXLPOOL_E_OS, what + ": cannot create a file in " + dir);
   }
   if (fchmod(fd, mode) != 0) {  // exactly the mode asked for, whatever the umask
     int err = errno;
     ::close(fd);
-    if (!temp_path->empty()) ::unlink(temp_path->c_str());
     fail_os(what + ": fchmod", err);
   }
   return fd;
 }
 
-void link_new_file(int fd, const std::string& temp_path, const std::string& path, const std::string& what) {
+void link_new_file(int fd, NewFileSite* site, const std::string& path, const std::string& what) {
   int rc;
-  if (!temp_path.empty()) {
-    rc = ::link(temp_path.c_str(), path.c_str());
+  if (!site->temp.empty()) {
+    rc = ::linkat(site->dir, site->temp.c_str(), site->dir, site->name.c_str(), 0);
     int err = errno;
-    ::unlink(temp_path.c_str());
+    ::unlinkat(site->dir, site->temp.c_str(), 0);
+    site->temp.clear();
     errno = err;
   } else {
-    rc = ::linkat(fd, "", AT_FDCWD, path.c_str(), AT_EMPTY_PATH);
+    rc = ::linkat(fd, "", site->dir, site->name.c_str(), AT_EMPTY_PATH);
     if (rc != 0 && (errno == ENOENT || errno == EPERM)) {  // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH
       char proc[64];
       snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
-      rc = ::linkat(AT_FDCWD, proc, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW);
+      rc = ::linkat(AT_FDCWD, proc, site->dir, site->name.c_str(), AT_SYMLINK_FOLLOW);
     }
   }
   if (rc == 0) return;
@@ -77,46 +95,26 @@ void link_new_file(int fd, const std::string& temp_path, const std::string& path
 namespace {
 // Opens path with flags after looking at what it is through an O_PATH descriptor (which opens
 // nothing): a FIFO, socket or device of the wrong kind is refused before any real open, so no
-// writer blocked on a FIFO is woken and nothing of it changes. The real open goes through
-// /proc/self/fd (the same inode, whatever the name points at by then), or the path again
-// with the identity compared when /proc is not mounted.
+// writer blocked on a FIFO is woken and nothing of it changes. The path is walked by
+// os::resolve_path: a link as the last component is refused, another user's link above it too.
 int open_checked(const std::string& path, bool char_device, int flags, const std::string& what) {
-  int probe = ::open(path.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
-  if (probe < 0) {
-    if (errno == ELOOP) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" is a symbolic link; give the real path");
-    fail_os(what + ": open(\"" + path + "\")", errno);
+  ResolvedPath r;
+  PathWhy why;
+  if (const int e = resolve_path(path.c_str(), &r, &why, kNoFollowLast)) {
+    if (r.last_is_link) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" is a symbolic link; give the real path");
+    if (e == EPERM) fail(CXLPOOL_E_PERMISSION, what + ": \"" + path + "\": " + why.text);
+    fail_os(what + ": open(\"" + path + "\")", e);
   }
+  if (r.leaf < 0) fail_os(what + ": open(\"" + path + "\")", ENOENT);
   struct stat st {};
-  if (fstat(probe, &st) != 0) {
-    int err = errno;
-    ::close(probe);
-    fail_os(what + ": fstat", err);
-  }
-  if (S_ISLNK(st.st_mode)) {
-    ::close(probe);
-    fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" is a symbolic link; give the real path");
-  }
+  if (fstat(r.leaf, &st) != 0) fail_os(what + ": fstat", errno);
   const bool ok = char_device ? S_ISCHR(st.st_mode) : S_ISREG(st.st_mode);
-  if (!ok) {
-    ::close(probe);
+  if (!ok)
     fail(CXLPOOL_E_CONFIG,
          what + ": \"" + path + "\" is not a " + (char_device ? "character device" : "regular file") + "; not a pool");
-  }
-  char via[64];
-  snprintf(via, sizeof via, "/proc/self/fd/%d", probe);
-  int fd = ::open(via, flags | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0 && errno == ENOENT) {  // no /proc: the path again, then the same inode or nothing
-    fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    struct stat again {};
-    if (fd >= 0 && (fstat(fd, &again) != 0 || again.st_dev != st.st_dev || again.st_ino != st.st_ino)) {
-      ::close(fd);
-      ::close(probe);
-      fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" was replaced while being opened");
-    }
-  }
-  const int err = errno;
-  ::close(probe);
-  if (fd < 0) fail_os(what + ": open(\"" + path + "\")", err);
+  const int fd = reopen_resolved(r, flags | O_NONBLOCK);
+  if (fd < 0 && errno == ESTALE) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" was replaced while being opened");
+  if (fd < 0) fail_os(what + ": open(\"" + path + "\")", errno);
   return fd;
 }
 }  // namespace
@@ -186,8 +184,21 @@ void* map_shared_fd(int fd, size_t size, uint64_t offset, const std::string& wha
   return p;
 }
 
-void unlink_path(const std::string& path, const std::string& what) {
-  if (::unlink(path.c_str()) != 0) fail_os(what + ": unlink(\"" + path + "\")", errno);
+void unlink_path(const std::string& path, const PathIdentity& expected, const std::string& what) {
+  ResolvedPath r;
+  PathWhy why;
+  if (const int e = resolve_path(path.c_str(), &r, &why, kNoFollowLast)) {
+    if (r.last_is_link) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" is a symbolic link; give the real path");
+    if (e == EPERM) fail(CXLPOOL_E_PERMISSION, what + ": \"" + path + "\": " + why.text);
+    fail_os(what + ": unlink(\"" + path + "\")", e);
+  }
+  if (r.leaf < 0 || r.dir < 0) fail_os(what + ": unlink(\"" + path + "\")", r.leaf < 0 ? ENOENT : EISDIR);
+  // The name is removed only while it names the file that was checked, in the directory held.
+  struct stat st {};
+  if (::fstatat(r.dir, r.name, &st, AT_SYMLINK_NOFOLLOW) != 0) fail_os(what + ": unlink(\"" + path + "\")", errno);
+  if (static_cast<uint64_t>(st.st_dev) != expected.dev || static_cast<uint64_t>(st.st_ino) != expected.ino)
+    fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" was replaced while being removed; it was left untouched");
+  if (::unlinkat(r.dir, r.name, 0) != 0) fail_os(what + ": unlink(\"" + path + "\")", errno);
 }
 
 void random_bytes(void* out, size_t len) {

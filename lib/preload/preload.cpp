@@ -23,6 +23,7 @@
 #include "common/error.hpp"
 #include "config/options.hpp"
 #include "os/prim.hpp"
+#include "os/safe_path.hpp"
 #include "preload/internal_heap.hpp"
 #include "stats/publisher.hpp"
 #include "tiering/engine.hpp"
@@ -75,13 +76,28 @@ void say(const char* fmt, const char* a = "", const char* b = "") {
 }
 
 // The per-device table, written to fd: the schema's names (alloc::kDeviceStatFields), as
-// cxlpool-stat and cxlpool_pool_stats_json show them.
+// cxlpool-stat and cxlpool_pool_stats_json show them. One write for the table: the processes
+// of one run appending to one file do not interleave their lines.
+char g_table[32768];
 void write_stats(int fd) {
   Busy busy;
   char line[1024];
-  ssize_t w = 0;
+  size_t used = 0;
+  auto flush = [&] {
+    for (size_t done = 0; done < used;) {
+      ssize_t w = write(fd, g_table + done, used - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) break;
+      done += size_t(w);
+    }
+    used = 0;
+  };
   auto put = [&](int n) {
-    if (n > 0) w = write(fd, line, std::min(size_t(n), sizeof line - 1));
+    if (n <= 0) return;
+    const size_t len = std::min(size_t(n), sizeof line - 1);
+    if (used + len > sizeof g_table) flush();
+    std::memcpy(g_table + used, line, len);
+    used += len;
   };
   put(std::snprintf(line, sizeof line, "cxlpool: pid %d, policy %s\n", int(getpid()),
                     A::pool_policy_text(g_pool).c_str()));
@@ -101,7 +117,7 @@ void write_stats(int fd) {
     n += std::snprintf(line + n, sizeof line - size_t(n), "\n");
     put(n);
   }
-  (void)w;
+  flush();
 }
 
 // At exit (CXLPOOL_STATS): to the named file, or to the program's stderr as it was at start.
@@ -109,10 +125,11 @@ void print_stats() {
   if (!g_pool || !g_stats_target[0]) return;
   Busy busy;
   if (std::strcmp(g_stats_target, "1") != 0) {
-    // Non-blocking: a FIFO nobody reads is an error, not a program that never exits.
-    int fd = open(g_stats_target, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+    // Appended, never truncated; another user's file or link is refused (os/safe_path.hpp).
+    cxlpool::os::PathWhy why;
+    int fd = cxlpool::os::open_user_output(g_stats_target, cxlpool::os::OutputMode::kAppend, &why);
     if (fd < 0) {
-      say("cxlpool: CXLPOOL_STATS: cannot write '%s': %s", g_stats_target, std::strerror(errno));
+      say("cxlpool: CXLPOOL_STATS: statistics not written to '%s': %s", g_stats_target, why.text);
       return;
     }
     write_stats(fd);

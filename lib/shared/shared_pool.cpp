@@ -274,14 +274,14 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
       fail(CXLPOOL_E_EXISTS, what + ": \"" + loc.path + "\" already exists (" + os::path_kind(loc.path) +
                                  "); it was left untouched (open it, or remove it)");
     sb = plan_superblock(params, UINT64_MAX);
-    std::string temp;
-    int fd = os::create_unnamed_file(os::parent_dir(loc.path), params.mode, what, &temp);
+    os::NewFileSite site;
+    int fd = os::create_unnamed_file(loc.path, params.mode, what, &site);
     try {
       os::truncate_fd(fd, sb.size);
       os::allocate_file(fd, sb.size, what);
       m = map_pool(fd, sb.size, false, what);
       std::memcpy(m.base, &sb, sizeof sb);  // the rest of a new file reads as zeros: all free
-      os::link_new_file(fd, temp, loc.path, what);
+      os::link_new_file(fd, &site, loc.path, what);
       identity = os::fd_identity(fd);
     } catch (...) {
       if (m.base) os::unmap(m.base, m.size);
@@ -344,15 +344,17 @@ void SharedPool::unlink(const std::string& device) {
   if (loc.kind == PoolLocation::kDevdax) fail(CXLPOOL_E_NOT_SUPPORTED, what + ": a device has no name to remove");
   int fd = os::open_existing(loc.path, false, what);
   Superblock sb{};
+  os::PathIdentity identity{};
   try {
     Mapped m = map_existing(fd, false, what, &sb);  // refuses anything that is not our pool
     os::unmap(m.base, m.size);
+    identity = os::fd_identity(fd);
   } catch (...) {
     os::close_fd(fd);
     throw;
   }
   os::close_fd(fd);
-  os::unlink_path(loc.path, what);
+  os::unlink_path(loc.path, identity, what);
 }
 
 SharedPool::SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what,

@@ -16,6 +16,8 @@
 #   fifo-config      D2: a FIFO as CXLPOOL_CONFIG: no hang, one line naming it
 #   idle-rss         E: RSS after freeing a 2 GiB working set <= 2 x glibc's + 16 MiB
 #   bad-free         F: interior-pointer and double frees never hand a block out twice
+#   user-files       I: CXLPOOL_STATS, CXLPOOL_CONFIG and file: devices never follow another
+#                    user's symlink nor write another user's file; one line says why
 # Usage: process_test.py MODE --bindir DIR --srcdir DIR [--run CXLPOOL-RUN --preload LIB --info CXLPOOL-INFO]
 import argparse
 import difflib
@@ -874,6 +876,153 @@ def mode_fork_hostile():
     check(not os.listdir(d), f"nothing left in the device's directory ({len(os.listdir(d))} entries)")
 
 
+# ---- I: files a user names (CXLPOOL_STATS, CXLPOOL_CONFIG, file: devices) ------------------------
+NOBODY = 65534  # by number, as the test guests have no passwd database
+AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+
+
+def planted_link(d, name, target):
+    """A symbolic link owned by nobody in d (a sticky world-writable directory): what another
+    user can put in /tmp."""
+    link = os.path.join(d, name)
+    os.symlink(target, link)
+    os.lchown(link, NOBODY, NOBODY)
+    return link
+
+
+def stats_run(target, prefix=(), env=None):
+    """/bin/true under cxlpool-run --stats=TARGET: (result, stderr lines)."""
+    r = run(list(prefix) + [args.run, "--preload", args.preload, f"--stats={target}", "--", "/bin/true"], timeout=60,
+            extra=env)
+    return r, [l for l in r.err.splitlines() if l.strip()]
+
+
+def refused(label, r, lines, path, state_path, before, words):
+    """The program ran as without cxlpool, one stderr line names the path and why, and the file
+    that must not be written is byte-identical."""
+    check(r.returncode == 0 and not r.timed_out, f"{label}: the program's exit status unchanged ({r.describe()})")
+    named = [l for l in lines if path in l and any(w in l for w in words)]
+    check(len(lines) == 1 and named, f"{label}: one stderr line naming the path and why: {lines[:2]}")
+    after = file_state(state_path)
+    check(after == before, f"{label}: {state_path} byte-identical (sha256, size, mtime, owner, mode): size "
+                           f"{before[1]} -> {after[1]}, sha256 {before[0][:12]} -> {after[0][:12]}")
+
+
+def mode_user_files():
+    require_preload()
+    if os.geteuid() != 0:
+        print("CXLPOOL-SKIP: planting another user's links and files needs root", flush=True)
+        return
+    sticky = mkdtemp("sticky")  # a /tmp of our own: sticky, world-writable
+    os.chmod(sticky, 0o1777)
+    private = mkdtemp("root")  # root's own directory, with root's own files
+    victim = os.path.join(private, "stats")
+    before = make_foreign_file(victim)  # owned by root, the user who runs the program
+
+    # I1: nobody's link in the sticky directory, pointing at root's file.
+    link = planted_link(sticky, "stats-link", victim)
+    r, lines = stats_run(link)
+    refused("I1 --stats through nobody's symlink in a sticky directory", r, lines, link, victim, before,
+            ["symbolic link"])
+    r = run(cxl(["/bin/true"]), timeout=60, extra={"CXLPOOL_STATS": link})
+    refused("I1 CXLPOOL_STATS through nobody's symlink", r, [l for l in r.err.splitlines() if l.strip()], link,
+            victim, before, ["symbolic link"])
+    # I2: nobody's link to root's directory, higher up the path (fs.protected_symlinks, even
+    # where it is on, covers only the last component).
+    dirlink = planted_link(sticky, "dir-link", private)
+    r, lines = stats_run(os.path.join(dirlink, "stats"))
+    refused("I2 --stats through nobody's symlink to a directory", r, lines, dirlink, victim, before,
+            ["symbolic link"])
+    # I3: a file another user owns (nobody's, mode 0666): never written.
+    theirs = os.path.join(sticky, "theirs.txt")
+    their_state = make_foreign_file(theirs, "nobody")
+    r, lines = stats_run(theirs)
+    refused("I3 --stats naming nobody's file (mode 0666)", r, lines, theirs, theirs, their_state, ["owned by uid"])
+    # I4: a hard link to root's file (what fs.protected_hardlinks=0 lets anyone make): refused.
+    hard = os.path.join(sticky, "hard.txt")
+    os.link(victim, hard)
+    r, lines = stats_run(hard)
+    refused("I4 --stats naming a second hard link of root's file", r, lines, hard, victim, before, ["hard link"])
+    os.unlink(hard)
+    # I5: as an unprivileged user: root's world-writable file is not written either, and a
+    # file of its own is.
+    root_open = os.path.join(sticky, "root-open.txt")
+    root_state = make_foreign_file(root_open)
+    os.chmod(root_open, 0o666)
+    root_state = file_state(root_open)
+    r, lines = stats_run(root_open, AS_NOBODY)
+    refused("I5 nobody's --stats naming root's file (mode 0666)", r, lines, root_open, root_open, root_state,
+            ["owned by uid 0"])
+    own = os.path.join(sticky, "nobody-own.txt")
+    r, lines = stats_run(own, AS_NOBODY)
+    st = os.stat(own) if os.path.exists(own) else None
+    text = open(own).read() if st else ""
+    check(r.returncode == 0 and not lines and st is not None and st.st_uid == NOBODY and text.startswith("cxlpool: pid"),
+          f"I5 nobody's --stats naming a new file of its own: written ({r.describe()}, {lines[:1]}, "
+          f"owner {st.st_uid if st else '-'}, {len(text)} bytes)")
+    # I6: a normal path: created, then appended to (each process adds its table; nothing of
+    # what the file held is lost).
+    mine = os.path.join(private, "mine.txt")
+    with open(mine, "w") as f:
+        f.write("kept line\n")
+    r1, l1 = stats_run(mine)
+    r2, l2 = stats_run(mine)
+    text = open(mine).read()
+    tables = text.count("cxlpool: pid ")
+    check(r1.returncode == r2.returncode == 0 and not l1 and not l2 and text.startswith("kept line\n") and tables == 2,
+          f"I6 --stats naming root's own file, twice: appended ({tables} tables, first line kept: "
+          f"{text.startswith('kept line')}, stderr {(l1 + l2)[:1]})")
+    fresh = os.path.join(private, "fresh.txt")
+    r, lines = stats_run(fresh)
+    check(r.returncode == 0 and not lines and open(fresh).read().startswith("cxlpool: pid")
+          and oct(os.stat(fresh).st_mode & 0o777) == oct(0o644 & ~current_umask()),
+          f"I6 --stats naming a new file: created with the table, mode 0644 less the umask ({r.describe()})")
+
+    # I7: CXLPOOL_CONFIG through nobody's link, and a config nobody owns: refused with one line,
+    # the program runs on default placement; root's own config is read.
+    config = os.path.join(private, "cxlpool.conf")
+    with open(config, "w") as f:
+        f.write("cxl0: backing=shm, size=64M\n")
+    plain = run(["/bin/echo", "ok"])
+    for label, path, words in [("nobody's symlink to root's config", planted_link(sticky, "conf-link", config),
+                                ["symbolic link"]),
+                               ("a config nobody owns", os.path.join(sticky, "theirs.conf"), ["owned by uid"])]:
+        if not os.path.lexists(path):
+            shutil.copy(config, path)
+            os.chown(path, NOBODY, NOBODY)
+        r = run(cxl(["/bin/echo", "ok"], "bind:cxl0"), timeout=60, extra={"CXLPOOL_CONFIG": path})
+        lines = [l for l in r.err.splitlines() if l.strip()]
+        check(r.returncode == 0 and r.stdout == plain.stdout and len(lines) == 1 and path in lines[0]
+              and any(w in lines[0] for w in words),
+              f"I7 CXLPOOL_CONFIG = {label}: refused in one line naming it, the program runs ({r.describe()}, "
+              f"{lines[:2]})")
+        if args.info:
+            ri = run([args.info, "--config", path, "--no-pool-scan"], timeout=60)
+            check(ri.returncode not in (0, None) and path in ri.err and any(w in ri.err for w in words),
+                  f"I7 cxlpool-info --config {label}: refused naming it ({ri.describe()}: {head(ri.err, 1)})")
+    r = run(cxl(["/bin/echo", "ok"], "bind:cxl0"), timeout=60, extra={"CXLPOOL_CONFIG": config})
+    check(r.returncode == 0 and r.stdout == plain.stdout and not r.err.strip(),
+          f"I7 CXLPOOL_CONFIG = root's own config: read, no message ({r.describe()}, {head(r.err, 1)})")
+
+    # I8: a file: device whose directory is reached through nobody's link: refused with one
+    # line; nothing is created in root's directory.
+    listing = sorted(os.listdir(private))
+    dev_path = os.path.join(dirlink, "heap")
+    r = run(cxl(["/bin/echo", "ok"], "bind:cxl0", f"cxl0:backing=file:{dev_path},size=64M"), timeout=60)
+    lines = [l for l in r.err.splitlines() if l.strip()]
+    check(r.returncode == 0 and r.stdout == plain.stdout and len(lines) == 1 and dirlink in lines[0]
+          and "symbolic link" in lines[0],
+          f"I8 file: device under nobody's symlink to a directory: refused in one line, the program runs "
+          f"({r.describe()}, {lines[:2]})")
+    check(sorted(os.listdir(private)) == listing, f"I8 nothing new in root's directory ({sorted(os.listdir(private))})")
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 MODES = {
     "fork-capi": mode_fork_capi,
     "fork-preload": mode_fork_preload,
@@ -888,6 +1037,7 @@ MODES = {
     "bad-free": mode_bad_free,
     "signal-malloc": mode_signal_malloc,
     "fork-hostile": mode_fork_hostile,
+    "user-files": mode_user_files,
 }
 
 if args.mode not in MODES:

@@ -7,9 +7,11 @@
 # changed, a damaged pool listed with its error.
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 tool = sys.argv[1]
@@ -203,6 +205,50 @@ try:
     check(r.returncode == 2 and '"sometimes"' in r.stderr, "a bad coherence names the token")
     r = run("frobnicate", dev)
     check(r.returncode == 2 and "frobnicate" in r.stderr, "an unknown command is named")
+
+    # Paths through another user's symbolic link (what anyone can put in /tmp): nothing is
+    # followed, created, read or removed through it; root's own links are followed.
+    if os.geteuid() == 0:
+        sticky = tempfile.mkdtemp(prefix="cxlpool-pooltest-sticky-")
+        private = tempfile.mkdtemp(prefix="cxlpool-pooltest-root-")
+        try:
+            os.chmod(sticky, 0o1777)
+            link = os.path.join(sticky, "dir-link")
+            os.symlink(private, link)
+            os.lchown(link, 65534, 65534)  # nobody's
+            mine = os.path.join(private, "pool")
+            r = run("create", f"file:{link}/pool", "--size", "16M")
+            check(r.returncode == 2 and "symbolic link" in r.stderr and not os.listdir(private),
+                  f"create through nobody's link to root's directory: refused, nothing created ({r.stderr.strip()})")
+            r = run("create", f"file:{mine}", "--size", "16M")
+            check(r.returncode == 0, "a pool in root's directory, by its real path")
+            state = open(mine, "rb").read()
+            for args in (["info"], ["check"], ["check", "--repair"], ["rm"]):
+                r = run(args[0], f"file:{link}/pool", *args[1:])
+                check(r.returncode == 2 and "symbolic link" in r.stderr and open(mine, "rb").read() == state,
+                      f"{' '.join(args)} through nobody's link: refused naming it, the pool byte-identical "
+                      f"({r.returncode}: {r.stderr.strip()[:120]})")
+            ri = subprocess.run([info_tool, "--no-pool-scan", "--pool", f"file:{link}/pool"], capture_output=True,
+                                text=True, timeout=60)
+            check(ri.returncode == 1 and "symbolic link" in ri.stdout + ri.stderr,
+                  "cxlpool-info --pool through nobody's link: refused naming it")
+            own_link = os.path.join(private, "pool-link")
+            os.symlink(mine, own_link)
+            r = run("rm", f"file:{own_link}")
+            check(r.returncode == 2 and os.path.exists(mine) and os.path.islink(own_link),
+                  "rm of a symlink to a pool (the last component): refused, both kept")
+            root_link = os.path.join(sticky, "root-dir-link")  # root's own link: followed
+            os.symlink(private, root_link)
+            r = run("info", f"file:{root_link}/pool")
+            check(r.returncode == 0, f"info through root's own link to its directory works ({r.stderr.strip()})")
+            r = run("rm", f"file:{root_link}/pool")
+            check(r.returncode == 0 and not os.path.exists(mine), "rm through root's own link removes the pool")
+        finally:
+            shutil.rmtree(sticky, ignore_errors=True)
+            shutil.rmtree(private, ignore_errors=True)
+    else:
+        print("skip  paths through another user's symbolic link: planting one needs root")
+
     r = run("rm", dev)
     check(r.returncode == 0 and not os.path.exists(path), "rm removes the pool's name")
 finally:
