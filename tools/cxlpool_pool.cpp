@@ -24,7 +24,8 @@ const char* kUsage =
     "DEVICE is shm:NAME, file:PATH or devdax:PATH (docs/shared.md).\n"
     "  create  formats a new pool (an existing name is refused and left untouched)\n"
     "  info    joins the pool briefly and prints its geometry and use\n"
-    "  check   verifies every metadata invariant; --repair first recovers dead participants.\n"
+    "  check   verifies every metadata invariant; --repair first restores damaged words (with no other\n"
+    "          participant alive) and recovers dead participants.\n"
     "          Exit status 0: consistent; 1: problems found; 2: usage or access error.\n"
     "  rm      removes a shm/file pool's name (only if it carries a cxlpool pool header)\n";
 
@@ -226,10 +227,13 @@ int main(int argc, char** argv) {
              ", \"blocks_in_use\": %" PRIu64 ", \"blocks_exported\": %" PRIu64 ", \"leases\": %" PRIu64
              ", \"leaked_blocks\": %" PRIu64 ", \"dangling_leases\": %" PRIu64 ", \"corrupt_words\": %" PRIu64
              ", \"orphan_extents\": %" PRIu64
-             ", \"live_participants\": %u, \"dead_participants\": %u, \"recovered\": %" PRIu64 "}\n",
+             ", \"live_participants\": %u, \"dead_participants\": %u, \"recovered\": %" PRIu64
+             ", \"repair_blocked\": %u, \"words_repaired\": %" PRIu64 ", \"words_reset\": %" PRIu64
+             ", \"extents_reformatted\": %" PRIu64 ", \"blocks_lost\": %" PRIu64 "}\n",
              device.c_str(), st == CXLPOOL_OK ? "true" : "false", r.extents_total, r.extents_free, r.blocks_in_use,
              r.blocks_exported, r.leases, r.leaked_blocks, r.dangling_leases, r.corrupt_words, r.orphan_extents,
-             r.live_participants, r.dead_participants, r.recovered);
+             r.live_participants, r.dead_participants, r.recovered, r.repair_blocked, r.words_repaired, r.words_reset,
+             r.extents_reformatted, r.blocks_lost);
     } else {
       printf("check %s: %s\n", device.c_str(), st == CXLPOOL_OK ? "consistent" : "PROBLEMS FOUND");
       printf("  extents          %" PRIu64 " total, %" PRIu64 " free, %" PRIu64 " small, %" PRIu64 " large, %" PRIu64
@@ -242,7 +246,15 @@ int main(int argc, char** argv) {
       printf("  leaked blocks    %" PRIu64 "\n  dangling leases  %" PRIu64 "\n  corrupt words    %" PRIu64
              "\n  orphan extents   %" PRIu64 "\n",
              r.leaked_blocks, r.dangling_leases, r.corrupt_words, r.orphan_extents);
-      if (st != CXLPOOL_OK && !repair && r.dead_participants) printf("  (--repair recovers dead participants)\n");
+      if (repair)
+        printf("  repaired words   %" PRIu64 " restored, %" PRIu64 " reset; %" PRIu64 " extents reformatted, %" PRIu64
+               " blocks lost\n",
+               r.words_repaired, r.words_reset, r.extents_reformatted, r.blocks_lost);
+      if (repair && r.repair_blocked)
+        printf("  (damaged words left alone: %u other participants alive or undecided; repair them with none)\n",
+               r.repair_blocked);
+      if (st != CXLPOOL_OK && !repair && (r.dead_participants || r.corrupt_words))
+        printf("  (--repair recovers dead participants and damaged words)\n");
     }
     rc = st == CXLPOOL_OK ? 0 : 1;
   } else if (cmd == "rm") {

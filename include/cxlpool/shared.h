@@ -234,8 +234,15 @@ typedef struct cxlpool_shared_check_report {
    * lease is longer than the check waits (60 s): neither alive nor dead, never counted as a
    * problem; their blocks are not counted as leaked */
   uint32_t undecided_participants;
-  uint32_t reserved32;
-  uint64_t reserved[7];
+  /* --repair with another participant alive or undecided: damaged words are left alone (a word
+   * the repairer cannot read may be a live participant's); this many participants stopped it */
+  uint32_t repair_blocked;
+  /* --repair, damaged words (docs/shared.md, "Repair"): */
+  uint64_t words_repaired;      /* restored exactly: the one flipped bit found, or the superblock from its copy */
+  uint64_t words_reset;         /* not restorable: reset to what a free slot or extent holds */
+  uint64_t extents_reformatted; /* extents whose word was lost: formatted free, generations raised */
+  uint64_t blocks_lost;         /* blocks in use whose state (or whose extent's word) was lost with it */
+  uint64_t reserved[3];
 } cxlpool_shared_check_report_t;
 /* A look at a pool from outside, without joining it (cxlpool-info): geometry, quotas, the
  * participant slots in use and what the metadata says about health. Liveness as the checker
@@ -285,11 +292,14 @@ typedef struct cxlpool_shared_survey {
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_survey(const char* device, cxlpool_shared_survey_t* out,
                                                         cxlpool_shared_participant_t* participants, size_t capacity);
 
-/* Verifies every invariant of a pool's metadata. repair != 0 first joins the pool (host index
- * from params, which may be NULL), recovers every dead participant (waiting up to two lease
- * timeouts for silent participants of other hosts) and leaves. The report is written also when
- * problems are found; the status is CXLPOOL_E_CORRUPT when any count of problems is non-zero.
- * When the check cannot run at all (no such pool, not a pool), extents_total is 0. */
+/* Verifies every invariant of a pool's metadata. repair != 0 first restores a damaged
+ * superblock (from its copy, or the one flipped bit), joins the pool (host index from params,
+ * which may be NULL), and when no other participant is alive or undecided restores or resets
+ * every damaged word (slots, extent table, block states; docs/shared.md, "Repair"); then it
+ * recovers every dead participant (waiting up to two lease timeouts for silent participants of
+ * other hosts) and leaves. The report is written also when problems are found; the status is
+ * CXLPOOL_E_CORRUPT when any count of problems is non-zero. When the check cannot run at all
+ * (no such pool, not a pool, a superblock beyond repair), extents_total is 0. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_check(const char* device, const cxlpool_shared_params_t* params,
                                                        int repair, cxlpool_shared_check_report_t* out);
 

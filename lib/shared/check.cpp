@@ -101,16 +101,56 @@ constexpr uint64_t kCheckMaxWaitMs = 60000;
 // A survey (cxlpool-info) is a quick look.
 constexpr uint64_t kSurveyMaxWaitMs = 2000;
 
+// --repair rewrites damaged words only when nobody but the repairer (slot self) can be writing
+// the pool: how many other participants are alive or undecided, as judged from outside. A slot
+// whose identity word fails its check counts as alive when that word or its heartbeat changes
+// within a lease (a live holder rewrites its identity at every beat).
+uint32_t others_alive(const PoolView& v, uint32_t self) {
+  const std::vector<SlotLife> judged = judge_slots(v, kCheckMaxWaitMs);
+  uint32_t alive = 0;
+  std::vector<uint32_t> unreadable;
+  for (uint32_t s = 0; s < v.slot_count(); ++s) {
+    uint32_t inc = 0;
+    SlotState state{};
+    if (s == self) continue;
+    if (!v.slot_identity(s, &inc, &state)) {
+      unreadable.push_back(s);
+      continue;
+    }
+    if (v.slot_live(s) && (inc != judged[s].incarnation || judged[s].life != Life::kDead)) ++alive;
+  }
+  if (unreadable.empty()) return alive;
+  std::vector<uint64_t> identity(v.slot_count()), beat(v.slot_count());
+  for (uint32_t s : unreadable) {
+    identity[s] = v.load(v.slot_word(s, 0, 0));
+    beat[s] = v.load(&v.slot_line0(s)->heartbeat);
+  }
+  const uint64_t wait_ms = uint64_t{v.sb().lease_timeout_ms} + 2 * uint64_t{v.sb().heartbeat_ms};
+  std::this_thread::sleep_for(std::chrono::milliseconds(std::min(wait_ms, kCheckMaxWaitMs)));
+  for (uint32_t s : unreadable)
+    alive += v.load(v.slot_word(s, 0, 0)) != identity[s] || v.load(&v.slot_line0(s)->heartbeat) != beat[s];
+  return alive;
+}
+
 }  // namespace
 
 cxlpool_shared_check_report_t check_pool(const std::string& device, const SharedParams* params, bool repair) {
   cxlpool_shared_check_report_t r{};
+  RepairCounts fixed;
   if (repair) {
+    repair_superblock(device, &fixed);  // before anything can open the pool
     auto pool = SharedPool::open(device, params);
+    r.repair_blocked = others_alive(pool->view(), pool->slot());
+    if (r.repair_blocked == 0) pool->repair_words_before_recovery(&fixed);
     pool->recover_dead_now();
+    if (r.repair_blocked == 0) pool->repair_words_after_recovery(&fixed);
     r.recovered = pool->info().recovered_slots;
     pool->leave();
   }
+  r.words_repaired = fixed.words_repaired;
+  r.words_reset = fixed.words_reset;
+  r.extents_reformatted = fixed.extents_reformatted;
+  r.blocks_lost = fixed.blocks_lost;
   MappedPool m = map_pool_unjoined(device);
   try {
     PoolView v(m.base, m.sb.size, m.sb);
@@ -142,6 +182,7 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
     r.extents_total = v.extent_count();
     for (uint64_t e = 0; e < v.extent_count(); ++e) {
       ExtentWord w;
+      if (v.load(&v.extent_entry(e)->next_generation) > UINT32_MAX) ++r.corrupt_words;  // generations are 32 bits
       if (!v.extent(e, &w)) {
         ++r.corrupt_words;
         continue;

@@ -64,6 +64,11 @@ struct Superblock {
   uint32_t checksum;        // crc32c of every byte before it
 };
 static_assert(sizeof(Superblock) <= kSuperblockBytes);
+// A second copy of the superblock, written with it at creation in the same page: what
+// --repair restores a damaged superblock from (pools made before it have zeros there, and get
+// one the first time a check --repair finds their superblock whole).
+inline constexpr size_t kSuperblockCopyOffset = kSuperblockBytes / 2;
+static_assert(sizeof(Superblock) <= kSuperblockCopyOffset);
 
 // ---- Checks ------------------------------------------------------------------------------
 uint32_t crc32c(const void* data, size_t len, uint32_t seed = 0) noexcept;

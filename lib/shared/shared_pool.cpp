@@ -260,7 +260,8 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
       writeback_lines(m.base + kSuperblockBytes, sb.data_offset - kSuperblockBytes);
       full_fence();
       std::memcpy(m.base, &sb, sizeof sb);
-      writeback_lines(m.base, sizeof sb);
+      std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
+      writeback_lines(m.base, kSuperblockCopyOffset + sizeof sb);
       full_fence();
     } catch (...) {
       if (m.base) os::unmap(m.base, m.size);
@@ -281,6 +282,7 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
       os::allocate_file(fd, sb.size, what);
       m = map_pool(fd, sb.size, false, what);
       std::memcpy(m.base, &sb, sizeof sb);  // the rest of a new file reads as zeros: all free
+      std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
       os::link_new_file(fd, &site, loc.path, what);
       identity = os::fd_identity(fd);
     } catch (...) {

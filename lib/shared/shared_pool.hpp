@@ -75,6 +75,8 @@ class HeapLock {
   std::atomic<uint32_t> serving_{0};
 };
 
+struct RepairCounts;
+
 // Geometry and offsets a creator writes into the superblock (validated; throws CONFIG).
 Superblock plan_superblock(const SharedParams& params, uint64_t device_size);
 
@@ -131,6 +133,12 @@ class SharedPool {
   void tick();
   // Recovers every dead slot now, waiting at most the lease timeout for silent ones.
   void recover_dead_now();
+  // --repair, only while no other participant is alive or undecided (check.cpp decides):
+  // restores or resets the damaged words of the other slots and of the extent table (before
+  // recovery), then those of the blocks of the extents this participant adopted (after it).
+  // repair.cpp; docs/shared.md, "Repair".
+  void repair_words_before_recovery(RepairCounts* counts);
+  void repair_words_after_recovery(RepairCounts* counts);
 
  private:
   SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what, const SharedParams* params);
@@ -336,6 +344,18 @@ class SharedPool {
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
 };
+
+// What --repair did to damaged words (repair.cpp), for the checker's report.
+struct RepairCounts {
+  uint64_t words_repaired = 0;  // restored exactly: one flipped bit, or the superblock's copy
+  uint64_t words_reset = 0;     // not restorable: reset to what a free slot or extent holds
+  uint64_t extents_reformatted = 0;
+  uint64_t blocks_lost = 0;
+};
+// Restores a superblock that fails its checksum from its copy, or from the one flipped bit
+// that explains it (before the pool can be opened at all); writes the copy of a whole one
+// when it is missing or damaged. Leaves anything that is not such a pool alone.
+void repair_superblock(const std::string& device, RepairCounts* counts);
 
 // A pool mapped without joining it (the checker): validated superblock, whole mapping.
 struct MappedPool {

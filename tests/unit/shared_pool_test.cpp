@@ -1055,3 +1055,293 @@ TEST_CASE("failure domains: a failed device is reported, allocations fail over, 
   for (cxlpool_shared_pool_t* p : {a, b, c, d}) CHECK(cxlpool_shared_pool_close(p) == CXLPOOL_OK);
   for (const std::string& n : {na, nc, nd}) unlink(("/dev/shm/" + n).c_str());
 }
+
+// ---- Repair of damaged words ---------------------------------------------------------------
+// A pool left by two killed participants (one allocated blocks of several sizes, large ones
+// too, and exported some; the other imported a few), then one word of one kind damaged: one
+// flipped bit, or a garbage word. check --repair must give back a pool that checks clean, whose
+// whole capacity can be allocated again, whose blocks' bytes repair did not touch, and whose
+// old handles name no block formatted after it; what it could not restore it counts.
+namespace {
+
+namespace L = cxlpool::detail::shared;
+
+struct Made {
+  uint64_t offset = 0, size = 0;
+  uint8_t seed = 0;
+  uint8_t exported = 0;
+  cxlpool_shared_handle_t handle{};
+};
+
+struct Scene {
+  std::string name, device;
+  std::vector<Made> blocks;
+  uint32_t owner_slot = 0, importer_slot = 0;
+  int fd = -1;
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  L::Superblock sb{};
+  ~Scene() {
+    if (base) munmap(base, size);
+    if (fd >= 0) close(fd);
+    unlink(("/dev/shm/" + name).c_str());
+  }
+  uint64_t* word(uint64_t offset) const { return reinterpret_cast<uint64_t*>(base + offset); }
+  uint64_t slot_word(uint32_t s, uint32_t line, uint32_t w) const {
+    return sb.slots_offset + uint64_t{s} * L::kSlotBytes + line * L::kLine + w * 8;
+  }
+  uint64_t extent_of(uint64_t offset) const { return (offset - sb.data_offset) / sb.extent_size; }
+  uint64_t entry(uint64_t e, uint32_t w) const { return sb.extents_offset + e * L::kExtentEntryBytes + w * 8; }
+  // The state word of the small block at offset (the test's own copy of the geometry).
+  uint64_t block_word(const Made& m) const {
+    uint32_t cls = 0;
+    while (sb.class_size[cls] < m.size) ++cls;
+    const uint64_t e = extent_of(m.offset), start = sb.data_offset + e * sb.extent_size;
+    uint64_t n = sb.extent_size / (sb.class_size[cls] + 8), meta = 0;
+    for (; n > 0; --n) {
+      meta = (n * 8 + L::kMinBlock - 1) / L::kMinBlock * L::kMinBlock;
+      if (meta + n * sb.class_size[cls] <= sb.extent_size) break;
+    }
+    return start + 8 * ((m.offset - start - meta) / sb.class_size[cls]);
+  }
+  uint64_t digest(const Made& m) const {
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t i = 0; i < m.size; ++i) h = (h ^ base[m.offset + i]) * 1099511628211ull;
+    return h;
+  }
+};
+
+// The owner allocates and exports, the importer imports; both are killed. Nobody is alive after.
+void make_scene(Scene* s, const char* tag) {
+  s->name = unique_name(tag);
+  s->device = "shm:" + s->name;
+  {
+    Params params(32u << 20);
+    cxlpool_shared_pool_t* p = nullptr;
+    REQUIRE(cxlpool_shared_pool_create(s->device.c_str(), params.p, 0, &p) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(p) == CXLPOOL_OK);
+  }
+  int to_parent[2], to_importer[2], done[2];
+  REQUIRE(pipe(to_parent) == 0);
+  REQUIRE(pipe(to_importer) == 0);
+  REQUIRE(pipe(done) == 0);
+  pid_t owner = fork();
+  if (owner == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(s->device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    std::vector<Made> made;
+    std::vector<void*> ptrs;
+    const size_t sizes[] = {256, 3000, 60000, 2500000};
+    const int counts[] = {40, 20, 4, 2};
+    for (int k = 0; k < 4; ++k)
+      for (int i = 0; i < counts[k]; ++i) {
+        void* p = nullptr;
+        if (cxlpool_shared_alloc(c, sizes[k], &p) != CXLPOOL_OK) _exit(3);
+        Made m;
+        m.size = sizes[k];
+        m.seed = static_cast<uint8_t>(made.size() * 7 + 1);
+        fill(p, m.size, m.seed);
+        made.push_back(m);
+        ptrs.push_back(p);
+      }
+    // Every other block exported (its handle kept); the offsets of the others from the first's.
+    uint8_t* base = nullptr;
+    for (size_t i = 0; i < made.size(); ++i) {
+      if (i % 2 != 0 && base != nullptr) continue;
+      if (cxlpool_shared_export(c, ptrs[i], &made[i].handle) != CXLPOOL_OK) _exit(4);
+      made[i].exported = 1;
+      if (!base) base = static_cast<uint8_t*>(ptrs[i]) - made[i].handle.offset;
+    }
+    for (size_t i = 0; i < made.size(); ++i)
+      made[i].offset = static_cast<uint64_t>(static_cast<uint8_t*>(ptrs[i]) - base);
+    cxlpool_shared_info_t info{};
+    if (cxlpool_shared_pool_info(c, &info) != CXLPOOL_OK) _exit(5);
+    const uint64_t n = made.size();
+    if (write(to_parent[1], &info.slot, sizeof info.slot) != sizeof info.slot ||
+        write(to_parent[1], &n, sizeof n) != sizeof n ||
+        write(to_parent[1], made.data(), n * sizeof(Made)) != static_cast<ssize_t>(n * sizeof(Made)))
+      _exit(6);
+    pause();
+    _exit(0);
+  }
+  uint64_t n = 0;
+  REQUIRE(read(to_parent[0], &s->owner_slot, sizeof s->owner_slot) == sizeof s->owner_slot);
+  REQUIRE(read(to_parent[0], &n, sizeof n) == sizeof n);
+  s->blocks.resize(n);
+  size_t got = 0;
+  while (got < n * sizeof(Made)) {
+    const ssize_t r = read(to_parent[0], reinterpret_cast<char*>(s->blocks.data()) + got, n * sizeof(Made) - got);
+    REQUIRE(r > 0);
+    got += static_cast<size_t>(r);
+  }
+  pid_t importer = fork();
+  if (importer == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(s->device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    int imported = 0;
+    for (const Made& m : s->blocks) {
+      void* q = nullptr;
+      if (m.exported && imported < 8 && cxlpool_shared_import(c, &m.handle, &q, nullptr) == CXLPOOL_OK) ++imported;
+    }
+    cxlpool_shared_info_t info{};
+    if (imported != 8 || cxlpool_shared_pool_info(c, &info) != CXLPOOL_OK) _exit(3);
+    if (write(done[1], &info.slot, sizeof info.slot) != sizeof info.slot) _exit(4);
+    pause();
+    _exit(0);
+  }
+  REQUIRE(read(done[0], &s->importer_slot, sizeof s->importer_slot) == sizeof s->importer_slot);
+  kill(owner, SIGKILL);
+  kill(importer, SIGKILL);
+  CHECK(wait_exit(owner) == 128 + SIGKILL);
+  CHECK(wait_exit(importer) == 128 + SIGKILL);
+  for (int p : {to_parent[0], to_parent[1], to_importer[0], to_importer[1], done[0], done[1]}) close(p);
+  s->fd = open(("/dev/shm/" + s->name).c_str(), O_RDWR);
+  REQUIRE(s->fd >= 0);
+  struct stat st {};
+  REQUIRE(fstat(s->fd, &st) == 0);
+  s->size = static_cast<size_t>(st.st_size);
+  void* m = mmap(nullptr, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd, 0);
+  REQUIRE(m != MAP_FAILED);
+  s->base = static_cast<uint8_t*>(m);
+  std::memcpy(&s->sb, s->base, sizeof s->sb);
+}
+
+}  // namespace
+
+TEST_CASE("repair: every kind of damaged word, one flipped bit or garbage, leaves a whole and clean pool", "[shared]") {
+  struct Kind {
+    const char* name;
+    bool checked;  // carries check bits: a flip is found and restored
+    bool loses;    // garbage there loses blocks in use (counted)
+    uint64_t (*where)(const Scene&);
+  };
+  const Kind kinds[] = {
+      {"superblock field (pool id)", true, false, [](const Scene&) { return uint64_t{24}; }},
+      {"superblock field (extent count)", true, false,
+       [](const Scene&) { return uint64_t{offsetof(L::Superblock, extent_count)}; }},
+      {"slot identity", true, false, [](const Scene& s) { return s.slot_word(s.owner_slot, 0, 0); }},
+      {"slot heartbeat (no check bits)", false, false, [](const Scene& s) { return s.slot_word(s.owner_slot, 0, 1); }},
+      {"slot pid (no check bits)", false, false, [](const Scene& s) { return s.slot_word(s.owner_slot, 0, 2); }},
+      {"slot eviction", true, false, [](const Scene& s) { return s.slot_word(s.owner_slot, 1, 0); }},
+      {"slot claim", true, false, [](const Scene& s) { return s.slot_word(s.owner_slot, 2, 0); }},
+      {"slot quota claim", true, false, [](const Scene& s) { return s.slot_word(s.owner_slot, 2, 1); }},
+      {"slot counters (no check bits)", false, false, [](const Scene& s) { return s.slot_word(s.owner_slot, 3, 5); }},
+      {"importer's identity", true, false, [](const Scene& s) { return s.slot_word(s.importer_slot, 0, 0); }},
+      {"importer's lease entry", true, false,
+       [](const Scene& s) {
+         const uint64_t table = s.sb.leases_offset + uint64_t{s.importer_slot} * s.sb.lease_entries * 16;
+         for (uint64_t i = 0; i < s.sb.lease_entries; ++i)
+           if (*s.word(table + i * 16) != 0) return table + i * 16 + 8;  // its generation and check
+         return table;
+       }},
+      {"extent word, small extent", true, true,
+       [](const Scene& s) { return s.entry(s.extent_of(s.blocks[0].offset), 0); }},
+      {"extent word, large head", true, true,
+       [](const Scene& s) { return s.entry(s.extent_of(s.blocks.back().offset), 0); }},
+      {"extent word, large tail", true, false,
+       [](const Scene& s) { return s.entry(s.extent_of(s.blocks.back().offset) + 1, 0); }},
+      {"extent word, free extent", true, false, [](const Scene& s) { return s.entry(s.sb.extent_count - 1, 0); }},
+      {"large block state", true, true, [](const Scene& s) { return s.entry(s.extent_of(s.blocks.back().offset), 1); }},
+      {"extent next generation (no check bits)", false, false,
+       [](const Scene& s) { return s.entry(s.extent_of(s.blocks[0].offset), 2); }},
+      {"small block state, allocated", true, true, [](const Scene& s) { return s.block_word(s.blocks[1]); }},
+      {"small block state, exported", true, true, [](const Scene& s) { return s.block_word(s.blocks[2]); }},
+  };
+  std::mt19937_64 rng(19);
+  for (const Kind& kind : kinds) {
+    for (const bool garbage : {false, true}) {
+      DYNAMIC_SECTION(kind.name << (garbage ? ", garbage word" : ", one flipped bit")) {
+        Scene s;
+        make_scene(&s, "repair");
+        std::vector<uint64_t> digests;
+        for (const Made& m : s.blocks) digests.push_back(s.digest(m));
+        uint64_t* w = s.word(kind.where(s));
+        const uint64_t before = *w;
+        uint64_t damaged = before ^ (uint64_t{1} << (rng() % 64));
+        auto at_most_one_bit = [](uint64_t x) { return (x & (x - 1)) == 0; };
+        while (garbage && at_most_one_bit(damaged ^ before)) damaged = rng();  // more than one bit away
+        *w = damaged;
+        INFO("word at " << kind.where(s) << ": " << std::hex << before << " -> " << damaged << std::dec);
+
+        cxlpool_status_t st;
+        auto r = check(s.device, 1, &st);
+        INFO("repair: corrupt " << r.corrupt_words << ", repaired " << r.words_repaired << ", reset " << r.words_reset
+                                << ", reformatted " << r.extents_reformatted << ", lost " << r.blocks_lost
+                                << ", blocked " << r.repair_blocked << ", recovered " << r.recovered);
+        CHECK(st == CXLPOOL_OK);
+        CHECK(r.corrupt_words == 0);
+        CHECK(r.repair_blocked == 0);
+        CHECK(r.extents_free == r.extents_total);
+        if (kind.checked && !garbage && std::string(kind.name) != "importer's lease entry" &&
+            std::string(kind.name).rfind("slot claim", 0) != 0 && std::string(kind.name).rfind("slot quota", 0) != 0) {
+          CHECK(r.words_repaired >= 1);  // restored exactly
+          CHECK(r.extents_reformatted == 0);
+          CHECK(r.blocks_lost == 0);
+        }
+        if (kind.loses && garbage) CHECK(r.blocks_lost >= 1);  // counted, not silently dropped
+        // What repair had no reason to touch it did not touch: every block's bytes.
+        for (size_t i = 0; i < s.blocks.size(); ++i) {
+          INFO("block " << i << " at " << s.blocks[i].offset << " (" << s.blocks[i].size << " B)");
+          CHECK(s.digest(s.blocks[i]) == digests[i]);
+        }
+        auto again = check(s.device, 0, &st);
+        CHECK(st == CXLPOOL_OK);
+        CHECK(again.corrupt_words == 0);
+        CHECK(again.words_repaired + again.words_reset == 0);
+        // The whole capacity, as one block; then blocks of the same classes, exported, which
+        // no handle from before the repair may name.
+        cxlpool_shared_pool_t* p = nullptr;
+        REQUIRE(cxlpool_shared_pool_open(s.device.c_str(), nullptr, &p) == CXLPOOL_OK);
+        auto i = info_of(p);
+        CHECK(i.extents_free == i.extents_total);
+        void* all = nullptr;
+        CHECK(cxlpool_shared_alloc(p, i.extents_total * i.extent_size, &all) == CXLPOOL_OK);
+        if (all) REQUIRE(cxlpool_shared_free(p, all) == CXLPOOL_OK);
+        std::vector<void*> fresh;
+        for (size_t size : {size_t{256}, size_t{3000}, size_t{60000}, size_t{2500000}})
+          for (int k = 0; k < 60; ++k) {
+            void* q = nullptr;
+            if (cxlpool_shared_alloc(p, size, &q) != CXLPOOL_OK) break;
+            cxlpool_shared_handle_t h{};
+            REQUIRE(cxlpool_shared_export(p, q, &h) == CXLPOOL_OK);
+            fresh.push_back(q);
+          }
+        cxlpool_shared_pool_t* other = nullptr;
+        REQUIRE(cxlpool_shared_pool_open(s.device.c_str(), nullptr, &other) == CXLPOOL_OK);
+        int accepted = 0;
+        for (const Made& m : s.blocks) {
+          void* q = nullptr;
+          if (m.exported && cxlpool_shared_import(other, &m.handle, &q, nullptr) == CXLPOOL_OK) ++accepted;
+        }
+        CHECK(accepted == 0);
+        REQUIRE(cxlpool_shared_pool_close(other) == CXLPOOL_OK);
+        for (void* q : fresh) REQUIRE(cxlpool_shared_free(p, q) == CXLPOOL_OK);
+        REQUIRE(cxlpool_shared_pool_close(p) == CXLPOOL_OK);
+      }
+    }
+  }
+}
+
+TEST_CASE("repair leaves damaged words alone while another participant is alive", "[shared]") {
+  Scene s;
+  make_scene(&s, "repair-live");
+  cxlpool_shared_pool_t* live = nullptr;
+  REQUIRE(cxlpool_shared_pool_open(s.device.c_str(), nullptr, &live) == CXLPOOL_OK);
+  void* mine = nullptr;
+  REQUIRE(cxlpool_shared_alloc(live, 5000, &mine) == CXLPOOL_OK);
+  fill(mine, 5000, 77);
+  *s.word(s.entry(s.extent_of(s.blocks[0].offset), 0)) ^= uint64_t{1} << 33;  // the dead owner's extent
+  cxlpool_status_t st;
+  auto r = check(s.device, 1, &st);
+  CHECK(st == CXLPOOL_E_CORRUPT);
+  CHECK(r.repair_blocked == 1);
+  CHECK(r.corrupt_words == 1);
+  CHECK(r.words_repaired + r.words_reset == 0);
+  CHECK(holds(mine, 5000, 77));
+  CHECK(cxlpool_shared_free(live, mine) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(live) == CXLPOOL_OK);
+  r = check(s.device, 1, &st);
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.words_repaired == 1);
+  CHECK(r.extents_free == r.extents_total);
+}
