@@ -4,7 +4,8 @@
 // Block bytes go to Python through the buffer protocol without a copy: memoryview(block) is the
 // pool's memory. Every object keeps alive what it points into (a view its pools, a block its
 // view or sequence), and an object whose blocks are still exported refuses to be released or
-// destroyed (cxlpool.Error, status CXLPOOL_E_BUSY) instead of leaving a memoryview dangling.
+// destroyed (cxlpool.Error, status CXLPOOL_E_BUSY) instead of leaving a memoryview dangling;
+// a sequence likewise refuses to seal a block a writable memoryview of it could still change.
 // Errors raise cxlpool.Error with cxlpool's own message and its status (.status, .name).
 // Hardened after a hostile review: objects made with Cls.__new__ (no __init__) are refused
 // (pybind11 2.10 hands methods uninitialised storage otherwise); new objects are given to
@@ -16,6 +17,7 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -273,9 +275,10 @@ struct Geometry {
 
 // ---- block memory through the buffer protocol ----
 
-// An object whose blocks may be exported: counts them.
+// An object whose blocks may be exported: counts them, and the writable ones per block index.
 struct Exporter {
   int exported = 0;
+  std::map<uint64_t, int> writable;  // block index -> live writable Block objects
   void refuse_if_exported(const char* who) const {
     if (exported)
       raise(CXLPOOL_E_BUSY, std::string(who) + ": " + std::to_string(exported) +
@@ -295,8 +298,12 @@ struct Block {
   Block(py::object o, Exporter* c, void* d, uint64_t n, bool w, uint64_t i, uint32_t t)
       : owner(std::move(o)), counter(c), data(d), bytes(n), writable(w), index(i), tier(t) {
     ++counter->exported;
+    if (writable) ++counter->writable[index];
   }
-  ~Block() { --counter->exported; }
+  ~Block() {
+    --counter->exported;
+    if (writable && --counter->writable[index] == 0) counter->writable.erase(index);
+  }
   Block(const Block&) = delete;
   Block& operator=(const Block&) = delete;
 };
@@ -400,8 +407,22 @@ struct Sequence : Exporter {
     check(cxlpool_kv_seq_append(get("Sequence.append"), ids.data(), ids.size(), &reused));
     return reused;
   }
+  // A block whose tokens this seal completes becomes shared read-only (the prefix cache, the
+  // importers). A memoryview's read-only flag is fixed when it is made, and the pool's pages
+  // cannot be protected per block (blocks share pages; a write would be a SIGSEGV): so the seal
+  // is refused while a writable Block of such a block, or a memoryview of one, is alive.
   void seal(const py::object& tokens) {
-    check(cxlpool_kv_seq_seal(get("Sequence.seal"), to_u64(tokens, "Sequence.seal: tokens")));
+    cxlpool_kv_seq_t* s = get("Sequence.seal");
+    const uint64_t n = to_u64(tokens, "Sequence.seal: tokens");
+    const uint64_t per_block = arena->geometry.g.tokens_per_block;
+    int alive = 0;
+    for (const auto& [index, count] : writable)
+      if (index < n / per_block) alive += count;  // block index holds tokens up to (index + 1) * per_block
+    if (alive)
+      raise(CXLPOOL_E_BUSY, "Sequence.seal: " + std::to_string(alive) +
+                                " writable block(s) of the tokens being sealed are still alive in Python (Block "
+                                "objects or memoryviews of them); a sealed block is shared read-only: drop them first");
+    check(cxlpool_kv_seq_seal(s, n));
   }
   py::bytes export_handle(const py::object& tokens) {
     cxlpool_kv_handle_t h{};
@@ -640,7 +661,9 @@ PYBIND11_MODULE(cxlpool, m) {
               },
               py::arg("index"))
           .def(
-              "seal", [](Sequence& s, const py::object& tokens) { s.seal(tokens); }, py::arg("tokens"))
+              "seal", [](Sequence& s, const py::object& tokens) { s.seal(tokens); }, py::arg("tokens"),
+              "The first `tokens` tokens are written: their whole blocks become shared and read-only. Refused "
+              "(BUSY) while a writable Block or memoryview of such a block is alive.")
           .def(
               "export", [](Sequence& s, const py::object& tokens) { return s.export_handle(tokens); },
               py::arg("tokens") = 0,

@@ -300,6 +300,48 @@ class HostileTest(unittest.TestCase):
                 for s in (a, b):
                     s.destroy()
 
+    def test_seal_refused_while_a_writable_view_of_a_block_it_seals_lives(self):
+        with Pool() as p:
+            with cxlpool.KvArena(G, [p]) as arena:
+                a = arena.sequence()
+                a.append(range(40))  # blocks 0 and 1 whole, block 2 holds tokens 32..39
+                fill(a, 3)
+                before = memoryview(a.block(0))  # taken before the seal, writable
+                self.assertFalse(before.readonly)
+                kept = a.block(1)  # a Block object makes writable memoryviews later
+                with self.assertRaises(cxlpool.Error) as e:
+                    a.seal(40)
+                self.assertEqual(e.exception.name, "CXLPOOL_E_BUSY")
+                self.assertIn("2 writable block(s)", str(e.exception))
+                self.assertEqual(a.info()["sealed_tokens"], 0)  # nothing sealed, nothing shared
+                partial = memoryview(a.block(2))  # 40..47 stay to be written: not in the way
+                del kept
+                with self.assertRaises(cxlpool.Error) as e:
+                    a.seal(40)
+                self.assertIn("1 writable block(s)", str(e.exception))
+                with self.assertRaises(cxlpool.Error):
+                    a.seal(16)  # completes block 0, still held
+                del before
+                a.seal(40)
+                self.assertTrue(memoryview(a.block(0)).readonly)
+                self.assertTrue(memoryview(a.block(1)).readonly)
+                with self.assertRaises(TypeError):
+                    memoryview(a.block(1))[0] = 0
+                self.assertFalse(partial.readonly)
+                del partial
+                want = seq_digest(a)
+                # The importer and a sequence sharing the prefix read exactly what was sealed.
+                view = cxlpool.import_view([p], a.export(32))
+                b = arena.sequence()
+                self.assertEqual(b.append(range(32)), 32)
+                self.assertEqual(digest(lambda: (view.block(i) for i in range(2))),
+                                 digest(lambda: (a.block(i) for i in range(2))))
+                self.assertEqual(seq_digest(b), digest(lambda: (a.block(i) for i in range(2))))
+                self.assertEqual(seq_digest(a), want)
+                view.release()
+                for s in (a, b):
+                    s.destroy()
+
     def test_strict_arguments(self):
         with Pool() as p:
             with cxlpool.KvArena(G, [p]) as arena:
