@@ -26,13 +26,15 @@ constexpr uint32_t kLostGenerationMargin = 1u << 31;
 template <class Ok>
 bool one_bit_away(uint64_t raw, Ok ok, uint64_t* out) {
   int found = 0;
+  uint64_t only = 0;
   for (int bit = 0; bit < 64; ++bit) {
     const uint64_t candidate = raw ^ (uint64_t{1} << bit);
     if (ok(candidate)) {
       if (++found > 1) return false;
-      *out = candidate;
+      only = candidate;
     }
   }
+  if (found == 1) *out = only;
   return found == 1;
 }
 
@@ -110,6 +112,39 @@ void repair_superblock(const std::string& device, RepairCounts* counts) {
   ++counts->words_repaired;
 }
 
+// The word of extent e when its neighbours say what it was: a tail is what the head covering
+// it says (owner, quota, distance back); a head of several extents is what its tails say, when
+// its own block word is whole. Never a word that would pass for this participant's own.
+bool SharedPool::rebuild_large(uint64_t e, ExtentWord* out) const {
+  const uint64_t n = view_.extent_count();
+  ExtentWord prev, head, next, t;
+  BlockWord bw;
+  bool have = false;
+  if (e > 0 && view_.extent(e - 1, &prev) && (prev.kind == kExtentLargeHead || prev.kind == kExtentLargeTail)) {
+    const uint64_t h = prev.kind == kExtentLargeHead ? e - 1 : e - 1 - prev.span;
+    if (view_.extent(h, &head) && head.kind == kExtentLargeHead && head.span > e - h &&
+        head.owner_slot == prev.owner_slot && head.owner_inc == prev.owner_inc) {
+      *out = head;
+      out->kind = kExtentLargeTail;
+      out->span = static_cast<uint32_t>(e - h);
+      have = true;
+    }
+  }
+  if (!have && e + 1 < n && view_.extent(e + 1, &next) && next.kind == kExtentLargeTail && next.span == 1 &&
+      decode_block(view_.load(&view_.extent_entry(e)->large_state), view_.extent_offset(e), view_.salt(), &bw)) {
+    uint32_t span = 1;
+    while (e + span < n && span <= kMaxSpan && view_.extent(e + span, &t) && t.kind == kExtentLargeTail &&
+           t.span == span && t.owner_slot == next.owner_slot && t.owner_inc == next.owner_inc)
+      ++span;
+    *out = next;
+    out->kind = kExtentLargeHead;
+    out->span = span;
+    have = true;
+  }
+  return have && out->owner_slot < view_.slot_count() &&
+         !(out->owner_slot == slot_ && out->owner_inc == owner_word_inc());
+}
+
 // Before recovery, holding no claim: other slots' identity and eviction words, the claim words
 // of dead slots, and the extent table. What is restored here then goes through recovery and
 // the orphan sweep like any dead participant's state.
@@ -127,6 +162,9 @@ void SharedPool::repair_words_before_recovery(RepairCounts* counts) {
     uint32_t inc = 0;
     SlotState state{};
     if (!decode_slot_identity(raw, s, salt, &inc, &state)) {
+      // Compare-and-swap is valid among the processes of one host only (one host's caches are
+      // coherent): another host's slot is repaired from that host (--host-index).
+      if (s / view_.sb().slots_per_host != view_.load(&view_.slot_line0(slot_)->host_index)) continue;
       uint64_t fixed = 0;
       const bool exact = one_bit_away(
           raw,
@@ -230,7 +268,10 @@ void SharedPool::repair_words_before_recovery(RepairCounts* counts) {
           good += decode_block(view_.load(view_.block_word(e, b)), view_.block_offset(e, c.cls, b), salt, &bw);
         return 2 * good >= g.blocks;
       };
-      if (one_bit_away(raw, fits, &fixed)) {
+      ExtentWord rebuilt;
+      const bool exact = one_bit_away(raw, fits, &fixed);
+      if (exact || rebuild_large(e, &rebuilt)) {
+        if (!exact) fixed = encode_extent(rebuilt, e, salt);
         view_.store(&entry->word, fixed);  // its owner is dead: recovery or the sweep takes it from here
         ++counts->words_repaired;
       } else {
