@@ -366,7 +366,9 @@ std::string read_user_file(const std::string& path) {
                                     : err == ENOENT                  ? CXLPOOL_E_NOT_FOUND
                                     : err == EINVAL || err == EISDIR ? CXLPOOL_E_INVALID_ARGUMENT
                                                                      : CXLPOOL_E_OS;
-    throw detail::Failure(status, "'" + path + "': " + why.text, err);
+    const std::string text = why.text;  // "it is a FIFO, ..." reads "'path' is a FIFO, ..."
+    throw detail::Failure(status, "'" + path + (text.rfind("it is ", 0) == 0 ? "' " + text.substr(3) : "': " + text),
+                          err);
   }
   return read_whole_fd(fd, path);
 }
