@@ -4,7 +4,7 @@
 # (glibc, jemalloc, mimalloc, tcmalloc, memkind; every placement policy; peak RSS), fork()
 # with a far heap (vs glibc), backings, the interposer on real programs, and shared pools (vs
 # Boost.Interprocess; publish/acquire, handles, recovery), and movable residency (vs memcpy and
-# a naive page-by-page move). Prints the tables and ratios and
+# a naive page-by-page move), and the cost of reserving a device's room on commit. Prints the tables and ratios and
 # saves bench-results/*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,5 +16,7 @@ python3 bench/run_preload_bench.py --preload "$BUILD/lib/libcxlpool_preload.so" 
 python3 bench/run_shared_bench.py --build "$BUILD" --out bench-results/shared_bench.json
 "$BUILD/bench/rebind_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
   --benchmark_out=bench-results/rebind_bench.json --benchmark_out_format=json
+"$BUILD/bench/room_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  --benchmark_out=bench-results/room_bench.json --benchmark_out_format=json
 "$BUILD/bench/tiering_bench" --seconds 10 --json bench-results/tiering_bench.json --plot bench-results/tiering_bench.png
 "$BUILD/bench/kvcache_bench" --json bench-results/kvcache_bench.json --plot bench-results/kvcache_bench.png

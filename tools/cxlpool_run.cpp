@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "topology/model.hpp"
+
 #ifndef CXLPOOL_PRELOAD_BUILD_PATH
 #define CXLPOOL_PRELOAD_BUILD_PATH ""
 #endif
@@ -94,6 +96,19 @@ bool is_static_elf(const std::string& path, bool& is_elf) {
   }
   close(fd);
   return stat_elf;
+}
+
+// Declared devices larger than the room there is for them (a filesystem, huge pages, a memory
+// cgroup), said once here rather than by every process of the program. Configuration errors
+// stay the interposer's to report.
+void warn_about_room() {
+  try {
+    cxlpool::detail::DiscoverOptions o;
+    o.no_hwloc = true;
+    for (const std::string& w : cxlpool::detail::discover(o).room_warnings)
+      std::fprintf(stderr, "cxlpool-run: warning: %s\n", w.c_str());
+  } catch (...) {
+  }
 }
 
 }  // namespace
@@ -185,6 +200,7 @@ int main(int argc, char** argv) {
   if (have_policy) setenv("CXLPOOL_POLICY", policy.c_str(), 1);
   if (!stats.empty()) setenv("CXLPOOL_STATS", stats.c_str(), 1);
   if (!tiering.empty()) setenv("CXLPOOL_TIERING", tiering.c_str(), 1);
+  warn_about_room();
   execv(path.c_str(), argv + i);
   int err = errno;
   std::fprintf(stderr, "cxlpool-run: cannot execute %s: %s\n", path.c_str(), std::strerror(err));

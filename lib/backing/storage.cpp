@@ -80,6 +80,12 @@ std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy
   }
   s->fd_ = os::prim::move_fd_high(fd);
   s->placement_in_storage_ = spec.kind == CXLPOOL_BACKING_FILE && os::fd_needs_shared_mapping(s->fd_);
+  s->hugetlbfs_ = spec.kind == CXLPOOL_BACKING_FILE && os::fd_on_hugetlbfs(s->fd_);
+  s->room_limited_ = spec.kind == CXLPOOL_BACKING_SHM || spec.kind == CXLPOOL_BACKING_FILE;
+  // Where the file has a policy of its own (a tmpfs mounted with mpol=), its private pages
+  // are placed by it, as the kernel places a private copy-on-write copy of a tmpfs page.
+  if (!s->hugetlbfs_ && (spec.kind != CXLPOOL_BACKING_DEVDAX || fork_copy))
+    os::prim::file_policy(s->fd_, &s->policy_);  // none when it cannot be read: default placement
   s->free_.insert(0, spec.capacity);
   return s;
 }
@@ -116,8 +122,28 @@ int Storage::map(void* addr, size_t len, uint64_t offset, bool shared) noexcept 
     if (int err = os::prim::map_anonymous_fixed(addr, len, shared)) return err;
     return numa_node_ < 0 ? 0 : os::prim::bind_node(addr, len, numa_node_);
   }
+  if (!shared && !hugetlbfs_) {
+    // Private pages of a file device are anonymous memory (storage.hpp): the descriptor is
+    // not needed, and a placement the file's policy cannot get is no reason to refuse memory.
+    if (int err = os::prim::map_anonymous_fixed(addr, len, false)) return err;
+    os::prim::apply_policy(addr, len, policy_);
+    return 0;
+  }
   if (int err = check_identity()) return err;
   return os::prim::map_fd_fixed(addr, len, fd_, offset, shared);
+}
+
+int Storage::reserve_room(void* addr, uint64_t offset, size_t len) noexcept {
+  if (!room_limited_) return 0;  // memfd: no filesystem to fill (a memory cgroup's limit: docs/backing.md)
+  int e = check_identity() == 0 ? os::prim::allocate_range(fd_, offset, len) : EOPNOTSUPP;
+  if (e == EOPNOTSUPP || e == ENOSYS) {
+    // No fallocate here (or no descriptor): writing the pages in through the shared mapping
+    // takes their room, as a program's first touch would (EFAULT where that would SIGBUS).
+    e = os::prim::populate_write(addr, len);
+    if (e == EFAULT) e = ENOSPC;
+    if (e == EINVAL) e = 0;  // a kernel before 5.14: nothing better to be had
+  }
+  return e;
 }
 
 int Storage::take_range(size_t size, size_t alignment, uint64_t* offset, uint64_t* largest) noexcept {

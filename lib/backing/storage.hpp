@@ -42,10 +42,25 @@ class Storage {
   const std::string& description() const { return description_; }
 
   // Maps [offset, offset+len) of the storage over addr (PROT_NONE), privately (kernel
-  // copy-on-write) or shared. Anonymous storage ignores offset and binds to its node.
+  // copy-on-write) or shared. Anonymous storage ignores offset and binds to its node. A
+  // private mapping of a file (memfd, /dev/shm, any filesystem but hugetlbfs) is private
+  // anonymous memory under the file's own memory policy: the file holds only zeros, and a
+  // private mapping of a tmpfs file would allocate every page it faults twice, once in the
+  // file (SIGBUS when the tmpfs is full) and once as the private copy (docs/backing.md).
   // Returns 0 or an errno; EBADF when the descriptor was closed or replaced by the program
   // (the storage is then marked lost and maps nothing any more).
   int map(void* addr, size_t len, uint64_t offset, bool shared) noexcept;
+
+  // Takes the room for [offset, offset+len) of a storage whose filesystem can run out (a file,
+  // /dev/shm, hugetlbfs), mapped shared at addr: fallocate, or where that cannot be had
+  // (a filesystem without it, a descriptor the program took away) faulting the pages in
+  // through addr. After it, writes there cannot SIGBUS for lack of room, whoever fills the
+  // filesystem. 0 (also for storages that cannot run out: memfd, device-DAX), or ENOSPC,
+  // EDQUOT, ENOMEM, ... with nothing of the range kept.
+  int reserve_room(void* addr, uint64_t offset, size_t len) noexcept;
+  // Private pages of this storage must be faulted in at commit to be had at all (hugetlbfs:
+  // a huge page missing at fault time is SIGBUS).
+  bool private_needs_populate() const { return hugetlbfs_; }
 
   // First-fit allocation of offsets (fd storage). Returns 0, or ENOSPC with the largest free
   // range in *largest.
@@ -76,8 +91,11 @@ class Storage {
   bool lost_ = false;
   bool placement_in_storage_ = false;
   bool retired_ = false;
-  std::string description_;  // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
-  IntervalSet free_;         // free offset ranges
+  bool hugetlbfs_ = false;
+  bool room_limited_ = false;   // a file or /dev/shm: its filesystem can fill up
+  os::prim::MemPolicy policy_;  // the file's memory policy, for its private (anonymous) pages
+  std::string description_;     // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
+  IntervalSet free_;            // free offset ranges
 };
 
 }  // namespace cxlpool::detail

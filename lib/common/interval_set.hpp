@@ -3,8 +3,10 @@
 // added and an erase removed. Backings use it to count committed bytes exactly once.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <map>
 
 namespace cxlpool::detail {
@@ -25,6 +27,21 @@ class IntervalSet {
   template <class F>
   void for_each(F&& f) const {
     for (auto& [lo, hi] : ranges_) f(lo, hi);
+  }
+  // Calls f(lo, hi) for each part of [start, end) that is not present, in order; allocates
+  // nothing.
+  template <class F>
+  void for_each_gap(uint64_t start, uint64_t end, F&& f) const {
+    uint64_t at = start;
+    auto it = ranges_.upper_bound(start);
+    if (it != ranges_.begin() && std::prev(it)->second > at) at = std::prev(it)->second;
+    while (at < end) {
+      const uint64_t gap_end = it == ranges_.end() ? end : std::min(end, it->first);
+      if (gap_end > at) f(at, gap_end);
+      if (it == ranges_.end()) return;
+      at = std::max(at, it->second);
+      ++it;
+    }
   }
   // The first range, in order, for which f(lo, hi) returns true; false when none does.
   template <class F>

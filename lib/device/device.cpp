@@ -32,6 +32,8 @@ cxlpool_status_t status_of_errno(int e) {
     case EPERM:
       return CXLPOOL_E_PERMISSION;
     case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
     case EFAULT:
       return CXLPOOL_E_CAPACITY;
     default:
@@ -267,6 +269,10 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
       return device_failure(err, e == ENOMEM ? CXLPOOL_E_NO_MEMORY : CXLPOOL_E_OS, e,
                             st->anonymous() ? "mbind" : "mmap(fd)");
     }
+    // The address space past the device's bytes is never accessed; marking it keeps the
+    // kernel from merging it with device memory that is plain anonymous memory too (private
+    // ranges of file devices), so that the mapping model (vma_delta) stays exact.
+    if (span > size) os::prim::advise_thp(static_cast<char*>(addr) + size, span - size, false);
     try {
       reservations_.emplace(r.addr, r);
     } catch (...) {
@@ -344,11 +350,28 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
     return device_failure(err, CXLPOOL_E_CAPACITY, 0, "capacity", committed());
   const int64_t vmas = vma_delta(*r, off, off + len, true);
   if (int e = os::prim::protect(addr, len, true)) return device_failure(err, status_of_errno(e), e, "mprotect(RW)");
-  bool shared_fd = mapped_shared(*r) && !st.anonymous() && !r->inherited;
-  // Memory on a size-limited filesystem (a tmpfs, a disk) is allocated now, so a full one is
-  // CAPACITY here instead of SIGBUS at the first touch. memfd and device-DAX cannot run out.
-  bool must_populate = populate || (shared_fd && added == len && spec_.kind != CXLPOOL_BACKING_MEMFD &&
-                                    spec_.kind != CXLPOOL_BACKING_DEVDAX && !st.lost());
+  // Bytes that live in the storage (shared mappings of a file or /dev/shm) get their room now,
+  // so a full filesystem is CAPACITY here instead of SIGBUS at a later touch, whoever fills it
+  // meanwhile. Only the pages not committed yet: the rest has its room.
+  const bool in_storage = mapped_shared(*r) && !st.anonymous();
+  const bool shared_fd = in_storage && !r->inherited;  // ours to free (a fork child's view is not)
+  auto* const base = static_cast<char*>(addr);
+  if (added && in_storage) {
+    int e = 0;
+    st.committed.for_each_gap(off, off + len, [&](uint64_t lo, uint64_t hi) {
+      if (!e) e = st.reserve_room(base + (lo - off), lo, hi - lo);
+    });
+    if (e) {
+      // What was taken before the filesystem ran out goes back (ext4 keeps it otherwise).
+      if (shared_fd)
+        st.committed.for_each_gap(
+            off, off + len, [&](uint64_t lo, uint64_t hi) { os::prim::advise_remove(base + (lo - off), hi - lo); });
+      if (added == len) os::prim::protect(addr, len, false);
+      return device_failure(err, status_of_errno(e), e, "fallocate");
+    }
+  }
+  // Private pages of hugetlbfs exist only once faulted in: a missing huge page is CAPACITY now.
+  const bool must_populate = populate || (added && !in_storage && st.private_needs_populate());
   if (must_populate) {
     int e = os::prim::populate_write(addr, len);
     if (e == EINVAL && !populate) e = 0;  // kernels before 5.14: no early check
@@ -499,7 +522,8 @@ std::string Device::describe(const char* op, const void* addr, size_t len, const
       if (std::strcmp(err.call, "mbind(MPOL_MF_MOVE)") == 0)
         return where + ": the target NUMA node has no room for its pages (move_pages: " + std::strerror(err.os_errno) +
                "); the move was undone";
-      return where + ": the filesystem holding it is full (" + err.call + ": " + std::strerror(err.os_errno) + ")";
+      return where + ": the filesystem holding it is full (" + err.call + ": " + std::strerror(err.os_errno) +
+             (caps_.page_size > size_t(os::page_size()) ? "; or no free huge page" : "") + ")";
     case CXLPOOL_E_NOT_SUPPORTED:
       // Moves say why in their own words (the call names the reason).
       if (std::strncmp(err.call, "move", 4) == 0) return where + ": " + err.call;
@@ -633,6 +657,13 @@ bool Device::child_after_fork(char* message, size_t message_size) noexcept {
     }
     Storage* old = r.storage.get();
     int e = target->anonymous() ? copy_to_anonymous(r, target) : copy_to_fresh(r, target);
+    if ((e == ENOSPC || e == EDQUOT || e == EFBIG) && r.storage.get() == old) {
+      // The fresh storage's filesystem filled up during the copy (which changed nothing of
+      // the range): the copy goes to private memory, as when no storage can be opened.
+      if (!anon) anon = Storage::anonymous_copy();
+      if (anon) e = copy_to_anonymous(r, anon);
+      target = anon;
+    }
     if (e) {
       std::snprintf(message, message_size, "device '%s': copying %zu bytes for the child failed: %s",
                     spec_.device_name.c_str(), r.size, std::strerror(e));

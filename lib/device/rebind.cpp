@@ -101,8 +101,12 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
   for (const Run& run : runs) {
     if (int e = os::prim::protect(stage + run.lo, run.hi - run.lo, true))
       return drop_staging(CXLPOOL_E_OS, e, "move: mprotect(staging)");
-    // Target memory on a size-limited filesystem is allocated before anything is copied,
-    // so a full one is CAPACITY here rather than SIGBUS in the copy (as in commit()).
+    // The target's room is taken as commit() takes it, before anything is copied: a full
+    // filesystem is CAPACITY here (the move is skipped), not SIGBUS in the copy or later.
+    if (shared_target)
+      if (int e = dst.reserve_room(stage + run.lo, new_offset + run.lo, run.hi - run.lo))
+        return drop_staging(e == ENOSPC || e == EDQUOT || e == EFBIG || e == ENOMEM ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS,
+                            e, "move: fallocate(target)");
     int e = os::prim::populate_write(stage + run.lo, run.hi - run.lo);
     if (e && e != EINVAL)  // EINVAL: a kernel before 5.14, the copy faults them in
       return drop_staging(e == ENOMEM || e == EFAULT ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e,

@@ -68,6 +68,8 @@ void truncate_fd(int fd, uint64_t size);
 // Whether writes must go through a shared mapping to land in fd's own memory: a file in DAX
 // mode (statx STATX_ATTR_DAX) or on hugetlbfs.
 bool fd_needs_shared_mapping(int fd) noexcept;
+// Whether fd is a file on hugetlbfs.
+bool fd_on_hugetlbfs(int fd) noexcept;
 // Page granule of the filesystem holding fd (hugetlbfs: huge page size), at least page_size().
 size_t fd_page_size(int fd);
 // Free bytes of the filesystem holding path, or 0 when it cannot be determined.
@@ -135,6 +137,10 @@ bool path_identity(const std::string& path, PathIdentity* out) noexcept;
 // Reserves the file's blocks now (posix_fallocate), so a full filesystem is an error here and
 // not a SIGBUS later; a filesystem that cannot preallocate is accepted as is.
 void allocate_file(int fd, uint64_t size, const std::string& what);
+// Allocates whatever [0, size) of an existing pool file lacks (a sparse copy of it), so that
+// writes through its mapping cannot SIGBUS on a full filesystem; CXLPOOL_E_CAPACITY when there
+// is no room for the holes. Costs one fstat when the file is whole.
+void fill_holes(int fd, uint64_t size, const std::string& what);
 // MAP_SHARED read-write mapping of [offset, offset+size) of fd.
 void* map_shared_fd(int fd, size_t size, uint64_t offset, const std::string& what);
 // Removes path's name, walked as open_existing does, only while it names the file expected

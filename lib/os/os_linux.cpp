@@ -288,6 +288,12 @@ bool fd_needs_shared_mapping(int fd) noexcept {
   return false;
 }
 
+bool fd_on_hugetlbfs(int fd) noexcept {
+  struct statfs sfs {};
+  constexpr long kHugetlbfsMagic = 0x958458f6;
+  return fstatfs(fd, &sfs) == 0 && sfs.f_type == kHugetlbfsMagic;
+}
+
 size_t fd_page_size(int fd) {
   struct statfs sfs {};
   if (fstatfs(fd, &sfs) != 0) return page_size();

@@ -165,9 +165,24 @@ bool path_identity(const std::string& path, PathIdentity* out) noexcept {
 void allocate_file(int fd, uint64_t size, const std::string& what) {
   int err = posix_fallocate(fd, 0, off_t(size));
   if (err == 0 || err == EOPNOTSUPP || err == EINVAL) return;
-  if (err == ENOSPC)
+  if (err == ENOSPC || err == EDQUOT)
     fail(CXLPOOL_E_CAPACITY, what + ": the filesystem has no room for " + std::to_string(size) + " bytes");
   fail_os(what + ": posix_fallocate", err);
+}
+
+void fill_holes(int fd, uint64_t size, const std::string& what) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || uint64_t(st.st_blocks) * 512 >= size) return;  // allocated whole, as created
+  // fallocate, never posix_fallocate: glibc's fallback writes a byte per block, which would
+  // race with the pool's live participants.
+  const int err = prim::allocate_range(fd, 0, size);
+  if (err == 0 || err == EOPNOTSUPP || err == ENOSYS) return;
+  if (err == ENOSPC || err == EDQUOT)
+    fail(CXLPOOL_E_CAPACITY, what +
+                                 ": the pool's file has holes (a sparse copy?) and its filesystem has no room "
+                                 "to fill them; writing there would kill the program with SIGBUS. Free room "
+                                 "there, or copy the file without holes");
+  fail_os(what + ": fallocate", err);
 }
 
 void* map_shared_fd(int fd, size_t size, uint64_t offset, const std::string& what) {

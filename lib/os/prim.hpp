@@ -52,6 +52,25 @@ int clear_policy(void* addr, size_t size) noexcept;
 int move_mapping(void* from, size_t size, void* to) noexcept;
 // Frees [offset, offset+size) of a file (fallocate PUNCH_HOLE, size kept).
 int punch_hole(int fd, uint64_t offset, size_t size) noexcept;
+// Allocates [offset, offset+size) of a file (fallocate, size kept): the filesystem's room for
+// it is taken now, so that writes through a shared mapping cannot fault for lack of it later.
+// ENOSPC or EDQUOT when there is not enough (ext4 keeps what it allocated before it ran out:
+// punch_hole gives it back; tmpfs undoes it itself), EOPNOTSUPP where the filesystem cannot
+// preallocate. Ranges already allocated cost a walk, nothing more.
+int allocate_range(int fd, uint64_t offset, size_t size) noexcept;
+
+// A NUMA memory policy as mbind(2) takes it: mode (with its MPOL_F_* flags) and node mask.
+inline constexpr int kPolicyMaxNodes = 4096;  // the kernel's MAX_NUMNODES on the largest configurations
+struct MemPolicy {
+  int mode = 0;  // MPOL_DEFAULT: nothing to apply
+  unsigned long nodes[kPolicyMaxNodes / 64] = {};
+};
+// The policy the kernel applies to pages faulted through a mapping of fd (a tmpfs mounted with
+// mpol=, a shared policy set on the file), read through a one-page probe mapping; MPOL_DEFAULT
+// when there is none. 0 or an errno.
+int file_policy(int fd, MemPolicy* out) noexcept;
+// mbind of [addr, addr+size) to policy (nothing for MPOL_DEFAULT).
+int apply_policy(void* addr, size_t size, const MemPolicy& policy) noexcept;
 
 // ---- Descriptors ---------------------------------------------------------------------------
 struct FileId {

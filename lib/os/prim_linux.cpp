@@ -186,6 +186,33 @@ int punch_hole(int fd, uint64_t offset, size_t size) noexcept {
   return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(size)) == 0 ? 0 : errno;
 }
 
+int allocate_range(int fd, uint64_t offset, size_t size) noexcept {
+  for (;;) {
+    if (fallocate(fd, FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(size)) == 0) return 0;
+    if (errno != EINTR) return errno;
+  }
+}
+
+int file_policy(int fd, MemPolicy* out) noexcept {
+  const size_t ps = system_page();
+  void* probe = mmap(nullptr, ps, PROT_NONE, MAP_PRIVATE | MAP_NORESERVE, fd, 0);
+  if (probe == MAP_FAILED) return errno;
+  MemPolicy p;
+  // MPOL_F_ADDR (1 << 1): the policy of the mapping at probe, which for shmem is the file's own.
+  long r = syscall(SYS_get_mempolicy, &p.mode, p.nodes, (unsigned long)kPolicyMaxNodes, probe, 2UL);
+  const int err = r == 0 ? 0 : errno;
+  munmap(probe, ps);
+  if (err == 0) *out = p;
+  return err;
+}
+
+int apply_policy(void* addr, size_t size, const MemPolicy& policy) noexcept {
+  if (policy.mode == 0) return 0;
+  // maxnode counts one more bit than the mask holds (the kernel's get_nodes drops one).
+  long r = syscall(SYS_mbind, addr, size, policy.mode, policy.nodes, (unsigned long)kPolicyMaxNodes + 1, 0U);
+  return r == 0 ? 0 : errno;
+}
+
 int file_id(int fd, FileId* out) noexcept {
   struct stat st {};
   if (fstat(fd, &st) != 0) return errno;

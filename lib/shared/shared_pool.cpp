@@ -308,8 +308,10 @@ std::unique_ptr<SharedPool> SharedPool::open(const std::string& device, const Sh
   os::PathIdentity identity{};
   try {
     m = map_existing(fd, devdax, what, &sb);
+    if (!devdax) os::fill_holes(fd, sb.size, what);
     identity = os::fd_identity(fd);
   } catch (...) {
+    if (m.base) os::unmap(m.base, m.size);
     os::close_fd(fd);
     throw;
   }

@@ -13,6 +13,7 @@
 #include "os/fs_root.hpp"
 #include "os/hwloc.hpp"
 #include "os/os.hpp"
+#include "os/room.hpp"
 #include "topology/model.hpp"
 
 namespace cxlpool::detail {
@@ -761,6 +762,46 @@ void add_warnings(Topology& topo, bool multi_node_without_hmat) {
                   ", which has CPUs and no declared latency: it ranks with local DRAM unless you declare latency=");
 }
 
+// Declared sizes against the room there is now: a warning, never a refusal (room may be freed
+// later, and what runs out is refused then, not a signal: docs/backing.md). Bytes kept in a
+// device's file (shared ranges; private ones with fork=copy) need its filesystem's room (on
+// hugetlbfs: free huge pages); private memory of memfd, shm and file devices is RAM charged
+// to the process's memory cgroup, whose limit no call can reserve against.
+void add_room_warnings(Topology& topo) {
+  os::CgroupRoom cg;
+  const bool cg_limited = os::memory_cgroup_room(&cg);
+  for (auto& t : topo.targets) {
+    const cxlpool_backing_kind_t kind = t.backing.kind;
+    if (t.kind != CXLPOOL_TARGET_EMULATED || t.capacity.source != CXLPOOL_SOURCE_CONFIG ||
+        (kind != CXLPOOL_BACKING_MEMFD && kind != CXLPOOL_BACKING_SHM && kind != CXLPOOL_BACKING_FILE))
+      continue;
+    const uint64_t size = t.capacity.value;
+    std::string parts;
+    os::FsRoom fs;
+    if (kind != CXLPOOL_BACKING_MEMFD) {
+      const std::string dir = kind == CXLPOOL_BACKING_SHM ? "/dev/shm" : os::parent_dir(t.backing.path);
+      if (os::filesystem_room(dir, &fs) && fs.bytes < size)
+        parts += fs.huge_page ? dir + " (hugetlbfs) has " + std::to_string(fs.bytes / fs.huge_page) + " free " +
+                                    format_bytes(fs.huge_page) + " huge pages (" + format_bytes(fs.bytes) +
+                                    "): commits past that are refused (CXLPOOL_E_CAPACITY)"
+                              : "its filesystem (" + dir + ") has " + format_bytes(fs.bytes) +
+                                    " free: memory kept in the file (shared ranges; private ones with fork=copy) "
+                                    "is refused past that (CXLPOOL_E_CAPACITY: malloc returns NULL or the policy "
+                                    "spills), never a SIGBUS";
+    }
+    const uint64_t cg_room = cg.usage >= cg.limit ? 0 : cg.limit - cg.usage;
+    if (cg_limited && !fs.huge_page && cg_room < size)
+      parts += (parts.empty() ? "" : "; ") + std::string("its memory is RAM charged to the memory cgroup (") + cg.path +
+               "), which has " + format_bytes(cg_room) + " left of its " + format_bytes(cg.limit) +
+               " limit: past that the kernel's OOM killer ends a process (a cgroup limit cannot be reserved "
+               "against)";
+    if (parts.empty()) continue;
+    std::string w = "device '" + t.name + "' (size=" + format_bytes(size) + ") cannot all be had now: " + parts;
+    topo.room_warnings.push_back(w);
+    topo.warnings.push_back(std::move(w));
+  }
+}
+
 }  // namespace
 
 Topology discover(const DiscoverOptions& o) {
@@ -829,6 +870,7 @@ Topology discover(const DiscoverOptions& o) {
 
   rank_targets(topo);
   add_warnings(topo, nodes > 1 && !any_hmat);
+  add_room_warnings(topo);
   return topo;
 }
 

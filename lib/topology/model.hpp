@@ -91,6 +91,9 @@ struct Topology {
   std::vector<DaxDevice> dax_devices;
   KernelState kernel;
   std::vector<std::string> warnings;
+  // The warnings (also in warnings) about declared sizes larger than the room there is now:
+  // what cxlpool-run prints before it starts the program.
+  std::vector<std::string> room_warnings;
   std::string sysfs_root, procfs_root;
   bool hwloc_used = false;
   std::string hwloc_note;  // version, or why hwloc was not used

@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   size_t big = argc > 1 ? strtoull(argv[1], NULL, 10) : (8u << 20);
   char* p = malloc(big);
   memset(p, 1, big);
-  /* The mapping that holds p: a far device's memfd shows up by name. */
+  /* The mapping that holds p: a file by name, else [anonymous] (also a far device's private memory). */
   FILE* f = fopen("/proc/self/maps", "r");
   char line[512], where[256] = "?";
   while (f && fgets(line, sizeof line, f)) {
