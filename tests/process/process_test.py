@@ -477,8 +477,12 @@ def mode_devices_capi():
     prog = exe("process_named_device")
     dev = "farmem"
     tmp = mkdtemp("dev")
-    # B1: two pools, one process, one named device.
-    for name, backing in [("shm:NAME", "shm:" + shm_name("b1")), ("file:PATH", f"file:{tmp}/b1heap")]:
+    # B1: two pools, one process, one named device. Private memory of a copy-on-write device is
+    # anonymous (docs/backing.md, "Room"): with fork=copy it lives in the file, whose offsets
+    # /proc/self/maps shows, so that disjoint device offsets are checked too.
+    for name, backing in [("shm:NAME", "shm:" + shm_name("b1")), ("file:PATH", f"file:{tmp}/b1heap"),
+                          ("shm:NAME fork=copy", "shm:" + shm_name("b1c") + ",fork=copy"),
+                          ("file:PATH fork=copy", f"file:{tmp}/b1cheap,fork=copy")]:
         r = run([prog, "two-pools", dev], extra={"CXLPOOL_DEVICES": f"{dev}:backing={backing},size=256M"})
         check(r.returncode == 0,
               f"B1 two pools over one {name} device in one process: disjoint blocks ({r.describe()})")
