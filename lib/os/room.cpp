@@ -101,12 +101,12 @@ bool filesystem_room(const std::string& dir, FsRoom* out) noexcept {
   }
 }
 
-bool memory_cgroup_room(CgroupRoom* out) noexcept {
+bool memory_cgroup_room(CgroupRoom* out, const std::string& proc_cgroup, const std::string& cgroupfs) noexcept {
   try {
     // /proc/self/cgroup: "0::/path" for the unified (v2) hierarchy, "N:...memory...:/path" for
     // v1's memory controller; paths are relative to the cgroup namespace's root, which is what
     // /sys/fs/cgroup shows.
-    int fd = open("/proc/self/cgroup", O_RDONLY | O_CLOEXEC);
+    int fd = open(proc_cgroup.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;
     std::string text;
     char buf[4096];
@@ -129,11 +129,10 @@ bool memory_cgroup_room(CgroupRoom* out) noexcept {
       const std::string controllers = line.substr(c1 + 1, c2 - c1 - 1), path = line.substr(c2 + 1);
       if (path.find("/..") != std::string::npos) continue;  // never leave the cgroup mount
       if (line.compare(0, c1, "0") == 0 && controllers.empty()) {
-        const std::string root =
-            exists("/sys/fs/cgroup/cgroup.controllers") ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified";
+        const std::string root = exists(cgroupfs + "/cgroup.controllers") ? cgroupfs : cgroupfs + "/unified";
         walk(root, path, "memory.max", "memory.current", &best, &found);
       } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
-        walk("/sys/fs/cgroup/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes", &best, &found);
+        walk(cgroupfs + "/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes", &best, &found);
       }
     }
     if (found) *out = best;

@@ -21,12 +21,14 @@ bool filesystem_room(const std::string& dir, FsRoom* out) noexcept;
 
 // The memory cgroup (v2 memory.max/memory.current, else v1 memory.limit_in_bytes and
 // memory.usage_in_bytes) of the calling process or of an ancestor with the least room left
-// under its limit. false when no memory limit applies (or none can be read).
+// under its limit. false when no memory limit applies (or none can be read). The process's
+// cgroup file and the cgroup mount are parameters for tests (fake trees).
 struct CgroupRoom {
   uint64_t limit = 0;  // bytes
   uint64_t usage = 0;  // bytes charged now (page cache included)
   std::string path;    // the limit's file, for messages
 };
-bool memory_cgroup_room(CgroupRoom* out) noexcept;
+bool memory_cgroup_room(CgroupRoom* out, const std::string& proc_cgroup = "/proc/self/cgroup",
+                        const std::string& cgroupfs = "/sys/fs/cgroup") noexcept;
 
 }  // namespace cxlpool::os
