@@ -45,12 +45,28 @@ void* alloc_on(Pool* pool, Heap* h, int di, size_t size, size_t alignment, unsig
   return p ? p : alloc_block_slow(h, di, cls);
 }
 
+// Gives back what the pools hold free (pool_trim: empty pages, free slices, cached spans,
+// empty segments and regions) before a failed allocation is retried: address space under an
+// RLIMIT_AS, device capacity otherwise. Every pool when the registry's lock is free; else
+// (another thread holds it, or this one on a thread-exit path) this pool only.
+void give_back_free(Pool* pool) noexcept {
+  std::unique_lock<std::mutex> lock(g_registry_mu, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    pool_trim(pool);
+    return;
+  }
+  for (const RegistryEntry& e : g_registry)
+    if (e.pool && !e.pool->detached) pool_trim(e.pool);
+}
+
 void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int forced) noexcept {
   if (pool->detached) {  // a shared pool inherited across fork(): the parent's heap state
     errno = ENOMEM;
     return nullptr;
   }
-  bool huge = size > kMaxClassSize || alignment > kSliceSize;
+  // Under an RLIMIT_AS blocks above 128 KiB get a reservation of exactly their size, as glibc
+  // maps them: a page of such blocks would hold slices smaller pages could not use meanwhile.
+  bool huge = size > kMaxClassSize || alignment > kSliceSize || (size > kLimitedSpanMin && address_space_limited());
   unsigned cls = 0;
   if (!huge) {
     cls = alignment > 16 ? aligned_class(size, alignment) : size_to_class(size);
@@ -62,33 +78,37 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
     errno = ENOMEM;
     return nullptr;
   }
-  int di;
-  const Rule* rule = nullptr;
-  if (forced >= 0) {
-    di = forced;
-  } else {
-    if (!huge && pool->routes[cls].kind == RouteKind::kPerPage) {
-      // Per-page policies move on to the next device when the current page fills up.
-      int16_t cur = h->page_device[cls];
-      if (cur >= 0) {
-        Page* head = h->head[cur][cls];
-        if (!head || !page_has_free(head)) h->page_device[cls] = -1;
+  int di = 0, used = 0;
+  void* p = nullptr;
+  for (int attempt = 0; attempt < 2 && !p; ++attempt) {
+    if (attempt) give_back_free(pool);
+    const Rule* rule = nullptr;
+    if (forced >= 0) {
+      di = forced;
+    } else {
+      if (!huge && pool->routes[cls].kind == RouteKind::kPerPage) {
+        // Per-page policies move on to the next device when the current page fills up.
+        int16_t cur = h->page_device[cls];
+        if (cur >= 0) {
+          Page* head = h->head[cur][cls];
+          if (!head || !page_has_free(head)) h->page_device[cls] = -1;
+        }
       }
+      di = choose(pool, h, size, hint, cls, huge, &rule);
     }
-    di = choose(pool, h, size, hint, cls, huge, &rule);
-  }
-  void* p = alloc_on(pool, h, di, size, alignment, cls, huge);
-  int used = di;
-  if (!p && rule) {
-    for (int fb : rule->fallback) {
-      if (fb == di) continue;
-      p = alloc_on(pool, h, fb, size, alignment, cls, huge);
-      if (p) {
-        used = fb;
-        h->counters[fb].fallbacks.add(1);
-        if (!huge && (rule->kind == RuleKind::kRatio || rule->kind == RuleKind::kInterleave))
-          h->page_device[cls] = int16_t(fb);
-        break;
+    p = alloc_on(pool, h, di, size, alignment, cls, huge);
+    used = di;
+    if (!p && rule) {
+      for (int fb : rule->fallback) {
+        if (fb == di) continue;
+        p = alloc_on(pool, h, fb, size, alignment, cls, huge);
+        if (p) {
+          used = fb;
+          h->counters[fb].fallbacks.add(1);
+          if (!huge && (rule->kind == RuleKind::kRatio || rule->kind == RuleKind::kInterleave))
+            h->page_device[cls] = int16_t(fb);
+          break;
+        }
       }
     }
   }
@@ -158,6 +178,7 @@ bool free_any(void* p) noexcept {
     free_small(static_cast<Segment*>(hdr), p);
     return true;
   }
+  if (hdr->kind == ArenaKind::kHeapHuge && !huge_reserves(static_cast<HugeSpan*>(hdr), p)) return false;
   // Address space we gave back counts as ours: a free there is a late second free, ignored.
   // (Something mapped there since, a thread stack say, must not reach glibc's free either;
   // the one loss is a block glibc itself placed there, which then leaks.)
@@ -175,6 +196,8 @@ bool free_any_reentrant(void* p) noexcept {
       count_invalid_free(seg, nullptr);
     else
       remote_free(seg, b.pg, nullptr, b.word, b.w, b.bit);  // lock-free, counted without a heap
+  } else if (hdr->kind == ArenaKind::kHeapHuge && !huge_reserves(static_cast<HugeSpan*>(hdr), p)) {
+    return false;
   }
   // A huge block stays allocated: freeing it takes a lock the interrupted code may hold.
   return true;

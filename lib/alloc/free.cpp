@@ -10,8 +10,14 @@ namespace cxlpool::detail::alloc {
 
 namespace {
 
+// An empty page goes back to its segment, except the thread's current page of its class
+// (a malloc/free loop would carve and retire it every time) — which under an RLIMIT_AS goes
+// back too when its blocks are above 8 KiB: a growing buffer walks through many such classes,
+// and their empty pages would hold slices that smaller pages then cannot reuse.
 void retire_if_empty(Heap* h, Page* pg) noexcept {
-  if (pg->used != 0 || h->head[pg->device][pg->cls] == pg) return;
+  if (pg->used != 0) return;
+  if (h->head[pg->device][pg->cls] == pg && (kClassSizes[pg->cls] <= kSliceSize / 8 || !address_space_limited()))
+    return;
   if (pg->state.load(std::memory_order_relaxed) == kFull)
     list_remove(h->full[pg->device][pg->cls], pg);
   else
@@ -124,7 +130,8 @@ void count_double_free(Segment* seg, Heap* me) noexcept {
 
 bool owns(const void* p) noexcept {
   SegmentHeader* hdr = pagemap_lookup(p);
-  return hdr && hdr->kind != ArenaKind::kReleased;
+  if (!hdr || hdr->kind == ArenaKind::kReleased) return false;
+  return hdr->kind != ArenaKind::kHeapHuge || huge_reserves(static_cast<HugeSpan*>(hdr), p);
 }
 
 size_t usable_size(const void* p) noexcept {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Huge blocks: requests above 1 MiB (or aligned beyond a slice) get a reservation of their
-// own — whole segments of address space, of which only the bytes needed (64 KiB granules)
-// are device memory. A few freed spans stay cached (committed) for reuse until a purge pass
-// finds them idle.
+// own — whole segments of address space (under an RLIMIT_AS, only the block's bytes), of
+// which only the bytes needed (64 KiB granules) are device memory. A few freed spans stay
+// cached (committed) for reuse until a purge pass finds them idle.
 #include <algorithm>
 
 #include "alloc/fast.hpp"
@@ -13,10 +13,16 @@ namespace cxlpool::detail::alloc {
 void huge_release_span(Pool* pool, PoolDevice&, HugeSpan* span) noexcept {
   PoolDevice& at = pool->dev[span->resident];
   unit_released(pool, span->base, span->block);
-  pagemap_release(span->base, span->segments);
+  if (span->segments > 1 && span->reserved < span->segments * kSegmentSize) {
+    // The last segment is partly the program's: what maps there next is foreign to free().
+    pagemap_release(span->base, span->segments - 1);
+    pagemap_set(span->base + (span->segments - 1) * kSegmentSize, 1, nullptr);
+  } else {
+    pagemap_release(span->base, span->segments);
+  }
   at.resident.fetch_sub(span->committed, std::memory_order_relaxed);
   at.device->release(reinterpret_cast<void*>(span->base), int(pool->index), nullptr);
-  meta_delete(span);
+  span_delete(span);
 }
 
 void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
@@ -41,10 +47,15 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
       break;
     }
   if (!span) {
+    // A device without room for the block fails here, before address space is reserved for
+    // it (the next device of the policy may need that address space).
+    if (d.device->committed() + device_bytes > d.capacity) return nullptr;
+    // Under an RLIMIT_AS the block's bytes only, not the rest of its last segment.
+    const size_t reserved = address_space_limited() ? device_bytes : n * kSegmentSize;
     void* base = nullptr;
-    if (d.device->reserve(device_bytes, align, n * kSegmentSize, pool->sharing, int(pool->index), &base, nullptr))
+    if (d.device->reserve(device_bytes, align, reserved, pool->sharing, int(pool->index), &base, nullptr))
       return nullptr;
-    span = meta_new<HugeSpan>();
+    span = span_new();
     if (!span) {
       d.device->release(base, int(pool->index), nullptr);
       return nullptr;
@@ -52,17 +63,22 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
     init_header(span, pool, di, ArenaKind::kHeapHuge);
     span->base = reinterpret_cast<uintptr_t>(base);
     span->segments = n;
+    span->reserved = reserved;
     span->block = device_bytes;
     span->serial = next_unit_serial();
     if (!pagemap_set(span->base, n, span)) {
       d.device->release(base, int(pool->index), nullptr);
-      meta_delete(span);
+      span_delete(span);
       return nullptr;
     }
   }
   if (span->committed < device_bytes) {
     if (!device_commit(pool, pool->dev[span->resident], span->base + span->committed,
                        size_t(device_bytes - span->committed))) {
+      if (!span->committed || address_space_limited()) {  // its address space is worth more
+        huge_release_span(pool, d, span);
+        return nullptr;
+      }
       span->cached = true;  // consistent: keep it for a later request
       span->cached_at = d.purge_passes;
       list_push(d.huge_cache, span);

@@ -13,6 +13,8 @@ namespace cxlpool::detail::alloc {
 // ---- meta.cpp: metadata memory (DRAM, never device memory) ----------------------------------
 Segment* segment_new() noexcept;
 void segment_delete(Segment* s) noexcept;
+HugeSpan* span_new() noexcept;
+void span_delete(HugeSpan* s) noexcept;
 template <class T>
 T* meta_new() noexcept {
   void* p = os::try_map_metadata(sizeof(T));
@@ -62,8 +64,6 @@ void release_regions(Pool* pool, PoolDevice& d) noexcept;
 bool purge_pass(Pool* pool, PoolDevice& d) noexcept;
 // A retired page or cached span left free committed memory: purge it within the delay.
 void purge_soon(Pool* pool, PoolDevice& d) noexcept;
-// Whether the process runs under an RLIMIT_AS (read when the first pool is made).
-bool address_space_limited() noexcept;
 
 // ---- page.cpp: pages of one size class --------------------------------------------------------
 Page* new_page(Pool* pool, int di, unsigned cls) noexcept;
@@ -82,6 +82,13 @@ void forget_thread_heap(const Pool* pool) noexcept;
 
 // ---- huge.cpp: blocks with address space of their own -----------------------------------------
 void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept;
+// Whether p is in the address space span reserved (not in the rest of its last segment,
+// which under an RLIMIT_AS is left to others: a pointer there is foreign). Lock-free: span
+// descriptors are type-stable, and a recycled one never covers a pointer that is not its own.
+inline bool huge_reserves(const HugeSpan* span, const void* p) noexcept {
+  const uintptr_t base = __atomic_load_n(&span->base, __ATOMIC_RELAXED);
+  return reinterpret_cast<uintptr_t>(p) - base < __atomic_load_n(&span->reserved, __ATOMIC_RELAXED);
+}
 void huge_release_span(Pool* pool, PoolDevice& d, HugeSpan* span) noexcept;
 extern const ArenaOps kHugeOps;
 

@@ -19,18 +19,33 @@ int find_run(uint64_t free_mask, unsigned k) {
 
 Page* new_page(Pool* pool, int di, unsigned cls) noexcept {
   PoolDevice& d = pool->dev[di];
-  const unsigned k = class_slices(cls);
+  const unsigned k = address_space_limited() ? class_slices_tight(cls) : class_slices(cls);
   const size_t bsize = class_to_size(cls);
   std::lock_guard<std::mutex> lock(d.mu);
   Segment* seg = nullptr;
   int first = -1;
-  // Free slices that are still committed first: no page faults, no commit.
-  for (int pass = 0; pass < 2 && !seg; ++pass)
-    for (Segment* s = d.partial; s; s = s->next_partial)
-      if ((first = find_run(pass == 0 ? s->free_slices & s->committed_slices : s->free_slices, k)) >= 0) {
+  if (address_space_limited()) {
+    // Under an RLIMIT_AS, the fullest segment with room: the emptier ones drain and give
+    // their address space back (pool_trim, or a failing allocation's retry).
+    int fewest = kSlicesPerSegment + 1;
+    for (Segment* s = d.partial; s; s = s->next_partial) {
+      const int free_count = __builtin_popcountll(s->free_slices);
+      if (free_count >= fewest) continue;
+      if (int f = find_run(s->free_slices, k); f >= 0) {
         seg = s;
-        break;
+        first = f;
+        fewest = free_count;
       }
+    }
+  } else {
+    // Free slices that are still committed first: no page faults, no commit.
+    for (int pass = 0; pass < 2 && !seg; ++pass)
+      for (Segment* s = d.partial; s; s = s->next_partial)
+        if ((first = find_run(pass == 0 ? s->free_slices & s->committed_slices : s->free_slices, k)) >= 0) {
+          seg = s;
+          break;
+        }
+  }
   if (!seg) {
     seg = new_segment(pool, di);
     if (!seg) return nullptr;
@@ -53,7 +68,7 @@ Page* new_page(Pool* pool, int di, unsigned cls) noexcept {
   Page* pg = &seg->pages[first];
   pg->start = seg->base + (uintptr_t(first) << kSliceShift);
   pg->block_size = uint32_t(bsize);
-  pg->capacity = class_capacity(cls);
+  pg->capacity = unsigned(k * kSliceSize / bsize);
   pg->end = pg->start + uintptr_t(pg->capacity) * bsize;
   uintptr_t committed = pg->start;
   for (unsigned i = 0; i < k && (seg->committed_slices >> (first + i) & 1); ++i) committed += kSliceSize;

@@ -153,6 +153,11 @@ bool ptr_info(const void* p, PtrInfo* out) noexcept;
 // Returns empty pages, free slices and cached spans to the devices; bytes decommitted.
 uint64_t pool_trim(Pool* pool) noexcept;
 
+// Whether the allocator spends address space as under an RLIMIT_AS (docs/allocator.md,
+// "Address space"): read from the limit once; tests set it (1 or 0; -1 reads the limit again).
+bool address_space_limited() noexcept;
+void set_address_space_limited(int limited) noexcept;
+
 // Purging: free committed memory goes back to its device once idle for about twice this
 // delay (a short-lived purger thread runs while anything is pending); 0 purges at once.
 void set_purge_delay_ms(uint64_t ms) noexcept;

@@ -222,6 +222,7 @@ bool unit_of(const void* p, Unit* out) noexcept {
   hdr = pagemap_lookup(p);  // again, under the lock
   if (!hdr || hdr->pool != pool) return false;
   if (hdr->kind == ArenaKind::kHeapHuge) {
+    if (!huge_reserves(static_cast<HugeSpan*>(hdr), p)) return false;  // the rest of its last segment
     *out = span_unit(pool, di, *static_cast<HugeSpan*>(hdr));
     return true;
   }

@@ -4,7 +4,6 @@
 // them idle at two passes in a row. Passes run on page retirement when the delay has passed
 // and, while anything is left to purge, on a short-lived purger thread, so memory a program
 // freed returns within about twice the delay even if it never calls malloc again.
-#include <pthread.h>
 #include <time.h>
 
 #include <algorithm>
@@ -40,6 +39,9 @@ bool address_space_limited() noexcept {
     g_limited.store(v, std::memory_order_relaxed);
   }
   return v != 0;
+}
+void set_address_space_limited(int limited) noexcept {
+  g_limited.store(limited < 0 ? -1 : limited != 0, std::memory_order_relaxed);
 }
 
 void set_purge_delay_ms(uint64_t ms) noexcept { g_purge_delay_ns.store(ms * 1'000'000, std::memory_order_relaxed); }
@@ -131,7 +133,8 @@ namespace {
 
 // Reserves a new region for small segments (mutex held); its index, or -1. fd devices get
 // regions of at most 1/8 of their capacity so huge blocks still find device offsets; under
-// an RLIMIT_AS, regions shrink to a small share of what is left.
+// an RLIMIT_AS, regions shrink to 1/64 of what is left (a free segment of a region in use
+// holds its address space).
 long new_region(Pool* pool, PoolDevice& d) noexcept {
   size_t want = std::min(kRegionSegments, region_segments());
   if (d.device->caps().kind != CXLPOOL_BACKING_NUMA) {
@@ -141,7 +144,7 @@ long new_region(Pool* pool, PoolDevice& d) noexcept {
     want = std::max<size_t>(1, std::min<size_t>(want, left));
   }
   size_t headroom = os::prim::address_space_headroom();
-  if (headroom != SIZE_MAX) want = std::clamp<size_t>(headroom / 32 / kSegmentSize, 1, want);
+  if (headroom != SIZE_MAX) want = std::clamp<size_t>(headroom / 64 / kSegmentSize, 1, want);
   void* base = nullptr;
   if (d.device->reserve(want * kSegmentSize, kSegmentSize, 0, pool->sharing, int(pool->index), &base, nullptr))
     return -1;
@@ -357,16 +360,9 @@ void purge_soon(Pool*, PoolDevice&) noexcept {
   if (g_purge_delay_ns.load(std::memory_order_relaxed) == 0) return;  // purged at retirement
   g_purge_requested.store(true, std::memory_order_release);
   if (g_purger_running.load(std::memory_order_acquire) || g_purger_running.exchange(true)) return;
-  pthread_attr_t attr;
-  pthread_t tid;
-  bool started = false;
-  if (pthread_attr_init(&attr) == 0) {
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, size_t(64) << 10);
-    started = pthread_create(&tid, &attr, purger_main, nullptr) == 0;
-    pthread_attr_destroy(&attr);
-  }
-  if (!started) g_purger_running.store(false, std::memory_order_release);  // retirements purge inline
+  unsigned long tid = 0;
+  if (os::prim::start_thread(purger_main, nullptr, size_t(64) << 10, true, &tid) != 0)
+    g_purger_running.store(false, std::memory_order_release);  // retirements purge inline
 }
 
 void purger_reset_after_fork() noexcept {

@@ -41,6 +41,16 @@ constexpr unsigned class_slices(unsigned c) {
 
 constexpr unsigned class_capacity(unsigned c) { return unsigned(class_slices(c) * kSliceSize / class_to_size(c)); }
 
+// Pages under an RLIMIT_AS: the fewest slices that hold a block with at most 1/8 of the page
+// left over, so a class with one live block does not hold most of a segment's address space
+// (its uncommitted slices still count against the limit). Classes of pages of one slice keep it.
+constexpr unsigned class_slices_tight(unsigned c) {
+  const size_t size = class_to_size(c);
+  unsigned k = unsigned((size + kSliceSize - 1) / kSliceSize);
+  while (k < class_slices(c) && (k * kSliceSize % size) * 8 > k * kSliceSize) ++k;
+  return k;
+}
+
 constexpr uint64_t class_reciprocal(unsigned c) {
   return ((uint64_t(1) << kReciprocalShift) + class_to_size(c) - 1) / class_to_size(c);
 }
@@ -48,5 +58,11 @@ constexpr uint64_t class_reciprocal(unsigned c) {
 static_assert(class_to_size(0) == 16 && class_to_size(63) == 1024 && class_to_size(64) == 1280);
 static_assert(class_to_size(kNumClasses - 1) == kMaxClassSize);
 static_assert(class_capacity(0) == kMaxBlocksPerPage);
+static_assert([] {
+  for (unsigned c = 0; c < kNumClasses; ++c)  // the free bitmap stays where the class says
+    if (class_slices_tight(c) > class_slices(c) || (class_slices_tight(c) < class_slices(c) && class_capacity(c) > 64))
+      return false;
+  return true;
+}());
 
 }  // namespace cxlpool::detail::alloc

@@ -31,6 +31,8 @@ namespace cxlpool::detail::alloc {
 inline constexpr size_t kRegionSegments = 16;              // 64 MiB regions when address space allows
 inline constexpr uint64_t kMaxFreeCommitted = 1ull << 30;  // free committed bytes per pool device beyond
                                                            // which retired pages are decommitted at once
+// Under an RLIMIT_AS, blocks above this are huge: a reservation of exactly their size.
+inline constexpr size_t kLimitedSpanMin = size_t(128) << 10;
 inline constexpr size_t kHugeCacheEntries = 4;
 inline constexpr uint64_t kHugeCacheBytes = 64ull << 20;
 inline constexpr int kAdoptScan = 8;
@@ -93,11 +95,14 @@ struct Segment : SegmentHeader {
 };
 
 // A block above 1 MiB (or aligned beyond a slice): a reservation of its own, `segments`
-// segments of address space of which the first `block` bytes are device memory.
+// segments of address space of which the first `block` bytes are device memory. Under an
+// RLIMIT_AS only the block's bytes are reserved (`reserved`): the rest of the last segment is
+// left to the program (its page map entry still names the span; huge_reserves() tells).
 struct HugeSpan : SegmentHeader {
   uintptr_t base = 0;
   uintptr_t user = 0;  // the pointer handed out (base, or aligned inside the span)
   size_t segments = 0;
+  size_t reserved = 0;     // address space from base: segments * 4 MiB, or block
   size_t block = 0;        // device bytes mapped from base
   uint64_t committed = 0;  // bytes committed from base
   uint64_t cached_at = 0;  // purge pass count when it entered the cache

@@ -81,6 +81,11 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
     return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0,
                           "move: the program set attributes on the range (mlock, MADV_DONTDUMP, MADV_WIPEONFORK or "
                           "MADV_DONTFORK) that a new mapping would lose: not moved");
+  // Under an RLIMIT_AS the staging copy holds address space the program may need meanwhile:
+  // at most half of what the limit leaves, or the unit stays where it is.
+  const size_t headroom = os::prim::address_space_headroom();
+  if (headroom != SIZE_MAX && r.size > headroom / 2)
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "move: staging address space (RLIMIT_AS)");
   void* staging = nullptr;
   if (int e = os::prim::reserve(r.size, to_ps, &staging))
     return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "move: staging address space");

@@ -113,6 +113,14 @@ inline constexpr size_t kSignalMaskBytes = 128;
 // replaces it at the same address (mremap), keeping the data and read/write access.
 int replace_with_private_copy(void* addr, size_t len) noexcept;
 
+// ---- Threads -------------------------------------------------------------------------------
+// Starts fn(arg) on a new thread with a stack of stack_bytes: cxlpool's own threads need
+// little, and the default (8 MiB each) counts against an RLIMIT_AS. Where the C library needs
+// more (the program's static TLS lives on every stack) the size doubles, up to 8 MiB.
+// detached: nobody joins it. *id for join_thread. 0 or an errno value.
+int start_thread(void* (*fn)(void*), void* arg, size_t stack_bytes, bool detached, unsigned long* id) noexcept;
+int join_thread(unsigned long id) noexcept;
+
 // ---- Processes ----------------------------------------------------------------------------
 int process_id() noexcept;
 // Bytes of address space still available under RLIMIT_AS (SIZE_MAX when unlimited).

@@ -44,17 +44,32 @@ int reserve(size_t size, size_t alignment, void** out) noexcept {
   if (size == 0 || (alignment & (alignment - 1))) return EINVAL;
   // The exact size first: often aligned already, and no transient excess of address space
   // (which an RLIMIT_AS may not allow). Otherwise over-reserve and trim.
-  void* exact = mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  constexpr int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  void* exact = mmap(nullptr, size, PROT_NONE, kFlags, -1, 0);
   if (exact != MAP_FAILED) {
-    if ((reinterpret_cast<uintptr_t>(exact) & (alignment - 1)) == 0) {
+    const auto at = reinterpret_cast<uintptr_t>(exact);
+    if ((at & (alignment - 1)) == 0) {
       *out = exact;
       return 0;
     }
     munmap(exact, size);
+    // The aligned addresses just below and just above where the kernel found room are often
+    // free too: no excess at all. MAP_FIXED_NOREPLACE never replaces a mapping (a kernel
+    // before 4.17 takes the address as a hint: anything else it returns is given back).
+    const uintptr_t below = at & ~(uintptr_t(alignment) - 1);
+    for (uintptr_t want : {below, below + alignment}) {
+      if (want == 0) continue;
+      void* p = mmap(reinterpret_cast<void*>(want), size, PROT_NONE, kFlags | MAP_FIXED_NOREPLACE, -1, 0);
+      if (p == reinterpret_cast<void*>(want)) {
+        *out = p;
+        return 0;
+      }
+      if (p != MAP_FAILED) munmap(p, size);
+    }
   }
   size_t span = size + alignment - ps;
   if (span < size) return ENOMEM;
-  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, span, PROT_NONE, kFlags, -1, 0);
   if (p == MAP_FAILED) return errno;
   auto base = reinterpret_cast<uintptr_t>(p);
   uintptr_t aligned = (base + alignment - 1) & ~(uintptr_t(alignment) - 1);
@@ -320,6 +335,28 @@ int copy_range(int in_fd, int out_fd, uint64_t off, size_t len) noexcept {
   }
   return 0;
 }
+
+int start_thread(void* (*fn)(void*), void* arg, size_t stack_bytes, bool detached, unsigned long* id) noexcept {
+  constexpr size_t kMost = size_t(8) << 20;
+  size_t stack = std::max<size_t>(stack_bytes, size_t(PTHREAD_STACK_MIN));
+  for (;;) {
+    pthread_attr_t attr;
+    if (int e = pthread_attr_init(&attr)) return e;
+    int e = pthread_attr_setstacksize(&attr, stack);
+    if (!e && detached) e = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t tid{};
+    if (!e) e = pthread_create(&tid, &attr, fn, arg);
+    pthread_attr_destroy(&attr);
+    if (e == EINVAL && stack < kMost) {  // too small for the guard and the static TLS
+      stack *= 2;
+      continue;
+    }
+    if (!e) *id = static_cast<unsigned long>(tid);
+    return e;
+  }
+}
+
+int join_thread(unsigned long id) noexcept { return pthread_join(static_cast<pthread_t>(id), nullptr); }
 
 int process_id() noexcept { return int(syscall(SYS_getpid)); }
 

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: MIT
 // Internal heap of the interposer (see internal_heap.hpp). Blocks carry a 16-byte header with
-// their class; memory comes from one reserved, lazily touched mapping made with a raw mmap
-// system call (1 GiB, or 1/16 of what RLIMIT_AS leaves, at least 16 MiB), and is never
-// returned (the heap only holds cxlpool's own metadata).
+// their class; memory comes from chunks of lazily touched address space made with a raw mmap
+// system call: one of 1 GiB without an RLIMIT_AS; under one, chunks that start at 1/1024 of
+// what the limit leaves (at least 256 KiB) and double as needed, so the heap holds little address
+// space the program could use. Never returned (the heap only holds cxlpool's own metadata).
 #include "preload/internal_heap.hpp"
 
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -19,7 +21,8 @@ namespace cxlpool::detail::preload {
 namespace {
 
 constexpr size_t kMaxReserve = size_t(1) << 30;  // address space; touched only as used
-constexpr size_t kMinReserve = size_t(16) << 20;
+constexpr size_t kMinChunk = size_t(256) << 10;
+constexpr int kMaxChunks = 24;
 constexpr unsigned kMinShift = 4, kClasses = 27;  // 16 B .. 1 GiB
 constexpr size_t kHeader = 16;
 // A block's header: its class, the distance from the block's start to the pointer handed
@@ -45,8 +48,16 @@ bool read_header(const void* p, Header* h) {
   return h->cls < 27 && h->offset >= kHeader && h->check == header_check(p, h->cls, h->offset);
 }
 
+// The chunks, published in order: [base, base + size) of chunk i is g_chunk[i] once
+// g_chunks > i. The first also in g_base/g_size, which decide most internal_owns() calls.
+struct Chunk {
+  uintptr_t base;
+  size_t size;
+};
 std::atomic<uintptr_t> g_base{0};
 size_t g_size = 0;
+std::atomic<int> g_chunks{0};
+Chunk g_chunk[kMaxChunks] = {};
 std::atomic_flag g_lock = ATOMIC_FLAG_INIT;
 thread_local bool tls_holding __attribute__((tls_model("initial-exec"))) = false;
 uintptr_t g_next = 0, g_end = 0;
@@ -69,24 +80,33 @@ void release() noexcept {
   tls_holding = false;
 }
 
-uintptr_t reserve_once() {
-  uintptr_t b = g_base.load(std::memory_order_acquire);
-  if (b) return b;
-  size_t headroom = os::prim::address_space_headroom();
-  size_t size = headroom == SIZE_MAX ? kMaxReserve : headroom / 16;
-  if (size > kMaxReserve) size = kMaxReserve;
-  if (size < kMinReserve) size = kMinReserve;
+// A new chunk of at least need bytes for the bump pointer (lock held); false when there is
+// no address space for it (the caller then uses glibc's malloc).
+bool grow(size_t need) noexcept {
+  const int n = g_chunks.load(std::memory_order_relaxed);
+  if (n == kMaxChunks) return false;
+  const size_t headroom = os::prim::address_space_headroom();
+  size_t size = kMaxReserve;
+  if (headroom != SIZE_MAX) {
+    size = n == 0 ? headroom / 1024 : g_chunk[n - 1].size * 2;
+    size = std::min(size, std::max(headroom / 16, kMinChunk));
+    size = std::max(size, kMinChunk);
+  }
+  constexpr size_t kPage = 4096;
+  size = std::max(size, (need + kPage - 1) & ~(kPage - 1));
   // Raw system call: the libc wrapper is fine too, but nothing here may allocate.
   long r = syscall(SYS_mmap, nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (r == -1 || reinterpret_cast<void*>(r) == MAP_FAILED) return 0;
-  uintptr_t expected = 0;
-  if (!g_base.compare_exchange_strong(expected, uintptr_t(r))) {
-    syscall(SYS_munmap, r, size);
-    return expected;
+  if (r == -1 || reinterpret_cast<void*>(r) == MAP_FAILED) return false;
+  g_chunk[n] = {uintptr_t(r), size};
+  if (n == 0) {
+    g_size = size;
+    g_key = uint64_t(r) * 0x9e3779b97f4a7c15ull ^ uint64_t(syscall(SYS_getpid)) << 17;
+    g_base.store(uintptr_t(r), std::memory_order_release);
   }
-  g_size = size;
-  g_key = uint64_t(r) * 0x9e3779b97f4a7c15ull ^ uint64_t(syscall(SYS_getpid)) << 17;
-  return uintptr_t(r);
+  g_chunks.store(n + 1, std::memory_order_release);
+  g_next = uintptr_t(r);
+  g_end = uintptr_t(r) + size;
+  return true;
 }
 
 unsigned class_of(size_t n) {
@@ -98,8 +118,6 @@ unsigned class_of(size_t n) {
 }  // namespace
 
 void* internal_alloc(size_t size, size_t alignment) noexcept {
-  uintptr_t base = reserve_once();
-  if (!base) return nullptr;
   if (alignment < 16) alignment = 16;
   if (size > (size_t(1) << 30) || alignment > (size_t(1) << 20)) return nullptr;
   // Over-aligned requests take a block big enough to align inside; the header just before the
@@ -109,15 +127,11 @@ void* internal_alloc(size_t size, size_t alignment) noexcept {
   size_t block = size_t(1) << (c + kMinShift);
   char* raw;
   if (!acquire()) return nullptr;
-  if (!g_next) {
-    g_next = base;
-    g_end = base + g_size;
-  }
   if (g_free[c]) {
     raw = static_cast<char*>(g_free[c]);
     std::memcpy(&g_free[c], raw, sizeof(void*));
   } else {
-    if (g_end - g_next < block + kHeader) {
+    if (g_end - g_next < block + kHeader && !grow(block + kHeader)) {
       release();
       return nullptr;
     }
@@ -137,7 +151,12 @@ void* internal_alloc(size_t size, size_t alignment) noexcept {
 bool internal_owns(const void* p) noexcept {
   uintptr_t base = g_base.load(std::memory_order_acquire);
   auto a = reinterpret_cast<uintptr_t>(p);
-  return base && a >= base && a < base + g_size;
+  if (!base) return false;
+  if (a - base < g_size) return true;
+  const int n = g_chunks.load(std::memory_order_acquire);
+  for (int i = 1; i < n; ++i)
+    if (a - g_chunk[i].base < g_chunk[i].size) return true;
+  return false;
 }
 
 size_t internal_usable_size(const void* p) noexcept {

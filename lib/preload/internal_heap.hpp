@@ -2,7 +2,7 @@
 // The interposer's internal heap: serves every allocation cxlpool makes for itself while it
 // is being initialised or is inside an allocator call (topology discovery, region vectors,
 // error strings), so malloc never recurses into the allocator. Power-of-two classes with
-// free lists in one reserved address range sized from RLIMIT_AS; a spinlock that knows its
+// free lists in chunks of address space sized from RLIMIT_AS; a spinlock that knows its
 // holder (no pthread, no malloc, no I/O), so a signal handler that re-enters while this
 // thread holds it is refused instead of spinning forever.
 #pragma once

@@ -12,9 +12,9 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <memory>
 #include <mutex>
 #include <new>
-#include <thread>
 
 #include "alloc/pool.hpp"
 #include "common/error.hpp"
@@ -23,6 +23,7 @@
 #include "device/device.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
+#include "os/thread.hpp"
 #include "stats/layout.hpp"
 #include "stats/schema.hpp"
 #include "tiering/counters.hpp"
@@ -46,7 +47,10 @@ struct StateLock {
 };
 bool g_stopping = false;
 bool g_env_done = false;
-std::thread* g_thread = nullptr;
+// The publisher's stack: a snapshot and a few stores; far below the default 8 MiB, which
+// would count against a program's RLIMIT_AS.
+constexpr size_t kPublisherStack = size_t(256) << 10;
+os::Thread* g_thread = nullptr;
 uint8_t* g_page = nullptr;  // read-write mapping of the page (this process only)
 size_t g_bytes = 0;
 int g_fd = -1;
@@ -212,7 +216,9 @@ void start(uint32_t interval_ms) {
   }
   g_stopping = false;
   try {
-    g_thread = new std::thread(run);
+    auto t = std::make_unique<os::Thread>();
+    t->start(run, kPublisherStack, "stats: the publisher thread");
+    g_thread = t.release();
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> w(g_write_mu);
     os::unmap(g_page, g_bytes);
@@ -255,7 +261,7 @@ void start_from_environment() {
 }
 
 void stop() noexcept {
-  std::thread* t = nullptr;
+  os::Thread* t = nullptr;
   {
     StateLock lock;
     t = g_thread;

@@ -9,7 +9,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "alloc/pool.hpp"
@@ -18,6 +17,7 @@
 #include "config/options.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
+#include "os/thread.hpp"
 #include "tiering/counters.hpp"
 #include "tiering/monitor.hpp"
 #include "tiering/monitor_sample.hpp"
@@ -30,6 +30,8 @@ constexpr size_t kPage = 4096;
 constexpr size_t kMaxQueuedHints = 65536;
 constexpr uint64_t kUnitBurst = 4ull << 20;
 constexpr uint64_t kDefaultBudget = 200'000'000;  // when no device declares a bandwidth
+// The engine thread's stack: far below the default 8 MiB, which counts against an RLIMIT_AS.
+constexpr size_t kEngineStack = size_t(512) << 10;
 
 struct Hint {
   uintptr_t addr;
@@ -106,7 +108,7 @@ class Engine final : public HeatSink {
     counters().numa_balancing.set(uint64_t(numa_balancing_));
     counters().kernel_own.set(cfg_.kernel == KernelMode::kOwn ? 1 : 0);
     hook_engine(this);  // before any unit is watched
-    thread_ = std::thread([this] { run(); });
+    thread_.start([this] { run(); }, kEngineStack, "tiering: the engine thread");
   }
   ~Engine() {
     {
@@ -618,7 +620,7 @@ class Engine final : public HeatSink {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::thread thread_;
+  os::Thread thread_;
 };
 
 std::mutex g_engine_mu;

@@ -13,6 +13,8 @@
 #                    SIGKILL
 #   descriptors      C: closerange / exec 3>file cannot take the heap's descriptors away
 #   ulimit           D1: ulimit -v 1 GiB and 512 MiB: same output as glibc, no abort
+#   ulimit-room      D3: ulimit -v 256 MiB and 512 MiB: the largest allocation after many small
+#                    objects (a Python probe) is >= 0.9x glibc's, default and declared devices
 #   fifo-config      D2: a FIFO as CXLPOOL_CONFIG: no hang, one line naming it
 #   idle-rss         E: RSS after freeing a 2 GiB working set <= 2 x glibc's + 16 MiB
 #   bad-free         F: interior-pointer and double frees never hand a block out twice
@@ -42,6 +44,7 @@ ap.add_argument("--srcdir", required=True)
 ap.add_argument("--run")
 ap.add_argument("--preload")
 ap.add_argument("--info")
+ap.add_argument("--sanitized", action="store_true", help="a sanitizer build: modes that cannot run there skip")
 args = ap.parse_args()
 for key in ("bindir", "srcdir", "run", "preload", "info"):  # programs run in other directories
     if getattr(args, key):
@@ -754,6 +757,62 @@ def mode_ulimit():
                     show_diff(plain, r)
 
 
+# ---- D3: address space under ulimit -v ----------------------------------------------------------
+# The tiering devices of issue 19: a small fast NUMA device and a 2 GiB memfd slow one.
+ROOM_DEVICES = "fast:backing=numa:0,size=64M;slow:backing=memfd,size=2G"
+ROOM_POLICY = "spill:near=fast,far=slow,watermark=90%"
+
+
+def mode_ulimit_room():
+    """A program under the interposer can use at least 0.9x the memory it can under glibc:
+    the largest bytearray a Python program can allocate after building many small strings,
+    under ulimit -v 256 MiB and 512 MiB, on the default devices and on declared devices (with
+    and without the tiering engine), measured against glibc in the same run."""
+    if args.sanitized:
+        print("CXLPOOL-SKIP: a sanitizer's shadow memory needs more address space than ulimit -v leaves "
+              "(and the interposer is not built with sanitizers)", flush=True)
+        return
+    require_preload()
+    probe = os.path.join(args.srcdir, "tests", "process", "largest_alloc.py")
+    wrap = ["bash", "-c", 'ulimit -v "$0"; exec "$@"']
+
+    def measure(kib, count, runner):
+        r = run(wrap + [str(kib)] + runner([PY, probe, str(count)]), timeout=120)
+        m = re.search(r"strings (\d+) largest_mib (\d+) vmsize_kib (\d+)", r.out)
+        return r, (int(m.group(2)), int(m.group(3))) if m and r.returncode == 0 else (None, None)
+
+    def cxl_run(extra):
+        return lambda cmd: [args.run, "--preload", args.preload] + extra + ["--"] + cmd
+
+    configs = [("default devices", []),
+               ("declared devices", ["--devices", ROOM_DEVICES, "--policy", ROOM_POLICY]),
+               ("declared devices, --tiering", ["--tiering", "--devices", ROOM_DEVICES, "--policy", ROOM_POLICY])]
+    # 2M strings under 256 MiB (where glibc is left the least room), 200k under 256 MiB and
+    # 512 MiB (where the declared devices lost the most).
+    for kib, want in ((262144, 2_000_000), (262144, 200_000), (524288, 200_000)):
+        # The count glibc fits with room to spare: 2M strings take ~150 MiB, which a
+        # different Python may not fit under 256 MiB; three quarters of it until it does.
+        count = want
+        plain, (glibc, glibc_vm) = measure(kib, count, lambda cmd: cmd)
+        while (glibc is None or glibc < 16) and count >= 20_000:
+            count = count * 3 // 4
+            plain, (glibc, glibc_vm) = measure(kib, count, lambda cmd: cmd)
+        label = f"ulimit -v {kib} KiB, {count} strings"
+        if not check(glibc is not None and glibc >= 16,
+                     f"{label}: glibc finds room ({plain.describe()}: {plain.out.strip() or head(plain.err, 3)})"):
+            continue
+        if count != want:
+            info(f"{want} strings leave glibc under 16 MiB of room here: {count} instead")
+        for name, extra in configs:
+            r, (got, vm) = measure(kib, count, cxl_run(extra))
+            ok = got is not None and got >= 0.9 * glibc
+            check(ok, f"{label} [{name}]: largest allocation {got} MiB vs glibc's {glibc} MiB "
+                      f"= {got / glibc if got is not None else 0:.2f}x (>= 0.9x); VmSize after the strings "
+                      f"{vm} KiB vs {glibc_vm} KiB ({r.describe()}, {r.elapsed:.1f} s)")
+            if got is None:
+                info(tail(r.out, 3) + "\n" + head(r.err, 6))
+
+
 # ---- D2: a FIFO as CXLPOOL_CONFIG ----------------------------------------------------------------
 def mode_fifo_config():
     require_preload()
@@ -1036,6 +1095,7 @@ MODES = {
     "leftovers-ns": mode_leftovers_ns,
     "descriptors": mode_descriptors,
     "ulimit": mode_ulimit,
+    "ulimit-room": mode_ulimit_room,
     "fifo-config": mode_fifo_config,
     "idle-rss": mode_idle_rss,
     "bad-free": mode_bad_free,

@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: MIT
+// The allocator under an RLIMIT_AS (docs/allocator.md, "Address space"): blocks above 128 KiB
+// and huge blocks reserve only their own bytes and the rest of their last segment is the
+// program's (a mapping there is foreign to free, usable_size and ptr_info); a failing
+// allocation gives back what is free and retries, so the largest block that fits after a
+// workload of many small ones is nearly all the address space left, and memory that cannot
+// fit is NULL + ENOMEM; the limited mode's paths (tight pages, the fullest segment first, spans
+// above 128 KiB) under threads. The real-limit cases run in a forked child and skip under
+// sanitizers (their shadow memory needs the address space); the forced mode runs everywhere.
+#include <malloc.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "alloc/pool.hpp"
+#include "test_support.hpp"
+#include "topology/model.hpp"
+
+namespace A = cxlpool::detail::alloc;
+
+namespace {
+
+constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+// A pool over one emulated device (numa:0 or a memfd), bind to it.
+struct TestPool {
+  explicit TestPool(const std::string& backing) {
+    cxlpool::detail::DiscoverOptions o;
+    o.ignore_env = true;
+    o.no_hwloc = true;
+    o.no_default_device = true;
+    o.devices = "dev:backing=" + backing + ",size=4G,tier=0";
+    topo = cxlpool::detail::discover(o);
+    A::PoolOptions po;
+    po.name = "as";
+    po.policy = "bind:dev";
+    pool = A::pool_create(topo, po);
+  }
+  ~TestPool() { A::pool_destroy(pool); }
+  cxlpool::detail::Topology topo;
+  A::Pool* pool = nullptr;
+};
+
+size_t vm_size() {
+  FILE* f = std::fopen("/proc/self/statm", "re");
+  REQUIRE(f);
+  unsigned long pages = 0;
+  REQUIRE(std::fscanf(f, "%lu", &pages) == 1);
+  std::fclose(f);
+  return pages * size_t(sysconf(_SC_PAGESIZE));
+}
+
+// Runs body in a forked child (its RLIMIT_AS is its own); the child's exit status says
+// whether every check held, its stderr says which did not.
+void in_child(void (*body)(bool* ok)) {
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    bool ok = true;
+    body(&ok);
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("child status " << status);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+}
+
+#define CHILD_CHECK(cond)                                                     \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      std::fprintf(stderr, "%s:%d: failed: %s\n", __FILE__, __LINE__, #cond); \
+      *ok = false;                                                            \
+    }                                                                         \
+  } while (0)
+
+// The largest block (MiB) pool_malloc hands out now, by bisection; every failure is NULL +
+// ENOMEM.
+size_t largest_mib(A::Pool* pool, size_t hi_mib, bool* ok) {
+  size_t lo = 0, hi = hi_mib;
+  while (lo < hi) {
+    size_t mid = (lo + hi + 1) / 2;
+    errno = 0;
+    void* p = A::pool_malloc(pool, mid * kMiB);
+    if (p) {
+      std::memset(p, 1, mid * kMiB);
+      A::free_any(p);
+      lo = mid;
+    } else {
+      CHILD_CHECK(errno == ENOMEM);
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+void many_small_then_largest(const char* backing, bool* ok) {
+  // The allocator's own threads (the purger) allocate with glibc's malloc here, outside the
+  // interposer: one arena, or each would reserve 64 MiB of the limit.
+  mallopt(M_ARENA_MAX, 1);
+  A::set_address_space_limited(-1);
+  const size_t limit = vm_size() + 192 * kMiB;
+  struct rlimit rl {
+    limit, limit
+  };
+  if (setrlimit(RLIMIT_AS, &rl) != 0) {
+    std::fprintf(stderr, "setrlimit: %s\n", std::strerror(errno));
+    *ok = false;
+    return;
+  }
+  TestPool t(backing);
+  CHILD_CHECK(A::address_space_limited());
+  std::mt19937 rng(7);
+  std::vector<void*> kept;
+  // Many small blocks of many classes, a buffer grown by realloc through the medium classes
+  // into huge ones, then most small blocks freed in random order.
+  for (int i = 0; i < 100000; ++i) {
+    void* p = A::pool_malloc(t.pool, 16 + rng() % 500);
+    CHILD_CHECK(p);
+    if (p) kept.push_back(p);
+  }
+  void* grown = nullptr;
+  for (size_t n = 1024; n <= 24 * kMiB; n = n * 9 / 8 + 1) {
+    void* q = A::pool_realloc(t.pool, grown, n);
+    CHILD_CHECK(q);
+    if (!q) break;
+    std::memset(q, 2, 64);
+    grown = q;
+  }
+  std::shuffle(kept.begin(), kept.end(), rng);
+  for (size_t i = 0; i < kept.size() * 3 / 4; ++i) A::free_any(kept[i]);
+  kept.erase(kept.begin(), kept.begin() + long(kept.size() * 3 / 4));
+  // Nearly every byte of address space the limit leaves is one allocation away: what the
+  // pool reserved and does not use is given back when the allocation first fails.
+  const size_t left = (limit - vm_size()) / kMiB;
+  const size_t got = largest_mib(t.pool, limit / kMiB, ok);
+  std::fprintf(stderr, "%s: %zu MiB of address space left, largest block %zu MiB\n", backing, left, got);
+  CHILD_CHECK(got * 10 >= left * 9);
+  // Past the limit: NULL + ENOMEM, for small and huge requests alike, and nothing breaks.
+  std::vector<void*> fill;
+  for (;;) {
+    errno = 0;
+    void* p = A::pool_malloc(t.pool, 64 * kKiB);
+    if (!p) {
+      CHILD_CHECK(errno == ENOMEM);
+      break;
+    }
+    fill.push_back(p);
+  }
+  errno = 0;
+  CHILD_CHECK(A::pool_malloc(t.pool, 8 * kMiB) == nullptr && errno == ENOMEM);
+  for (int i = 0; i < 100000; ++i) {  // small blocks until they run out too
+    void* p = A::pool_malloc(t.pool, 48);
+    if (!p) break;
+    fill.push_back(p);
+  }
+  for (void* p : fill) A::free_any(p);
+  for (void* p : kept) A::free_any(p);
+  A::free_any(grown);
+  // All of it comes back: the largest block is again nearly all that is left.
+  const size_t left2 = (limit - vm_size()) / kMiB;
+  const size_t got2 = largest_mib(t.pool, limit / kMiB, ok);
+  std::fprintf(stderr, "%s: after freeing everything %zu MiB left, largest block %zu MiB\n", backing, left2, got2);
+  CHILD_CHECK(got2 * 10 >= left2 * 9 && got2 >= 160);
+}
+
+}  // namespace
+
+TEST_CASE("under an RLIMIT_AS the largest block after many small ones takes nearly all that is left", "[unit]") {
+  if (kSanitized) CXLPOOL_SKIP("a sanitizer's shadow memory needs more address space than the limit leaves");
+  in_child([](bool* ok) { many_small_then_largest("numa:0", ok); });
+  in_child([](bool* ok) { many_small_then_largest("memfd", ok); });
+}
+
+TEST_CASE("spans under an RLIMIT_AS reserve their own bytes, and the rest of the segment is foreign", "[unit]") {
+  A::set_address_space_limited(1);
+  TestPool t("numa:0");
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  for (size_t size : {200 * kKiB, 6 * kMiB + 100}) {
+    INFO("block of " << size << " bytes");
+    auto* p = static_cast<unsigned char*>(A::pool_malloc(t.pool, size));
+    REQUIRE(p);
+    A::PtrInfo pi;
+    REQUIRE(A::ptr_info(p, &pi));
+    CHECK(pi.huge);  // above 128 KiB: a reservation of its own
+    const size_t reserved = (size + 64 * kKiB - 1) / (64 * kKiB) * (64 * kKiB);
+    CHECK(A::usable_size(p) == reserved);
+    std::memset(p, 0x5a, size);
+    // The page right after the block is free address space: anyone may map it.
+    void* want = p + reserved;
+    void* q = mmap(want, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    REQUIRE(q == want);
+    // ... and the allocator calls that mapping foreign, even though its page map entry
+    // names the span.
+    CHECK_FALSE(A::owns(q));
+    CHECK(A::usable_size(q) == 0);
+    CHECK_FALSE(A::ptr_info(q, &pi));
+    CHECK_FALSE(A::free_any(q));
+    CHECK(A::owns(p));
+    CHECK(A::usable_size(p) == reserved);
+    CHECK(p[0] == 0x5a);
+    CHECK(p[size - 1] == 0x5a);
+    CHECK(A::free_any(p));
+    // Released: a second free of the block is recognised and ignored (its first segment is
+    // address space given back). The page after a span of several segments is still foreign;
+    // after a span within one segment it is in that given-back segment, where a free is
+    // ignored too (docs/allocator.md, "Invalid and double frees").
+    CHECK(A::free_any(p));
+    CHECK(A::free_any(q) == (size <= 4 * kMiB));
+    CHECK(munmap(q, page) == 0);
+  }
+}
+
+TEST_CASE("the limited mode's paths under threads: exact spans, tight pages, remote frees", "[unit]") {
+  A::set_address_space_limited(1);
+  TestPool t("memfd");
+  constexpr int kThreads = 4;
+  std::vector<std::vector<std::pair<unsigned char*, size_t>>> handoff(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int id = 0; id < kThreads; ++id)
+    threads.emplace_back([&, id] {
+      std::mt19937 rng(unsigned(id) + 1);
+      std::vector<std::pair<unsigned char*, size_t>> live;
+      for (int i = 0; i < 4000; ++i) {
+        // Mostly small, some medium (tight pages, spans above 128 KiB), a few huge.
+        const unsigned r = rng() % 100;
+        const size_t n = r < 80   ? 1 + rng() % 2048
+                         : r < 97 ? 8 * kKiB + rng() % (256 * kKiB)
+                                  : kMiB + rng() % (3 * kMiB);
+        auto* p = static_cast<unsigned char*>(A::pool_malloc(t.pool, n));
+        if (!p) {
+          bad.fetch_add(1);
+          continue;
+        }
+        std::memset(p, int(n & 0xff), n);
+        live.emplace_back(p, n);
+        if (live.size() > 200) {
+          size_t k = rng() % live.size();
+          auto [q, m] = live[k];
+          if (q[0] != (m & 0xff) || q[m - 1] != (m & 0xff)) bad.fetch_add(1);
+          A::free_any(q);
+          live[k] = live.back();
+          live.pop_back();
+        }
+      }
+      handoff[size_t(id)] = std::move(live);
+    });
+  for (auto& th : threads) th.join();
+  // Every thread's blocks are freed by another thread (remote frees into exited threads' pages).
+  for (int id = 0; id < kThreads; ++id)
+    threads[size_t(id)] = std::thread([&, id] {
+      for (auto [q, m] : handoff[size_t((id + 1) % kThreads)]) {
+        if (q[0] != (m & 0xff) || q[m - 1] != (m & 0xff)) bad.fetch_add(1);
+        A::free_any(q);
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(bad.load() == 0);
+  A::pool_trim(t.pool);
+  const A::DeviceStats s = A::pool_device_stats(t.pool, 0);
+  CHECK(s.allocated_bytes == 0);
+  CHECK(s.resident_bytes == s.device_committed_bytes);
+}
