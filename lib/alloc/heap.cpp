@@ -68,6 +68,22 @@ Page* adopt(Heap* h, int di, unsigned cls) noexcept {
   return found;
 }
 
+// The thread's empty pages on device di go back to their segments (their current pages
+// included, which a free never retires).
+void retire_empty_pages(Heap* h, int di) noexcept {
+  PoolDevice& d = h->pool->dev[di];
+  for (unsigned c = 0; c < kNumClasses; ++c)
+    for (Page* pg = h->head[di][c]; pg;) {
+      Page* next = pg->next;
+      collect_remote(d, pg);
+      if (pg->used == 0) {
+        queue_remove(h->head[di][c], h->tail[di][c], pg);
+        release_page(h->pool, pg);
+      }
+      pg = next;
+    }
+}
+
 }  // namespace
 
 Heap* heap_slow(Pool* pool) noexcept {
@@ -166,7 +182,13 @@ Page* refill(Heap* h, int di, unsigned cls) noexcept {
     }
   }
   if (Page* pg = adopt(h, di, cls)) return pg;
-  Page* pg = new_page(h->pool, di, cls);
+  // Under an RLIMIT_AS a new segment is 4 MiB of address space: first the thread's empty
+  // pages go back, in case that makes room.
+  Page* pg = new_page(h->pool, di, cls, !address_space_limited());
+  if (!pg) {
+    retire_empty_pages(h, di);
+    pg = new_page(h->pool, di, cls);
+  }
   if (!pg) return nullptr;
   pg->owner.store(h, std::memory_order_release);
   pg->state.store(kActive, std::memory_order_relaxed);

@@ -7,6 +7,7 @@
 
 #include "alloc/fast.hpp"
 #include "common/intrusive_list.hpp"
+#include "os/prim.hpp"
 
 namespace cxlpool::detail::alloc {
 
@@ -38,8 +39,12 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
   if (device_bytes == 0) device_bytes = granule;
   std::lock_guard<std::mutex> lock(d.mu);
   HugeSpan* span = nullptr;
+  // Under an RLIMIT_AS a cached span serves a block at most 1/4 smaller (its address space is
+  // the block's own, and stays with the block).
+  const bool limited = address_space_limited();
   for (HugeSpan* c = d.huge_cache; c; c = c->next)
-    if (c->segments == n && c->block >= device_bytes && c->base % align == 0) {
+    if (c->segments == n && c->block >= device_bytes && c->base % align == 0 &&
+        (!limited || c->block - device_bytes <= device_bytes / 4)) {
       span = c;
       list_remove(d.huge_cache, c);
       --d.huge_cache_count;
@@ -98,6 +103,14 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
 
 namespace {
 
+// Bytes of freed spans a pool device keeps for reuse: 64 MiB; under an RLIMIT_AS 1/64 of the
+// limit, as a cached span holds address space the program may need for something else (a
+// failing allocation empties the cache before it retries; the purger within two delays).
+uint64_t huge_cache_bound() noexcept {
+  if (!address_space_limited()) return kHugeCacheBytes;
+  return std::min<uint64_t>(kHugeCacheBytes, os::prim::address_space_limit() / 64);
+}
+
 void huge_free(SegmentHeader* hdr, void* p) noexcept {
   ErrnoGuard keep_errno;
   auto* span = static_cast<HugeSpan*>(hdr);
@@ -123,10 +136,8 @@ void huge_free(SegmentHeader* hdr, void* p) noexcept {
     list_remove(d.huge_live, span);
     d.active.fetch_sub(span->block, std::memory_order_relaxed);
     d.huge_live_bytes.fetch_sub(span->block, std::memory_order_relaxed);
-    // No cache under an address-space limit: a cached span holds address space the program
-    // may need for something else.
-    if (purge_delay_ms() && !address_space_limited() && d.huge_cache_count < kHugeCacheEntries &&
-        d.huge_cache_bytes + span->committed <= kHugeCacheBytes) {
+    if (purge_delay_ms() && d.huge_cache_count < kHugeCacheEntries &&
+        d.huge_cache_bytes + span->committed <= huge_cache_bound()) {
       span->cached = true;
       span->cached_at = d.purge_passes;
       list_push(d.huge_cache, span);

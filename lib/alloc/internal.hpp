@@ -66,7 +66,9 @@ bool purge_pass(Pool* pool, PoolDevice& d) noexcept;
 void purge_soon(Pool* pool, PoolDevice& d) noexcept;
 
 // ---- page.cpp: pages of one size class --------------------------------------------------------
-Page* new_page(Pool* pool, int di, unsigned cls) noexcept;
+// A page of cls from a segment with room; without room, a new segment when may_add_segment
+// (nullptr otherwise).
+Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment = true) noexcept;
 void release_page(Pool* pool, Page* pg) noexcept;
 void release_page_locked(Pool* pool, PoolDevice& d, Page* pg) noexcept;  // d.mu held
 void collect_remote(PoolDevice& d, Page* pg) noexcept;

@@ -17,7 +17,7 @@ int find_run(uint64_t free_mask, unsigned k) {
 }
 }  // namespace
 
-Page* new_page(Pool* pool, int di, unsigned cls) noexcept {
+Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept {
   PoolDevice& d = pool->dev[di];
   const unsigned k = address_space_limited() ? class_slices_tight(cls) : class_slices(cls);
   const size_t bsize = class_to_size(cls);
@@ -47,6 +47,7 @@ Page* new_page(Pool* pool, int di, unsigned cls) noexcept {
         }
   }
   if (!seg) {
+    if (!may_add_segment) return nullptr;
     seg = new_segment(pool, di);
     if (!seg) return nullptr;
     partial_add(d, seg);

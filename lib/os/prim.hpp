@@ -125,6 +125,8 @@ int join_thread(unsigned long id) noexcept;
 int process_id() noexcept;
 // Bytes of address space still available under RLIMIT_AS (SIZE_MAX when unlimited).
 size_t address_space_headroom() noexcept;
+// RLIMIT_AS itself (SIZE_MAX when unlimited).
+size_t address_space_limit() noexcept;
 // Writes a line to stderr with write(2): usable where nothing may allocate.
 void write_stderr(const char* text) noexcept;
 [[noreturn]] void exit_now(int status) noexcept;  // _exit: no atexit handlers, no flushing

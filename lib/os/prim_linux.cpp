@@ -377,6 +377,12 @@ size_t address_space_headroom() noexcept {
   return used >= rl.rlim_cur ? 0 : size_t(rl.rlim_cur - used);
 }
 
+size_t address_space_limit() noexcept {
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+  return size_t(rl.rlim_cur);
+}
+
 void write_stderr(const char* text) noexcept {
   size_t len = std::strlen(text);
   while (len) {
