@@ -767,7 +767,8 @@ def mode_ulimit_room():
     """A program under the interposer can use at least 0.9x the memory it can under glibc:
     the largest bytearray a Python program can allocate after building many small strings,
     under ulimit -v 256 MiB and 512 MiB, on the default devices and on declared devices (with
-    and without the tiering engine), measured against glibc in the same run."""
+    and without the tiering engine), measured against glibc in the same run. Near the limit,
+    threads allocating until NULL see only NULL + ENOMEM, never a crash."""
     if args.sanitized:
         print("CXLPOOL-SKIP: a sanitizer's shadow memory needs more address space than ulimit -v leaves "
               "(and the interposer is not built with sanitizers)", flush=True)
@@ -811,6 +812,16 @@ def mode_ulimit_room():
                       f"{vm} KiB vs {glibc_vm} KiB ({r.describe()}, {r.elapsed:.1f} s)")
             if got is None:
                 info(tail(r.out, 3) + "\n" + head(r.err, 6))
+    # Near the limit, with threads: every failure NULL + ENOMEM, no crash, the room back after.
+    prog = exe("process_as_exhaust")
+    for kib in (65536, 131072):
+        for name, extra in configs[0::2]:
+            r = run(wrap + [str(kib)] + cxl_run(extra)([prog]), timeout=120)
+            check(r.returncode == 0 and "enomem-only yes" in r.out and "room after yes" in r.out,
+                  f"ulimit -v {kib} KiB, 4 threads allocating until NULL [{name}]: "
+                  f"{' '.join(r.out.split()) or '-'} ({r.describe()}, {r.elapsed:.1f} s)")
+            if r.returncode:
+                info(head(r.err, 6))
 
 
 # ---- D2: a FIFO as CXLPOOL_CONFIG ----------------------------------------------------------------
