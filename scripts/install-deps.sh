@@ -17,6 +17,7 @@ PACKAGES=(
   libucx-dev ucx-utils iproute2                         # KV cache transport between hosts (libcxlpool_ucx), netns tests
   pybind11-dev python3-pybind11 python3-dev             # the Python module (python/)
   stress-ng                                             # competing CPU load (scripts/test-under-load.sh)
+  liburing-dev                                          # io_uring registered-buffer tests (optional: they skip without it)
 )
 
 missing=()

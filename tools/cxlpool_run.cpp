@@ -2,8 +2,10 @@
 // cxlpool-run: runs a program with every allocation on cxlpool's tiers, like numactl for
 // memory tiers: sets LD_PRELOAD=libcxlpool_preload.so, CXLPOOL_DEVICES, CXLPOOL_POLICY and
 // CXLPOOL_STATS, then execs. Warns when the program is static or setuid/setgid (preloading
-// cannot work there). Configuration errors are reported by the interposer itself (one line,
-// then the program runs with default placement).
+// cannot work there), and says once, for the whole process tree, when tiering runs without
+// write fences (os/write_fence.hpp: which moves are off, why, and the knob that turns them
+// on). Configuration errors are reported by the interposer itself (one line, then the program
+// runs with default placement).
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -17,6 +19,8 @@
 #include <vector>
 
 #include "topology/model.hpp"
+#include "os/write_fence.hpp"
+#include "tiering/config.hpp"
 
 #ifndef CXLPOOL_PRELOAD_BUILD_PATH
 #define CXLPOOL_PRELOAD_BUILD_PATH ""
@@ -111,6 +115,21 @@ void warn_about_room() {
   }
 }
 
+// One line on stderr when the tiering engine the program will run cannot have write fences
+// (the same probe the engine makes: this process has the program's credentials). Nothing for
+// a SPEC the interposer will refuse (it says so itself) or one that moves nothing.
+void say_fence_mode(const std::string& spec) {
+  try {
+    const cxlpool::detail::tiering::Config c = cxlpool::detail::tiering::parse_config(spec, "CXLPOOL_TIERING");
+    if (!c.enabled || !c.migrate) return;
+  } catch (...) {
+    return;
+  }
+  const cxlpool::os::write_fence::Probe p = cxlpool::os::write_fence::probe();
+  if (p.mode == cxlpool::os::write_fence::Mode::kKernel) return;
+  std::fprintf(stderr, "cxlpool-run: tiering degraded: %s\n", cxlpool::os::write_fence::explain(p).c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -201,6 +220,7 @@ int main(int argc, char** argv) {
   if (!stats.empty()) setenv("CXLPOOL_STATS", stats.c_str(), 1);
   if (!tiering.empty()) setenv("CXLPOOL_TIERING", tiering.c_str(), 1);
   warn_about_room();
+  if (const char* spec = std::getenv("CXLPOOL_TIERING"); spec && *spec) say_fence_mode(spec);
   execv(path.c_str(), argv + i);
   int err = errno;
   std::fprintf(stderr, "cxlpool-run: cannot execute %s: %s\n", path.c_str(), std::strerror(err));

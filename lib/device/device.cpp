@@ -13,7 +13,7 @@
 #include "common/parse.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
-#include "os/write_fence.hpp"
+#include "os/sample_trap.hpp"
 
 namespace cxlpool::detail {
 namespace {

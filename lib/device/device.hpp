@@ -147,6 +147,10 @@ class Device {
     size_t pages_left_behind = 0;  // by_kernel: present pages the kernel could not move
   };
   cxlpool_status_t move_reservation(void* addr, Device& to, MoveReport* report, DeviceError* err) noexcept;
+  // Whether a copy of this device's memory can be write-fenced (os/write_fence.hpp): anonymous
+  // (numa), memfd, and files on tmpfs or hugetlbfs (shm, file: there); not a file on a disk or
+  // DAX filesystem, nor devdax. Moves out of such memory that copy are NOT_SUPPORTED.
+  bool copy_fenceable() const;
 
   // The descriptor of the shared storage (raw backings hand it to other processes); -1 for
   // anonymous (numa) devices. Throws Failure when the storage cannot be opened.

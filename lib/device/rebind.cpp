@@ -2,9 +2,9 @@
 // Movable residency (device.hpp, Device::move_reservation): a reservation's bytes move to
 // another device under the same virtual address. NUMA to NUMA the kernel migrates the pages;
 // every other pair copies into a staging mapping of the target's storage while writers are
-// fenced (os/write_fence.hpp: userfaultfd, else mprotect), then swaps the mapping in with one
-// mremap, the program's page protections kept. Bookkeeping (reservation, committed offsets,
-// ledgers) moves with the bytes, under both devices' locks.
+// fenced (os/write_fence.hpp: a kernel-mode userfaultfd, or no copy at all), then swaps the
+// mapping in with one mremap, the program's page protections kept. Bookkeeping (reservation,
+// committed offsets, ledgers) moves with the bytes, under both devices' locks.
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "device/device.hpp"
+#include "os/io_pins.hpp"
+#include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/vm_query.hpp"
 #include "os/write_fence.hpp"
@@ -21,6 +23,7 @@ namespace cxlpool::detail {
 namespace {
 
 namespace vmq = os::vm_query;
+namespace io_pins = os::io_pins;
 
 // The range's protections now, as runs; NOT_SUPPORTED when it has too many to follow.
 int read_protections(uintptr_t b, uintptr_t e, std::vector<vmq::ProtRun>* out) noexcept {
@@ -55,12 +58,33 @@ struct AsyncSignalsHeld {
   ~AsyncSignalsHeld() { os::prim::restore_signals(saved); }
 };
 
+// Whether the kernel holds part of [b, e) for I/O that we can see (io_uring registered
+// buffers): such a range must not be copied and remapped. A ring whose list cannot be read
+// now (a registration or submission holds its lock) is asked again a few times.
+io_pins::Result kernel_io_pins(uintptr_t b, uintptr_t e) noexcept { return io_pins::registered_buffers(b, e, 8); }
+
+const char* io_pins_refusal(const io_pins::Result& r) noexcept {
+  return r.verdict == io_pins::Verdict::kOverlap
+             ? "move: part of the range is an io_uring registered buffer (the kernel reads and writes those pages "
+               "directly): not moved"
+             : "move: an io_uring ring's registered buffers could not be read (/proc/self/fdinfo: the ring was busy "
+               "or /proc unreadable): not moved";
+}
+
 }  // namespace
 
 cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run>& runs, Storage& dst,
                                      uint64_t new_offset, bool shared_mapping, size_t to_ps,
                                      DeviceError* err) noexcept {
   void* const addr = reinterpret_cast<void*>(r.addr);
+  // Without a fence that holds system calls (write_fence.hpp) a copy would fail the program's
+  // reads into the range with EFAULT, or lose them: no copy.
+  if (os::write_fence::probe().mode != os::write_fence::Mode::kKernel)
+    return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, EPERM,
+                          "move: no write fence that holds system calls here (userfaultfd is user-mode only or "
+                          "unavailable: cxlpool_tiering_stats_json says why): not moved");
+  if (kernel_io_pins(r.addr, r.addr + r.size).verdict == io_pins::Verdict::kOverlap)
+    return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, EBUSY, io_pins_refusal({io_pins::Verdict::kOverlap}));
   // The range as the program has it, read before anything is mapped (a range that cannot
   // move costs two /proc reads, not a staged copy): what it made unreadable is not ours to
   // read, and attributes it set (mlock, MADV_DONTDUMP, WIPEONFORK, DONTFORK) would be lost
@@ -119,36 +143,36 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
   }
   if (flags & (vmq::kVmNoHugePage | vmq::kVmHugePage))
     os::prim::advise_thp(staging, r.size, (flags & vmq::kVmHugePage) != 0);
-  // Fence the writers: by userfaultfd where it can be had (writers and system calls wait in
-  // the kernel), else read-only pages and the SIGSEGV handler.
+  // Fence the writers, system calls included: they wait in the kernel until the new mapping
+  // is in place.
   AsyncSignalsHeld held;
   os::write_fence::UffdFence uf;
-  int slot = -1;
-  const int fe = os::write_fence::raise_uffd(addr, r.size, &uf);
-  if (fe == EBUSY)
-    return drop_staging(CXLPOOL_E_NOT_SUPPORTED, fe,
-                        "move: the range is registered with a userfaultfd of the program's (not taken over)");
-  const bool by_uffd = fe == 0;
-  if (!by_uffd) {
-    if (int e = os::write_fence::raise(addr, r.size, &slot))
-      return drop_staging(e == EBUSY ? CXLPOOL_E_NOT_SUPPORTED : CXLPOOL_E_OS, e,
-                          e == EBUSY ? "move: no userfaultfd here, and the program replaced cxlpool's SIGSEGV "
-                                       "handler (write fences need one or the other)"
-                                     : "move: write fence");
-    for (const auto& p : prots)
-      if (p.prot > 0 && (p.prot & vmq::kWrite))
-        os::prim::protect_prot(reinterpret_cast<void*>(p.begin), p.end - p.begin, p.prot & ~vmq::kWrite);
+  if (const int fe = os::write_fence::raise_uffd(addr, r.size, &uf))
+    return drop_staging(
+        CXLPOOL_E_NOT_SUPPORTED, fe,
+        fe == EBUSY    ? "move: the range is registered with a userfaultfd of the program's (not taken over)"
+        : fe == EINVAL ? "move: userfaultfd cannot write-protect this memory (a file on a disk filesystem, or "
+                         "device DAX), and no other fence holds system calls: not moved"
+                       : "move: write fence");
+  auto lift_in_place = [&] { os::write_fence::lift_uffd_in_place(uf); };
+  // Under the fence nothing new can pin the range for writing (get_user_pages waits on it):
+  // the buffers registered now, and the reads running now, are all there will be until the
+  // swap. A read that pinned the old pages before the fence (O_DIRECT: the device writes them
+  // until the call returns) would land its bytes in pages the program no longer sees.
+  if (const io_pins::Result pins = kernel_io_pins(r.addr, r.addr + r.size); pins.verdict != io_pins::Verdict::kClear) {
+    lift_in_place();
+    return drop_staging(CXLPOOL_E_NOT_SUPPORTED, pins.verdict == io_pins::Verdict::kOverlap ? EBUSY : pins.error,
+                        io_pins_refusal(pins));
   }
-  auto lift_in_place = [&] {
-    if (by_uffd) {
-      os::write_fence::lift_uffd_in_place(uf);
-      return;
-    }
-    for (const auto& p : prots)
-      if (p.prot > 0 && (p.prot & vmq::kWrite))
-        os::prim::protect_prot(reinterpret_cast<void*>(p.begin), p.end - p.begin, p.prot);
-    os::write_fence::lift(slot);
-  };
+  if (const io_pins::Result reads = io_pins::reads_in_flight(r.addr, r.addr + r.size);
+      reads.verdict != io_pins::Verdict::kClear) {
+    lift_in_place();
+    return drop_staging(CXLPOOL_E_NOT_SUPPORTED, reads.verdict == io_pins::Verdict::kOverlap ? EBUSY : reads.error,
+                        reads.verdict == io_pins::Verdict::kOverlap
+                            ? "move: a thread is inside a read system call into the range (an O_DIRECT read keeps the "
+                              "old pages pinned until it returns): not moved"
+                            : "move: the threads' system calls could not be read (/proc/self/task): not moved");
+  }
   // The copy reads as the kernel does for another process: a page the program makes
   // unreadable meanwhile is an error here, not a fault in cxlpool's thread.
   const auto* from = static_cast<const char*>(addr);
@@ -160,9 +184,8 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
     }
   // Nothing may have changed under the fence: the program's protections (mprotect is not held
   // by it), and the fence itself (a program that closes cxlpool's userfaultfd releases it).
-  const bool protections_kept =
-      read_protections(r.addr, r.addr + r.size, &now) == 0 && same_protections(prots, now, by_uffd ? 0 : vmq::kWrite);
-  if (!protections_kept || (by_uffd && !os::write_fence::uffd_fence_intact(uf))) {
+  const bool protections_kept = read_protections(r.addr, r.addr + r.size, &now) == 0 && same_protections(prots, now, 0);
+  if (!protections_kept || !os::write_fence::uffd_fence_intact(uf)) {
     lift_in_place();
     return drop_staging(CXLPOOL_E_NOT_SUPPORTED, 0,
                         protections_kept
@@ -182,11 +205,22 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
     lift_in_place();
     return drop_staging(CXLPOOL_E_OS, e, "move: mremap");
   }
-  if (by_uffd)
-    os::write_fence::lift_uffd_replaced(uf);
-  else
-    os::write_fence::lift(slot);
+  os::write_fence::lift_uffd_replaced(uf);
   return CXLPOOL_OK;
+}
+
+bool Device::copy_fenceable() const {
+  switch (spec_.kind) {
+    case CXLPOOL_BACKING_NUMA:
+    case CXLPOOL_BACKING_MEMFD:
+      return true;
+    case CXLPOOL_BACKING_SHM:
+      return os::write_fence::covers_filesystem("/dev/shm");
+    case CXLPOOL_BACKING_FILE:
+      return os::write_fence::covers_filesystem(os::parent_dir(spec_.path).c_str());
+    default:
+      return false;
+  }
 }
 
 cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* report, DeviceError* err) noexcept {

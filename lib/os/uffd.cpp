@@ -12,6 +12,9 @@
 
 #include <cerrno>
 
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
 #endif
@@ -37,10 +40,24 @@ constexpr uint64_t kScanWpMatching = 1u << 0;
 constexpr uint64_t kScanCheckWpAsync = 1u << 1;
 static_assert(sizeof(PageRun) == 24, "struct page_region");
 
-int open_one(int flags, uint64_t want, WpAsync* out) noexcept {
+constexpr const char* kDevice = "/dev/userfaultfd";
+
+// A new userfaultfd: by the system call, or (device) by USERFAULTFD_IOC_NEW on the device
+// node, whose access is its file mode rather than vm.unprivileged_userfaultfd.
+int open_one(int flags, uint64_t want, const char* device, WpAsync* out) noexcept {
   const uint64_t must = want & (UFFD_FEATURE_WP_ASYNC | UFFD_FEATURE_WP_UNPOPULATED);
-  long fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | flags);
-  if (fd < 0) return errno;
+  long fd = -1;
+  if (device) {
+    const int dev = open(device, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (dev < 0) return errno;
+    fd = ioctl(dev, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK | flags);
+    const int e = errno;
+    close(dev);
+    if (fd < 0) return e == ENOTTY ? ENODEV : e;  // not a userfaultfd device
+  } else {
+    fd = syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | flags);
+    if (fd < 0) return errno;
+  }
   uffdio_api api{};
   api.api = UFFD_API;
   api.features = want;
@@ -58,13 +75,19 @@ int open_one(int flags, uint64_t want, WpAsync* out) noexcept {
   return 0;
 }
 
-// Without UFFD_USER_MODE_ONLY first, with it after EPERM.
+// Kernel mode by the system call, then by the device after EPERM, then user mode only.
 int open_either_mode(uint64_t want, WpAsync* out) noexcept {
   *out = WpAsync{};
-  int e = open_one(0, want, out);
+  int e = open_one(0, want, nullptr, out);
   if (e != EPERM) return e;
   out->first_errno = e;
-  e = open_one(UFFD_USER_MODE_ONLY, want, out);
+  const int d = open_one(0, want, kDevice, out);
+  if (d == 0) {
+    out->via_device = true;
+    return 0;
+  }
+  out->device_errno = d;
+  e = open_one(UFFD_USER_MODE_ONLY, want, nullptr, out);
   if (e == 0) out->user_mode_only = true;
   return e;
 }
@@ -77,6 +100,13 @@ int open_wp_async(WpAsync* out) noexcept {
 
 int open_wp_sync(WpAsync* out) noexcept {
   return open_either_mode(UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM, out);
+}
+
+int open_wp_sync_device(const char* path, WpAsync* out) noexcept {
+  *out = WpAsync{};
+  const int e = open_one(0, UFFD_FEATURE_WP_UNPOPULATED | UFFD_FEATURE_WP_HUGETLBFS_SHMEM, path, out);
+  if (e == 0) out->via_device = true;
+  return e;
 }
 
 int wake(int fd, uintptr_t addr, size_t len) noexcept {

@@ -22,18 +22,25 @@ inline constexpr uint64_t kPageSwapped = 1u << 4;
 inline constexpr uint64_t kPagePfnZero = 1u << 5;
 inline constexpr uint64_t kPageHuge = 1u << 6;  // mapped by a THP (or hugetlb) entry
 
-// A descriptor ready for async write-protection.
+// A descriptor ready for write-protection, and how it was had. A descriptor whose faults may
+// come from kernel mode (a system call's copy_to_user, get_user_pages for O_DIRECT or io_uring)
+// is opened by userfaultfd(2) without UFFD_USER_MODE_ONLY (root, CAP_SYS_PTRACE or
+// vm.unprivileged_userfaultfd=1) or, failing that, through /dev/userfaultfd
+// (USERFAULTFD_IOC_NEW, 6.1+: whoever may open the device read-write); the last resort is
+// UFFD_USER_MODE_ONLY, whose kernel-mode faults on a synchronously protected page fail with
+// EFAULT instead of waiting.
 struct WpAsync {
   int fd = -1;
-  bool user_mode_only = false;  // opened with UFFD_USER_MODE_ONLY (after EPERM without it)
-  int first_errno = 0;          // why the first attempt (without it) failed, when it did
+  bool user_mode_only = false;  // opened with UFFD_USER_MODE_ONLY (after both attempts below failed)
+  bool via_device = false;      // opened through /dev/userfaultfd
+  int first_errno = 0;          // why userfaultfd(2) without UFFD_USER_MODE_ONLY failed, when it did
+  int device_errno = 0;         // why /dev/userfaultfd failed, when it was tried and did
   uint64_t features = 0;        // what UFFDIO_API granted
 };
 // userfaultfd(O_CLOEXEC|O_NONBLOCK) + UFFDIO_API asking for WP_ASYNC | WP_UNPOPULATED |
-// WP_HUGETLBFS_SHMEM (shmem/memfd MAP_SHARED). Without UFFD_USER_MODE_ONLY first, with it
-// after EPERM (vm.unprivileged_userfaultfd=0 and no CAP_SYS_PTRACE). ENOSYS: no userfaultfd;
-// EINVAL from UFFDIO_API: the kernel lacks WP_ASYNC (before 6.7). The descriptor is closed on
-// failure.
+// WP_HUGETLBFS_SHMEM (shmem/memfd MAP_SHARED). Kernel mode first (the system call, then
+// /dev/userfaultfd after EPERM), UFFD_USER_MODE_ONLY last. ENOSYS: no userfaultfd; EINVAL from
+// UFFDIO_API: the kernel lacks WP_ASYNC (before 6.7). The descriptor is closed on failure.
 int open_wp_async(WpAsync* out) noexcept;
 // The same for synchronous write-protection (WP_UNPOPULATED | WP_HUGETLBFS_SHMEM, no async): a
 // thread that writes a protected page waits in the kernel until the page is un-protected or
@@ -41,6 +48,9 @@ int open_wp_async(WpAsync* out) noexcept;
 // system call that writes such a page waits too; with it (the unprivileged fallback), it gets
 // EFAULT. EINVAL: the kernel lacks WP_UNPOPULATED (before 6.4).
 int open_wp_sync(WpAsync* out) noexcept;
+// The same through a given device path instead of the system call (tests: a node made in a
+// private mount namespace); "/dev/userfaultfd" is what open_wp_* use.
+int open_wp_sync_device(const char* path, WpAsync* out) noexcept;
 // UFFDIO_WAKE: threads waiting on [addr, addr+len) retry their access.
 int wake(int fd, uintptr_t addr, size_t len) noexcept;
 // UFFDIO_REGISTER with UFFDIO_REGISTER_MODE_WP: again on a registered range is a no-op for its

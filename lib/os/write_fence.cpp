@@ -1,19 +1,18 @@
 // SPDX-License-Identifier: MIT
-// Write fences and sampling traps (write_fence.hpp): a table of fenced ranges, a table of
-// sampled pages, and the one SIGSEGV handler that parks writers on fences, counts and undoes
-// first touches of sampled pages, and passes every other fault on. The handler only reads and
-// swaps atomics, waits on futexes, calls mprotect and the program's previous handler:
-// async-signal-safe, no allocation, no lock.
+// Write fences (write_fence.hpp): the process's one synchronous userfaultfd, opened in kernel
+// mode or not at all, the probe that says which fence the process can have and why, and the
+// fences themselves.
 #include "os/write_fence.hpp"
 
-#include <sched.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <time.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <new>
 
@@ -23,286 +22,11 @@
 namespace cxlpool::os::write_fence {
 namespace {
 
-struct Fence {
-  std::atomic<bool> used{false};
-  std::atomic<uintptr_t> begin{0}, end{0};
-  std::atomic<uint32_t> seq{0};  // odd while the fence is up
-};
-static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "futex word");
-
-Fence g_fences[kMaxFences];
-std::atomic<uint32_t> g_lifts{0};  // bumped by every lift
-std::atomic<uint64_t> g_waited{0}, g_passed_on{0};
-std::mutex g_install_mu;  // raise() only, never the handler
-struct sigaction g_previous {};
-
-// The last fault this thread let retry outside any fence, and the lift count then: a fault
-// taken while a fence was up and handled after it was lifted is retried once; a second fault
-// at the same address with no lift in between is the program's.
-__attribute__((tls_model("initial-exec"))) thread_local uintptr_t tl_retried_addr = 0;
-__attribute__((tls_model("initial-exec"))) thread_local uint32_t tl_retried_lifts = 0;
-
-// The signal this thread is handing to the program's handler, and this handler's frame then:
-// when that handler chains back to ours (it saved ours as the one it replaced), the same
-// siginfo arrives deeper on the same stack. A handler that leaves by siglongjmp leaves these
-// set; a later fault has its own siginfo, or one at the same place with ours above it again.
-__attribute__((tls_model("initial-exec"))) thread_local const siginfo_t* tl_chained_info = nullptr;
-__attribute__((tls_model("initial-exec"))) thread_local uintptr_t tl_chained_frame = 0;
-
-uintptr_t frame_here() noexcept { return reinterpret_cast<uintptr_t>(__builtin_frame_address(0)); }
-
-bool called_back(const siginfo_t* info) noexcept { return info == tl_chained_info && frame_here() < tl_chained_frame; }
-
-// Calls the program's handler, marking the signal as handed on while it runs.
-template <typename Call>
-void chain(const siginfo_t* info, Call&& call) {
-  const siginfo_t* const outer_info = tl_chained_info;
-  const uintptr_t outer_frame = tl_chained_frame;
-  tl_chained_info = info;
-  tl_chained_frame = frame_here();
-  call();
-  tl_chained_info = outer_info;
-  tl_chained_frame = outer_frame;
-}
-
-void default_action(int sig, bool sent) {
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(sig, &dfl, nullptr);
-  if (sent) ::raise(sig);  // pending while this handler runs; terminates when it returns
-}
-
-void pass_on(int sig, siginfo_t* info, void* context) {
-  g_passed_on.fetch_add(1, std::memory_order_relaxed);
-  const struct sigaction prev = g_previous;
-  if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction) {
-    chain(info, [&] { prev.sa_sigaction(sig, info, context); });
-  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN && prev.sa_handler) {
-    chain(info, [&] { prev.sa_handler(sig); });
-  } else {
-    // Default action: restore it and return; the instruction faults again and the program
-    // terminates (with a core) exactly as it would have without us.
-    default_action(sig, false);
-  }
-}
-
-// ---- Sampling traps ----
-// Entry states. armed -> restoring -> touched (the handler), armed -> disarming -> released or
-// dead (the arming thread: restored, or left to its owner).
-enum TrapState : uint32_t { kArmed = 1, kRestoring, kTouched, kDisarming, kReleased, kDead };
-struct Trap {
-  std::atomic<uintptr_t> page{0};
-  std::atomic<uint32_t> state{0};
-};
-Trap g_traps[sample_trap::kMaxPages];
-std::atomic<size_t> g_trap_count{0};
-std::atomic<uint32_t> g_trap_clearing{0};  // odd while clear() empties the table
-std::atomic<uint32_t> g_trap_busy{0};      // handlers reading the table
-std::atomic<uint32_t> g_trap_released{0};  // bumped by released(): disarming pages decided
-std::atomic<uint64_t> g_trap_touches{0}, g_trap_ns{0};
-std::atomic<size_t> g_page_size{0};
-
-uint64_t now_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
-
-Trap* find_trap(uintptr_t page) noexcept {
-  size_t lo = 0, hi = g_trap_count.load(std::memory_order_acquire);
-  const size_t n = hi;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (g_traps[mid].page.load(std::memory_order_relaxed) < page)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  if (lo == n || g_traps[lo].page.load(std::memory_order_relaxed) != page) return nullptr;
-  return &g_traps[lo];
-}
-
-bool in_up_fence(uintptr_t b, uintptr_t e) noexcept {
-  for (Fence& f : g_fences) {
-    if (!(f.seq.load(std::memory_order_acquire) & 1)) continue;
-    if (b < f.end.load(std::memory_order_relaxed) && f.begin.load(std::memory_order_relaxed) < e) return true;
-  }
-  return false;
-}
-
-enum class TrapVerdict { kNotOurs, kHandled, kRetryOnce };
-
-// A fault at addr against the sampling table. kHandled: a first touch, undone; kRetryOnce: a
-// page of the table whose protection someone else is settling (another thread's first touch,
-// or the arming thread's disarm): the access is retried once, like a fault just after a lift.
-TrapVerdict on_trap_fault(uintptr_t addr) noexcept {
-  const size_t ps = g_page_size.load(std::memory_order_relaxed);
-  if (ps == 0) return TrapVerdict::kNotOurs;
-  const uintptr_t page = addr & ~(uintptr_t(ps) - 1);
-  for (;;) {
-    g_trap_busy.fetch_add(1, std::memory_order_seq_cst);
-    const uint32_t c = g_trap_clearing.load(std::memory_order_seq_cst);
-    if (c & 1) {
-      g_trap_busy.fetch_sub(1, std::memory_order_seq_cst);
-      prim::futex_wait(reinterpret_cast<const uint32_t*>(&g_trap_clearing), c, 10);
-      continue;
-    }
-    const uint32_t released = g_trap_released.load(std::memory_order_acquire);
-    Trap* t = find_trap(page);
-    if (!t) {
-      g_trap_busy.fetch_sub(1, std::memory_order_seq_cst);
-      return TrapVerdict::kNotOurs;
-    }
-    uint32_t s = t->state.load(std::memory_order_acquire);
-    if (s == kArmed && t->state.compare_exchange_strong(s, kRestoring, std::memory_order_acq_rel)) {
-      const uint64_t t0 = now_ns();
-      mprotect(reinterpret_cast<void*>(page), ps, PROT_READ | PROT_WRITE);
-      t->state.store(kTouched, std::memory_order_release);
-      g_trap_touches.fetch_add(1, std::memory_order_relaxed);
-      g_trap_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-      g_trap_busy.fetch_sub(1, std::memory_order_seq_cst);
-      return TrapVerdict::kHandled;
-    }
-    g_trap_busy.fetch_sub(1, std::memory_order_seq_cst);
-    if (s == kRestoring) {
-      while (t->state.load(std::memory_order_acquire) == kRestoring) sched_yield();
-      return TrapVerdict::kRetryOnce;
-    }
-    if (s == kDisarming) {
-      while (g_trap_released.load(std::memory_order_acquire) == released)
-        prim::futex_wait(reinterpret_cast<const uint32_t*>(&g_trap_released), released, 100);
-      return TrapVerdict::kRetryOnce;
-    }
-    return s == kTouched || s == kReleased ? TrapVerdict::kRetryOnce : TrapVerdict::kNotOurs;
-  }
-}
-
-// A SIGSEGV another process or the program itself sent (kill, raise, sigqueue: si_code <= 0)
-// is no fault of ours: the program's handler gets it, or its disposition applies.
-void pass_on_sent(int sig, siginfo_t* info, void* context) {
-  g_passed_on.fetch_add(1, std::memory_order_relaxed);
-  const struct sigaction prev = g_previous;
-  if ((prev.sa_flags & SA_SIGINFO) && prev.sa_sigaction) {
-    chain(info, [&] { prev.sa_sigaction(sig, info, context); });
-  } else if (prev.sa_handler == SIG_IGN) {
-  } else if (prev.sa_handler != SIG_DFL && prev.sa_handler) {
-    chain(info, [&] { prev.sa_handler(sig); });
-  } else {
-    default_action(sig, true);  // the signal again, with the default disposition
-  }
-}
-
-void on_segv(int sig, siginfo_t* info, void* context) {
-  const int saved_errno = errno;
-  if (called_back(info)) {
-    // The program's handler, given this signal by us, gave it back (its "previous" is ours):
-    // the disposition before both of us is not known, so the default one applies.
-    default_action(sig, info->si_code <= 0);
-    errno = saved_errno;
-    return;
-  }
-  if (info->si_code <= 0) {
-    pass_on_sent(sig, info, context);
-    errno = saved_errno;
-    return;
-  }
-  const auto addr = reinterpret_cast<uintptr_t>(info->si_addr);
-  for (Fence& f : g_fences) {
-    const uint32_t s = f.seq.load(std::memory_order_acquire);
-    if (!(s & 1)) continue;
-    const uintptr_t b = f.begin.load(std::memory_order_relaxed), e = f.end.load(std::memory_order_relaxed);
-    if (addr < b || addr >= e || f.seq.load(std::memory_order_acquire) != s) continue;
-    g_waited.fetch_add(1, std::memory_order_relaxed);
-    while (f.seq.load(std::memory_order_acquire) == s)
-      prim::futex_wait(reinterpret_cast<const uint32_t*>(&f.seq), s, 100);
-    tl_retried_addr = 0;
-    errno = saved_errno;
-    return;  // the write runs again, on what is mapped there now
-  }
-  const TrapVerdict trap = on_trap_fault(addr);
-  if (trap == TrapVerdict::kHandled) {
-    tl_retried_addr = 0;
-    errno = saved_errno;
-    return;  // the access runs again, on the page made accessible again
-  }
-  const uint32_t lifts = g_lifts.load(std::memory_order_acquire);
-  if (tl_retried_addr != addr || tl_retried_lifts != lifts) {
-    tl_retried_addr = addr;
-    tl_retried_lifts = lifts;
-    errno = saved_errno;
-    return;
-  }
-  tl_retried_addr = 0;
-  pass_on(sig, info, context);
-  errno = saved_errno;
-}
-
-bool g_installed_once = false;  // g_install_mu
-
-bool same_disposition(const struct sigaction& a, const struct sigaction& b) noexcept {
-  if ((a.sa_flags & SA_SIGINFO) != (b.sa_flags & SA_SIGINFO)) return false;
-  return (a.sa_flags & SA_SIGINFO) ? a.sa_sigaction == b.sa_sigaction : a.sa_handler == b.sa_handler;
-}
-
-// Installs on_segv in front of whatever handles SIGSEGV now. EBUSY when the program has
-// replaced ours since with a handler of its own: ours is not put back in front (a handler that
-// chains to the one it replaced would then call ours, and ours it). Put back in front are only
-// dispositions nothing can chain from (SIG_DFL, SIG_IGN) and the very handler ours was in
-// front of before (a program that saved its disposition and restored it, as test frameworks
-// do); if that one chains to ours meanwhile, called_back() ends the loop.
-int ensure_installed() noexcept {
-  std::lock_guard<std::mutex> lock(g_install_mu);
-  struct sigaction current {};
-  if (sigaction(SIGSEGV, nullptr, &current) != 0) return errno;
-  if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_segv) return 0;
-  const bool no_handler =
-      !(current.sa_flags & SA_SIGINFO) && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN);
-  if (g_installed_once && !no_handler && !same_disposition(current, g_previous)) return EBUSY;
-  g_installed_once = true;
-  struct sigaction ours {};
-  ours.sa_sigaction = on_segv;
-  ours.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
-  sigemptyset(&ours.sa_mask);
-  g_previous = current;
-  if (sigaction(SIGSEGV, &ours, nullptr) != 0) return errno;
-  return 0;
-}
-
-}  // namespace
-
-int raise(const void* addr, size_t len, int* slot) noexcept {
-  if (int e = ensure_installed()) return e;
-  for (int i = 0; i < kMaxFences; ++i) {
-    Fence& f = g_fences[i];
-    bool expected = false;
-    if (!f.used.compare_exchange_strong(expected, true, std::memory_order_acq_rel)) continue;
-    f.begin.store(reinterpret_cast<uintptr_t>(addr), std::memory_order_relaxed);
-    f.end.store(reinterpret_cast<uintptr_t>(addr) + len, std::memory_order_relaxed);
-    f.seq.fetch_add(1, std::memory_order_release);  // odd: up
-    *slot = i;
-    return 0;
-  }
-  return EBUSY;
-}
-
-void lift(int slot) noexcept {
-  if (slot < 0 || slot >= kMaxFences) return;
-  Fence& f = g_fences[slot];
-  f.seq.fetch_add(1, std::memory_order_release);  // even: down
-  g_lifts.fetch_add(1, std::memory_order_release);
-  prim::futex_wake(reinterpret_cast<uint32_t*>(&f.seq));
-  f.used.store(false, std::memory_order_release);
-}
-
-// ---- userfaultfd fences ----
-namespace {
 std::mutex g_uffd_mu;
 int g_uffd = -1;           // the fences' descriptor (moved high), or -1
 pid_t g_uffd_pid = 0;      // the process it was opened in (a fork child's copy names the parent)
 prim::FileId g_uffd_id{};  // its identity
-int g_uffd_failed = 0;     // why none can be had in this process (cached), or 0
-bool g_uffd_user_only = false;
+Probe g_probe;             // what opening it found (mode kUnknown: not tried, or a passing shortage)
 std::atomic<uint64_t> g_uffd_count{0};
 
 bool ours(int fd, uint64_t dev, uint64_t ino) noexcept {
@@ -310,7 +34,10 @@ bool ours(int fd, uint64_t dev, uint64_t ino) noexcept {
   return fd >= 0 && prim::file_id(fd, &id) == 0 && id.dev == dev && id.ino == ino;
 }
 
-// The fences' descriptor (g_uffd_mu held), or -errno.
+bool passing(int e) noexcept { return e == EMFILE || e == ENFILE || e == ENOMEM || e == EAGAIN || e == EINTR; }
+
+// The fences' descriptor (g_uffd_mu held), or -errno: -EPERM when only a user-mode one can be
+// had (never used: see write_fence.hpp).
 int fence_uffd() noexcept {
   const pid_t me = prim::process_id();
   if (g_uffd_pid != me) {
@@ -318,29 +45,126 @@ int fence_uffd() noexcept {
     // (if the number is still ours) and start over.
     if (g_uffd >= 0 && ours(g_uffd, g_uffd_id.dev, g_uffd_id.ino)) prim::close_fd(g_uffd);
     g_uffd = -1;
-    g_uffd_failed = 0;
+    g_probe = Probe{};
     g_uffd_pid = me;
   }
   if (g_uffd >= 0 && !ours(g_uffd, g_uffd_id.dev, g_uffd_id.ino)) g_uffd = -1;  // the program closed it: not ours
   if (g_uffd >= 0) return g_uffd;
-  if (g_uffd_failed) return -g_uffd_failed;
+  if (g_probe.mode == Mode::kUserModeOnly) return -EPERM;
+  if (g_probe.mode == Mode::kNone) return -g_probe.error;
   uffd::WpAsync u;
-  if (int e = uffd::open_wp_sync(&u)) {
+  Probe p;
+  const int e = uffd::open_wp_sync(&u);
+  p.syscall_errno = u.first_errno;
+  p.device_errno = u.device_errno;
+  if (e) {
+    p.error = e;
     // What cannot change in this process is remembered (no userfaultfd, refused, a kernel
     // without the features); running out of descriptors or memory is tried again next time.
-    if (e != EMFILE && e != ENFILE && e != ENOMEM && e != EAGAIN && e != EINTR) g_uffd_failed = e;
+    p.mode = passing(e) ? Mode::kUnknown : Mode::kNone;
+    g_probe = p;
     return -e;
   }
-  u.fd = prim::move_fd_high(u.fd);
-  if (prim::file_id(u.fd, &g_uffd_id) != 0) {
+  if (u.user_mode_only) {
     prim::close_fd(u.fd);
+    p.mode = Mode::kUserModeOnly;
+    g_probe = p;
+    return -EPERM;
+  }
+  const int fd = prim::move_fd_high(u.fd);
+  if (prim::file_id(fd, &g_uffd_id) != 0) {
+    prim::close_fd(fd);
     return -EBADF;
   }
-  g_uffd = u.fd;
-  g_uffd_user_only = u.user_mode_only;
+  g_uffd = fd;
+  p.mode = Mode::kKernel;
+  p.via_device = u.via_device;
+  g_probe = p;
   return g_uffd;
 }
+
+std::string errno_text(int e) {
+  const char* name = strerrorname_np(e);
+  return std::string(name ? name : "errno " + std::to_string(e)) + " (" + std::strerror(e) + ")";
+}
+
 }  // namespace
+
+Probe probe() noexcept {
+  std::lock_guard<std::mutex> lock(g_uffd_mu);
+  fence_uffd();
+  return g_probe;
+}
+
+const char* mode_name(Mode m) noexcept {
+  switch (m) {
+    case Mode::kKernel:
+      return "kernel";
+    case Mode::kUserModeOnly:
+      return "user-mode-only";
+    case Mode::kNone:
+      return "none";
+    case Mode::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+std::string explain(const Probe& p, int unprivileged, const std::string& release) {
+  const std::string off =
+      "moves that copy (a unit with a memfd, shm, file or devdax end) are off, NUMA-to-NUMA migration still runs";
+  const std::string kernel = release.empty() ? "this kernel" : "kernel " + release;
+  switch (p.mode) {
+    case Mode::kKernel:
+      return "";
+    case Mode::kUserModeOnly: {
+      std::string why = "userfaultfd is user-mode only here (userfaultfd(2) = " + errno_text(p.syscall_errno);
+      if (unprivileged >= 0) why += ", vm.unprivileged_userfaultfd=" + std::to_string(unprivileged);
+      why += ", no CAP_SYS_PTRACE; /dev/userfaultfd: " +
+             (p.device_errno == ENOENT ? std::string("absent (kernel before 6.1, or no device node)")
+                                       : errno_text(p.device_errno)) +
+             "): a fence would turn the program's system calls that write a moving range (read, recv, O_DIRECT) into "
+             "EFAULT";
+      return "write fences: user-mode-only: " + off + "; " + why +
+             "; to enable them: sysctl vm.unprivileged_userfaultfd=1, or give this user read-write access to "
+             "/dev/userfaultfd, or run with CAP_SYS_PTRACE";
+    }
+    case Mode::kNone: {
+      std::string why;
+      if (p.error == ENOSYS)
+        why = "no userfaultfd (userfaultfd(2) = ENOSYS: a kernel without CONFIG_USERFAULTFD, or a seccomp filter)";
+      else if (p.error == EINVAL)
+        why = kernel + " cannot write-protect unpopulated pages synchronously (UFFD_FEATURE_WP_UNPOPULATED, 6.4+)";
+      else if (p.error == EPERM)
+        why = "userfaultfd is refused even in user mode (userfaultfd(2) = EPERM: a seccomp filter or security module)";
+      else
+        why = "userfaultfd could not be set up: " + errno_text(p.error);
+      return "write fences: none: " + off + "; " + why + "; to enable them: a 6.4+ kernel with userfaultfd allowed";
+    }
+    case Mode::kUnknown:
+      break;
+  }
+  return "write fences: not known yet" +
+         (p.error ? ": " + errno_text(p.error) + " (tried again at the next move)" : std::string());
+}
+
+std::string explain(const Probe& p) {
+  int unprivileged = -1;
+  const int fd = open("/proc/sys/vm/unprivileged_userfaultfd", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char c = 0;
+    if (read(fd, &c, 1) == 1 && c >= '0' && c <= '9') unprivileged = c - '0';
+    close(fd);
+  }
+  utsname u{};
+  return explain(p, unprivileged, uname(&u) == 0 ? u.release : "");
+}
+
+bool covers_filesystem(const char* path) noexcept {
+  struct statfs st {};
+  if (statfs(path, &st) != 0) return false;
+  return st.f_type == TMPFS_MAGIC || st.f_type == HUGETLBFS_MAGIC;
+}
 
 int raise_uffd(void* addr, size_t len, UffdFence* out) noexcept {
   std::lock_guard<std::mutex> lock(g_uffd_mu);
@@ -380,135 +204,10 @@ void forget_fences_in_fork_child() noexcept {
   new (&g_uffd_mu) std::mutex();
   if (g_uffd >= 0 && ours(g_uffd, g_uffd_id.dev, g_uffd_id.ino)) prim::close_fd(g_uffd);
   g_uffd = -1;
-  g_uffd_failed = 0;
+  g_probe = Probe{};
   g_uffd_pid = prim::process_id();
 }
 
-bool uffd_user_mode_only() noexcept {
-  std::lock_guard<std::mutex> lock(g_uffd_mu);
-  return g_uffd >= 0 && g_uffd_user_only;
-}
-
-uint64_t writes_waited() noexcept { return g_waited.load(std::memory_order_relaxed); }
-uint64_t faults_passed_on() noexcept { return g_passed_on.load(std::memory_order_relaxed); }
 uint64_t uffd_fences() noexcept { return g_uffd_count.load(std::memory_order_relaxed); }
 
 }  // namespace cxlpool::os::write_fence
-
-namespace cxlpool::os::sample_trap {
-
-using write_fence::ensure_installed;
-
-int arm(uintptr_t page) noexcept {
-  if (write_fence::g_page_size.load(std::memory_order_relaxed) == 0) {
-    if (int e = ensure_installed()) return e;
-    write_fence::g_page_size.store(size_t(sysconf(_SC_PAGESIZE)), std::memory_order_relaxed);
-  } else if (int e = ensure_installed()) {
-    return e;
-  }
-  const size_t ps = write_fence::g_page_size.load(std::memory_order_relaxed);
-  if (page & (ps - 1)) return EINVAL;
-  const size_t n = write_fence::g_trap_count.load(std::memory_order_relaxed);
-  if (n == kMaxPages) return EBUSY;
-  if (n && write_fence::g_traps[n - 1].page.load(std::memory_order_relaxed) >= page) return ERANGE;
-  if (write_fence::in_up_fence(page, page + ps)) return EEXIST;
-  write_fence::Trap& t = write_fence::g_traps[n];
-  t.page.store(page, std::memory_order_relaxed);
-  t.state.store(write_fence::kArmed, std::memory_order_relaxed);
-  write_fence::g_trap_count.store(n + 1, std::memory_order_release);  // findable before it faults
-  if (mprotect(reinterpret_cast<void*>(page), ps, PROT_NONE) != 0) {
-    int e = errno;
-    t.state.store(write_fence::kDead, std::memory_order_release);
-    return e;
-  }
-  return 0;
-}
-
-void stop(uintptr_t begin, uintptr_t end, uintptr_t* touched, size_t cap_t, size_t* n_touched, uintptr_t* untouched,
-          size_t cap_u, size_t* n_untouched) noexcept {
-  *n_touched = *n_untouched = 0;
-  const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i) {
-    write_fence::Trap& t = write_fence::g_traps[i];
-    const uintptr_t p = t.page.load(std::memory_order_relaxed);
-    if (p < begin || p >= end) continue;
-    uint32_t s = t.state.load(std::memory_order_acquire);
-    if (s == write_fence::kArmed &&
-        t.state.compare_exchange_strong(s, write_fence::kDisarming, std::memory_order_acq_rel)) {
-      if (*n_untouched < cap_u) untouched[(*n_untouched)++] = p;
-      continue;
-    }
-    if ((s == write_fence::kRestoring || s == write_fence::kTouched) && *n_touched < cap_t) touched[(*n_touched)++] = p;
-  }
-}
-
-int restore(uintptr_t page) noexcept {
-  const size_t ps = write_fence::g_page_size.load(std::memory_order_relaxed);
-  write_fence::Trap* t = write_fence::find_trap(page);
-  if (!t || t->state.load(std::memory_order_acquire) != write_fence::kDisarming) return ENOENT;
-  if (write_fence::in_up_fence(page, page + ps)) return EEXIST;
-  if (mprotect(reinterpret_cast<void*>(page), ps, PROT_READ | PROT_WRITE) != 0) return errno;
-  t->state.store(write_fence::kReleased, std::memory_order_release);
-  return 0;
-}
-
-void forget(uintptr_t begin, uintptr_t end) noexcept {
-  const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i) {
-    write_fence::Trap& t = write_fence::g_traps[i];
-    const uintptr_t p = t.page.load(std::memory_order_relaxed);
-    if (p < begin || p >= end) continue;
-    uint32_t s = write_fence::kArmed;
-    if (!t.state.compare_exchange_strong(s, write_fence::kDead, std::memory_order_acq_rel) &&
-        s == write_fence::kDisarming)
-      t.state.compare_exchange_strong(s, write_fence::kDead, std::memory_order_acq_rel);
-  }
-}
-
-void disarm_in_fork_child() noexcept {
-  const size_t ps = write_fence::g_page_size.load(std::memory_order_relaxed);
-  const size_t n = write_fence::g_trap_count.load(std::memory_order_relaxed);
-  for (size_t i = 0; i < n; ++i) {
-    write_fence::Trap& t = write_fence::g_traps[i];
-    if (t.state.load(std::memory_order_relaxed) == write_fence::kArmed)
-      mprotect(reinterpret_cast<void*>(t.page.load(std::memory_order_relaxed)), ps, PROT_READ | PROT_WRITE);
-    t.state.store(write_fence::kDead, std::memory_order_relaxed);
-  }
-  write_fence::g_trap_count.store(0, std::memory_order_release);
-  write_fence::g_trap_busy.store(0, std::memory_order_relaxed);
-  if (write_fence::g_trap_clearing.load(std::memory_order_relaxed) & 1)
-    write_fence::g_trap_clearing.fetch_add(1, std::memory_order_relaxed);
-}
-
-void released() noexcept {
-  const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t s = write_fence::kDisarming;
-    write_fence::g_traps[i].state.compare_exchange_strong(s, write_fence::kDead, std::memory_order_acq_rel);
-  }
-  write_fence::g_lifts.fetch_add(1, std::memory_order_release);
-  write_fence::g_trap_released.fetch_add(1, std::memory_order_release);
-  prim::futex_wake(reinterpret_cast<uint32_t*>(&write_fence::g_trap_released));
-}
-
-void clear() noexcept {
-  write_fence::g_trap_clearing.fetch_add(1, std::memory_order_seq_cst);  // odd: handlers wait
-  while (write_fence::g_trap_busy.load(std::memory_order_seq_cst) != 0) sched_yield();
-  write_fence::g_trap_count.store(0, std::memory_order_release);
-  write_fence::g_trap_clearing.fetch_add(1, std::memory_order_seq_cst);
-  write_fence::g_lifts.fetch_add(1, std::memory_order_release);
-  prim::futex_wake(reinterpret_cast<uint32_t*>(&write_fence::g_trap_clearing));
-}
-
-size_t armed() noexcept {
-  size_t k = 0;
-  const size_t n = write_fence::g_trap_count.load(std::memory_order_acquire);
-  for (size_t i = 0; i < n; ++i)
-    if (write_fence::g_traps[i].state.load(std::memory_order_relaxed) == write_fence::kArmed) ++k;
-  return k;
-}
-
-uint64_t touches() noexcept { return write_fence::g_trap_touches.load(std::memory_order_relaxed); }
-uint64_t handler_ns() noexcept { return write_fence::g_trap_ns.load(std::memory_order_relaxed); }
-
-}  // namespace cxlpool::os::sample_trap

@@ -36,6 +36,8 @@ struct Counters {
   Value budget_bytes_per_interval;
   Value kernel_own;            // 1: mode own, 0: respect (gauge)
   Value numa_balancing;        // kernel.numa_balancing as read at start (gauge)
+  Value write_fence_mode;      // os::write_fence::Mode at start: 1 kernel, 2 user-mode only, 3 none (gauge)
+  Value moves_skipped_fence;   // moves not attempted: they copy, and no write fence holds system calls
   Value hot_bytes[kMaxTiers];  // bytes of hot units resident per tier (gauges)
   Value resident_bytes[kMaxTiers];
 };
@@ -76,6 +78,10 @@ inline constexpr CounterField kCounterFields[] = {
     {{"kernel_mode_own", K::kGauge, "flag", "1: kernel=own, 0: kernel=respect"}, &Counters::kernel_own},
     {{"numa_balancing", K::kGauge, "count", "kernel.numa_balancing as read when the engine started"},
      &Counters::numa_balancing},
+    {{"write_fence_mode", K::kGauge, "code", "write fences: 1 kernel, 2 user-mode only, 3 none (2-3: no copy)"},
+     &Counters::write_fence_mode},
+    {{"moves_skipped_fence", K::kCounter, "events", "moves not tried: they copy, and no write fence is had"},
+     &Counters::moves_skipped_fence},
 };
 struct TierField {
   MetricDesc desc;

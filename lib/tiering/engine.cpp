@@ -18,6 +18,7 @@
 #include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/thread.hpp"
+#include "os/write_fence.hpp"
 #include "tiering/counters.hpp"
 #include "tiering/monitor.hpp"
 #include "tiering/monitor_sample.hpp"
@@ -109,6 +110,14 @@ class Engine final : public HeatSink {
                        " (the kernel does not tier memory): cxlpool tiers every unit";
     counters().numa_balancing.set(uint64_t(numa_balancing_));
     counters().kernel_own.set(cfg_.kernel == KernelMode::kOwn ? 1 : 0);
+    probe_fence();
+    for (const std::string& name : cfg_.monitors)
+      if (name == "sample")
+        os::prim::write_stderr(
+            "cxlpool: tiering: monitor 'sample' makes sampled pages PROT_NONE: until the program touches one, a "
+            "system call that reads or writes it (read, recv, write, execve arguments) fails with EFAULT, and a "
+            "thread that blocks SIGSEGV and touches it dies; keep I/O buffers out of tiered pools, or use "
+            "pagemap_scan\n");
     hook_engine(this);  // before any unit is watched
     thread_.start([this] { run(); }, kEngineStack, "tiering: the engine thread");
   }
@@ -163,6 +172,13 @@ class Engine final : public HeatSink {
         .key("mode")
         .value(cfg_.kernel == KernelMode::kOwn ? "own" : "respect");
     j.key("why").value(kernel_reason_).end_object();
+    j.key("write_fence").begin_object();
+    j.key("mode").value(os::write_fence::mode_name(fence_.mode));
+    j.key("via").value(fence_.mode != os::write_fence::Mode::kKernel ? ""
+                       : fence_.via_device                           ? "/dev/userfaultfd"
+                                                                     : "userfaultfd(2)");
+    j.key("why").value(fence_reason_);
+    j.key("moves_skipped").value(counters().moves_skipped_fence.get()).end_object();
     j.key("last_move_error").value(last_error_);
   }
 
@@ -427,8 +443,56 @@ class Engine final : public HeatSink {
     return (s.moved_at && now - s.moved_at < cfg_.min_residence_ns) || now < s.refused_until;
   }
 
+  // Which fence the process can have, and why not (write_fence.hpp): once at start, again
+  // while it is unknown (a passing shortage of descriptors or memory).
+  void probe_fence() {
+    const os::write_fence::Probe p = os::write_fence::probe();
+    std::string why;
+    try {
+      why = os::write_fence::explain(p);
+    } catch (...) {
+    }
+    std::lock_guard<std::mutex> lock(view_mu_);
+    fence_ = p;
+    fence_reason_ = std::move(why);
+    counters().write_fence_mode.set(uint64_t(p.mode));
+  }
+
+  // Whether moving s to `to` copies its bytes (one end is fd-backed) and so needs a write
+  // fence; NUMA to NUMA the kernel migrates the pages in place.
+  static bool copies(const State& s, int to) {
+    return !(alloc::pool_device_of(s.pool, s.resident).caps().kernel_migratable &&
+             alloc::pool_device_of(s.pool, to).caps().kernel_migratable);
+  }
+  // Whether a copying move of s to `to` can be fenced: a kernel-mode fence, and memory it
+  // covers at both ends (the target's too: a unit moved where no fence covers it could never
+  // come back).
+  bool fenceable(const State& s, int to) {
+    if (fence_.mode != os::write_fence::Mode::kKernel) return false;
+    auto covered = [&](const Device& d) {
+      auto it = fenceable_.find(&d);
+      if (it == fenceable_.end()) {
+        bool yes = false;
+        try {
+          yes = d.copy_fenceable();
+        } catch (...) {
+        }
+        it = fenceable_.emplace(&d, yes).first;
+      }
+      return it->second;
+    };
+    return covered(alloc::pool_device_of(s.pool, s.resident)) && covered(alloc::pool_device_of(s.pool, to));
+  }
+
+  // Backs a unit off after a refused move: 1 s (or min_residence), doubling, at most a minute.
+  void back_off(State& s, uint64_t now) const {
+    const uint64_t base = std::max<uint64_t>(cfg_.min_residence_ns, 1'000'000'000);
+    s.refused_until = now + std::min<uint64_t>(base << std::min(s.refusals, 6u), 60'000'000'000);
+    ++s.refusals;
+  }
+
   // Moves s to device `to`: OK, or why not (BUSY: the budget is spent; NOT_SUPPORTED: the
-  // kernel's; the move's own status).
+  // kernel's, or a copy without a write fence; the move's own status).
   cxlpool_status_t move(State& s, int to, uint64_t now) {
     Counters& c = counters();
     if (s.committed > tokens_) {
@@ -436,6 +500,12 @@ class Engine final : public HeatSink {
       return CXLPOOL_E_BUSY;
     }
     if (kernel_owns(s, to)) return CXLPOOL_E_NOT_SUPPORTED;
+    if (copies(s, to) && !fenceable(s, to)) {
+      // Not attempted: the copy would need a fence that holds the program's system calls.
+      c.moves_skipped_fence.add(1);
+      back_off(s, now);
+      return CXLPOOL_E_NOT_SUPPORTED;
+    }
     const bool promote = tier_of(s.pool, to) < tier_of(s.pool, s.resident);
     alloc::UnitMove result;
     std::string why;
@@ -446,11 +516,7 @@ class Engine final : public HeatSink {
     if (st != CXLPOOL_OK) {
       c.move_failures.add(1);
       if (st == CXLPOOL_E_NOT_SUPPORTED) {
-        // Refused before any page was copied: no migration failed. Back off: 1 s (or
-        // min_residence), doubling, at most a minute.
-        const uint64_t base = std::max<uint64_t>(cfg_.min_residence_ns, 1'000'000'000);
-        s.refused_until = now + std::min<uint64_t>(base << std::min(s.refusals, 6u), 60'000'000'000);
-        ++s.refusals;
+        back_off(s, now);  // refused before any page was copied: no migration failed
       } else {
         c.pgmigrate_fail.add(s.committed / kPage);
       }
@@ -472,6 +538,7 @@ class Engine final : public HeatSink {
   void plan_and_move() {
     const uint64_t now = os::monotonic_ns();
     spent_ = 0;
+    fenceable_.clear();  // devices come and go with pools
     // Pinned units that are not on their tier (a pin made while their device was full).
     for (State& s : units_) {
       if (s.pin < 0 || tier_of(s.pool, s.resident) == s.pin || settled(s, now)) continue;
@@ -605,6 +672,7 @@ class Engine final : public HeatSink {
     c.scan_ns.add(os::monotonic_ns() - t0);
     age();
     set_budget();
+    if (fence_.mode == os::write_fence::Mode::kUnknown) probe_fence();
     if (cfg_.migrate) plan_and_move();
   }
 
@@ -616,7 +684,10 @@ class Engine final : public HeatSink {
   int numa_balancing_ = 0;
   bool kernel_tiers_ = false;
   std::string kernel_reason_;
-  std::mutex view_mu_;  // what json() reads
+  os::write_fence::Probe fence_;  // written under view_mu_ (read by the engine thread without it)
+  std::string fence_reason_;
+  std::map<const Device*, bool> fenceable_;  // engine thread only, per step: Device::copy_fenceable()
+  std::mutex view_mu_;                       // what json() reads
   uint64_t budget_per_interval_ = 0, max_interval_bytes_ = 0, window_view_ = 0;
   std::string budget_source_, last_error_;
   std::mutex mu_;

@@ -2,7 +2,7 @@
 // The "sample" monitor: reads and writes, by sampling. arm() starts a period with a bounded
 // sample: random pages of the watched ranges that are present and read-write right now, made
 // PROT_NONE through os::sample_trap, whose table the process's one SIGSEGV handler
-// (os/write_fence.cpp) consults. collect() ends it: the armed pages are reported as observed,
+// (os/sample_trap.cpp) consults. collect() ends it: the armed pages are reported as observed,
 // those the program touched as touched, and the others are made accessible again. A touch
 // costs the program one fault; the pages armed per period are capped by the period's budget
 // (SampleOptions::fault_cost_ns each).
@@ -11,10 +11,10 @@
 // and uncommitted pages of a reservation are left alone); a page is only ever made accessible
 // again by us if it is still present (a page its owner decommitted meanwhile, madvise
 // DONTNEED + mprotect NONE, is no longer present and stays as the owner left it); every such
-// change in a range runs inside the owner's lock (set_range_lock); pages inside an up write
-// fence are never armed nor made accessible. Hazards left to the caller (docs/tiering.md): a
-// system call that writes an armed page fails with EFAULT, so "sample" is opt-in; a range
-// must be unwatched before it is moved.
+// change in a range runs inside the owner's lock (set_range_lock). Hazards left to the caller
+// (docs/tiering.md): a system call that reads or writes an armed page fails with EFAULT, so
+// "sample" is opt-in, refused under the interposer and announced on stderr when the engine
+// starts with it; a range must be unwatched before it is moved.
 #include "tiering/monitor_sample.hpp"
 
 #include <algorithm>
@@ -28,9 +28,9 @@
 #include "device/device.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
+#include "os/sample_trap.hpp"
 #include "os/uffd.hpp"
 #include "os/vm_query.hpp"
-#include "os/write_fence.hpp"
 #include "tiering/monitor_internal.hpp"
 
 namespace cxlpool::detail::tiering {

@@ -3,7 +3,7 @@
 // available monitor finds a synthetic hot set in anonymous, memfd private and memfd shared
 // memory (precision and recall printed); pagemap_scan lets system calls write watched pages,
 // survives a mapping replaced under it and leaves unwatched memory as it was; sample never
-// touches PROT_NONE or decommitted pages, passes foreign faults on, keeps out of write fences;
+// touches PROT_NONE or decommitted pages, passes foreign faults on, never arms read-only pages;
 // a forked child is unaffected by either.
 #include "tiering/monitor.hpp"
 
@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,8 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "os/sample_trap.hpp"
+#include "os/uffd.hpp"
 #include "os/vm_query.hpp"
-#include "os/write_fence.hpp"
 #include "program_segv_handler.hpp"
 #include "test_support.hpp"
 #include "tiering/monitor_pagemap_scan.hpp"
@@ -374,6 +376,44 @@ TEST_CASE("pagemap_scan: system calls write watched pages (read(2) from a pipe)"
   }
 }
 
+namespace {
+
+// The four ways a system call writes a program's buffer, each into dst (a page): read(2) from
+// a pipe, pread(2) from the page cache, recv(2) from a socket, pread(2) with O_DIRECT (the
+// kernel pins the page for the device). 0 when all four wrote their bytes; else 1 + the
+// first that failed, times 10 when it failed with EFAULT.
+int kernel_writes(char* dst, int file, int direct, const char* expect) {
+  const size_t page = kPage;
+  int fds[2], sv[2];
+  if (pipe(fds) != 0 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return 99;
+  int result = 0;
+  for (int kind = 0; kind < 4 && !result; ++kind) {
+    ssize_t r = -1;
+    size_t n = 6;
+    if (kind == 0) {
+      if (write(fds[1], "kernel", 6) == 6) r = read(fds[0], dst, 6);
+    } else if (kind == 1) {
+      r = pread(file, dst, 6, 0);
+    } else if (kind == 2) {
+      if (send(sv[0], "kernel", 6, 0) == 6) r = recv(sv[1], dst, 6, 0);
+    } else {
+      n = page;
+      r = pread(direct, dst, page, 0);
+    }
+    if (r < 0 && errno == EFAULT)
+      result = 10 * (kind + 1);
+    else if (r != ssize_t(n) || std::memcmp(dst, expect, 6) != 0)
+      result = kind + 1;
+  }
+  close(fds[0]);
+  close(fds[1]);
+  close(sv[0]);
+  close(sv[1]);
+  return result;
+}
+
+}  // namespace
+
 TEST_CASE("pagemap_scan without privilege (UFFD_USER_MODE_ONLY): system calls still write watched pages",
           "[unit][monitor]") {
   if (geteuid() != 0) {
@@ -382,9 +422,22 @@ TEST_CASE("pagemap_scan without privilege (UFFD_USER_MODE_ONLY): system calls st
   }
   int sysctl = -1;
   std::ifstream("/proc/sys/vm/unprivileged_userfaultfd") >> sysctl;
+  // A file for pread: page cache and O_DIRECT, on a disk filesystem (tmpfs has no DMA).
+  const std::string path = "/tmp/cxlpool-monitor-test-" + std::to_string(getpid());
+  {
+    std::vector<char> page(kPage, 'x');
+    std::memcpy(page.data(), "kernel", 6);
+    const int w = open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    REQUIRE(w >= 0);
+    REQUIRE(write(w, page.data(), kPage) == ssize_t(kPage));
+    REQUIRE(fsync(w) == 0);
+    close(w);
+  }
   pid_t child = fork();
   if (child == 0) {
     alarm(60);
+    const int file = open(path.c_str(), O_RDONLY | O_CLOEXEC), direct = open(path.c_str(), O_RDONLY | O_DIRECT);
+    if (file < 0 || direct < 0) _exit(9);
     if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
       _exit(10);
     // setuid made the process non-dumpable: its /proc/self would stay root's.
@@ -394,32 +447,45 @@ TEST_CASE("pagemap_scan without privilege (UFFD_USER_MODE_ONLY): system calls st
     if (!mon) _exit(11);
     const std::string reason = detect_monitors()[1].availability.reason;
     if (sysctl == 0 && reason.find("UFFD_USER_MODE_ONLY") == std::string::npos) _exit(12);
-    const size_t len = 1 * kMiB;
-    char* p = static_cast<char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (p == MAP_FAILED) _exit(13);
-    memset(p, 0, len / 2);
-    if (mon->watch(reinterpret_cast<uintptr_t>(p), len) != 0) _exit(14);
-    mon->arm(kAmple);
-    int fds[2];
-    if (pipe(fds) != 0) _exit(15);
-    for (size_t page : {size_t(3), size_t(200)}) {  // present, and not yet present
-      if (write(fds[1], "kernel", 6) != 6) _exit(16);
-      if (read(fds[0], p + page * kPage, 6) != 6) _exit(17);  // EFAULT would be a failure
-      if (memcmp(p + page * kPage, "kernel", 6) != 0) _exit(18);
+    for (const char* kind : {"anonymous", "memfd private", "memfd shared"}) {
+      const size_t len = 1 * kMiB;
+      Mapping m(kind, len);
+      memset(m.p, 0, len / 2);
+      if (mon->watch(m.addr(), len) != 0) _exit(14);
+      mon->arm(kAmple);
+      // Async write-protection: the kernel resolves the fault itself, also for its own writes.
+      for (size_t page : {size_t(3), size_t(200)})  // present, and not yet present
+        if (int r = kernel_writes(m.p + page * kPage, file, direct, "kernel")) _exit(20 + r);
+      PageSink sink;
+      sink.base = m.addr();
+      sink.len = len;
+      next_period(*mon, sink);
+      if (sink.pages != std::set<size_t>{3, 200}) _exit(19);
+      mon->unwatch(m.addr(), len);
+      // The control: a synchronous user-mode-only write-protection (what a write fence would
+      // be here) turns the same calls into EFAULT.
+      if (sysctl == 0) {
+        cxlpool::os::uffd::WpAsync u;
+        if (cxlpool::os::uffd::open_wp_sync(&u) || !u.user_mode_only) _exit(15);
+        if (cxlpool::os::uffd::register_wp(u.fd, m.addr(), len) ||
+            cxlpool::os::uffd::write_protect(u.fd, m.addr(), len, true))
+          _exit(16);
+        for (size_t page : {size_t(4), size_t(201)})
+          if (kernel_writes(m.p + page * kPage, file, direct, "kernel") != 10) _exit(17);  // read(2): EFAULT
+        close(u.fd);
+      }
     }
-    PageSink sink;
-    sink.base = reinterpret_cast<uintptr_t>(p);
-    sink.len = len;
-    next_period(*mon, sink);
-    if (sink.pages != std::set<size_t>{3, 200}) _exit(19);
     _exit(0);
   }
   REQUIRE(child > 0);
   int status = 0;
   REQUIRE(waitpid(child, &status, 0) == child);
+  unlink(path.c_str());
   INFO("child (uid 65534, vm.unprivileged_userfaultfd=" << sysctl << ") exit status " << status
-                                                        << " (10 setuid, 11 no monitor, 12 mode not reported, 17 "
-                                                           "read(2) failed, 19 wrong pages)");
+                                                        << " (10 setuid, 11 no monitor, 12 mode not reported, "
+                                                           "21-24 read/pread/recv/O_DIRECT lost bytes, 30-60 one "
+                                                           "failed with EFAULT, 19 wrong pages, 17 the sync "
+                                                           "control did not fail)");
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
@@ -724,7 +790,7 @@ TEST_CASE("sample: never changes a PROT_NONE or decommitted page, and takes the 
   munmap(p, len);
 }
 
-TEST_CASE("sample: foreign faults reach the program's handler; write fences are never armed", "[unit][monitor]") {
+TEST_CASE("sample: foreign faults reach the program's handler; read-only pages are never armed", "[unit][monitor]") {
   struct sigaction ours {
   }, saved{};
   ours.sa_handler = program_handler;
@@ -738,19 +804,17 @@ TEST_CASE("sample: foreign faults reach the program's handler; write fences are 
   REQUIRE(mon != nullptr);
   Mapping m("anonymous", 4 * kMiB);
   memset(m.p, 1, m.len);
-  // A fence over the first half (read-only while its bytes would move).
-  int slot = -1;
-  REQUIRE(cxlpool::os::write_fence::raise(m.p, m.len / 2, &slot) == 0);
+  // The first half read-only (the program's snapshot, say).
   REQUIRE(mprotect(m.p, m.len / 2, PROT_READ) == 0);
   REQUIRE(mon->watch(m.addr(), m.len) == 0);
   PageSink sink;
   next_period(*mon, sink);  // arms: the handler is ours now, in front of the program's
-  // Fenced pages are read-only, not read-write: never candidates, never armed.
+  // Read-only pages are not read-write: never candidates, never armed.
   const size_t pages = m.len / kPage;
   std::string prot = protections(m.p, m.len);
   CHECK(prot.substr(pages / 2) == std::string(pages / 2, '-'));  // every writable page armed
   volatile char sum = 0;
-  for (size_t i = 0; i < m.len / 2; i += kPage) sum = char(sum + m.p[i]);  // fenced pages stay readable
+  for (size_t i = 0; i < m.len / 2; i += kPage) sum = char(sum + m.p[i]);  // they stay readable
   // A foreign fault goes to the program's handler.
   void* guard = mmap(nullptr, kPage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(guard != MAP_FAILED);
@@ -766,7 +830,6 @@ TEST_CASE("sample: foreign faults reach the program's handler; write fences are 
   next_period(*mon, sink);
   CHECK(sink.pages.count(pages / 2 + 5) == 1);
   REQUIRE(mprotect(m.p, m.len / 2, PROT_READ | PROT_WRITE) == 0);
-  cxlpool::os::write_fence::lift(slot);
   mon->unwatch(m.addr(), m.len);
   CHECK(protections(m.p, m.len) == std::string(pages, 'w'));
   munmap(guard, kPage);

@@ -5,10 +5,14 @@
 // CXLPOOL_TIERING grammar names bad items; writer threads lose no write while their memory is
 // pinned back and forth; the engine promotes a hinted hot set into a small fast tier, follows
 // it when it shifts, stays within its byte budget and stops moving under a stable workload;
-// a fork child inherits moved memory intact and no engine.
+// a fork child inherits moved memory intact and no engine; without a write fence that holds
+// system calls (or for a file on a disk filesystem) copies are skipped, counted and explained,
+// and NUMA-to-NUMA units still move.
+#include <grp.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,10 +93,27 @@ uint64_t counter(const std::string& json, const std::string& name) {
   return std::stoull(json.substr(at + name.size() + 3));
 }
 
+// A file: device where a write fence covers the file's memory (tmpfs), unique to this process.
+std::string tmpfs_file(const char* name) {
+  return "file:/dev/shm/cxlpool-tiering-" + std::to_string(getpid()) + "-" + name;
+}
+
+// Whether moves that copy can run in this process: it has a kernel-mode userfaultfd (root,
+// vm.unprivileged_userfaultfd=1, or /dev/userfaultfd open to it: docs/tiering.md).
+bool copies_fenced() {
+  if (geteuid() == 0 || access("/dev/userfaultfd", R_OK | W_OK) == 0) return true;
+  int v = 0;
+  std::ifstream("/proc/sys/vm/unprivileged_userfaultfd") >> v;
+  return v == 1;
+}
+#define REQUIRE_COPIES_FENCED() \
+  if (!copies_fenced()) CXLPOOL_SKIP("no kernel-mode userfaultfd for this user: moves that copy are off")
+
 }  // namespace
 
 TEST_CASE("a pin moves a block's unit to the fast tier and back on every far backing", "[tiering]") {
-  for (std::string far : {"shm", "file:$DIR/far", "numa:0"}) {
+  REQUIRE_COPIES_FENCED();
+  for (std::string far : {std::string("shm"), tmpfs_file("far"), std::string("numa:0")}) {
     DYNAMIC_SECTION("far = " << far) {
       Topo t("fast:backing=numa:0,size=256M,tier=0;slow:backing=" + far + ",size=256M,tier=1");
       cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
@@ -221,6 +243,7 @@ TEST_CASE("the CXLPOOL_TIERING grammar names the bad item", "[tiering]") {
 }
 
 TEST_CASE("writers lose no write while their memory is pinned back and forth 1,000 times", "[tiering]") {
+  REQUIRE_COPIES_FENCED();
 #if defined(__SANITIZE_THREAD__)
   WARN("ThreadSanitizer does not model the write fence's page-protection handoff (docs/tiering.md)");
   return;
@@ -271,6 +294,7 @@ TEST_CASE("writers lose no write while their memory is pinned back and forth 1,0
 
 TEST_CASE("the engine promotes a hinted hot set into a small fast tier, follows its shift, keeps its budget",
           "[tiering]") {
+  REQUIRE_COPIES_FENCED();
   // 24 MiB of fast memory, 96 MiB of data in 4 MiB units; hot sets of 3 units.
   REQUIRE(cxlpool_tiering_start("monitors=hint,interval=20ms,budget=400MB/s,min_residence=200ms,halflife=100ms") ==
           CXLPOOL_OK);
@@ -338,8 +362,9 @@ TEST_CASE("the engine promotes a hinted hot set into a small fast tier, follows 
 }
 
 TEST_CASE("a fork child keeps moved memory and runs no engine", "[tiering]") {
+  REQUIRE_COPIES_FENCED();
   REQUIRE(cxlpool_tiering_start("monitors=hint,interval=20ms") == CXLPOOL_OK);
-  Topo t("fast:backing=shm,size=64M,tier=0;slow:backing=file:$DIR/far,size=256M,tier=1");
+  Topo t("fast:backing=shm,size=64M,tier=0;slow:backing=" + tmpfs_file("far") + ",size=256M,tier=1");
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
   auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 5 * kMiB));
   REQUIRE(p);
@@ -372,6 +397,7 @@ TEST_CASE("a fork child keeps moved memory and runs no engine", "[tiering]") {
 }
 
 TEST_CASE("the engine finds a written hot set with pagemap_scan and promotes it", "[tiering]") {
+  REQUIRE_COPIES_FENCED();
 #if defined(__SANITIZE_THREAD__)
   WARN(
       "ThreadSanitizer does not model the write fence's page-protection handoff: a writer runs while its memory moves");
@@ -428,6 +454,7 @@ TEST_CASE("the engine finds a written hot set with pagemap_scan and promotes it"
 }
 
 TEST_CASE("the engine finds a read hot set with sample and promotes it", "[tiering]") {
+  REQUIRE_COPIES_FENCED();
 #if defined(__SANITIZE_THREAD__)
   WARN(
       "ThreadSanitizer does not model the write fence's page-protection handoff: a reader runs while its memory "
@@ -536,6 +563,7 @@ TEST_CASE("fresh process: memory released while the sample monitor has pages of 
 }
 
 TEST_CASE("pools destroyed while the engine works on their units", "[tiering]") {
+  REQUIRE_COPIES_FENCED();
 #if defined(__SANITIZE_THREAD__)
   // The engine moves units the test thread is still writing (held by the write fence in the
   // kernel, which ThreadSanitizer cannot see): the ASan/UBSan build is the one that checks
@@ -614,6 +642,7 @@ TEST_CASE("a fork child of a process sampling with the engine starts clean", "[t
 }
 
 TEST_CASE("pins count their bytes and moves; a unit larger than an interval's budget still moves", "[tiering]") {
+  REQUIRE_COPIES_FENCED();
   Topo t("fast:backing=shm,size=256M,tier=0;slow:backing=shm,size=512M,tier=1");
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
   auto* small = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
@@ -650,6 +679,7 @@ TEST_CASE("pins count their bytes and moves; a unit larger than an interval's bu
 
 TEST_CASE("a unit whose moves are refused is left alone, longer after each refusal, and moves once it can",
           "[tiering]") {
+  REQUIRE_COPIES_FENCED();
   // An mlock'ed unit cannot be copied and remapped (the new mapping would lose the lock): the
   // device refuses before copying anything. The engine must neither retry it every interval
   // nor count the refusal as failed page migrations.
@@ -687,4 +717,130 @@ TEST_CASE("a unit whose moves are refused is left alone, longer after each refus
   cxlpool_tiering_stop();
   cxlpool_free(unit[0]);
   cxlpool_pool_destroy(pool);
+}
+
+TEST_CASE("a file on a disk filesystem takes units in but none out: the engine skips them, a pin out is refused",
+          "[tiering]") {
+  REQUIRE(cxlpool_tiering_start("monitors=hint,interval=20ms,min_residence=20ms") == CXLPOOL_OK);
+  Topo t("fast:backing=numa:0,size=64M,tier=0;slow:backing=file:$DIR/far,size=256M,tier=1");  // $DIR: /tmp, ext4
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  std::vector<unsigned char*> unit = filled_units(pool, 2);
+  const uint64_t skipped = counter(tiering_json(), "moves_skipped_fence");
+  for (int round = 0; round < 50; ++round) {
+    for (auto* p : unit) REQUIRE(cxlpool_hint_access(p, 3 * kMiB, 4) == CXLPOOL_OK);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::string json = tiering_json();
+  INFO(json);
+  CHECK(counter(json, "moves_skipped_fence") > skipped);
+  for (auto* p : unit) CHECK(info_of(p).tier == 1);
+  CHECK(cxlpool_pin(unit[0], 1, 0) == CXLPOOL_E_NOT_SUPPORTED);
+  const std::string why = cxlpool_last_error_message();
+  INFO(why);
+  CHECK((why.find("cannot write-protect") != std::string::npos || why.find("no write fence") != std::string::npos));
+  CHECK(info_of(unit[0]).tier == 1);
+  for (int i = 0; i < 2; ++i) CHECK(holds(unit[size_t(i)], 3 * kMiB, unsigned(i)));
+  cxlpool_tiering_stop();
+  for (auto* p : unit) cxlpool_free(p);
+  cxlpool_pool_destroy(pool);
+}
+
+TEST_CASE("without a kernel-mode fence the engine skips copies, counts them and says why, and NUMA to NUMA moves",
+          "[tiering]") {
+  int sysctl = -1;
+  std::ifstream("/proc/sys/vm/unprivileged_userfaultfd") >> sysctl;
+  if (geteuid() == 0 && sysctl != 0)
+    CXLPOOL_SKIP("vm.unprivileged_userfaultfd=" + std::to_string(sysctl) + ": an unprivileged user has fences here");
+  if (geteuid() != 0 && copies_fenced()) CXLPOOL_SKIP("this unprivileged process has a kernel-mode userfaultfd");
+  pid_t child = fork();
+  if (child == 0) {
+    alarm(120);
+    if (geteuid() == 0) {
+      if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+        _exit(90);
+      if (prctl(PR_SET_DUMPABLE, 1) != 0) _exit(91);
+    }
+    auto code = [&]() -> int {
+      if (cxlpool_tiering_start("monitors=hint,interval=20ms,min_residence=20ms,halflife=20ms") != CXLPOOL_OK)
+        return 10;
+      cxlpool_config_t* c = nullptr;
+      cxlpool_config_create(&c);
+      cxlpool_config_set_devices(c,
+                                 "fast:backing=numa:0,size=64M,tier=0;slow:backing=memfd,size=256M,tier=1;nslow:"
+                                 "backing=numa:0,size=256M,tier=1");
+      cxlpool_config_set_flags(c,
+                               CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE);
+      cxlpool_topology_t* topo = nullptr;
+      if (cxlpool_topology_discover(c, &topo) != CXLPOOL_OK) {
+        std::fprintf(stderr, "%s\n", cxlpool_last_error_message());
+        return 11;
+      }
+      cxlpool_config_destroy(c);
+      auto make_pool = [&](const char* devices) {
+        cxlpool_pool_params_t* p = nullptr;
+        cxlpool_pool_params_create(&p);
+        cxlpool_pool_params_set_devices(p, devices);
+        cxlpool_pool_params_set_policy(p, "bind:tier1");
+        cxlpool_pool_t* out = nullptr;
+        if (cxlpool_pool_create(topo, p, &out) != CXLPOOL_OK) {
+          std::fprintf(stderr, "%s\n", cxlpool_last_error_message());
+          out = nullptr;
+        }
+        cxlpool_pool_params_destroy(p);
+        return out;
+      };
+      cxlpool_pool_t* copying = make_pool("fast,slow");  // memfd -> numa: a copy
+      cxlpool_pool_t* kernel = make_pool("fast,nslow");  // numa -> numa: the kernel migrates
+      if (!copying || !kernel) return 12;
+      auto* a = static_cast<unsigned char*>(cxlpool_malloc(copying, 3 * kMiB));
+      auto* b = static_cast<unsigned char*>(cxlpool_malloc(kernel, 3 * kMiB));
+      if (!a || !b) return 13;
+      fill(a, 3 * kMiB, 1);
+      fill(b, 3 * kMiB, 2);
+      cxlpool_ptr_info_t ia{}, ib{};
+      bool b_up = false;
+      for (int round = 0; round < 500 && !b_up; ++round) {
+        cxlpool_hint_access(a, 3 * kMiB, 4);
+        cxlpool_hint_access(b, 3 * kMiB, 4);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (cxlpool_ptr_info(b, &ib) == CXLPOOL_OK && ib.tier == 0) b_up = true;
+      }
+      if (!b_up) return 14;                                                   // NUMA to NUMA moved
+      if (cxlpool_ptr_info(a, &ia) != CXLPOOL_OK || ia.tier != 1) return 15;  // the copy did not
+      if (!holds(a, 3 * kMiB, 1) || !holds(b, 3 * kMiB, 2)) return 16;
+      char* s = nullptr;
+      if (cxlpool_tiering_stats_json(&s) != CXLPOOL_OK) return 17;
+      std::string json;  // without whitespace outside strings
+      bool in_string = false;
+      for (const char* ch = s; *ch; ++ch) {
+        if (*ch == '"' && (ch == s || ch[-1] != '\\')) in_string = !in_string;
+        if (in_string || (*ch != ' ' && *ch != '\n')) json += *ch;
+      }
+      cxlpool_string_free(s);
+      auto said = [&](int failure) {
+        std::fprintf(stderr, "%s\n", json.c_str());
+        return failure;
+      };
+      if (json.find("\"write_fence\":{\"mode\":\"user-mode-only\"") == std::string::npos) return said(18);
+      if (json.find("vm.unprivileged_userfaultfd=1") == std::string::npos) return said(19);  // the knob is named
+      const size_t at = json.find("\"moves_skipped_fence\":");
+      if (at == std::string::npos || std::stoull(json.substr(at + 22)) == 0) return said(20);
+      if (json.find("\"write_fence_mode\":2") == std::string::npos) return said(21);
+      cxlpool_tiering_stop();
+      cxlpool_free(a);
+      cxlpool_free(b);
+      cxlpool_pool_destroy(copying);
+      cxlpool_pool_destroy(kernel);
+      cxlpool_topology_destroy(topo);
+      return 0;
+    };
+    _exit(code());
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("child status " << status
+                       << " (14 NUMA to NUMA did not move, 15 a copy happened, 18-21 the JSON does not say it, 90 "
+                          "setuid)");
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 }

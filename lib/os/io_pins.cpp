@@ -1,0 +1,381 @@
+// SPDX-License-Identifier: MIT
+// Kernel-held I/O memory of this process (io_pins.hpp): io_uring registered buffers (the
+// descriptors found in /proc/self/fd, each ring's /proc/self/fdinfo read in pieces through a
+// small line parser: a ring may list up to 16,384 buffers) and the read system calls its
+// threads are blocked in (/proc/self/task/*/syscall).
+#include "os/io_pins.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "os/prim.hpp"
+
+namespace cxlpool::os::io_pins {
+namespace {
+
+constexpr char kRingLink[] = "anon_inode:[io_uring]";
+
+// Lines of one ring's fdinfo: "UserBufs:\t<n>", then n lines "<index>: 0x<addr>/<len>" or
+// "<index>: <none>" (a sparse table's empty slot).
+class Parser {
+ public:
+  Parser(uintptr_t begin, uintptr_t end) : begin_(begin), end_(end) {}
+
+  void line(const char* s, size_t n) noexcept {
+    if (state_ == kBefore) {
+      constexpr char kKey[] = "UserBufs:";
+      if (n >= sizeof kKey - 1 && std::memcmp(s, kKey, sizeof kKey - 1) == 0) {
+        expected_ = number(s + sizeof kKey - 1, n - (sizeof kKey - 1), 10, nullptr);
+        state_ = kEntries;
+      }
+      return;
+    }
+    if (state_ != kEntries) return;
+    // "%5u: ..." : optional spaces, digits, a colon, a space.
+    size_t i = 0;
+    while (i < n && s[i] == ' ') ++i;
+    const size_t digits = i;
+    while (i < n && s[i] >= '0' && s[i] <= '9') ++i;
+    if (i == digits || i + 1 >= n || s[i] != ':' || s[i + 1] != ' ') {
+      state_ = kAfter;
+      return;
+    }
+    i += 2;
+    ++seen_;
+    if (n - i >= 2 && s[i] == '0' && s[i + 1] == 'x') {
+      size_t used = 0;
+      const uint64_t addr = number(s + i + 2, n - i - 2, 16, &used);
+      const size_t slash = i + 2 + used;
+      if (slash < n && s[slash] == '/') {
+        const uint64_t len = number(s + slash + 1, n - slash - 1, 10, nullptr);
+        if (addr < end_ && begin_ < addr + len && !overlap_) {
+          overlap_ = true;
+          hit_begin_ = uintptr_t(addr);
+          hit_end_ = uintptr_t(addr + len);
+        }
+      } else {
+        malformed_ = true;
+      }
+    } else if (!(n - i >= 6 && std::memcmp(s + i, "<none>", 6) == 0)) {
+      malformed_ = true;
+    }
+  }
+
+  Verdict verdict(uintptr_t* hb, uintptr_t* he) const noexcept {
+    if (overlap_) {
+      *hb = hit_begin_;
+      *he = hit_end_;
+      return Verdict::kOverlap;
+    }
+    if (state_ == kBefore || seen_ < expected_ || malformed_) return Verdict::kUnknown;
+    return Verdict::kClear;
+  }
+
+ private:
+  static uint64_t number(const char* s, size_t n, int base, size_t* used) noexcept {
+    size_t i = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t')) ++i;
+    uint64_t v = 0;
+    const size_t first = i;
+    for (; i < n; ++i) {
+      int d = -1;
+      if (s[i] >= '0' && s[i] <= '9')
+        d = s[i] - '0';
+      else if (base == 16 && s[i] >= 'a' && s[i] <= 'f')
+        d = s[i] - 'a' + 10;
+      if (d < 0) break;
+      v = v * uint64_t(base) + uint64_t(d);
+    }
+    if (used) *used = i - first;
+    return v;
+  }
+
+  enum State { kBefore, kEntries, kAfter };
+  uintptr_t begin_, end_;
+  State state_ = kBefore;
+  uint64_t expected_ = 0, seen_ = 0;
+  bool overlap_ = false, malformed_ = false;
+  uintptr_t hit_begin_ = 0, hit_end_ = 0;
+};
+
+// Feeds the parser whole lines from pieces of text; a line longer than the buffer (none in
+// a ring's fdinfo) is cut.
+class Lines {
+ public:
+  explicit Lines(Parser& p) : p_(p) {}
+  void feed(const char* s, size_t n) noexcept {
+    for (size_t i = 0; i < n; ++i) {
+      if (s[i] == '\n') {
+        p_.line(buf_, len_);
+        len_ = 0;
+      } else if (len_ < sizeof buf_) {
+        buf_[len_++] = s[i];
+      }
+    }
+  }
+  void finish() noexcept {
+    if (len_) p_.line(buf_, len_);
+    len_ = 0;
+  }
+
+ private:
+  Parser& p_;
+  char buf_[256];
+  size_t len_ = 0;
+};
+
+// One ring's buffers against the range.
+Verdict check_ring(int proc_fdinfo, const char* name, uintptr_t begin, uintptr_t end, uintptr_t* hb, uintptr_t* he,
+                   int* err) noexcept {
+  const int fd = openat(proc_fdinfo, name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    *err = errno;
+    return errno == ENOENT ? Verdict::kClear : Verdict::kUnknown;  // closed meanwhile: no ring there
+  }
+  Parser parser(begin, end);
+  Lines lines(parser);
+  char chunk[4096];
+  for (;;) {
+    const ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *err = errno;
+      close(fd);
+      return Verdict::kUnknown;
+    }
+    if (n == 0) break;
+    lines.feed(chunk, size_t(n));
+  }
+  close(fd);
+  lines.finish();
+  return parser.verdict(hb, he);
+}
+
+struct LinuxDirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[1];
+};
+
+}  // namespace
+
+Verdict parse_fdinfo(const char* text, size_t len, uintptr_t begin, uintptr_t end, uintptr_t* hit_begin,
+                     uintptr_t* hit_end) noexcept {
+  Parser parser(begin, end);
+  Lines lines(parser);
+  lines.feed(text, len);
+  lines.finish();
+  return parser.verdict(hit_begin, hit_end);
+}
+
+namespace {
+
+Result scan_once(uintptr_t begin, uintptr_t end) noexcept {
+  Result r;
+  const int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    r.error = errno;
+    return r;
+  }
+  const int info = open("/proc/self/fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (info < 0) {
+    r.error = errno;
+    close(dir);
+    return r;
+  }
+  r.verdict = Verdict::kClear;
+  alignas(8) char buf[4096];
+  for (;;) {
+    const long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n < 0) {
+      r = Result{};
+      r.error = errno;
+      break;
+    }
+    if (n == 0) break;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const LinuxDirent64*>(buf + off);
+      off += d->d_reclen;
+      if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+      char link[sizeof kRingLink + 1];
+      const ssize_t k = readlinkat(dir, d->d_name, link, sizeof link);
+      if (k != ssize_t(sizeof kRingLink - 1) || std::memcmp(link, kRingLink, sizeof kRingLink - 1) != 0) continue;
+      const int fd = int(std::strtol(d->d_name, nullptr, 10));
+      if (fd == dir || fd == info) continue;
+      uintptr_t hb = 0, he = 0;
+      int err = 0;
+      const Verdict v = check_ring(info, d->d_name, begin, end, &hb, &he, &err);
+      if (v == Verdict::kOverlap) {
+        r.verdict = v;
+        r.ring_fd = fd;
+        r.begin = hb;
+        r.end = he;
+        close(info);
+        close(dir);
+        return r;
+      }
+      if (v == Verdict::kUnknown && r.verdict == Verdict::kClear) {
+        r.verdict = v;
+        r.ring_fd = fd;
+        r.error = err;
+      }
+    }
+  }
+  close(info);
+  close(dir);
+  return r;
+}
+
+}  // namespace
+
+bool parse_syscall_line(const char* text, size_t len, long* nr, uint64_t args[6]) noexcept {
+  // "<nr> 0x<arg1> ... 0x<arg6> 0x<sp> 0x<pc>", "-1 0x<sp> 0x<pc>" (blocked outside a system
+  // call) or "running".
+  size_t i = 0;
+  auto skip_spaces = [&] {
+    while (i < len && text[i] == ' ') ++i;
+  };
+  skip_spaces();
+  if (i >= len || text[i] < '0' || text[i] > '9') return false;
+  long n = 0;
+  while (i < len && text[i] >= '0' && text[i] <= '9') n = n * 10 + (text[i++] - '0');
+  for (int a = 0; a < 6; ++a) {
+    skip_spaces();
+    if (i + 2 > len || text[i] != '0' || text[i + 1] != 'x') return false;
+    i += 2;
+    uint64_t v = 0;
+    size_t digits = 0;
+    for (; i < len; ++i, ++digits) {
+      const char c = text[i];
+      const int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      if (d < 0) break;
+      v = v * 16 + uint64_t(d);
+    }
+    if (!digits) return false;
+    args[a] = v;
+  }
+  *nr = n;
+  return true;
+}
+
+namespace {
+
+bool overlaps(uint64_t b, uint64_t len, uintptr_t begin, uintptr_t end) noexcept {
+  return len && b < end && begin < b + len;
+}
+
+// Whether a read system call with these arguments writes into [begin, end); -1 when its
+// vector cannot be read. *hb, *he: the overlapping destination.
+int read_overlaps(long nr, const uint64_t args[6], uintptr_t begin, uintptr_t end, uintptr_t* hb,
+                  uintptr_t* he) noexcept {
+  if (nr == SYS_read || nr == SYS_pread64) {
+    if (!overlaps(args[1], args[2], begin, end)) return 0;
+    *hb = uintptr_t(args[1]);
+    *he = uintptr_t(args[1] + args[2]);
+    return 1;
+  }
+  if (nr != SYS_readv && nr != SYS_preadv && nr != SYS_preadv2) return 0;
+  // The vector is in our own memory; read it as the kernel would (it may be gone by now).
+  iovec iov[64];
+  const uint64_t count = args[2] > 1024 ? 1024 : args[2];
+  for (uint64_t at = 0; at < count; at += 64) {
+    const size_t k = size_t(count - at < 64 ? count - at : 64);
+    if (prim::copy_checked(iov, reinterpret_cast<const void*>(args[1] + at * sizeof(iovec)), k * sizeof(iovec)))
+      return -1;
+    for (size_t j = 0; j < k; ++j)
+      if (overlaps(reinterpret_cast<uintptr_t>(iov[j].iov_base), iov[j].iov_len, begin, end)) {
+        *hb = reinterpret_cast<uintptr_t>(iov[j].iov_base);
+        *he = *hb + iov[j].iov_len;
+        return 1;
+      }
+  }
+  return 0;
+}
+
+// Whether a read from fd may hold the destination's pages pinned while the device writes them:
+// a file or a device (O_DIRECT, FUSE direct I/O, ...). Pipes, sockets and anonymous inodes
+// copy with copy_to_user, which a fence holds; a descriptor already gone counts (it may
+// have been a file a moment ago).
+bool may_pin(int fd) noexcept {
+  char name[24], link[8];
+  std::snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(name, link, sizeof link);
+  return n <= 0 || link[0] == '/';
+}
+
+}  // namespace
+
+Result reads_in_flight(uintptr_t begin, uintptr_t end) noexcept {
+  Result r;
+  const int dir = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) {
+    r.error = errno;
+    return r;
+  }
+  const long me = syscall(SYS_gettid);
+  r.verdict = Verdict::kClear;
+  alignas(8) char buf[4096];
+  for (;;) {
+    const long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n < 0) {
+      r = Result{};
+      r.error = errno;
+      break;
+    }
+    if (n == 0) break;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const LinuxDirent64*>(buf + off);
+      off += d->d_reclen;
+      if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+      const long tid = std::strtol(d->d_name, nullptr, 10);
+      if (tid == me) continue;
+      char path[64];
+      std::snprintf(path, sizeof path, "%s/syscall", d->d_name);
+      const int fd = openat(dir, path, O_RDONLY | O_CLOEXEC);
+      if (fd < 0) continue;  // the thread is gone
+      char line[256];
+      const ssize_t k = read(fd, line, sizeof line - 1);
+      close(fd);
+      long nr = -1;
+      uint64_t args[6] = {};
+      if (k <= 0 || !parse_syscall_line(line, size_t(k), &nr, args)) continue;
+      uintptr_t hb = 0, he = 0;
+      const int v = read_overlaps(nr, args, begin, end, &hb, &he);
+      if (v == 0 || !may_pin(int(args[0]))) continue;
+      r.tid = int(tid);
+      if (v < 0) {
+        r.verdict = Verdict::kUnknown;
+        continue;
+      }
+      r.verdict = Verdict::kOverlap;
+      r.begin = hb;
+      r.end = he;
+      close(dir);
+      return r;
+    }
+  }
+  close(dir);
+  return r;
+}
+
+Result registered_buffers(uintptr_t begin, uintptr_t end, int attempts) noexcept {
+  Result r = scan_once(begin, end);
+  for (int i = 1; i < attempts && r.verdict == Verdict::kUnknown; ++i) {
+    sched_yield();
+    r = scan_once(begin, end);
+  }
+  return r;
+}
+
+}  // namespace cxlpool::os::io_pins
