@@ -599,11 +599,11 @@ std::string render_table(const Snapshot& s, const Snapshot* prev) {
            cxlpool::detail::printable(s.program).c_str(), up, age_s(s), s.interval_ms, stale(s) ? "  STALE" : "");
   out += line;
   const bool tiering = value_of(s, "tiering_running") != 0;
-  static const char* const kFenceModes[] = {"unknown", "kernel", "user-mode only: moves that copy are off",
-                                            "none: moves that copy are off"};
+  static const char* const kFenceModes[] = {"unknown", "kernel-mode", "user-mode only (moves that copy are off)",
+                                            "none (moves that copy are off)"};
   const uint64_t fence = value_of(s, "write_fence_mode");
   if (tiering)
-    snprintf(line, sizeof line, "tiering: running, kernel=%s (numa_balancing=%" PRIu64 "), write fences %s\n\n",
+    snprintf(line, sizeof line, "tiering: running, kernel=%s (numa_balancing=%" PRIu64 "), write fences: %s\n\n",
              value_of(s, "kernel_mode_own") ? "own" : "respect", value_of(s, "numa_balancing"),
              kFenceModes[fence < 4 ? fence : 0]);
   else

@@ -169,6 +169,11 @@ check(any(tier.get("hot_bytes", 0) > 0 for tier in doc.get("tiers", [])) or proc
       "a tiered program: hot bytes or promotions are published")
 r = stat("--once", t.pid)
 check("tiering: running, kernel=" in r.stdout, "the table says the engine runs and its kernel mode")
+fence = proc.get("write_fence_mode")
+check(fence in (1, 2, 3) and ("write fences: kernel-mode" in r.stdout) == (fence == 1),
+      f"the stats carry the write-fence mode ({fence}) and the table says it")
+if os.geteuid() == 0:
+    check(fence == 1, "as root the write fences are kernel-mode")
 t.finish()
 
 # ---- a program that closes every descriptor it did not open keeps its page ----
