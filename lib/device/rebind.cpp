@@ -58,11 +58,6 @@ struct AsyncSignalsHeld {
   ~AsyncSignalsHeld() { os::prim::restore_signals(saved); }
 };
 
-// Whether the kernel holds part of [b, e) for I/O that we can see (io_uring registered
-// buffers): such a range must not be copied and remapped. A ring whose list cannot be read
-// now (a registration or submission holds its lock) is asked again a few times.
-io_pins::Result kernel_io_pins(uintptr_t b, uintptr_t e) noexcept { return io_pins::registered_buffers(b, e, 8); }
-
 const char* io_pins_refusal(const io_pins::Result& r) noexcept {
   return r.verdict == io_pins::Verdict::kOverlap
              ? "move: part of the range is an io_uring registered buffer (the kernel reads and writes those pages "
@@ -83,8 +78,6 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
     return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, EPERM,
                           "move: no write fence that holds system calls here (userfaultfd is user-mode only or "
                           "unavailable: cxlpool_tiering_stats_json says why): not moved");
-  if (kernel_io_pins(r.addr, r.addr + r.size).verdict == io_pins::Verdict::kOverlap)
-    return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, EBUSY, io_pins_refusal({io_pins::Verdict::kOverlap}));
   // The range as the program has it, read before anything is mapped (a range that cannot
   // move costs two /proc reads, not a staged copy): what it made unreadable is not ours to
   // read, and attributes it set (mlock, MADV_DONTDUMP, WIPEONFORK, DONTFORK) would be lost
@@ -159,7 +152,10 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
   // the buffers registered now, and the reads running now, are all there will be until the
   // swap. A read that pinned the old pages before the fence (O_DIRECT: the device writes them
   // until the call returns) would land its bytes in pages the program no longer sees.
-  if (const io_pins::Result pins = kernel_io_pins(r.addr, r.addr + r.size); pins.verdict != io_pins::Verdict::kClear) {
+  // A ring whose list cannot be read now (a registration or submission holds its lock) is
+  // asked again a few times.
+  if (const io_pins::Result pins = io_pins::registered_buffers(r.addr, r.addr + r.size, 8);
+      pins.verdict != io_pins::Verdict::kClear) {
     lift_in_place();
     return drop_staging(CXLPOOL_E_NOT_SUPPORTED, pins.verdict == io_pins::Verdict::kOverlap ? EBUSY : pins.error,
                         io_pins_refusal(pins));

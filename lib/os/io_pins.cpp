@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -208,11 +209,15 @@ Result scan_once(uintptr_t begin, uintptr_t end) noexcept {
       const auto* d = reinterpret_cast<const LinuxDirent64*>(buf + off);
       off += d->d_reclen;
       if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+      const int fd = int(std::strtol(d->d_name, nullptr, 10));
+      if (fd == dir || fd == info) continue;
+      // Only anonymous inodes (no file type: eventfd, epoll, io_uring, ...) can be rings; one
+      // fstat rules out files, sockets and pipes far more cheaply than a readlink in /proc.
+      struct stat st {};
+      if (fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != 0) continue;
       char link[sizeof kRingLink + 1];
       const ssize_t k = readlinkat(dir, d->d_name, link, sizeof link);
       if (k != ssize_t(sizeof kRingLink - 1) || std::memcmp(link, kRingLink, sizeof kRingLink - 1) != 0) continue;
-      const int fd = int(std::strtol(d->d_name, nullptr, 10));
-      if (fd == dir || fd == info) continue;
       uintptr_t hb = 0, he = 0;
       int err = 0;
       const Verdict v = check_ring(info, d->d_name, begin, end, &hb, &he, &err);

@@ -1042,7 +1042,7 @@ TEST_CASE("O_DIRECT reads into memory that moves: every byte lands where the pro
   Device* from = a.get();
   Device* to = b.get();
   int moved = 0, refused = 0;
-  for (int m = 0; m < 300; ++m) {
+  for (int m = 0; m < 600; ++m) {
     if (from->move_reservation(base, *to, nullptr, nullptr) == CXLPOOL_OK) {
       ++moved;
       std::swap(from, to);
