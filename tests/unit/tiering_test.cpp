@@ -844,3 +844,31 @@ TEST_CASE("without a kernel-mode fence the engine skips copies, counts them and 
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+TEST_CASE("an engine started with the sample monitor says its hazard on stderr", "[tiering]") {
+  // stderr into a file for the start (the engine says it once, when it starts).
+  char path[] = "/tmp/cxlpool-tiering-stderr-XXXXXX";
+  const int capture = mkstemp(path);
+  REQUIRE(capture >= 0);
+  unlink(path);
+  std::fflush(stderr);
+  const int saved = dup(2);
+  REQUIRE(saved >= 0);
+  REQUIRE(dup2(capture, 2) == 2);
+  const cxlpool_status_t st = cxlpool_tiering_start("monitors=sample,interval=50ms,migrate=off");
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  if (st != CXLPOOL_OK) {
+    close(capture);
+    CXLPOOL_SKIP(std::string("sample unavailable: ") + cxlpool_last_error_message());
+  }
+  cxlpool_tiering_stop();
+  std::string said(4096, '\0');
+  const ssize_t n = pread(capture, said.data(), said.size(), 0);
+  close(capture);
+  said.resize(n > 0 ? size_t(n) : 0);
+  INFO(said);
+  CHECK(said.find("monitor 'sample' makes sampled pages PROT_NONE") != std::string::npos);
+  CHECK(said.find("EFAULT") != std::string::npos);
+}
