@@ -1202,3 +1202,47 @@ TEST_CASE("io_uring registered buffers are never moved, also while registrations
   REQUIRE(from->release(base, 1, nullptr) == CXLPOOL_OK);
 #endif
 }
+
+TEST_CASE("the fence probe's sentence names the mode, what is off, why and the knob, for every mode", "[rebind]") {
+  using cxlpool::os::write_fence::explain;
+  using cxlpool::os::write_fence::Mode;
+  using cxlpool::os::write_fence::Probe;
+  Probe p;
+  p.mode = Mode::kKernel;
+  CHECK(explain(p, 0, "6.18.0").empty());  // nothing to say
+  p.mode = Mode::kUserModeOnly;
+  p.syscall_errno = EPERM;
+  p.device_errno = EACCES;
+  std::string s = explain(p, 0, "6.18.0");
+  INFO(s);
+  CHECK(s.find("user-mode-only") != std::string::npos);
+  CHECK(s.find("moves that copy") != std::string::npos);
+  CHECK(s.find("NUMA-to-NUMA") != std::string::npos);
+  CHECK(s.find("vm.unprivileged_userfaultfd=0") != std::string::npos);
+  CHECK(s.find("EACCES") != std::string::npos);
+  CHECK(s.find("sysctl vm.unprivileged_userfaultfd=1") != std::string::npos);
+  CHECK(s.find("/dev/userfaultfd") != std::string::npos);
+  CHECK(s.find('\n') == std::string::npos);  // one line
+  p.device_errno = ENOENT;
+  CHECK(explain(p, -1, "").find("absent (kernel before 6.1") != std::string::npos);
+  p = Probe{};
+  p.mode = Mode::kNone;
+  p.error = EINVAL;
+  s = explain(p, 0, "6.1.0");
+  CHECK(s.find("write fences: none") != std::string::npos);
+  CHECK(s.find("kernel 6.1.0") != std::string::npos);
+  CHECK(s.find("WP_UNPOPULATED") != std::string::npos);
+  p.error = ENOSYS;
+  CHECK(explain(p, 0, "").find("no userfaultfd") != std::string::npos);
+  p.error = EPERM;
+  CHECK(explain(p, 0, "").find("seccomp") != std::string::npos);
+  p = Probe{};
+  p.error = EMFILE;
+  CHECK(explain(p, 0, "").find("tried again") != std::string::npos);
+  // This process: root here has kernel-mode fences, by the system call.
+  if (geteuid() == 0) {
+    const Probe here = cxlpool::os::write_fence::probe();
+    CHECK(here.mode == Mode::kKernel);
+    CHECK_FALSE(here.via_device);
+  }
+}
