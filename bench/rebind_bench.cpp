@@ -3,18 +3,27 @@
 // committed range (memfd <-> numa, shm <-> numa), memcpy of the same bytes into fresh memory
 // (mmap + copy: the same page faults) and into memory already faulted in, and a naive move
 // that copies page by page (mmap 4 KiB, copy, mremap over the old page). Sizes 64 KiB, 2 MiB,
-// 4 MiB. bench/run_rebind_bench.py prints the table and ratios. Refuses a non-Release build.
+// 4 MiB. bench/run_rebind_bench.py prints the table and ratios. Also what a move checks under its
+// fence (os/io_pins.hpp), against the process's descriptors and threads: io_uring registered
+// buffers and reads in flight. Refuses a non-Release build.
 #include <benchmark/benchmark.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "device/device.hpp"
+#include "os/io_pins.hpp"
 
 namespace {
 
@@ -114,6 +123,34 @@ void BM_naive_4k(benchmark::State& state) {
   munmap(base, size);
 }
 
+// The two checks a move makes under its fence, in a process holding range(0) more descriptors
+// (/dev/null) and range(1) more threads (blocked, as idle threads are).
+void BM_io_pins(benchmark::State& state, bool rings) {
+  std::vector<int> fds;
+  for (int64_t i = 0; i < state.range(0); ++i) fds.push_back(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::vector<std::thread> idle;
+  for (int64_t i = 0; i < state.range(1); ++i)
+    idle.emplace_back([&] {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stop; });
+    });
+  for (auto _ : state) {
+    auto r = rings ? cxlpool::os::io_pins::registered_buffers(0x10000, 0x20000)
+                   : cxlpool::os::io_pins::reads_in_flight(0x10000, 0x20000);
+    benchmark::DoNotOptimize(r);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  cv.notify_all();
+  for (auto& t : idle) t.join();
+  for (int fd : fds) close(fd);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +166,10 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("memcpy/hot", BM_memcpy, true)->Arg(size)->UseManualTime();
     benchmark::RegisterBenchmark("naive_4k", BM_naive_4k)->Arg(size)->UseManualTime();
   }
+  for (int64_t fds : {int64_t(0), int64_t(1000), int64_t(10000)})
+    benchmark::RegisterBenchmark("io_pins/registered_buffers", BM_io_pins, true)->Args({fds, 0});
+  for (int64_t threads : {int64_t(0), int64_t(100), int64_t(1000)})
+    benchmark::RegisterBenchmark("io_pins/reads_in_flight", BM_io_pins, false)->Args({0, threads});
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

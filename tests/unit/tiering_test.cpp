@@ -747,6 +747,12 @@ TEST_CASE("a file on a disk filesystem takes units in but none out: the engine s
 
 TEST_CASE("without a kernel-mode fence the engine skips copies, counts them and says why, and NUMA to NUMA moves",
           "[tiering]") {
+#if defined(__SANITIZE_THREAD__)
+  // The child starts an engine after fork(): its locks were re-made in place by the atfork
+  // child handler, which ThreadSanitizer does not follow (it reports a double lock).
+  WARN("skipped under ThreadSanitizer: an engine started in a fork child");
+  return;
+#endif
   int sysctl = -1;
   std::ifstream("/proc/sys/vm/unprivileged_userfaultfd") >> sysctl;
   if (geteuid() == 0 && sysctl != 0)
