@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "topology/model.hpp"
 #include "os/write_fence.hpp"
 #include "tiering/config.hpp"
+#include "topology/model.hpp"
 
 #ifndef CXLPOOL_PRELOAD_BUILD_PATH
 #define CXLPOOL_PRELOAD_BUILD_PATH ""

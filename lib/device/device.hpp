@@ -147,9 +147,9 @@ class Device {
     size_t pages_left_behind = 0;  // by_kernel: present pages the kernel could not move
   };
   cxlpool_status_t move_reservation(void* addr, Device& to, MoveReport* report, DeviceError* err) noexcept;
-  // Whether a copy of this device's memory can be write-fenced (os/write_fence.hpp): anonymous
-  // (numa), memfd, and files on tmpfs or hugetlbfs (shm, file: there); not a file on a disk or
-  // DAX filesystem, nor devdax. Moves out of such memory that copy are NOT_SUPPORTED.
+  // Whether a copy of this device's (private) memory can be write-fenced (os/write_fence.hpp):
+  // anonymous memory, which is what private ranges of numa, memfd, shm and file devices are
+  // on any filesystem (hugetlbfs: its own pages, covered too); not devdax.
   bool copy_fenceable() const;
 
   // The descriptor of the shared storage (raw backings hand it to other processes); -1 for

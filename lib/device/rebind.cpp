@@ -211,11 +211,12 @@ bool Device::copy_fenceable() const {
     case CXLPOOL_BACKING_MEMFD:
       return true;
     case CXLPOOL_BACKING_SHM:
-      return os::write_fence::covers_filesystem("/dev/shm");
     case CXLPOOL_BACKING_FILE:
-      return os::write_fence::covers_filesystem(os::parent_dir(spec_.path).c_str());
+      // Moves take private ranges only, and those are anonymous memory under the file's
+      // policy (Storage::map) on any filesystem but hugetlbfs, which the fence covers too.
+      return true;
     default:
-      return false;
+      return false;  // devdax: its pages are the device's
   }
 }
 

@@ -5,8 +5,6 @@
 #include "os/write_fence.hpp"
 
 #include <fcntl.h>
-#include <linux/magic.h>
-#include <sys/statfs.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -158,12 +156,6 @@ std::string explain(const Probe& p) {
   }
   utsname u{};
   return explain(p, unprivileged, uname(&u) == 0 ? u.release : "");
-}
-
-bool covers_filesystem(const char* path) noexcept {
-  struct statfs st {};
-  if (statfs(path, &st) != 0) return false;
-  return st.f_type == TMPFS_MAGIC || st.f_type == HUGETLBFS_MAGIC;
 }
 
 int raise_uffd(void* addr, size_t len, UffdFence* out) noexcept {

@@ -46,11 +46,6 @@ std::string explain(const Probe& p, int unprivileged, const std::string& release
 // The same for this process and machine (reads the sysctl and uname).
 std::string explain(const Probe& p);
 
-// Whether a fence can cover memory of files on the filesystem holding path: synchronous
-// write-protection takes anonymous memory, shmem (memfd, tmpfs) and hugetlbfs, not the page
-// cache of a disk filesystem nor DAX. False when path cannot be examined.
-bool covers_filesystem(const char* path) noexcept;
-
 // A userfaultfd fence. raise_uffd: 0; EBUSY: registered with another userfaultfd (the
 // program's): nothing changed; EPERM: this process has no kernel-mode descriptor (probe());
 // EINVAL: the memory kind does not take synchronous write-protection (a file on a disk
