@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # System calls into memory the tiering engine moves, through cxlpool-run with aggressive
 # settings and a small fast device (docs/tiering.md "Write fences"):
-#   unprivileged  as an unprivileged user (nobody, when run as root): a shell pipeline whose
+#   unprivileged  as an unprivileged user (when run as root: a uid and gid of no account, made up
+#                 by the test, so nothing of the system is changed): a shell pipeline whose
 #                 sort reads a pipe into a large buffer prints byte for byte what it prints
 #                 without cxlpool, and syscall_io (read/pread/recv/O_DIRECT into malloc'd
 #                 buffers) sees 0 EFAULT and every byte where it reads it: 20 runs in all;
@@ -10,6 +11,7 @@
 #   uring         as root: uring_io's io_uring registered buffers, every READ_FIXED checked
 # usage: tiering_io_test.py MODE CXLPOOL_RUN PROGRAM_DIR
 import os
+import grp
 import pwd
 import shutil
 import subprocess
@@ -22,7 +24,7 @@ failures = 0
 TIERING = "--tiering=interval=10ms,min_residence=20ms,halflife=20ms,hot=0.02,cold=0.005,budget=4GB/s"
 DEVICES = "fast:backing=numa:0,size=64M;slow:backing=memfd,size=2G"
 POLICY = "spill:near=fast,far=slow,watermark=90%"
-PIPELINE = ("seq 1 600000 | awk '{s+=$1*$1%97; print $1%1000, s}' | sort -k1,1n -k2,2n -S 100M | uniq -c "
+PIPELINE = ("seq 1 3000000 | awk '{s+=$1*$1%97; print $1%1000, s}' | sort -k1,1n -k2,2n -S 100M | uniq -c "
             "| sort -rn | head -3")
 DEGRADED = "cxlpool-run: tiering degraded: write fences: "
 
@@ -51,6 +53,19 @@ def sysctl_unprivileged_userfaultfd():
         return -1
 
 
+def has_account(uid):
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        pass
+    try:
+        grp.getgrgid(uid)
+        return True
+    except KeyError:
+        return False
+
+
 def tiered(cmd):
     return [cxlpool_run, TIERING, "--devices", DEVICES, "--policy", POLICY, "--"] + cmd
 
@@ -59,13 +74,13 @@ if mode == "unprivileged":
     if os.geteuid() == 0:
         if sysctl_unprivileged_userfaultfd() != 0:
             skip("vm.unprivileged_userfaultfd is not 0: an unprivileged user has kernel-mode fences here")
-        if not shutil.which("runuser"):
-            skip("no runuser to run as an unprivileged user")
-        try:
-            user = pwd.getpwnam("nobody")
-        except KeyError:
-            skip("no user 'nobody'")
-        as_user = ["runuser", "-u", "nobody", "--"]
+        if not shutil.which("setpriv"):
+            skip("no setpriv (util-linux) to run as an unprivileged user")
+        uid = next((u for u in range(61000, 65000) if not has_account(u)), None)
+        if uid is None:
+            skip("no free uid in 61000-64999 for an unprivileged user")
+        user = pwd.struct_passwd((f"uid{uid}", "x", uid, uid, "", "/", "/bin/sh"))
+        as_user = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
     else:
         user = pwd.getpwuid(os.geteuid())
         as_user = []
@@ -76,7 +91,7 @@ if mode == "unprivileged":
         os.chown(work, user.pw_uid, user.pw_gid)
     env = clean_env()
 
-    def run(cmd, timeout=120):
+    def run(cmd, timeout=300):
         return subprocess.run(as_user + cmd, cwd=work, env=env, capture_output=True, timeout=timeout)
 
     plain = run(["bash", "-c", PIPELINE])
