@@ -91,13 +91,15 @@ int wait_child(pid_t pid) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-// Parameters with the size set; timing 0 keeps the defaults (10 ms / 300 ms).
+// Parameters with the size set; timing 0 keeps the defaults (10 ms / 5000 ms / 10 minutes
+// stopped). A timing given is also the stopped timeout: the SIGSTOP rows measure it.
 cxlpool_shared_params_t* make_params(uint64_t size, cxlpool_coherence_t coherence, uint32_t hb_ms = 0,
                                      uint32_t timeout_ms = 0) {
   cxlpool_shared_params_t* p = nullptr;
   if (cxlpool_shared_params_create(&p) != CXLPOOL_OK || cxlpool_shared_params_set_size(p, size) != CXLPOOL_OK ||
       cxlpool_shared_params_set_coherence(p, coherence) != CXLPOOL_OK ||
-      (hb_ms != 0 && cxlpool_shared_params_set_lease_timing(p, hb_ms, timeout_ms) != CXLPOOL_OK)) {
+      (hb_ms != 0 && cxlpool_shared_params_set_lease_timing(p, hb_ms, timeout_ms) != CXLPOOL_OK) ||
+      (hb_ms != 0 && cxlpool_shared_params_set_stopped_timeout(p, timeout_ms) != CXLPOOL_OK)) {
     std::fprintf(stderr, "shared_bench: parameters: %s\n", cxlpool_last_error_message());
     std::exit(1);
   }

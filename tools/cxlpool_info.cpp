@@ -374,7 +374,9 @@ std::string pools_json(const std::vector<PoolReport>& pools) {
          "\", \"failure_domain\": " + json_str(s.failure_domain) + ", \"hosts\": " + std::to_string(s.hosts) +
          ", \"slots_per_host\": " + std::to_string(s.slots_per_host) +
          ", \"heartbeat_ms\": " + std::to_string(s.heartbeat_ms) +
-         ", \"lease_timeout_ms\": " + std::to_string(s.lease_timeout_ms) +
+         ", \"lease_timeout_ms\": " + std::to_string(s.lease_timeout_ms) + ", \"stopped_timeout_ms\": " +
+         (s.stopped_timeout_ms == CXLPOOL_SHARED_STOPPED_NEVER ? std::string("null")
+                                                               : std::to_string(s.stopped_timeout_ms)) +
          ", \"health\": {\"consistent\": " + (p.consistent ? "true" : "false") +
          ", \"problems\": " + json_str(p.problems) + "}, \"quotas\": [";
     for (uint32_t q = 0; q < s.quota_count; ++q)

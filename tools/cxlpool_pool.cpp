@@ -15,7 +15,8 @@ namespace {
 const char* kUsage =
     "usage: cxlpool-pool create DEVICE --size BYTES[K|M|G] [--extent BYTES] [--coherence host|fabric|none]\n"
     "                          [--mode OCTAL] [--hosts N] [--participants N] [--leases N]\n"
-    "                          [--heartbeat-ms N] [--timeout-ms N] [--format-device]\n"
+    "                          [--heartbeat-ms N] [--timeout-ms N] [--stopped-timeout-ms N|never]\n"
+    "                          [--format-device]\n"
     "                          [--quota NAME=BYTES]... [--failure-domain NAME]\n"
     "       cxlpool-pool info DEVICE [--json] [--host-index N]\n"
     "       cxlpool-pool check DEVICE [--repair] [--json] [--host-index N]\n"
@@ -105,7 +106,7 @@ int main(int argc, char** argv) {
   bool json = false, repair = false, format_device = false;
   uint32_t hosts = 1, participants = 32;
   bool hosts_set = false;
-  uint32_t heartbeat = 10, timeout = 300;
+  uint32_t heartbeat = 10, timeout = 5000;
   bool timing_set = false;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
@@ -162,6 +163,10 @@ int main(int argc, char** argv) {
     } else if (cmd == "create" && a == "--heartbeat-ms") {
       heartbeat = u32(a, value());
       timing_set = true;
+    } else if (cmd == "create" && a == "--stopped-timeout-ms") {
+      const std::string v = value();
+      check_status("--stopped-timeout-ms", cxlpool_shared_params_set_stopped_timeout(
+                                               params, v == "never" ? CXLPOOL_SHARED_STOPPED_NEVER : u32(a, v)));
     } else if (cmd == "create" && a == "--timeout-ms") {
       timeout = u32(a, value());
       timing_set = true;

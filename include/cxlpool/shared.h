@@ -37,7 +37,7 @@ typedef struct cxlpool_shared_handle {
 /* Parameters of create and open. Defaults: size 0 (must be set for create), extent 2 MiB,
  * coherence HOST (NONE when more than one host is declared and coherence is not set), mode 0600,
  * 1 host of 32 participants, 4096 leases per participant,
- * heartbeat 10 ms, lease timeout 300 ms, host index 0. */
+ * heartbeat 10 ms, lease timeout 5000 ms, stopped timeout 10 minutes, host index 0. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_create(cxlpool_shared_params_t** out);
 CXLPOOL_API void cxlpool_shared_params_destroy(cxlpool_shared_params_t* params);
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_size(cxlpool_shared_params_t* params, uint64_t bytes);
@@ -53,10 +53,22 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_participants(cxlpool_shar
 /* Leases (imported blocks held at once) per participant: a power of two from 8 to 2^20. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_leases(cxlpool_shared_params_t* params,
                                                               uint32_t per_participant);
-/* Heartbeat period and the silence after which a participant is declared dead; the timeout
- * must be at least 3 heartbeats. Size it to the worst stall of the machines (docs/shared.md). */
+/* Heartbeat period and the lease timeout; the timeout must be at least 3 heartbeats. A
+ * participant whose process is alive on the observer's host (same boot, same pid namespace) is
+ * never declared dead for silence, whatever the lease: it is dead when its process (its heartbeat
+ * thread) is gone, at the next heartbeat. The lease judges the participants that cannot be looked
+ * at (other hosts, other pid namespaces): silent for the lease, or for up to 4 leases when its
+ * heartbeat was seen stalling before (docs/shared.md, "Liveness"). */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t* params,
                                                                     uint32_t heartbeat_ms, uint32_t lease_timeout_ms);
+/* What a stopped participant of this host is (its heartbeat thread stopped by SIGSTOP, job
+ * control or a debugger): alive until it has been silent for timeout_ms (at least 3 heartbeats,
+ * at most a day), then dead and recovered; on resuming, its calls fail with CXLPOOL_E_EVICTED.
+ * CXLPOOL_SHARED_STOPPED_NEVER: a stopped process is alive for as long as it exists (its blocks
+ * stay held). 0 restores the default, 10 minutes. A pool parameter, fixed at creation. */
+#define CXLPOOL_SHARED_STOPPED_NEVER 0xffffffffu
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_stopped_timeout(cxlpool_shared_params_t* params,
+                                                                       uint32_t timeout_ms);
 /* Composition: create carves named quotas out of the pool, each of whole extents (bytes are
  * rounded down; at most 15 quotas). Participants of a quota together own at most its extents;
  * "default" gets what the named quotas leave. A quota is a reservation too: no other quota can
@@ -284,9 +296,9 @@ typedef struct cxlpool_shared_survey {
   uint32_t participants_alive;
   /* health as far as the metadata tells (cxlpool-pool check also walks every block): */
   uint32_t dead_not_recovered; /* participants judged dead whose recovery has not completed */
-  uint32_t reserved32;
-  uint64_t orphan_extents; /* extents whose owner is not the live incarnation of its slot */
-  uint64_t corrupt_words;  /* slot and extent words failing their check */
+  uint32_t stopped_timeout_ms; /* see cxlpool_shared_params_set_stopped_timeout (NEVER: never) */
+  uint64_t orphan_extents;     /* extents whose owner is not the live incarnation of its slot */
+  uint64_t corrupt_words;      /* slot and extent words failing their check */
   uint64_t reserved[6];
 } cxlpool_shared_survey_t;
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_survey(const char* device, cxlpool_shared_survey_t* out,

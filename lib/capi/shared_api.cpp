@@ -166,6 +166,17 @@ cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t*
   });
 }
 
+cxlpool_status_t cxlpool_shared_params_set_stopped_timeout(cxlpool_shared_params_t* params, uint32_t timeout_ms) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_stopped_timeout", "params is NULL");
+    require(timeout_ms <= 86400000 || timeout_ms == CXLPOOL_SHARED_STOPPED_NEVER,
+            "cxlpool_shared_params_set_stopped_timeout",
+            "timeout " + std::to_string(timeout_ms) +
+                " ms: at most a day (86400000), 0 for the default or CXLPOOL_SHARED_STOPPED_NEVER");
+    params->p.stopped_timeout_ms = timeout_ms;
+  });
+}
+
 namespace {
 void require_quota_name(const char* function, const char* name) {
   require(name != nullptr, function, "name is NULL");

@@ -164,5 +164,17 @@ uint64_t pid_namespace_id() noexcept;
 // tells a live process from a reused pid.
 inline constexpr uint64_t kStartUnknown = UINT64_MAX;
 uint64_t process_start_ticks(int pid) noexcept;
+// The calling thread's id (gettid).
+int thread_id() noexcept;
+// What /proc says about thread tid of process pid (this pid namespace): kGone (no such thread:
+// tgkill says ESRCH, or it exited, or its start time is not start_ticks: a reused id; a
+// start_ticks of 0 is not compared), kRunning (any state but stopped: running, sleeping, in
+// the kernel), kStopped (T: SIGSTOP or job control; t: stopped by a debugger), kExists (/proc
+// cannot tell now: out of descriptors, hidepid; but tgkill finds the thread), kUnknown (nothing
+// can be concluded: a zombie leader asked about as tid == pid, whose other threads may run).
+enum class TaskLife : uint8_t { kGone, kRunning, kStopped, kExists, kUnknown };
+TaskLife task_life(int pid, int tid, uint64_t start_ticks) noexcept;
+// Start time of thread tid of pid in clock ticks since boot; 0 when it cannot be read.
+uint64_t task_start_ticks(int pid, int tid) noexcept;
 
 }  // namespace cxlpool::os

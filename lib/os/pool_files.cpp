@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -294,6 +295,59 @@ uint64_t process_start_ticks(int pid) noexcept {
   for (++p; *p && field < 22; ++p)
     if (*p == ' ') ++field;
   return field == 22 ? strtoull(p, nullptr, 10) : 0;
+}
+
+int thread_id() noexcept { return static_cast<int>(::syscall(SYS_gettid)); }
+
+namespace {
+// State letter and start time (field 22) of /proc/PID/task/TID/stat; false when unreadable.
+bool read_task_stat(int pid, int tid, char* state, uint64_t* start) noexcept {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
+  if (read_small(path, buf, sizeof buf) <= 0) return false;
+  const char* p = strrchr(buf, ')');  // the command name may contain spaces and parentheses
+  if (!p || p[1] != ' ' || p[2] == 0) return false;
+  *state = p[2];
+  int field = 2;  // p points at the end of field 2
+  for (++p; *p && field < 22; ++p)
+    if (*p == ' ') ++field;
+  if (field != 22) return false;
+  *start = strtoull(p, nullptr, 10);
+  return true;
+}
+}  // namespace
+
+TaskLife task_life(int pid, int tid, uint64_t start_ticks) noexcept {
+  if (pid <= 0 || tid <= 0) return TaskLife::kUnknown;
+  char state = 0;
+  uint64_t start = 0;
+  if (!read_task_stat(pid, tid, &state, &start)) {
+    // Only the kernel's "no such thread" means gone: /proc may hide other users' processes
+    // (hidepid) or the observer may be out of descriptors. tgkill needs no descriptor and
+    // answers ESRCH for a thread that is not there whatever the permissions.
+    if (::syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH) return TaskLife::kGone;
+    return TaskLife::kExists;
+  }
+  if (start_ticks != 0 && start != start_ticks) return TaskLife::kGone;  // the id was reused
+  switch (state) {
+    case 'Z':
+    case 'X':
+      // A thread other than the leader is reaped as it exits; a zombie leader may still have
+      // running threads (it called pthread_exit): asked about the leader, nothing follows.
+      if (tid == pid) return ::kill(pid, 0) != 0 && errno == ESRCH ? TaskLife::kGone : TaskLife::kUnknown;
+      return TaskLife::kGone;
+    case 'T':
+    case 't':
+      return TaskLife::kStopped;
+    default:
+      return TaskLife::kRunning;
+  }
+}
+
+uint64_t task_start_ticks(int pid, int tid) noexcept {
+  char state = 0;
+  uint64_t start = 0;
+  return read_task_stat(pid, tid, &state, &start) ? start : 0;
 }
 
 }  // namespace cxlpool::os

@@ -26,9 +26,10 @@ struct SlotLife {
   bool joining = false;  // its lease table is not yet its own
 };
 
-// Which slots hold a participant that is alive: same host -> its process exists; another host,
-// a participant still joining (its facts not yet written), or a process /proc cannot tell
-// about now -> its heartbeat moves within one lease timeout, sampled once for all such slots
+// Which slots hold a participant that is alive: same host -> its heartbeat thread (or, for a
+// participant that did not name one, its process) exists, stopped or not; another host, a
+// participant still joining (its facts not yet written), or a process nothing can be told
+// about -> its heartbeat moves within one lease timeout, sampled once for all such slots
 // but for at most max_wait_ms: a slot whose lease is longer and whose heartbeat did not move
 // in that time is kUnknown, never dead.
 std::vector<SlotLife> judge_slots(const PoolView& v, uint64_t max_wait_ms, const std::function<void()>& refresh = {}) {
@@ -45,14 +46,10 @@ std::vector<SlotLife> judge_slots(const PoolView& v, uint64_t max_wait_ms, const
     if (!v.slot_live(s)) continue;
     const SlotLine0* line = v.slot_line0(s);
     const bool facts_ours = v.load(&line->facts_incarnation) == inc;
-    const uint64_t start = v.load(&line->start_ticks);
-    if (facts_ours && start != 0 && v.load(&line->boot_hash) == boot && v.load(&line->pidns) == pidns) {
-      const auto pid = static_cast<int>(v.load(&line->pid));
-      const uint64_t now = pid > 0 ? os::process_start_ticks(pid) : 0;
-      if (now != os::kStartUnknown) {
-        out[s].life = now == start ? Life::kAlive : Life::kDead;
-        continue;
-      }
+    const PeerLife peer = judge_peer(v, s, inc, boot, pidns);
+    if (peer != PeerLife::kUnverifiable && peer != PeerLife::kJoining) {
+      out[s].life = peer == PeerLife::kGone ? Life::kDead : Life::kAlive;
+      continue;
     }
     out[s].joining = !facts_ours;
     sampled.push_back(s);
@@ -80,7 +77,9 @@ std::vector<SlotLife> judge_slots(const PoolView& v, uint64_t max_wait_ms, const
   for (uint32_t s : sampled) {
     uint32_t inc = 0;
     SlotState state{};
-    out[s].life = moved[s] ? Life::kAlive : budget < full ? Life::kUnknown : Life::kDead;
+    // A joiner that has not written its facts yet is undecided, never dead: the participants'
+    // watch gives it a grace (watch.cpp) before it recovers it.
+    out[s].life = moved[s] ? Life::kAlive : (budget < full || out[s].joining) ? Life::kUnknown : Life::kDead;
     if (out[s].joining)
       out[s].joining = !(v.slot_identity(s, &inc, &state) && v.load(&v.slot_line0(s)->facts_incarnation) == inc);
   }
@@ -310,6 +309,7 @@ cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpo
   r.slots_per_host = sb.slots_per_host;
   r.heartbeat_ms = sb.heartbeat_ms;
   r.lease_timeout_ms = sb.lease_timeout_ms;
+  r.stopped_timeout_ms = sb.stopped_timeout_ms == 0 ? kDefaultStoppedTimeoutMs : sb.stopped_timeout_ms;
   r.quota_count = std::min<uint32_t>(sb.quota_count, 16);
   std::memcpy(r.failure_domain, sb.failure_domain, sizeof r.failure_domain - 1);
   for (uint32_t q = 0; q < r.quota_count; ++q) {

@@ -34,6 +34,8 @@ inline constexpr uint32_t kMaxSpan = (1u << 11) - 1;  // extents in one large bl
 inline constexpr uint32_t kMaxQuotas = 16;            // quota 0 is "default": what the others leave
 
 enum : uint32_t { kStateCreating = 1, kStateReady = 2 };
+inline constexpr uint32_t kStoppedNever = 0xffffffffu;
+inline constexpr uint32_t kDefaultStoppedTimeoutMs = 10 * 60 * 1000;
 
 struct Superblock {
   char magic[16];
@@ -55,7 +57,10 @@ struct Superblock {
   uint32_t mode;  // permission bits the creator asked for
   uint32_t class_size[kMaxClasses];
   uint32_t quota_count;  // >= 1
-  uint32_t reserved0;
+  // How long a participant of this host whose heartbeat thread is stopped (SIGSTOP, a
+  // debugger) may stay silent before it is declared dead: 0 = kDefaultStoppedTimeoutMs (pools
+  // created before the field existed hold 0), kStoppedNever = never while its process lives.
+  uint32_t stopped_timeout_ms;
   struct Quota {
     char name[24];         // NUL-terminated
     uint64_t max_extents;  // extents its participants may own together
@@ -79,16 +84,22 @@ uint32_t word_check(uint64_t payload, uint64_t where, uint64_t salt) noexcept;
 // Line 0, word 0 "identity": incarnation (32) | check (24) | state (8). Claimed by CAS among
 // the processes of one host (slots are grouped by host; one host's caches are coherent).
 enum SlotState : uint8_t { kSlotFree = 0, kSlotActive = 1, kSlotLeft = 2 };
+// The heartbeat and op_seq words carry the incarnation in their high 32 bits and are changed by
+// compare-and-swap from the value their writer last stored: a participant that was evicted
+// and whose slot another process of its host has taken since finds the word changed and stores
+// nothing into the newcomer's slot.
 struct SlotLine0 {
   uint64_t identity;
-  uint64_t heartbeat;  // incremented every heartbeat period while alive
-  uint64_t pid;        // same-host liveness hint only (with boot id, pid namespace, start time)
+  uint64_t heartbeat;  // (incarnation << 32) | beats: moves every heartbeat period while alive
+  uint64_t pid;        // same-host liveness (with boot id, pid namespace, start times)
   uint64_t start_ticks;
   uint64_t boot_hash;
   uint64_t pidns;
   uint64_t host_index;
-  uint64_t facts_incarnation;  // written after pid..host_index: they describe this incarnation
-  uint64_t op_seq;             // odd while an operation that writes the pool is in progress
+  uint64_t facts_incarnation;  // written after the other facts: they describe this incarnation
+  uint64_t op_seq;             // (incarnation << 32) | seq: seq odd while an operation writes the pool
+  uint64_t beat_tid;           // facts too: the thread that beats (0: judge the process)
+  uint64_t beat_start_ticks;   // its start time (0: unknown)
 };
 // Line 1, word 0 "eviction": incarnation (32) | check (24) | phase (8), written by the
 // participant that won the claim to recover the slot; word 1 = that participant's incarnation

@@ -145,6 +145,11 @@ Superblock plan_superblock(const SharedParams& p, uint64_t device_size) {
   sb.extent_size = p.extent_size;
   sb.heartbeat_ms = p.heartbeat_ms;
   sb.lease_timeout_ms = p.lease_timeout_ms;
+  if (p.stopped_timeout_ms != 0 && p.stopped_timeout_ms != kStoppedNever &&
+      p.stopped_timeout_ms < 3 * uint64_t{p.heartbeat_ms})
+    bad("stopped timeout " + std::to_string(p.stopped_timeout_ms) + " ms is shorter than 3 heartbeats (" +
+        std::to_string(3 * uint64_t{p.heartbeat_ms}) + " ms)");
+  sb.stopped_timeout_ms = p.stopped_timeout_ms;
   sb.mode = p.mode;
   sb.slots_offset = kSuperblockBytes;
   sb.leases_offset = round_up(sb.slots_offset + slots * kSlotBytes, 4096);
@@ -366,6 +371,8 @@ SharedPool::SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std
     : what_(std::move(what)), view_(base, size, sb) {
   timeout_ns_ = uint64_t{sb.lease_timeout_ms} * 1000000u;
   heartbeat_ns_ = uint64_t{sb.heartbeat_ms} * 1000000u;
+  const uint32_t stopped_ms = sb.stopped_timeout_ms == 0 ? kDefaultStoppedTimeoutMs : sb.stopped_timeout_ms;
+  stopped_ns_ = stopped_ms == kStoppedNever ? 0 : uint64_t{stopped_ms} * 1000000u;
   partial_.resize(sb.class_count);
   cache_.resize(sb.class_count);
   cache_extent_.assign(sb.class_count, UINT64_MAX);
@@ -388,7 +395,7 @@ SharedPool::~SharedPool() {
     leave();
   } catch (...) {  // leaving is best effort in a destructor; survivors recover what is left
   }
-  stop_heartbeat();
+  stop_threads();
   {
     std::unique_lock<std::shared_mutex> lock(g_open_mu);
     g_open.erase(std::remove(g_open.begin(), g_open.end(), this), g_open.end());
@@ -417,6 +424,19 @@ void SharedPool::join(const SharedParams* params) {
   }
   if (quota_ == sb.quota_count)
     fail(CXLPOOL_E_CONFIG, what_ + ": no quota named \"" + quota + "\" (the pool has: " + known + ")");
+  // The heartbeat thread first: its id and start time are facts observers judge us by, written
+  // together with the others right after the slot is ours.
+  start_beat_thread();
+  try {
+    join_slot(host);
+  } catch (...) {
+    stop_threads();
+    throw;
+  }
+}
+
+void SharedPool::join_slot(uint32_t host) {
+  const Superblock& sb = view_.sb();
   const uint64_t salt = view_.salt();
   for (uint32_t s = host * sb.slots_per_host; s < (host + 1) * sb.slots_per_host && !joined_; ++s) {
     uint64_t* word = view_.slot_word(s, 0, 0);
@@ -446,7 +466,8 @@ void SharedPool::join(const SharedParams* params) {
   // then write the facts, then say whose they are. Until facts_incarnation names us, observers
   // judge us by the heartbeat alone and the checker ignores our lease table.
   SlotLine0* line = view_.slot_line0(slot_);
-  view_.store(&line->heartbeat, 0);
+  beat_word_ = tagged(0);
+  view_.store(&line->heartbeat, beat_word_);
   view_.store(view_.slot_word(slot_, 2, 0), 0);  // no claim
   view_.store(view_.slot_word(slot_, 2, 1), 0);
   LeaseEntry* table = view_.lease_table(slot_);
@@ -460,7 +481,9 @@ void SharedPool::join(const SharedParams* params) {
   view_.store(&line->boot_hash, boot_hash_);
   view_.store(&line->pidns, pidns_);
   view_.store(&line->host_index, host);
-  view_.store(&line->op_seq, 0);
+  view_.store(&line->op_seq, tagged(0));
+  view_.store(&line->beat_tid, static_cast<uint64_t>(beat_tid_));
+  view_.store(&line->beat_start_ticks, beat_start_);
   view_.store(&line->facts_incarnation, incarnation_);
   eviction_raw_ = view_.load(view_.slot_word(slot_, 1, 0));  // any change: the block cache stops serving
   last_beat_ns_ = os::coarse_now_ns();
@@ -468,7 +491,12 @@ void SharedPool::join(const SharedParams* params) {
     std::unique_lock<std::shared_mutex> lock(g_open_mu);
     g_open.push_back(this);
   }
-  start_heartbeat();
+  {
+    std::lock_guard<std::mutex> lock(beat_wait_mu_);
+    beat_go_.store(true);
+  }
+  beat_cv_.notify_all();
+  start_watch_thread();
   if (predecessor_ != 0) recover_predecessor();
 }
 
@@ -495,11 +523,17 @@ void SharedPool::take_over_dead_slot(uint32_t host) {
   };
   std::vector<uint64_t> beats(view_.slot_count(), 0), idents(view_.slot_count(), 0);
   for (int pass = 0; pass < 2 && !joined_; ++pass) {
-    if (pass == 1) {  // nobody gone on this host: look for silence over one lease
+    if (pass == 1) {            // nobody gone on this host: look for silence over one lease
+      bool candidates = false;  // slots held by processes this host can vouch for are not
       for (uint32_t s = first; s < last; ++s) {
         beats[s] = view_.load(&view_.slot_line0(s)->heartbeat);
         idents[s] = view_.load(view_.slot_word(s, 0, 0));
+        uint32_t inc = 0;
+        SlotState state{};
+        candidates = candidates || !decode_slot_identity(idents[s], s, salt, &inc, &state) ||
+                     (state != kSlotFree && peer_life(s, inc) == PeerLife::kUnverifiable);
       }
+      if (!candidates) return;
       std::this_thread::sleep_for(std::chrono::nanoseconds(timeout_ns_ + 2 * heartbeat_ns_));
     }
     for (uint32_t s = first; s < last && !joined_; ++s) {
@@ -513,9 +547,12 @@ void SharedPool::take_over_dead_slot(uint32_t host) {
         continue;
       }
       if (state == kSlotFree) continue;
-      const bool dead = pass == 0 ? same_host_dead(s, inc)
-                                  : view_.load(&view_.slot_line0(s)->heartbeat) == beats[s] &&
-                                        !stopped_mid_operation(s, inc) && !same_host_alive(s, inc);
+      // A process of this host that still exists, stopped or not, keeps its slot.
+      const PeerLife life = peer_life(s, inc);
+      const bool dead = pass == 0 ? life == PeerLife::kGone
+                                  : life == PeerLife::kUnverifiable &&
+                                        view_.load(&view_.slot_line0(s)->heartbeat) == beats[s] &&
+                                        !may_be_in_operation(s, inc);
       if (dead) try_take(s, raw, inc);
     }
   }
@@ -530,6 +567,7 @@ void SharedPool::recover_predecessor() {
       std::lock_guard<HeapLock> lock(mu_);
       if (evicted_.load()) return;
       Marked marked(*this);
+      if (!marked.ok()) return;
       if (claim(kClaimRecover, slot_, predecessor_ & 0xffffff)) {
         view_.store(view_.slot_word(slot_, 1, 1), (uint64_t{incarnation_} << 32) | (slot_ + 1));
         view_.store(view_.slot_word(slot_, 1, 0), encode_eviction(predecessor_, kEvictRecovering, slot_, view_.salt()));
@@ -555,15 +593,23 @@ void SharedPool::declare_failed(const std::string& reason) {
   failed_.store(true);
 }
 
+// What is wrong with the device's name now, or nullptr: no allocation (the heartbeat thread asks).
+const char* SharedPool::device_problem(os::PathIdentity* now) const noexcept {
+  if (!check_path_) return nullptr;
+  if (!os::path_identity(path_, now)) return "vanished";
+  if (now->dev != identity_.dev || now->ino != identity_.ino) return "was replaced by another file or device";
+  if (!devdax_ && now->size < view_.sb().size) return "was truncated";
+  return nullptr;
+}
+
 void SharedPool::check_device() {
   if (!check_path_ || failed_.load()) return;
   os::PathIdentity now{};
-  if (!os::path_identity(path_, &now))
-    declare_failed("\"" + path_ + "\" vanished");
-  else if (now.dev != identity_.dev || now.ino != identity_.ino)
-    declare_failed("\"" + path_ + "\" was replaced by another file or device");
-  else if (!devdax_ && now.size < view_.sb().size)
-    declare_failed("\"" + path_ + "\" was truncated to " + std::to_string(now.size) + " bytes");
+  const char* problem = device_problem(&now);
+  if (problem == nullptr) return;
+  std::string why = "\"" + path_ + "\" " + problem;
+  if (std::strcmp(problem, "was truncated") == 0) why += " to " + std::to_string(now.size) + " bytes";
+  declare_failed(why);
 }
 
 cxlpool_shared_health_t SharedPool::health() {
@@ -588,44 +634,124 @@ void SharedPool::abandon_in_fork_child() {
   os::unmap(view_.base(), view_.size());
 }
 
-void SharedPool::start_heartbeat() {
-  try {
-    start_heartbeat_thread();
-  } catch (const std::system_error& e) {  // no thread to be had: a resource, not a bug
-    fail(CXLPOOL_E_NO_MEMORY, what_ + ": cannot start the heartbeat thread (" + e.code().message() +
+void SharedPool::start_beat_thread() {
+  // A small stack: the thread only compares the device's identity, stores one word and waits.
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, size_t(256) << 10);
+  const int err = pthread_create(&beat_thread_, &attr, &SharedPool::beat_entry, this);
+  pthread_attr_destroy(&attr);
+  if (err != 0)  // no thread to be had: a resource, not a bug
+    fail(CXLPOOL_E_NO_MEMORY, what_ + ": cannot start the heartbeat thread (" + std::strerror(err) +
                                   "; RLIMIT_NPROC, threads-max or memory)");
+  beat_started_ = true;
+  std::unique_lock<std::mutex> lock(beat_wait_mu_);
+  beat_cv_.wait(lock, [this] { return beat_ready_.load(); });
+}
+
+void* SharedPool::beat_entry(void* self) {
+  static_cast<SharedPool*>(self)->beat_main();
+  return nullptr;
+}
+
+// The heartbeat thread: one store per period, nothing else. It takes no lock that a call of the
+// application holds (only beat_mu_, which mark_evicted holds for one mprotect) and allocates
+// nothing, so neither a long call, a preempted lock holder nor recovery of another participant
+// delays a beat; what it finds (eviction, a vanished device) it leaves to the watch thread.
+void SharedPool::beat_main() {
+  os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
+  beat_tid_ = os::thread_id();
+  beat_start_ = os::task_start_ticks(pid_, beat_tid_);
+  std::unique_lock<std::mutex> lock(beat_wait_mu_);
+  beat_ready_.store(true);
+  beat_cv_.notify_all();
+  beat_cv_.wait(lock, [this] { return beat_go_.load() || beat_stop_.load(); });
+  uint64_t prev = os::monotonic_ns();
+  while (!beat_stop_.load()) {
+    lock.unlock();
+    os::PathIdentity now{};
+    // A device gone or cut short: no store may touch it now (the watch declares the failure).
+    if (device_problem(&now) == nullptr && !evict_seen_.load() && !evicted_.load() && !failed_.load()) {
+      bool evicted_now = false;
+      {
+        std::lock_guard<std::mutex> beat(beat_mu_);
+        if (!evicted_.load()) evicted_now = beat_locked();
+      }
+      if (evicted_now) evict_seen_.store(true);  // the watch makes the mapping read-only (it needs mu_)
+      const uint64_t t = os::monotonic_ns();
+      gaps_.record(t - prev);
+      prev = t;
+    }
+    lock.lock();
+    beat_cv_.wait_for(lock, std::chrono::nanoseconds(heartbeat_ns_), [this] { return beat_stop_.load(); });
   }
 }
 
-void SharedPool::start_heartbeat_thread() {
-  heartbeat_thread_ = std::make_unique<std::thread>([this] {
-    os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
-    std::unique_lock<std::mutex> lock(hb_mu_);
-    while (!hb_stop_) {
-      lock.unlock();
-      try {
-        NoForkDuringPass no_fork;
-        tick();
-      } catch (...) {  // a failed pass is retried at the next period
+void SharedPool::start_watch_thread() {
+  try {
+    watch_thread_ = std::make_unique<std::thread>([this] {
+      os::prim::block_async_signals(nullptr);
+      std::unique_lock<std::mutex> lock(hb_mu_);
+      while (!hb_stop_) {
+        lock.unlock();
+        try {
+          NoForkDuringPass no_fork;
+          watch_pass();
+        } catch (...) {  // a failed pass is retried at the next period
+        }
+        lock.lock();
+        hb_cv_.wait_for(lock, std::chrono::nanoseconds(heartbeat_ns_), [this] { return hb_stop_; });
       }
-      lock.lock();
-      hb_cv_.wait_for(lock, std::chrono::nanoseconds(heartbeat_ns_), [this] { return hb_stop_; });
-    }
-  });
+    });
+  } catch (const std::system_error& e) {
+    fail(CXLPOOL_E_NO_MEMORY,
+         what_ + ": cannot start the watch thread (" + e.code().message() + "; RLIMIT_NPROC, threads-max or memory)");
+  }
 }
 
-void SharedPool::stop_heartbeat() {
+void SharedPool::stop_threads() {
   {
     std::lock_guard<std::mutex> lock(hb_mu_);
     hb_stop_ = true;
   }
   hb_cv_.notify_all();
-  if (!heartbeat_thread_) return;
-  if (!in_fork_child())
-    heartbeat_thread_->join();
-  else
-    (void)heartbeat_thread_.release();  // a forked child has no such thread: forget the object
-  heartbeat_thread_.reset();
+  {
+    std::lock_guard<std::mutex> lock(beat_wait_mu_);
+    beat_stop_.store(true);
+  }
+  beat_cv_.notify_all();
+  const bool child = in_fork_child();  // a forked child has neither thread: forget them
+  if (watch_thread_) {
+    if (!child)
+      watch_thread_->join();
+    else
+      (void)watch_thread_.release();
+    watch_thread_.reset();
+  }
+  if (beat_started_) {
+    if (!child) pthread_join(beat_thread_, nullptr);
+    beat_started_ = false;
+  }
+}
+
+void GapStats::record(uint64_t gap_ns) noexcept {
+  const uint64_t ms = gap_ns / 1000000u;
+  hist[std::min<uint64_t>(ms, kBuckets - 1)].fetch_add(1, std::memory_order_relaxed);
+  beats.fetch_add(1, std::memory_order_relaxed);
+  if (gap_ns > max_ns.load(std::memory_order_relaxed)) max_ns.store(gap_ns, std::memory_order_relaxed);
+}
+
+double GapStats::quantile_ms(double q) const noexcept {
+  const uint64_t n = beats.load(std::memory_order_relaxed);
+  if (n == 0) return 0;
+  const auto want = static_cast<uint64_t>(q * static_cast<double>(n));
+  const double max_ms = static_cast<double>(max_ns.load(std::memory_order_relaxed)) / 1e6;
+  uint64_t seen = 0;
+  for (size_t b = 0; b + 1 < kBuckets; ++b) {
+    seen += hist[b].load(std::memory_order_relaxed);
+    if (seen > want) return std::min(static_cast<double>(b + 1), max_ms);
+  }
+  return max_ms;
 }
 
 void SharedPool::op_mark(bool begin) {
@@ -633,8 +759,35 @@ void SharedPool::op_mark(bool begin) {
   if (!joined_ || evicted_.load() || failed_.load() || in_fork_child()) return;
   const bool inside = op_depth_ > 0;
   if (inside == ((op_seq_ & 1) == 1)) return;
-  ++op_seq_;  // odd inside an operation, even outside
-  view_.store(&view_.slot_line0(slot_)->op_seq, op_seq_);
+  uint64_t* word = &view_.slot_line0(slot_)->op_seq;
+  const uint64_t next = tagged(op_seq_ + 1);
+  if (!view_.compare_and_swap(word, tagged(op_seq_), next)) {
+    // Not what we last stored: another process of this host holds the slot now (we were
+    // evicted; the check that follows the mark says so), or the word was scribbled on.
+    if (!slot_is_ours()) return;
+    ++corrupt_words_;
+    view_.store(word, next);  // only we write it: repair
+  }
+  ++op_seq_;
+}
+
+bool SharedPool::slot_is_ours() const {
+  uint32_t inc = 0;
+  SlotState state{};
+  if (!view_.slot_identity(slot_, &inc, &state)) return true;  // scribbled: the heartbeat repairs it
+  return inc == incarnation_ && state == kSlotActive;
+}
+
+bool SharedPool::still_ours_locked() {
+  if (evicted_.load() || failed_.load()) return false;
+  uint32_t evict_inc = 0;
+  EvictPhase phase{};
+  const bool named = view_.slot_eviction(slot_, &evict_inc, &phase) && phase != kEvictNone && evict_inc == incarnation_;
+  if (named || !slot_is_ours()) {
+    mark_evicted(true);
+    return false;
+  }
+  return true;
 }
 
 void SharedPool::ensure_usable(bool holding_mu) {
@@ -649,21 +802,25 @@ void SharedPool::ensure_usable(bool holding_mu) {
                                       std::to_string(leases_.size()) + " imported blocks and " +
                                       std::to_string(bytes_in_use_) + " bytes of owned blocks on it are lost");
   }
-  if (evicted_.load())
-    fail(CXLPOOL_E_EVICTED, what_ + ": this participant was declared dead and evicted; reopen the pool");
-  // Self-fencing: a writing operation (holding mu_, its mark already published) reads the
-  // eviction word every time; anything else beats first after a stall longer than half the
-  // lease. Either way it learns whether the others evicted us before touching anything.
-  if (holding_mu) {
-    uint32_t evict_inc = 0;
-    EvictPhase phase{};
-    if (view_.slot_eviction(slot_, &evict_inc, &phase) && phase != kEvictNone && evict_inc == incarnation_)
-      mark_evicted(true);
-  } else if (os::coarse_now_ns() - last_beat_ns_.load() > timeout_ns_ / 2) {
-    heartbeat_once(false);
+  // Self-fencing: a writing operation (holding mu_, its mark already published) reads its
+  // eviction word and its slot's identity every time; anything else beats first after a stall
+  // longer than half the lease. Either way it learns whether the others evicted us (by the
+  // eviction word, or by recovering us and giving the slot to someone else, whose eviction may
+  // be what the word names now) before touching anything.
+  if (!evicted_.load()) {
+    if (holding_mu) {
+      (void)still_ours_locked();
+    } else if (evict_seen_.load()) {
+      mark_evicted(false);
+    } else if (os::coarse_now_ns() - last_beat_ns_.load() > timeout_ns_ / 2) {
+      heartbeat_once(false);
+    }
   }
   if (evicted_.load())
-    fail(CXLPOOL_E_EVICTED, what_ + ": this participant stalled past its lease and was evicted; reopen the pool");
+    fail(CXLPOOL_E_EVICTED, what_ +
+                                ": this participant was declared dead and evicted (stopped for longer than the pool's "
+                                "stopped timeout, or silent past its lease where the others could not look at its "
+                                "process); its blocks and leases are gone; reopen the pool");
 }
 
 // The others own what was ours now. Every store this process still makes into the pool (the
@@ -688,32 +845,48 @@ void SharedPool::heartbeat_once(bool holding_mu) {
   if (evicted_now) mark_evicted(holding_mu);
 }
 
-// One beat (caller holds beat_mu_); true when the eviction word names us instead.
+// One beat (caller holds beat_mu_); true when this participant was evicted: its eviction word
+// names it, or its slot holds another incarnation (recovered, then taken by a newcomer).
 bool SharedPool::beat_locked() {
   uint32_t evict_inc = 0, inc = 0;
   EvictPhase phase{};
   SlotState state{};
   if (view_.slot_eviction(slot_, &evict_inc, &phase) && phase != kEvictNone && evict_inc == incarnation_) return true;
   uint64_t* identity = view_.slot_word(slot_, 0, 0);
-  if (!view_.slot_identity(slot_, &inc, &state) || inc != incarnation_ || state != kSlotActive) {
-    ++corrupt_words_;  // only this participant writes it: repair
+  if (!view_.slot_identity(slot_, &inc, &state)) {
+    ++corrupt_words_;  // scribbled; only this participant writes it: repair
     view_.store(identity, encode_slot_identity(incarnation_, kSlotActive, slot_, view_.salt()));
+  } else if (inc != incarnation_ || state != kSlotActive) {
+    return true;  // a valid word naming another holder: never "repaired" back to us
   }
-  SlotLine0* line = view_.slot_line0(slot_);
-  view_.store(&line->heartbeat, view_.load(&line->heartbeat) + 1);
+  // From the value we last stored: a newcomer that took the slot after we looked has stored
+  // its own, and the swap fails instead of beating for it.
+  uint64_t* word = &view_.slot_line0(slot_)->heartbeat;
+  const uint64_t next = tagged(beat_word_ + 1);
+  if (!view_.compare_and_swap(word, beat_word_, next)) {
+    if (!slot_is_ours()) return true;
+    ++corrupt_words_;
+    view_.store(word, next);
+  }
+  beat_word_ = next;
   last_beat_ns_.store(os::coarse_now_ns());
   return false;
 }
 
 void SharedPool::leave() {
   if (!joined_ || in_fork_child()) return;
-  stop_heartbeat();
+  stop_threads();
   if (failed_.load()) {  // nothing of the device may be touched; the others recover us if they can
     joined_ = false;
     return;
   }
   std::lock_guard<HeapLock> lock(mu_);
-  if (evicted_.load()) {  // the others own our state now; touch nothing
+  // Marked and checked like any operation: a participant evicted unawares (its slot perhaps
+  // another's by now) touches nothing.
+  op_mark(true);
+  PoolView::fence();
+  if (!still_ours_locked()) {  // the others own our state now
+    op_depth_ = 0;
     joined_ = false;
     return;
   }
@@ -756,8 +929,12 @@ void SharedPool::leave() {
     owned_.clear();
   }
   // Free: nothing left. Left: a survivor adopts the blocks others still hold, as for a death.
-  view_.store(view_.slot_word(slot_, 0, 0),
-              encode_slot_identity(incarnation_, others_hold ? kSlotLeft : kSlotFree, slot_, view_.salt()));
+  // From our own word only: the slot is someone else's if we were recovered meanwhile.
+  op_mark(false);
+  const uint64_t salt = view_.salt();
+  (void)view_.compare_and_swap(view_.slot_word(slot_, 0, 0),
+                               encode_slot_identity(incarnation_, kSlotActive, slot_, salt),
+                               encode_slot_identity(incarnation_, others_hold ? kSlotLeft : kSlotFree, slot_, salt));
   joined_ = false;
 }
 

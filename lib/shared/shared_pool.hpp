@@ -5,6 +5,9 @@
 // speeds things up; the truth is in the device (layout.hpp) and recovery rebuilds from it.
 #pragma once
 
+#include <pthread.h>
+
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -31,7 +34,8 @@ struct SharedParams {
   uint32_t per_host = 32;
   uint32_t leases = 4096;
   uint32_t heartbeat_ms = 10;
-  uint32_t lease_timeout_ms = 300;
+  uint32_t lease_timeout_ms = 5000;
+  uint32_t stopped_timeout_ms = 0;  // 0: kDefaultStoppedTimeoutMs; kStoppedNever
   uint32_t host_index = 0;
   std::vector<std::pair<std::string, uint64_t>> quotas;  // create: name -> bytes (whole extents)
   std::string quota;                                     // the quota this participant draws on
@@ -79,6 +83,25 @@ struct RepairCounts;
 
 // Geometry and offsets a creator writes into the superblock (validated; throws CONFIG).
 Superblock plan_superblock(const SharedParams& params, uint64_t device_size);
+
+// What an observer can tell about the process behind slot s (incarnation inc) without its
+// heartbeat: on this host (same boot id, same pid namespace, facts written for inc) its
+// heartbeat thread is gone, running (or there but /proc cannot say in which state) or stopped;
+// joining: its facts are not written yet (they describe the slot's previous incarnation);
+// anywhere else, or when nothing can be read, unverifiable: only the heartbeat tells.
+enum class PeerLife : uint8_t { kGone, kRunning, kStopped, kJoining, kUnverifiable };
+PeerLife judge_peer(const PoolView& v, uint32_t s, uint32_t inc, uint64_t boot_hash, uint64_t pidns);
+
+// Gaps between this participant's own heartbeats (its heartbeat thread writes, anyone reads):
+// 1 ms buckets up to 2 s, the last bucket holding every longer gap, and the exact maximum.
+struct GapStats {
+  static constexpr size_t kBuckets = 2048;
+  std::array<std::atomic<uint32_t>, kBuckets> hist{};
+  std::atomic<uint64_t> beats{0};
+  std::atomic<uint64_t> max_ns{0};
+  void record(uint64_t gap_ns) noexcept;
+  double quantile_ms(double q) const noexcept;  // upper edge of the bucket holding quantile q
+};
 
 class SharedPool {
  public:
@@ -128,9 +151,12 @@ class SharedPool {
   // leaving) unless this participant may still use the pool's memory: for callers that hand out
   // pointers into it without another pool call (the KV cache's views and block tables).
   void check_usable() { ensure_usable(false); }
-  // One pass of the watch: heartbeat, look at the others, recover the dead, re-check blocks
-  // this participant let go that others still held. The heartbeat thread runs it; tests too.
+  // One beat and one pass of the watch: look at the others, recover the dead, re-check blocks
+  // this participant let go that others still held. The watch thread runs the pass every
+  // heartbeat period; the heartbeat thread only beats (it takes no lock the application's
+  // calls hold, so no call, however long, delays a beat).
   void tick();
+  const GapStats& heartbeat_gaps() const { return gaps_; }
   // Recovers every dead slot now, waiting at most the lease timeout for silent ones.
   void recover_dead_now();
   // --repair, only while no other participant is alive or undecided (check.cpp decides):
@@ -143,14 +169,25 @@ class SharedPool {
  private:
   SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what, const SharedParams* params);
   void join(const SharedParams* params);
-  void start_heartbeat();
-  void start_heartbeat_thread();
-  void stop_heartbeat();
+  void join_slot(uint32_t host);
+  void start_beat_thread();   // before the slot is claimed: its thread id is one of the facts
+  void start_watch_thread();  // once joined
+  void stop_threads();
+  static void* beat_entry(void* self);
+  void beat_main();
+  void watch_pass();
   void ensure_usable(bool holding_mu = false);  // fork child, left, failed, evicted, self-fencing
   // A writing operation: holds mu_, checks under it that this participant may still write,
   // and marks the operation in its slot (op_seq odd) for its duration, so that observers on
   // this host do not reclaim from a live process stopped in the middle of it.
   void op_mark(bool begin);
+  // Whether this slot still holds this incarnation (a scribbled identity word counts as ours:
+  // the heartbeat repairs it). A slot recovered and taken by another process of the host is not.
+  bool slot_is_ours() const;
+  // Caller holds mu_ and has marked and fenced: false (and the mapping made read-only) when the
+  // others evicted this participant, by its eviction word or by taking its slot.
+  bool still_ours_locked();
+  uint64_t tagged(uint64_t low) const { return (uint64_t{incarnation_} << 32) | (low & 0xffffffffu); }
   class Op {
    public:
     explicit Op(SharedPool& p) : p_(p), lock_(p.mu_, std::defer_lock) {
@@ -173,26 +210,35 @@ class SharedPool {
     SharedPool& p_;
     std::unique_lock<HeapLock> lock_;
   };
-  struct Marked {  // the same mark, for the watch's writes (the caller holds mu_)
-    explicit Marked(SharedPool& p) : p_(p) { p.op_mark(true); }
+  struct Marked {  // the same mark and check, for the watch's writes (the caller holds mu_)
+    explicit Marked(SharedPool& p) : p_(p) {
+      p.op_mark(true);
+      PoolView::fence();
+      ok_ = p.still_ours_locked();
+    }
     ~Marked() { p_.op_mark(false); }
     Marked(const Marked&) = delete;
     Marked& operator=(const Marked&) = delete;
+    bool ok() const { return ok_; }  // false: evicted, write nothing
     SharedPool& p_;
+    bool ok_ = false;
   };
   uint64_t op_seq_ = 0;
   int op_depth_ = 0;
-  bool stopped_mid_operation(uint32_t slot, uint32_t incarnation) const;
-  bool same_host_alive(uint32_t slot, uint32_t incarnation) const;
+  PeerLife peer_life(uint32_t slot, uint32_t incarnation) const {
+    return judge_peer(view_, slot, incarnation, boot_hash_, pidns_);
+  }
+  // A process of this host, not gone, whose slot shows a writing operation in progress.
+  bool may_be_in_operation(uint32_t slot, uint32_t incarnation) const;
   void take_over_dead_slot(uint32_t host);
   void recover_predecessor();
   uint32_t predecessor_ = 0;  // incarnation of a dead slot taken over, until recovered
   void heartbeat_once(bool holding_mu);
   void mark_evicted(bool holding_mu);
   bool beat_locked();
-  std::mutex beat_mu_;  // heartbeat stores vs making the mapping read-only
+  std::mutex beat_mu_;      // heartbeat stores vs making the mapping read-only
+  uint64_t beat_word_ = 0;  // the heartbeat word as this participant last stored it (beat_mu_)
   void observe_others();
-  bool same_host_dead(uint32_t slot, uint32_t incarnation) const;
   void sweep_orphans();
   bool try_recover(uint32_t victim, uint32_t incarnation);
   void recover_slot(uint32_t victim, uint32_t incarnation);
@@ -285,6 +331,7 @@ class SharedPool {
   std::atomic<bool> failed_{false};
   std::string failure_reason_;  // under mu_
   void check_device();
+  const char* device_problem(os::PathIdentity* now) const noexcept;  // nullptr: intact
   void watch_path(const PoolLocation& loc, const os::PathIdentity& identity) {
     path_ = loc.path;
     identity_ = identity;
@@ -299,12 +346,16 @@ class SharedPool {
   int pid_ = 0;
   uint64_t fork_generation_ = 0;
   uint64_t boot_hash_ = 0, pidns_ = 0;  // this process's, read once
+  int beat_tid_ = 0;                    // the heartbeat thread's id and start time, for the facts
+  uint64_t beat_start_ = 0;
   bool joined_ = false;
   uint64_t eviction_raw_ = 0;  // this slot's eviction word as it was when we joined
   std::atomic<bool> evicted_{false};
   std::atomic<uint64_t> last_beat_ns_{0};
   uint64_t timeout_ns_ = 0;
   uint64_t heartbeat_ns_ = 0;
+  uint64_t stopped_ns_ = 0;  // 0: a stopped process of this host is never declared dead
+  GapStats gaps_;
 
   HeapLock mu_;                                  // heap and leases of this participant
   OwnedTable owned_;                             // extent index -> state
@@ -318,18 +369,24 @@ class SharedPool {
   };
   std::unordered_map<uint64_t, Lease> leases_;  // offset -> lease
   uint64_t bytes_in_use_ = 0;                   // blocks owned in the pool: held by the application, cached, or leased
-  uint64_t corrupt_words_ = 0;
+  std::atomic<uint64_t> corrupt_words_{0};
   uint64_t recovered_slots_ = 0;
   uint64_t extent_hint_ = 0;
   std::atomic<uint64_t> ticks_{0};
   bool quota_full_ = false;  // the last grab failed on the quota, not on the pool
 
-  // The watch over the others: last heartbeat value seen and when it last changed.
+  // The watch over the others: last heartbeat value seen and when it last changed, and the
+  // longest gap between changes seen in this window and the one before (windows of
+  // kGapWindowNs), for the silence allowed to a participant only its heartbeat can vouch for.
   struct Seen {
     uint32_t incarnation = 0;
     uint64_t heartbeat = 0;
     uint64_t changed_ns = 0;
+    uint64_t window_ns = 0;
+    uint64_t gap_max_ns = 0;
+    uint64_t gap_prev_ns = 0;
   };
+  uint64_t silence_limit_ns(const Seen& seen) const;
   std::vector<Seen> seen_;
   uint64_t last_observe_ns_ = 0;
   std::mutex watch_mu_;
@@ -340,7 +397,15 @@ class SharedPool {
   // gives the extent back, and drops stale lines when it takes one (coherence NONE).
   void extent_lines_handover(uint64_t first, uint32_t count);
 
-  std::unique_ptr<std::thread> heartbeat_thread_;  // leaked, not destroyed, in a forked child
+  std::unique_ptr<std::thread> watch_thread_;  // leaked, not destroyed, in a forked child
+  pthread_t beat_thread_{};
+  bool beat_started_ = false;
+  std::atomic<bool> beat_go_{false};  // joined: beat
+  std::atomic<bool> beat_stop_{false};
+  std::atomic<bool> beat_ready_{false};  // its id and start time are written
+  std::atomic<bool> evict_seen_{false};  // the heartbeat thread found this participant evicted
+  std::mutex beat_wait_mu_;
+  std::condition_variable beat_cv_;
   std::mutex hb_mu_;
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;

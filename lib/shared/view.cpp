@@ -56,7 +56,9 @@ Superblock PoolView::validate(const void* base, uint64_t size, const std::string
   if (slots == 0 || slots > kMaxSlots || !pow2_leases || !pow2_extent || sb.class_count == 0 ||
       sb.class_count > kMaxClasses || sb.heartbeat_ms == 0 || sb.heartbeat_ms > 60000 ||
       sb.lease_timeout_ms < 3 * uint64_t{sb.heartbeat_ms} || sb.lease_timeout_ms > 3600000 ||
-      sb.coherence > CXLPOOL_COHERENCE_NONE)
+      sb.coherence > CXLPOOL_COHERENCE_NONE ||
+      (sb.stopped_timeout_ms != 0 && sb.stopped_timeout_ms != kStoppedNever &&
+       (sb.stopped_timeout_ms < 3 * uint64_t{sb.heartbeat_ms} || sb.stopped_timeout_ms > 86400000)))
     bad("superblock geometry out of range");
   // Every product below is bounded first, so a forged superblock cannot wrap the arithmetic.
   const bool bounded = sb.size <= (uint64_t{1} << 52) && sb.extent_size <= (uint64_t{1} << 30) &&

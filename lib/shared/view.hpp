@@ -83,6 +83,13 @@ class PoolView {
     __atomic_store_n(p, v, __ATOMIC_RELEASE);
     if (noncoherent()) writeback_lines(p, sizeof(uint64_t));
   }
+  // Compare-and-swap, only on words written by processes of one host (a slot's words): one
+  // host's caches are coherent. Written back on coherence none for the other hosts' readers.
+  bool compare_and_swap(uint64_t* p, uint64_t expected, uint64_t desired) const noexcept {
+    const bool ok = __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    if (ok && noncoherent()) writeback_lines(p, sizeof(uint64_t));
+    return ok;
+  }
   // Store-load ordering for the Dekker-style handshakes (claims, lease vs release).
   static void fence() noexcept { full_fence(); }
 

@@ -23,16 +23,66 @@
 
 namespace cxlpool::detail::shared {
 
+namespace {
+// The adaptive part of the lease: a participant that only its heartbeat can vouch for is
+// allowed kGapFactor times the longest gap between its beats seen over the last one or two
+// windows, never less than the lease and never more than kLeaseCap leases.
+constexpr uint64_t kGapWindowNs = 300ull * 1000000000u;
+constexpr uint64_t kGapFactor = 4;
+constexpr uint64_t kLeaseCap = 4;
+// A joiner writes its facts a few stores after it claims its slot; until then nothing of its
+// process can be looked at. A joiner preempted between the two on a saturated machine is not
+// dead: it gets at least this long (one that really died there is recovered after it).
+constexpr uint64_t kJoinGraceNs = 10ull * 1000000000u;
+}  // namespace
+
+PeerLife judge_peer(const PoolView& v, uint32_t s, uint32_t inc, uint64_t boot_hash, uint64_t pidns) {
+  const SlotLine0* line = v.slot_line0(s);
+  // A participant that is still joining has not written its facts yet: those there describe
+  // the slot's previous incarnation (perhaps a dead process) and prove nothing about this one.
+  if (v.load(&line->facts_incarnation) != inc) return PeerLife::kJoining;
+  if (boot_hash == 0 || pidns == 0 || v.load(&line->boot_hash) != boot_hash || v.load(&line->pidns) != pidns)
+    return PeerLife::kUnverifiable;  // another host or pid namespace: only the heartbeat tells
+  const auto pid = static_cast<int>(v.load(&line->pid));
+  const auto tid = static_cast<int>(v.load(&line->beat_tid));
+  if (pid <= 0) return PeerLife::kUnverifiable;
+  // The heartbeat thread itself when the participant named it: a process that exec'd, or
+  // whose beat thread is gone with it, is no participant any more even if the pid lives on.
+  const os::TaskLife life = tid > 0 ? os::task_life(pid, tid, v.load(&line->beat_start_ticks))
+                                    : os::task_life(pid, pid, v.load(&line->start_ticks));
+  switch (life) {
+    case os::TaskLife::kGone:
+      return PeerLife::kGone;
+    case os::TaskLife::kStopped:
+      return PeerLife::kStopped;
+    case os::TaskLife::kRunning:
+    case os::TaskLife::kExists:  // there, but /proc cannot say in which state: alive
+      return PeerLife::kRunning;
+    case os::TaskLife::kUnknown:
+      break;
+  }
+  return PeerLife::kUnverifiable;
+}
+
 void SharedPool::tick() {
   check_device();  // before anything reads the mapping
   if (!joined_ || evicted_.load() || failed_.load()) return;
   heartbeat_once(false);
+  watch_pass();
+}
+
+// One pass of the watch thread (the heartbeat thread beats on its own).
+void SharedPool::watch_pass() {
+  check_device();
+  if (!joined_ || failed_.load()) return;
+  if (evict_seen_.load() && !evicted_.load()) mark_evicted(false);
   if (evicted_.load()) return;
   observe_others();
   if (++ticks_ % 16 == 0) sweep_orphans();
   std::lock_guard<HeapLock> lock(mu_);
   if (evicted_.load() || failed_.load()) return;  // (re-read under mu_: the mapping may be read-only now)
   Marked marked(*this);
+  if (!marked.ok()) return;
   if (!released_pending_.empty()) recheck_released();
   trim_idle_classes();
   SlotCounters* c = view_.slot_counters(slot_);
@@ -40,34 +90,20 @@ void SharedPool::tick() {
   view_.store(&c->recovered_slots, recovered_slots_);
 }
 
-bool SharedPool::same_host_dead(uint32_t s, uint32_t incarnation) const {
-  const SlotLine0* line = view_.slot_line0(s);
-  // A participant that is still joining has not written its facts yet: those there describe
-  // the slot's previous incarnation (perhaps a dead process) and prove nothing about this one.
-  if (view_.load(&line->facts_incarnation) != incarnation) return false;
-  const auto pid = static_cast<int>(view_.load(&line->pid));
-  const uint64_t start = view_.load(&line->start_ticks);
-  if (pid <= 0 || start == 0) return false;  // still joining, or nothing to compare
-  if (view_.load(&line->boot_hash) != boot_hash_ || view_.load(&line->pidns) != pidns_)
-    return false;  // another host or pid namespace: only the heartbeat tells
-  const uint64_t now = os::process_start_ticks(pid);
-  return now != os::kStartUnknown && now != start;  // unknown: the heartbeat decides
-}
-
-bool SharedPool::same_host_alive(uint32_t s, uint32_t incarnation) const {
-  const SlotLine0* line = view_.slot_line0(s);
-  if (view_.load(&line->facts_incarnation) != incarnation) return false;
-  if (view_.load(&line->boot_hash) != boot_hash_ || view_.load(&line->pidns) != pidns_) return false;
-  const auto pid = static_cast<int>(view_.load(&line->pid));
-  return pid > 0 && os::process_start_ticks(pid) == view_.load(&line->start_ticks);
-}
-
-bool SharedPool::stopped_mid_operation(uint32_t s, uint32_t incarnation) const {
+bool SharedPool::may_be_in_operation(uint32_t s, uint32_t incarnation) const {
   const SlotLine0* line = view_.slot_line0(s);
   if (view_.load(&line->facts_incarnation) != incarnation) return false;
   if (view_.load(&line->boot_hash) != boot_hash_ || view_.load(&line->pidns) != pidns_)
     return false;  // another host: the lease alone decides
-  return (view_.load(&line->op_seq) & 1) != 0;
+  const uint64_t seq = view_.load(&line->op_seq);
+  const auto tag = static_cast<uint32_t>(seq >> 32);  // 0: a participant that does not tag it
+  if ((tag != 0 && tag != incarnation) || (seq & 1) == 0) return false;
+  return peer_life(s, incarnation) != PeerLife::kGone;
+}
+
+uint64_t SharedPool::silence_limit_ns(const Seen& seen) const {
+  const uint64_t gap = std::max(seen.gap_max_ns, seen.gap_prev_ns);
+  return std::clamp(kGapFactor * gap, timeout_ns_, kLeaseCap * timeout_ns_);
 }
 
 void SharedPool::observe_others() {
@@ -85,17 +121,50 @@ void SharedPool::observe_others() {
     if (!view_.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
     Seen& seen = seen_[s];
     const uint64_t beat = view_.load(&view_.slot_line0(s)->heartbeat);
-    if (was_away || seen.incarnation != inc || seen.heartbeat != beat || seen.changed_ns == 0) {
-      seen.incarnation = inc;
+    if (seen.incarnation != inc || seen.changed_ns == 0) {
+      seen = Seen{inc, beat, now, now, 0, 0};
+    } else if (seen.heartbeat != beat) {
+      if (!was_away) {  // a gap between two beats both seen by a watch that was there
+        if (now - seen.window_ns > kGapWindowNs) {
+          seen.gap_prev_ns = seen.gap_max_ns;
+          seen.gap_max_ns = 0;
+          seen.window_ns = now;
+        }
+        seen.gap_max_ns = std::max(seen.gap_max_ns, now - seen.changed_ns);
+      }
       seen.heartbeat = beat;
+      seen.changed_ns = now;
+    } else if (was_away) {
       seen.changed_ns = now;
     }
     const bool evict_ok = view_.slot_eviction(s, &evict_inc, &phase);
     const bool evicted_now = evict_ok && evict_inc == inc && phase != kEvictNone;
     if (evicted_now && phase == kEvictDone) continue;
-    // The /proc look-up costs ~5 us: only for a peer whose heartbeat has stalled for 2 periods.
-    const bool stalled = now - seen.changed_ns > 2 * heartbeat_ns_;
-    bool dead = state == kSlotLeft || now - seen.changed_ns > timeout_ns_ || (stalled && same_host_dead(s, inc));
+    // Liveness (docs/shared.md): a participant that left is recovered; one whose process is on
+    // this host is dead only when its heartbeat thread is gone, or stopped for longer than
+    // the stopped timeout, never for silence alone; one that cannot be looked at (another host)
+    // is dead after the lease, stretched for a peer seen stalling before. The /proc look-up
+    // costs ~5 us: only for a peer whose heartbeat has stalled for 2 periods.
+    const uint64_t silence = now - seen.changed_ns;
+    bool dead = state == kSlotLeft;
+    if (!dead && silence > 2 * heartbeat_ns_) {
+      switch (peer_life(s, inc)) {
+        case PeerLife::kGone:
+          dead = true;
+          break;
+        case PeerLife::kRunning:
+          break;
+        case PeerLife::kStopped:
+          dead = stopped_ns_ != 0 && silence > stopped_ns_;
+          break;
+        case PeerLife::kJoining:
+          dead = silence > std::max(silence_limit_ns(seen), kJoinGraceNs);
+          break;
+        case PeerLife::kUnverifiable:
+          dead = silence > silence_limit_ns(seen);
+          break;
+      }
+    }
     if (evicted_now && phase == kEvictRecovering) {  // resume only if its recoverer died too
       const uint64_t by = view_.load(view_.slot_word(s, 1, 1));
       const auto by_slot = static_cast<uint32_t>(by & 0xffffffffu), by_inc = static_cast<uint32_t>(by >> 32);
@@ -106,8 +175,8 @@ void SharedPool::observe_others() {
              !view_.slot_identity(by_slot - 1, &rinc, &rstate) || rinc != by_inc ||
              (by_slot - 1 == slot_ && by_inc == incarnation_);  // ours, waiting for the victim's operation
     }
-    // A live process of this host stopped in the middle of a writing operation is evicted, but
-    // its state is reclaimed only once that operation is done (try_recover checks).
+    // A process of this host stopped in the middle of a writing operation is evicted, but its
+    // state is reclaimed only once that operation is done (try_recover checks).
     if (dead) try_recover(s, inc);
   }
 }
@@ -116,7 +185,7 @@ bool SharedPool::try_recover(uint32_t victim, uint32_t incarnation) {
   std::lock_guard<HeapLock> lock(mu_);
   if (evicted_.load()) return false;
   Marked marked(*this);
-  if (!claim(kClaimRecover, victim, incarnation & 0xffffff)) return false;
+  if (!marked.ok() || !claim(kClaimRecover, victim, incarnation & 0xffffff)) return false;
   uint32_t inc = 0, evict_inc = 0;
   SlotState state{};
   EvictPhase phase{};
@@ -133,9 +202,9 @@ bool SharedPool::try_recover(uint32_t victim, uint32_t incarnation) {
   PoolView::fence();
   // The victim marks an operation, fences, then reads its eviction word; we wrote that word,
   // fenced, and now read its mark: if it is inside an operation it did not see the eviction
-  // and is storing. A live process of this host finishes first (it then sees the eviction);
-  // we come back at the next period.
-  if (same_host_alive(victim, incarnation) && stopped_mid_operation(victim, incarnation)) {
+  // and is storing. A process of this host that is not gone finishes first (it then sees the
+  // eviction); we come back at the next period.
+  if (may_be_in_operation(victim, incarnation)) {
     unclaim();
     return false;
   }
@@ -241,6 +310,7 @@ void SharedPool::sweep_orphans() {
   std::lock_guard<HeapLock> lock(mu_);
   if (evicted_.load()) return;
   Marked marked(*this);
+  if (!marked.ok()) return;
   const uint64_t salt = view_.salt();
   auto owner_gone = [&](const ExtentWord& w) {
     uint32_t inc = 0, evict_inc = 0;
@@ -294,7 +364,12 @@ void SharedPool::recover_dead_now() {
       if (s == slot_ || !view_.slot_identity(s, &inc, &state) || state == kSlotFree) continue;
       const bool done = view_.slot_eviction(s, &evict_inc, &phase) && evict_inc == inc && phase == kEvictDone;
       if (done) continue;
-      if (state == kSlotLeft || same_host_dead(s, inc)) pending = true;
+      // Pending: what the watch recovers at its next pass (left, gone), and a participant only
+      // its heartbeat vouches for while it is silent; a process of this host that lives (running
+      // or stopped) is not waited for.
+      const PeerLife life = peer_life(s, inc);
+      if (state == kSlotLeft || life == PeerLife::kGone) pending = true;
+      if (life != PeerLife::kUnverifiable && life != PeerLife::kJoining) continue;
       const uint64_t beat = view_.load(&view_.slot_line0(s)->heartbeat);
       std::lock_guard<std::mutex> watch(watch_mu_);
       if (seen_[s].heartbeat == beat && seen_[s].changed_ns != 0) pending = true;  // silent so far
@@ -369,6 +444,12 @@ std::string SharedPool::stats_json() {
   j.key("failure_domain")
       .value(std::string_view(sb.failure_domain, strnlen(sb.failure_domain, sizeof sb.failure_domain)));
   j.key("extent_size").value(sb.extent_size).key("extents_total").value(sb.extent_count);
+  j.key("heartbeat_ms").value(uint64_t{sb.heartbeat_ms}).key("lease_timeout_ms").value(uint64_t{sb.lease_timeout_ms});
+  j.key("stopped_timeout_ms");
+  if (stopped_ns_ == 0)
+    j.value("never");
+  else
+    j.value(stopped_ns_ / 1000000u);
   j.key("health").begin_object();
   j.key("state").value(h.state == CXLPOOL_SHARED_HEALTHY  ? "healthy"
                        : h.state == CXLPOOL_SHARED_FAILED ? "failed"
@@ -387,7 +468,14 @@ std::string SharedPool::stats_json() {
     j.key("extents_mine").value(mine);
     j.key("bytes_cached").value(cached_bytes()).key("bytes_in_use").value(bytes_in_use_ - cached_bytes());
     j.key("leases_held").value(uint64_t{leases_.size()}).key("recovered_slots").value(recovered_slots_);
-    j.key("corrupt_words").value(corrupt_words_);
+    j.key("corrupt_words").value(corrupt_words_.load());
+    // The gaps between this participant's own beats: what its machine does to a thread that
+    // sleeps one period (docs/shared.md, "Liveness").
+    j.key("heartbeat").begin_object();
+    j.key("period_ms").value(uint64_t{sb.heartbeat_ms}).key("beats").value(gaps_.beats.load());
+    j.key("max_gap_ms").value(static_cast<double>(gaps_.max_ns.load()) / 1e6);
+    j.key("p99_gap_ms").value(gaps_.quantile_ms(0.99)).key("p999_gap_ms").value(gaps_.quantile_ms(0.999));
+    j.end_object();
     j.end_object();
   }
   if (h.state != CXLPOOL_SHARED_FAILED) {
@@ -431,6 +519,14 @@ std::string SharedPool::stats_json() {
       j.key("state").value(state == kSlotLeft ? "left" : evicted ? "evicted" : "active");
       j.key("pid").value(view_.load(&view_.slot_line0(s)->pid));
       j.key("alive").value(view_.slot_live(s)).key("self").value(s == slot_);
+      // What this host can see of its process: running, stopped, gone, or unverifiable
+      // (another host or pid namespace: only its heartbeat tells).
+      const PeerLife life = s == slot_ ? PeerLife::kRunning : peer_life(s, inc);
+      j.key("process").value(life == PeerLife::kRunning   ? "running"
+                             : life == PeerLife::kStopped ? "stopped"
+                             : life == PeerLife::kGone    ? "gone"
+                             : life == PeerLife::kJoining ? "joining"
+                                                          : "unverifiable");
       j.key("extents_owned").value(owned[s]);
       j.key("bytes_in_use").value(view_.load(&view_.slot_counters(s)->bytes_in_use));
       j.key("leases").value(leases);

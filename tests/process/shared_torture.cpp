@@ -4,15 +4,22 @@
 // other workers' blocks under leases and verify their cookies. A supervisor SIGKILLs a random
 // worker at a random instant, starts a new one, and every --check-every kills pauses the
 // workers, waits for the dead to be recovered and runs the checker: it must find 0 leaked
-// blocks, 0 dangling leases, 0 corrupt words; no worker may ever see a damaged cookie.
+// blocks, 0 dangling leases, 0 corrupt words; no worker may ever see a damaged cookie. With
+// --hogs H, H busy processes compete for the CPUs the whole time; a worker evicted (declared
+// dead while alive) fails the run beyond --max-evictions (default 0): workers of one host are
+// judged by their process, and a lease (--lease-ms, default 100) far below the stalls of a
+// saturated machine must not matter.
 //
-//   shared_torture [--iterations N] [--workers W] [--check-every K] [--seed S]
+//   shared_torture [--iterations N] [--workers W] [--check-every K] [--seed S] [--hogs H|auto]
+//                  [--lease-ms L] [--max-evictions E]
 // Prints one summary line; exit 0 on success.
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -178,6 +185,19 @@ void worker(const std::string& device, Mailbox* mb, int id, uint64_t seed) {
   }
 }
 
+// A busy process at our priority, gone with us (and after 10 minutes in any case).
+pid_t hog() {
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(0);
+    alarm(600);
+    for (unsigned long x = 0;; ++x) asm volatile("" : "+r"(x));
+  }
+  return pid;
+}
+
 pid_t spawn(const std::string& device, Mailbox* mb, int id, uint64_t seed) {
   pid_t pid = fork();
   if (pid == 0) {
@@ -190,7 +210,7 @@ pid_t spawn(const std::string& device, Mailbox* mb, int id, uint64_t seed) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  long iterations = 300, workers = 4, check_every = 10;
+  long iterations = 300, workers = 4, check_every = 10, hogs = 0, lease_ms = 100, max_evictions = 0;
   uint64_t seed = static_cast<uint64_t>(time(nullptr));
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -201,7 +221,8 @@ int main(int argc, char** argv) {
       }
       char* end = nullptr;
       long v = strtol(argv[++i], &end, 10);
-      if (*end || v <= 0) {
+      const bool may_be_zero = a == "--hogs" || a == "--max-evictions";
+      if (*end || v < 0 || (v == 0 && !may_be_zero)) {
         fprintf(stderr, "shared_torture: bad value \"%s\" for %s\n", argv[i], a.c_str());
         exit(2);
       }
@@ -215,8 +236,18 @@ int main(int argc, char** argv) {
       check_every = next();
     else if (a == "--seed")
       seed = static_cast<uint64_t>(next());
+    else if (a == "--hogs" && i + 1 < argc && std::string(argv[i + 1]) == "auto")
+      hogs = (++i, std::clamp(2 * sysconf(_SC_NPROCESSORS_ONLN), 4L, 16L));  // two per CPU
+    else if (a == "--hogs")
+      hogs = next();
+    else if (a == "--lease-ms")
+      lease_ms = next();
+    else if (a == "--max-evictions")
+      max_evictions = next();
     else {
-      fprintf(stderr, "usage: shared_torture [--iterations N] [--workers W] [--check-every K] [--seed S]\n");
+      fprintf(stderr,
+              "usage: shared_torture [--iterations N] [--workers W] [--check-every K] [--seed S] [--hogs H] "
+              "[--lease-ms L] [--max-evictions E]\n");
       return 2;
     }
   }
@@ -227,8 +258,9 @@ int main(int argc, char** argv) {
   cxlpool_shared_params_set_size(params, 64u << 20);
   cxlpool_shared_params_set_extent_size(params, 1u << 20);
   cxlpool_shared_params_set_leases(params, 256);
-  cxlpool_shared_params_set_lease_timing(params, 10, 2000);  // deaths here are seen by pid at once; the
-  // timeout only judges stalls, and this machine stalls when loaded
+  // Deaths here are seen by the process at once; the lease only judges participants that cannot
+  // be looked at (other hosts), so however short, it must not evict a starved worker here.
+  cxlpool_shared_params_set_lease_timing(params, 10, static_cast<uint32_t>(std::max(30L, lease_ms)));
   cxlpool_shared_pool_t* pool = nullptr;
   cxlpool_status_t st = cxlpool_shared_pool_create(device.c_str(), params, 0, &pool);
   cxlpool_shared_params_destroy(params);
@@ -239,6 +271,8 @@ int main(int argc, char** argv) {
   cxlpool_shared_pool_close(pool);  // the supervisor is not a participant: it only kills and checks
   auto* mb =
       static_cast<Mailbox*>(mmap(nullptr, sizeof(Mailbox), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  std::vector<pid_t> hog_pids;
+  for (long h = 0; h < hogs; ++h) hog_pids.push_back(hog());
   std::mt19937_64 rng(seed);
   std::vector<pid_t> pids(static_cast<size_t>(workers));
   for (long w = 0; w < workers; ++w) pids[size_t(w)] = spawn(device, mb, int(w), rng());
@@ -254,7 +288,7 @@ int main(int argc, char** argv) {
     if (!(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)) {
       const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       if (code == 3) {
-        ++evictions;  // stalled past its lease on this loaded machine: not a corruption
+        ++evictions;  // declared dead while alive: counted, fails the run beyond --max-evictions
       } else {
         fprintf(stderr, "shared_torture: worker exited with %d before its kill\n", code);
         ++failures;
@@ -306,6 +340,12 @@ int main(int argc, char** argv) {
   }
   for (pid_t pid : pids) kill(pid, SIGKILL);
   for (pid_t pid : pids) waitpid(pid, nullptr, 0);
+  for (pid_t pid : hog_pids) kill(pid, SIGKILL);
+  for (pid_t pid : hog_pids) waitpid(pid, nullptr, 0);
+  if (evictions > max_evictions) {
+    fprintf(stderr, "shared_torture: %d live workers were evicted (at most %ld allowed)\n", evictions, max_evictions);
+    ++failures;
+  }
   // Nobody alive: a repair recovers the last victims; the pool must then be empty and whole.
   cxlpool_shared_check_report_t r{};
   st = cxlpool_shared_pool_check(device.c_str(), nullptr, 1, &r);
@@ -320,9 +360,9 @@ int main(int argc, char** argv) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   printf(
       "shared_torture: %ld kills, %d checks, %llu operations, %llu imports verified, %llu stale imports refused, "
-      "%d evictions, max wait for recovery+check %.1f ms, %.1f s, seed %llu: %s\n",
+      "%d evictions, %ld CPU hogs, max wait for recovery+check %.1f ms, %.1f s, seed %llu: %s\n",
       iterations, checks, (unsigned long long)ops, (unsigned long long)mb->imports_verified.load(),
-      (unsigned long long)mb->stale_imports.load(), evictions, max_recovery_ms, secs, (unsigned long long)seed,
+      (unsigned long long)mb->stale_imports.load(), evictions, hogs, max_recovery_ms, secs, (unsigned long long)seed,
       failures ? "FAILED" : "ok");
   if (failures && getenv("CXLPOOL_TORTURE_KEEP"))
     fprintf(stderr, "shared_torture: pool kept at /dev/shm/%s\n", name.c_str());

@@ -4,9 +4,16 @@
 // participants, racing creators, fork children, a scribbling peer. Processes are forked
 // children that open the pool themselves, as real participants would.
 #include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,9 +27,11 @@
 #include <thread>
 #include <vector>
 
+#include "cpu_hogs.hpp"
 #include "cxlpool/shared.h"
 #include "cxlpool/topology.h"  // cxlpool_string_free
 #include "shared/layout.hpp"   // the on-device layout, for the scribbling peer
+#include "test_support.hpp"
 
 namespace {
 
@@ -33,11 +42,12 @@ std::string unique_name(const char* tag) {
 
 struct Params {
   cxlpool_shared_params_t* p = nullptr;
-  explicit Params(uint64_t size = 64u << 20, uint32_t hb = 5, uint32_t timeout = 100) {
+  explicit Params(uint64_t size = 64u << 20, uint32_t hb = 5, uint32_t timeout = 100, uint32_t stopped = 0) {
     REQUIRE(cxlpool_shared_params_create(&p) == CXLPOOL_OK);
     REQUIRE(cxlpool_shared_params_set_size(p, size) == CXLPOOL_OK);
     REQUIRE(cxlpool_shared_params_set_extent_size(p, 1u << 20) == CXLPOOL_OK);
     REQUIRE(cxlpool_shared_params_set_lease_timing(p, hb, timeout) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_params_set_stopped_timeout(p, stopped) == CXLPOOL_OK);
   }
   ~Params() { cxlpool_shared_params_destroy(p); }
 };
@@ -46,10 +56,10 @@ struct Params {
 struct ShmPool {
   std::string name, device;
   cxlpool_shared_pool_t* pool = nullptr;
-  explicit ShmPool(const char* tag, uint64_t size = 64u << 20) {
+  explicit ShmPool(const char* tag, uint64_t size = 64u << 20, uint32_t stopped = 0) {
     name = unique_name(tag);
     device = "shm:" + name;
-    Params params(size);
+    Params params(size, 5, 100, stopped);
     REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &pool) == CXLPOOL_OK);
   }
   ~ShmPool() {
@@ -574,38 +584,400 @@ TEST_CASE("the checker finds dead participants and leaks; repair recovers them",
   CHECK(r.extents_free == r.extents_total);
 }
 
-TEST_CASE("a stopped participant past its lease is evicted and gets an error, not reclaimed memory", "[shared]") {
-  ShmPool a("stop");
+namespace {
+
+// A child participant that allocates a block, says so, waits for a byte (after SIGSTOP ...
+// SIGCONT), then frees the block and allocates another: exit 0 when both calls returned expect.
+pid_t stop_child(const std::string& device, cxlpool_status_t expect, int ready_fd, int go_fd) {
+  pid_t child = fork();
+  if (child == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    void* p = nullptr;
+    if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK) _exit(3);
+    fill(p, 256, 9);
+    char byte = 1;
+    if (write(ready_fd, &byte, 1) != 1) _exit(4);
+    if (read(go_fd, &byte, 1) != 1) _exit(5);
+    const bool intact = expect != CXLPOOL_OK || holds(p, 256, 9);
+    cxlpool_status_t s1 = cxlpool_shared_free(c, p);
+    void* q = nullptr;
+    cxlpool_status_t s2 = cxlpool_shared_alloc(c, 256, &q);
+    if (s1 != expect || s2 != expect || !intact) _exit(10);
+    if (cxlpool_shared_pool_close(c) != CXLPOOL_OK) _exit(11);
+    _exit(0);
+  }
+  return child;
+}
+
+std::string stats_of(cxlpool_shared_pool_t* p) {
+  char* json = nullptr;
+  REQUIRE(cxlpool_shared_pool_stats_json(p, &json) == CXLPOOL_OK);
+  std::string s = json;
+  cxlpool_string_free(json);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a stopped participant is evicted after the pool's stopped timeout and gets an error, not reclaimed memory",
+          "[shared]") {
+  ShmPool a("stop", 64u << 20, 300);  // stopped for 300 ms: dead
   int ready[2], go[2];
   REQUIRE(pipe(ready) == 0);
   REQUIRE(pipe(go) == 0);
   REQUIRE(cxlpool_shared_pool_close(a.pool) == CXLPOOL_OK);
   a.pool = nullptr;
-  pid_t child = fork();
-  if (child == 0) {
-    cxlpool_shared_pool_t* c = nullptr;
-    if (cxlpool_shared_pool_open(a.device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
-    void* p = nullptr;
-    if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK) _exit(3);
-    char byte = 1;
-    if (write(ready[1], &byte, 1) != 1) _exit(4);
-    if (read(go[0], &byte, 1) != 1) _exit(5);  // after SIGSTOP ... SIGCONT
-    void* q = nullptr;
-    cxlpool_status_t s1 = cxlpool_shared_alloc(c, 256, &q);
-    cxlpool_status_t s2 = cxlpool_shared_free(c, p);
-    if (s1 != CXLPOOL_E_EVICTED || s2 != CXLPOOL_E_EVICTED) _exit(10);
-    if (cxlpool_shared_pool_close(c) != CXLPOOL_OK) _exit(11);
-    _exit(0);
-  }
+  pid_t child = stop_child(a.device, CXLPOOL_E_EVICTED, ready[1], go[0]);
   a.pool = a.open_again();
   char byte = 0;
   REQUIRE(read(ready[0], &byte, 1) == 1);
   kill(child, SIGSTOP);
-  CHECK(eventually([&] { return info_of(a.pool).recovered_slots == 1; }));
+  CHECK(eventually([&] { return info_of(a.pool).recovered_slots == 1; }, 30000));
   kill(child, SIGCONT);
   REQUIRE(write(go[1], &byte, 1) == 1);
   CHECK(wait_exit(child) == 0);
   CHECK(check(a.device, 0).leaked_blocks == 0);
+}
+
+TEST_CASE("CXLPOOL_SHARED_STOPPED_NEVER: a stopped participant of this host is alive for as long as its process",
+          "[shared]") {
+  ShmPool a("stopnever", 64u << 20, CXLPOOL_SHARED_STOPPED_NEVER);
+  int ready[2], go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  REQUIRE(cxlpool_shared_pool_close(a.pool) == CXLPOOL_OK);
+  a.pool = nullptr;
+  pid_t child = stop_child(a.device, CXLPOOL_OK, ready[1], go[0]);
+  a.pool = a.open_again();
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+  kill(child, SIGSTOP);
+  // The watch sees it stopped, then 20 leases go by: still alive, nothing reclaimed.
+  CHECK(eventually([&] { return stats_of(a.pool).find("\"process\": \"stopped\"") != std::string::npos; }, 30000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  CHECK(info_of(a.pool).recovered_slots == 0);
+  CHECK(info_of(a.pool).participants == 2);
+  cxlpool_shared_survey_t survey{};
+  REQUIRE(cxlpool_shared_pool_survey(a.device.c_str(), &survey, nullptr, 0) == CXLPOOL_OK);
+  CHECK(survey.stopped_timeout_ms == CXLPOOL_SHARED_STOPPED_NEVER);
+  kill(child, SIGCONT);
+  REQUIRE(write(go[1], &byte, 1) == 1);
+  CHECK(wait_exit(child) == 0);  // its block intact, freed, and a new one allocated
+  CHECK(check(a.device, 0).leaked_blocks == 0);
+}
+
+TEST_CASE("defaults: a 5 s lease, a 10 minute stopped timeout; bad stopped timeouts refused", "[shared]") {
+  const std::string name = unique_name("defaults"), device = "shm:" + name;
+  cxlpool_shared_params_t* p = nullptr;
+  REQUIRE(cxlpool_shared_params_create(&p) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_params_set_size(p, 32u << 20) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_params_set_stopped_timeout(p, 86400001) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_shared_params_set_stopped_timeout(p, 20) == CXLPOOL_OK);  // < 3 heartbeats: refused at create
+  cxlpool_shared_pool_t* pool = nullptr;
+  CHECK(cxlpool_shared_pool_create(device.c_str(), p, 0, &pool) == CXLPOOL_E_CONFIG);
+  CHECK(std::string(cxlpool_last_error_message()).find("stopped timeout") != std::string::npos);
+  REQUIRE(cxlpool_shared_params_set_stopped_timeout(p, 0) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), p, 0, &pool) == CXLPOOL_OK);
+  cxlpool_shared_params_destroy(p);
+  cxlpool_shared_survey_t survey{};
+  REQUIRE(cxlpool_shared_pool_survey(device.c_str(), &survey, nullptr, 0) == CXLPOOL_OK);
+  CHECK(survey.lease_timeout_ms == 5000);
+  CHECK(survey.stopped_timeout_ms == 600000);
+  const std::string json = stats_of(pool);
+  CHECK(json.find("\"lease_timeout_ms\": 5000") != std::string::npos);
+  CHECK(json.find("\"stopped_timeout_ms\": 600000") != std::string::npos);
+  CHECK(json.find("\"max_gap_ms\":") != std::string::npos);
+  cxlpool_shared_pool_close(pool);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+TEST_CASE("silence alone never kills a live participant of this host, with a lease far below the machine's stalls",
+          "[shared]") {
+  const std::string name = unique_name("silent"), device = "shm:" + name;
+  Params params(64u << 20, 5, 15);  // a 15 ms lease: the hogs below stall the heartbeat longer
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);
+  int stop[2], result[2];
+  REQUIRE(pipe(stop) == 0);
+  REQUIRE(pipe(result) == 0);
+  fcntl(stop[0], F_SETFL, O_NONBLOCK);
+  pid_t child = fork();
+  if (child == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    uint64_t out[3] = {0, 0, 0};  // rounds, failures, the worst gap between its own beats (us)
+    char byte = 0;
+    std::vector<void*> held;
+    while (read(stop[0], &byte, 1) != 1) {
+      void* p = nullptr;
+      const cxlpool_status_t st = cxlpool_shared_alloc(c, 128 + (out[0] % 64) * 200, &p);
+      if (st == CXLPOOL_OK) {
+        held.push_back(p);
+        if (held.size() > 256) {
+          out[1] += cxlpool_shared_free(c, held.front()) != CXLPOOL_OK;
+          held.erase(held.begin());
+        }
+      } else {
+        ++out[1];
+      }
+      ++out[0];
+    }
+    char* json = nullptr;
+    if (cxlpool_shared_pool_stats_json(c, &json) == CXLPOOL_OK) {
+      const char* at = std::strstr(json, "\"max_gap_ms\":");
+      if (at) out[2] = static_cast<uint64_t>(std::atof(at + 13) * 1000);
+      cxlpool_string_free(json);
+    }
+    if (write(result[1], out, sizeof out) != sizeof out) _exit(3);
+    _exit(cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0 : 4);
+  }
+  uint64_t recovered = 0;
+  {
+    cxlpool_test::CpuHogs hogs;
+    REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3000));
+    recovered = info_of(a).recovered_slots;
+    REQUIRE(write(stop[1], "x", 1) == 1);
+  }
+  uint64_t out[3] = {0, 0, 0};
+  REQUIRE(read(result[0], out, sizeof out) == sizeof out);
+  CHECK(wait_exit(child) == 0);
+  CHECK(recovered == 0);
+  CHECK(out[0] > 0);
+  CHECK(out[1] == 0);
+  WARN("a participant under CPU hogs with a 15 ms lease: " << out[0] << " calls, 0 evictions expected, its worst gap "
+                                                           << out[2] / 1000.0 << " ms");
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+TEST_CASE("kill -9 on this host is seen at once, reaped or still a zombie, whatever the lease", "[shared]") {
+  const std::string name = unique_name("kill9"), device = "shm:" + name;
+  // A 60 s lease that never fires here: only the process can have told.
+  Params params(64u << 20, 10, 60000, CXLPOOL_SHARED_STOPPED_NEVER);
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    void* p = nullptr;
+    for (int k = 0; k < 100; ++k)
+      if (cxlpool_shared_alloc(c, 300, &p) != CXLPOOL_OK) _exit(3);
+    if (write(ready[1], "r", 1) != 1) _exit(4);
+    for (;;) pause();
+  }
+  cxlpool_test::CpuHogs hogs;
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+  kill(child, SIGKILL);  // not reaped yet: its pid lives on as a zombie
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(eventually([&] { return info_of(a).recovered_slots == 1; }, 20000));  // a hang guard, a third of the lease
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(wait_exit(child) == 128 + SIGKILL);
+  WARN("kill -9 under CPU hogs, not reaped: recovered after " << ms << " ms (lease 60 s)");
+  cxlpool_status_t st = CXLPOOL_OK;
+  auto r = check(device, 0, &st);
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.leaked_blocks == 0);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+// The heartbeat does not wait for the application: a thread of the participant is held inside
+// a pool call, holding its heap lock, for 40 leases (its first touch of a page of the pool
+// waits on a userfaultfd the test holds); its heartbeat keeps moving and nobody evicts it.
+TEST_CASE("a participant whose thread holds the pool's heap lock for 40 leases keeps beating and is not evicted",
+          "[shared]") {
+  const std::string name = unique_name("heldlock"), device = "shm:" + name;
+  Params params(32u << 20, 5, 50);
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);
+  int to_parent[2], to_child[2];
+  REQUIRE(pipe(to_parent) == 0);
+  REQUIRE(pipe(to_child) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    cxlpool_shared_info_t info{};
+    cxlpool_shared_pool_info(c, &info);
+    // Every page of the data area (never touched by this process) faults to our handler on
+    // first touch, in a minor-fault userfaultfd: the kernel holds the thread until we say.
+    int fd = open(("/dev/shm/" + name).c_str(), O_RDONLY);
+    cxlpool::detail::shared::Superblock sb{};
+    if (fd < 0 || pread(fd, &sb, sizeof sb, 0) != ssize_t(sizeof sb)) _exit(3);
+    close(fd);
+    char byte = 'u';  // 'u': no userfaultfd here (the parent skips visibly)
+    int uffd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
+    uffdio_api api{};
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_MINOR_SHMEM;
+    // The pool's mapping: find it from a block's address is not possible before allocating, so
+    // from /proc/self/maps by the pool's file name.
+    uintptr_t lo = 0;
+    if (FILE* maps = fopen("/proc/self/maps", "r")) {
+      char line[512];
+      while (fgets(line, sizeof line, maps))
+        if (std::strstr(line, name.c_str())) {
+          lo = std::strtoull(line, nullptr, 16);
+          break;
+        }
+      fclose(maps);
+    }
+    uffdio_register reg{};
+    reg.range.start = lo + sb.data_offset;
+    reg.range.len = sb.extent_count * sb.extent_size;
+    reg.mode = UFFDIO_REGISTER_MODE_MINOR;
+    if (uffd >= 0 && lo != 0 && ioctl(uffd, UFFDIO_API, &api) == 0 && ioctl(uffd, UFFDIO_REGISTER, &reg) == 0)
+      byte = 'r';
+    if (write(to_parent[1], &byte, 1) != 1 || byte != 'r') _exit(0);
+    std::atomic<bool> done{false};
+    std::thread handler([&] {
+      bool first = true;
+      while (!done.load()) {
+        pollfd pfd{uffd, POLLIN, 0};
+        if (poll(&pfd, 1, 20) != 1) continue;
+        uffd_msg msg{};
+        if (read(uffd, &msg, sizeof msg) != ssize_t(sizeof msg) || msg.event != UFFD_EVENT_PAGEFAULT) continue;
+        if (first) {  // the allocating thread waits inside cxlpool_shared_alloc, holding the heap lock
+          char b = 'b';
+          if (write(to_parent[1], &b, 1) != 1 || read(to_child[0], &b, 1) != 1) _exit(6);
+          first = false;
+        }
+        uffdio_continue go{};
+        go.range.start = msg.arg.pagefault.address & ~uint64_t(4095);
+        go.range.len = 4096;
+        ioctl(uffd, UFFDIO_CONTINUE, &go);  // maps the page and wakes the thread
+      }
+    });
+    void* p = nullptr;
+    const cxlpool_status_t s1 = cxlpool_shared_alloc(c, 256, &p);  // formats an extent: touches the data area
+    done = true;
+    handler.join();
+    ioctl(uffd, UFFDIO_UNREGISTER, &reg.range);
+    void* q = nullptr;
+    const cxlpool_status_t s2 = cxlpool_shared_alloc(c, 4096, &q);
+    const cxlpool_status_t s3 = cxlpool_shared_free(c, p);
+    _exit(s1 == CXLPOOL_OK && s2 == CXLPOOL_OK && s3 == CXLPOOL_OK && cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0
+                                                                                                                 : 10);
+  }
+  char byte = 0;
+  REQUIRE(read(to_parent[0], &byte, 1) == 1);
+  if (byte != 'r') {
+    CHECK(wait_exit(child) == 0);
+    cxlpool_shared_pool_unlink(device.c_str());
+    CXLPOOL_SKIP("no minor-fault userfaultfd on shmem here (Linux 5.13+)");
+  }
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  REQUIRE(read(to_parent[0], &byte, 1) == 1);
+  REQUIRE(byte == 'b');
+  // The child's heartbeat word, read from the device (slot 0: it joined first).
+  int fd = open(("/dev/shm/" + name).c_str(), O_RDONLY);
+  REQUIRE(fd >= 0);
+  cxlpool::detail::shared::Superblock sb{};
+  REQUIRE(pread(fd, &sb, sizeof sb, 0) == ssize_t(sizeof sb));
+  auto heartbeat = [&] {
+    uint64_t v = 0;
+    REQUIRE(pread(fd, &v, sizeof v, off_t(sb.slots_offset + offsetof(cxlpool::detail::shared::SlotLine0, heartbeat))) ==
+            ssize_t(sizeof v));
+    return v;
+  };
+  // The lock stays held: the heartbeat goes on (5 beats past the first look; its low 32 bits
+  // count), and after 40 leases nobody has evicted it.
+  const uint64_t before = heartbeat();
+  CHECK(eventually([&] { return uint32_t(heartbeat() - before) >= 5; }, 20000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  CHECK(info_of(a).recovered_slots == 0);
+  REQUIRE(write(to_child[1], "g", 1) == 1);
+  CHECK(wait_exit(child) == 0);  // the held call completed, and its next calls too: not evicted
+  CHECK(info_of(a).recovered_slots == 0);
+  close(fd);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+// A participant in another pid namespace: nothing of its process can be seen from here, only
+// its heartbeat vouches for it (as for another host). With the default lease, on a machine
+// whose CPUs are saturated and while its own threads keep the pool's locks busy, it is not
+// evicted.
+TEST_CASE("a participant only its heartbeat vouches for survives CPU hogs with the default lease", "[shared]") {
+  if (geteuid() != 0) CXLPOOL_SKIP("needs root for a pid namespace (unshare CLONE_NEWPID)");
+  const std::string name = unique_name("pidns"), device = "shm:" + name;
+  cxlpool_shared_params_t* p = nullptr;
+  REQUIRE(cxlpool_shared_params_create(&p) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_params_set_size(p, 64u << 20) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), p, 0, &a) == CXLPOOL_OK);  // default timing
+  cxlpool_shared_params_destroy(p);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);
+  int stop[2], ready[2];
+  REQUIRE(pipe(stop) == 0);
+  REQUIRE(pipe(ready) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    if (unshare(CLONE_NEWPID) != 0) _exit(20);
+    pid_t inner = fork();  // pid 1 of the new namespace
+    if (inner == 0) {
+      cxlpool_shared_pool_t* c = nullptr;
+      if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+      std::atomic<bool> done{false};
+      std::atomic<uint64_t> failures{0};
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 6; ++t)
+        threads.emplace_back([&, t] {
+          std::vector<void*> mine;
+          for (uint64_t k = 0; !done.load(); ++k) {
+            void* q = nullptr;
+            if (cxlpool_shared_alloc(c, 128 + ((k * 7 + t) % 40) * 300, &q) != CXLPOOL_OK) {
+              ++failures;
+              continue;
+            }
+            mine.push_back(q);
+            if (mine.size() > 64) {
+              cxlpool_shared_handle_t h{};
+              failures += cxlpool_shared_export(c, mine.front(), &h) != CXLPOOL_OK;
+              failures += cxlpool_shared_free(c, mine.front()) != CXLPOOL_OK;
+              mine.erase(mine.begin());
+            }
+            cxlpool_shared_info_t info{};
+            failures += cxlpool_shared_pool_info(c, &info) != CXLPOOL_OK;
+          }
+          for (void* q : mine) failures += cxlpool_shared_free(c, q) != CXLPOOL_OK;
+        });
+      if (write(ready[1], "r", 1) != 1) _exit(3);
+      char byte = 0;
+      if (read(stop[0], &byte, 1) != 1) _exit(4);
+      done = true;
+      for (auto& t : threads) t.join();
+      _exit(failures.load() == 0 && cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0 : 10);
+    }
+    _exit(wait_exit(inner));
+  }
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+  uint64_t recovered = 0;
+  std::string json;
+  {
+    cxlpool_test::CpuHogs hogs(16);
+    REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10000));
+    recovered = info_of(a).recovered_slots;
+    json = stats_of(a);
+    REQUIRE(write(stop[1], "s", 1) == 1);
+  }
+  CHECK(wait_exit(child) == 0);  // no call of its six threads failed: never evicted
+  CHECK(recovered == 0);
+  CHECK(json.find("\"process\": \"unverifiable\"") != std::string::npos);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
 }
 
 TEST_CASE("an observer out of descriptors judges a stalled peer by its heartbeat, not as dead", "[shared]") {
@@ -1348,4 +1720,154 @@ TEST_CASE("repair leaves damaged words alone while another participant is alive"
   CHECK(st == CXLPOOL_OK);
   CHECK(r.words_repaired == 1);
   CHECK(r.extents_free == r.extents_total);
+}
+
+// A participant evicted while alive whose slot was taken by a newcomer, which then died too:
+// the slot's eviction word names the newcomer, not it. It must still learn that it was evicted
+// (CXLPOOL_E_EVICTED on every call), never free or write what recovery took from it, and never
+// take the slot back from its new holder.
+TEST_CASE("evicted, slot taken and the taker killed: the old participant gets CXLPOOL_E_EVICTED", "[shared]") {
+  const std::string name = unique_name("retaken"), device = "shm:" + name;
+  Params params(64u << 20, 5, 100, 200);  // a stopped participant is dead after 200 ms
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);  // children fork while we are no participant
+  int v_ready[2], v_go[2], v_result[2], j_go[2], j_ready[2];
+  REQUIRE((pipe(v_ready) | pipe(v_go) | pipe(v_result) | pipe(j_go) | pipe(j_ready)) == 0);
+  pid_t v = fork();
+  if (v == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    void* p = nullptr;
+    if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK) _exit(3);
+    char byte = 1;
+    if (write(v_ready[1], &byte, 1) != 1) _exit(4);
+    if (read(v_go[0], &byte, 1) != 1) _exit(5);  // after SIGSTOP ... SIGCONT
+    int st[2] = {cxlpool_shared_free(c, p), cxlpool_shared_alloc(c, 256, &p)};
+    if (write(v_result[1], st, sizeof st) != sizeof st) _exit(6);
+    cxlpool_shared_pool_close(c);
+    _exit(0);
+  }
+  pid_t j = fork();
+  if (j == 0) {
+    char byte = 0;
+    if (read(j_go[0], &byte, 1) != 1) _exit(5);
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    cxlpool_shared_info_t i{};
+    if (cxlpool_shared_pool_info(c, &i) != CXLPOOL_OK) _exit(3);
+    const uint32_t slot = i.slot;
+    if (write(j_ready[1], &slot, sizeof slot) != sizeof slot) _exit(4);
+    pause();
+    _exit(0);
+  }
+  char byte = 0;
+  REQUIRE(read(v_ready[0], &byte, 1) == 1);  // V holds slot 0
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  REQUIRE(info_of(a).slot == 1);
+  kill(v, SIGSTOP);
+  CHECK(eventually([&] { return info_of(a).recovered_slots == 1; }, 20000));
+  REQUIRE(write(j_go[1], &byte, 1) == 1);
+  uint32_t j_slot = 99;
+  REQUIRE(read(j_ready[0], &j_slot, sizeof j_slot) == sizeof j_slot);
+  CHECK(j_slot == 0);  // V's slot, recovered
+  kill(j, SIGKILL);
+  CHECK(wait_exit(j) == 128 + SIGKILL);
+  CHECK(eventually([&] { return info_of(a).recovered_slots == 2; }, 20000));
+  kill(v, SIGCONT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // its watch runs first: no slot taken back
+  REQUIRE(write(v_go[1], &byte, 1) == 1);
+  int st[2] = {0, 0};
+  REQUIRE(read(v_result[0], st, sizeof st) == sizeof st);
+  CHECK(st[0] == CXLPOOL_E_EVICTED);
+  CHECK(st[1] == CXLPOOL_E_EVICTED);
+  CHECK(wait_exit(v) == 0);
+  cxlpool_status_t cs = CXLPOOL_OK;
+  auto r = check(device, 0, &cs);
+  CHECK(cs == CXLPOOL_OK);
+  CHECK(r.corrupt_words == 0);
+  CHECK(r.live_participants == 1);  // only us: V did not take the slot back
+  for (int fd :
+       {v_ready[0], v_ready[1], v_go[0], v_go[1], v_result[0], v_result[1], j_go[0], j_go[1], j_ready[0], j_ready[1]})
+    close(fd);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+// A joiner stopped between claiming its slot and writing its facts (held by a tracer at the
+// system call that reads its own start time, in between): nothing of its process can be looked
+// at yet, it is silent for 15 leases, and it is not evicted.
+TEST_CASE("a joiner held between claiming its slot and writing its facts is not evicted", "[shared]") {
+  const std::string name = unique_name("joiner"), device = "shm:" + name;
+  Params params(32u << 20, 5, 100);
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);
+  int go[2], joined[2];
+  REQUIRE(pipe(go) == 0);
+  REQUIRE(pipe(joined) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(go[1]);
+    close(joined[0]);
+    char byte = 0;
+    if (read(go[0], &byte, 1) != 1) _exit(2);
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(3);
+    if (write(joined[1], "j", 1) != 1 || read(go[0], &byte, 1) != 1) _exit(4);
+    void* p = nullptr;
+    if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK || cxlpool_shared_free(c, p) != CXLPOOL_OK) _exit(5);
+    _exit(cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0 : 6);
+  }
+  close(go[0]);
+  close(joined[1]);
+  struct Reaper {  // a failed REQUIRE leaves no child behind
+    pid_t pid;
+    ~Reaper() {
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{child};
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  if (ptrace(PTRACE_SEIZE, child, nullptr, reinterpret_cast<void*>(PTRACE_O_TRACESYSGOOD)) != 0) {
+    cxlpool_shared_pool_close(a);
+    cxlpool_shared_pool_unlink(device.c_str());
+    CXLPOOL_SKIP("cannot trace a child here (ptrace: " + std::string(std::strerror(errno)) + ")");
+  }
+  int status = 0;
+  REQUIRE(ptrace(PTRACE_INTERRUPT, child, nullptr, nullptr) == 0);  // a ptrace-stop to start from
+  REQUIRE(waitpid(child, &status, 0) == child);
+  REQUIRE(write(go[1], "g", 1) == 1);
+  // Run the child from system call to system call until it opens /proc/<pid>/stat (its own
+  // start time, read after the slot is claimed and before its facts are written).
+  const std::string target = "/proc/" + std::to_string(child) + "/stat";
+  bool held = false;
+  while (!held) {
+    REQUIRE(ptrace(PTRACE_SYSCALL, child, nullptr, nullptr) == 0);
+    REQUIRE(waitpid(child, &status, 0) == child);
+    REQUIRE(WIFSTOPPED(status));
+    if (WSTOPSIG(status) != (SIGTRAP | 0x80)) continue;
+    __ptrace_syscall_info info{};
+    REQUIRE(ptrace(PTRACE_GET_SYSCALL_INFO, child, reinterpret_cast<void*>(sizeof info), &info) > 0);
+    if (info.op != PTRACE_SYSCALL_INFO_ENTRY || info.entry.nr != SYS_openat) continue;
+    char path[64] = {};
+    iovec local{path, sizeof path - 1}, remote{reinterpret_cast<void*>(info.entry.args[1]), sizeof path - 1};
+    if (process_vm_readv(child, &local, 1, &remote, 1, 0) <= 0) continue;
+    held = target == path;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // 15 leases
+  CHECK(info_of(a).recovered_slots == 0);
+  CHECK(stats_of(a).find("\"process\": \"joining\"") != std::string::npos);
+  REQUIRE(ptrace(PTRACE_DETACH, child, nullptr, nullptr) == 0);
+  char byte = 0;
+  REQUIRE(read(joined[0], &byte, 1) == 1);
+  REQUIRE(write(go[1], "q", 1) == 1);
+  CHECK(wait_exit(child) == 0);  // its join completed and its calls work: never evicted
+  reaper.pid = 0;
+  CHECK(info_of(a).recovered_slots == 0);
+  for (int fd : {go[1], joined[0]}) close(fd);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
 }
