@@ -56,9 +56,10 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_leases(cxlpool_shared_par
 /* Heartbeat period and the lease timeout; the timeout must be at least 3 heartbeats. A
  * participant whose process is alive on the observer's host (same boot, same pid namespace) is
  * never declared dead for silence, whatever the lease: it is dead when its process (its heartbeat
- * thread) is gone, at the next heartbeat. The lease judges the participants that cannot be looked
- * at (other hosts, other pid namespaces): silent for the lease, or for up to 4 leases when its
- * heartbeat was seen stalling before (docs/shared.md, "Liveness"). */
+ * thread) is gone, at the next heartbeat, or stopped past the stopped timeout (below). The lease
+ * judges the participants that cannot be looked
+ * at (other hosts, other pid namespaces): silent for the lease, or for 3 times the longest gap
+ * seen between its beats, at most 4 leases (docs/shared.md, "Liveness"). */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_lease_timing(cxlpool_shared_params_t* params,
                                                                     uint32_t heartbeat_ms, uint32_t lease_timeout_ms);
 /* What a stopped participant of this host is (its heartbeat thread stopped by SIGSTOP, job

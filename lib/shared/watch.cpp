@@ -28,7 +28,7 @@ namespace {
 // allowed kGapFactor times the longest gap between its beats seen over the last one or two
 // windows, never less than the lease and never more than kLeaseCap leases.
 constexpr uint64_t kGapWindowNs = 300ull * 1000000000u;
-constexpr uint64_t kGapFactor = 4;
+constexpr uint64_t kGapFactor = 3;
 constexpr uint64_t kLeaseCap = 4;
 // A joiner writes its facts a few stores after it claims its slot; until then nothing of its
 // process can be looked at. A joiner preempted between the two on a saturated machine is not

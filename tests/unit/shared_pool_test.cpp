@@ -667,7 +667,7 @@ TEST_CASE("CXLPOOL_SHARED_STOPPED_NEVER: a stopped participant of this host is a
   CHECK(check(a.device, 0).leaked_blocks == 0);
 }
 
-TEST_CASE("defaults: a 5 s lease, a 10 minute stopped timeout; bad stopped timeouts refused", "[shared]") {
+TEST_CASE("defaults: a 5 s lease and a 10 minute stopped timeout, bad stopped timeouts refused", "[shared]") {
   const std::string name = unique_name("defaults"), device = "shm:" + name;
   cxlpool_shared_params_t* p = nullptr;
   REQUIRE(cxlpool_shared_params_create(&p) == CXLPOOL_OK);
@@ -1868,6 +1868,66 @@ TEST_CASE("a joiner held between claiming its slot and writing its facts is not 
   reaper.pid = 0;
   CHECK(info_of(a).recovered_slots == 0);
   for (int fd : {go[1], joined[0]}) close(fd);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+// The lease stretches for a participant only its heartbeat vouches for once its beats were seen
+// apart: stopped three times for 300 ms (a 500 ms lease), a stop of 650 ms is survived; a stop
+// that does not end is still death, within the bound.
+TEST_CASE("the lease of a participant seen stalling stretches, within a bound", "[shared]") {
+  if (geteuid() != 0) CXLPOOL_SKIP("needs root for a pid namespace (unshare CLONE_NEWPID)");
+  const std::string name = unique_name("stretch"), device = "shm:" + name;
+  Params params(32u << 20, 10, 500);
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);
+  int ready[2], go[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  pid_t child = fork();
+  if (child == 0) {
+    if (unshare(CLONE_NEWPID) != 0) _exit(20);
+    pid_t inner = fork();  // pid 1 of the new namespace
+    if (inner == 0) {
+      cxlpool_shared_pool_t* c = nullptr;
+      if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+      void* p = nullptr;
+      if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK) _exit(3);
+      if (write(ready[1], "r", 1) != 1) _exit(4);
+      char byte = 0;
+      if (read(go[0], &byte, 1) != 1) _exit(5);
+      _exit(cxlpool_shared_free(c, p) == CXLPOOL_E_EVICTED ? 0 : 10);
+    }
+    if (write(ready[1], &inner, sizeof inner) != sizeof inner) _exit(21);
+    _exit(wait_exit(inner));
+  }
+  pid_t inner = 0;
+  REQUIRE(read(ready[0], &inner, sizeof inner) == sizeof inner);
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  auto stop_for = [&](int ms) {
+    kill(inner, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    kill(inner, SIGCONT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // beats again, seen
+  };
+  for (int k = 0; k < 3; ++k) stop_for(300);  // each under the 500 ms lease
+  const uint64_t before = info_of(a).recovered_slots;
+  if (before == 0) {
+    stop_for(650);  // past the lease; 3 x 300 ms allowed now
+    CHECK(info_of(a).recovered_slots == 0);
+    kill(inner, SIGSTOP);  // stopped for good: dead after at most 4 leases (2 s) of silence
+    CHECK(eventually([&] { return info_of(a).recovered_slots == 1; }, 30000));
+    kill(inner, SIGCONT);
+    REQUIRE(write(go[1], "g", 1) == 1);
+    CHECK(wait_exit(child) == 0);  // its call after resuming: CXLPOOL_E_EVICTED
+  } else {
+    WARN("a 300 ms stop was taken for death (the machine stalled past the 500 ms lease): nothing to test");
+    kill(inner, SIGKILL);
+    wait_exit(child);
+  }
   cxlpool_shared_pool_close(a);
   cxlpool_shared_pool_unlink(device.c_str());
 }
