@@ -710,26 +710,33 @@ void SharedPool::start_watch_thread() {
 }
 
 void SharedPool::stop_threads() {
+  stop_watch_thread();
+  stop_beat_thread();
+}
+
+void SharedPool::stop_watch_thread() {
   {
     std::lock_guard<std::mutex> lock(hb_mu_);
     hb_stop_ = true;
   }
   hb_cv_.notify_all();
-  {
-    std::lock_guard<std::mutex> lock(beat_wait_mu_);
-    beat_stop_.store(true);
-  }
-  beat_cv_.notify_all();
-  const bool child = in_fork_child();  // a forked child has neither thread: forget them
   if (watch_thread_) {
-    if (!child)
+    if (!in_fork_child())  // a forked child has neither thread: forget them
       watch_thread_->join();
     else
       (void)watch_thread_.release();
     watch_thread_.reset();
   }
+}
+
+void SharedPool::stop_beat_thread() {
+  {
+    std::lock_guard<std::mutex> lock(beat_wait_mu_);
+    beat_stop_.store(true);
+  }
+  beat_cv_.notify_all();
   if (beat_started_) {
-    if (!child) pthread_join(beat_thread_, nullptr);
+    if (!in_fork_child()) pthread_join(beat_thread_, nullptr);
     beat_started_ = false;
   }
 }
@@ -875,7 +882,13 @@ bool SharedPool::beat_locked() {
 
 void SharedPool::leave() {
   if (!joined_ || in_fork_child()) return;
-  stop_threads();
+  // The heartbeat thread beats until the slot is given up: observers of this host judge us by
+  // that thread, and a leaver whose thread is gone would be recovered while it still frees.
+  stop_watch_thread();
+  struct BeatStopper {
+    SharedPool* pool;
+    ~BeatStopper() { pool->stop_beat_thread(); }
+  } stop_beat_last{this};
   if (failed_.load()) {  // nothing of the device may be touched; the others recover us if they can
     joined_ = false;
     return;

@@ -173,6 +173,8 @@ class SharedPool {
   void start_beat_thread();   // before the slot is claimed: its thread id is one of the facts
   void start_watch_thread();  // once joined
   void stop_threads();
+  void stop_watch_thread();
+  void stop_beat_thread();
   static void* beat_entry(void* self);
   void beat_main();
   void watch_pass();
