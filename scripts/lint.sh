@@ -9,4 +9,4 @@ bash scripts/install-deps.sh
 BUILD=${CXLPOOL_BUILD_DIR:-build/test}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLPOOL_WERROR=ON > /dev/null
 cmake --build "$BUILD" -j "$(nproc)"
-ctest --test-dir "$BUILD" --output-on-failure -L lint
+ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -L lint

@@ -177,6 +177,7 @@ struct UnitRef {
   uint32_t pool_index = 0, pool_generation = 0;
   uintptr_t base = 0;
   uint64_t serial = 0;  // tells a unit from a later one at the same address
+  int home = 0;         // the device whose lists hold it (fixed for the unit's life)
 };
 struct Unit {
   UnitRef ref;

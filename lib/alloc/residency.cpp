@@ -34,7 +34,7 @@ uint64_t region_committed(const Pool* pool, const PoolDevice& d, const Region& r
 
 Unit region_unit(Pool* pool, int di, const Region& r) noexcept {
   Unit u;
-  u.ref = {pool->index, pool->generation, r.base, r.serial};
+  u.ref = {pool->index, pool->generation, r.base, r.serial, di};
   u.pool = pool;
   u.size = r.segments * kSegmentSize;
   u.committed = region_committed(pool, pool->dev[di], r);
@@ -45,7 +45,7 @@ Unit region_unit(Pool* pool, int di, const Region& r) noexcept {
 
 Unit span_unit(Pool* pool, int di, const HugeSpan& s) noexcept {
   Unit u;
-  u.ref = {pool->index, pool->generation, s.base, s.serial};
+  u.ref = {pool->index, pool->generation, s.base, s.serial, di};
   u.pool = pool;
   u.size = s.block;
   u.committed = s.committed;
@@ -68,14 +68,14 @@ struct Found {
   HugeSpan* span = nullptr;
 };
 Found find_unit(Pool* pool, int di, const UnitRef& ref) noexcept {
+  // From the home's own lists only, never through the page map: a descriptor there may be
+  // another device's, released and reused under that device's lock meanwhile.
   PoolDevice& d = pool->dev[di];
   for (Region& r : d.regions)
     if (r.segments && r.base == ref.base) return r.serial == ref.serial ? Found{&r, nullptr} : Found{};
-  SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(ref.base));
-  if (hdr && hdr->kind == ArenaKind::kHeapHuge && hdr->pool == pool && hdr->device == di) {
-    auto* span = static_cast<HugeSpan*>(hdr);
-    if (span->base == ref.base && span->serial == ref.serial) return {nullptr, span};
-  }
+  for (HugeSpan* list : {d.huge_live, d.huge_cache})
+    for (HugeSpan* span = list; span; span = span->next)
+      if (span->base == ref.base) return span->serial == ref.serial ? Found{nullptr, span} : Found{};
   return {};
 }
 
@@ -84,14 +84,11 @@ Found find_unit(Pool* pool, int di, const UnitRef& ref) noexcept {
 PoolDevice* lock_home(const UnitRef& ref, Pool** pool_out, int* home_out) noexcept {
   std::unique_lock<std::mutex> registry(g_registry_mu);
   Pool* pool = pool_of(ref);
-  if (!pool) return nullptr;
-  SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(ref.base));
-  if (!hdr || hdr->pool != pool) return nullptr;
-  int di = hdr->device;
-  pool->dev[di].mu.lock();
+  if (!pool || ref.home < 0 || ref.home >= pool->ndev) return nullptr;
+  pool->dev[ref.home].mu.lock();
   *pool_out = pool;
-  *home_out = di;
-  return &pool->dev[di];
+  *home_out = ref.home;
+  return &pool->dev[ref.home];
 }
 
 }  // namespace

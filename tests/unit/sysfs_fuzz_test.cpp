@@ -34,6 +34,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// Deadlines here only catch a hang (a blocking open, a list expanded one entry at a time):
+// generous, so that a slow or loaded machine, or a sanitizer build, never fails them.
+constexpr int kHangGuardMs = 30000;
+
 // The limits of docs/topology.md, "Plausibility checks", restated independently of the code.
 constexpr uint64_t kMaxBytes = uint64_t(1) << 52;
 constexpr uint64_t kMaxLatencyNs = 10'000'000'000;
@@ -373,13 +377,12 @@ TEST_CASE("fuzz: discovery of damaged sysfs trees is prompt, safe and never show
       }
       bool default_device = m.below(2) == 0;
       DiscoverOptions o = tree.options(default_device);
-      ChildResult r = run_in_child([&] { return violations(discover(o)); }, std::chrono::milliseconds(2000));
+      ChildResult r = run_in_child([&] { return violations(discover(o)); }, std::chrono::milliseconds(kHangGuardMs));
       INFO("seed " << kSeed << ", tree " << root << " (" << fixture << "): " << done);
       INFO("child report: " << r.report);
       CHECK_FALSE(r.timed_out);
       CHECK(r.signal == 0);
       CHECK(r.exit_code == 0);
-      CHECK(r.seconds < 2.0);
       if (r.report.rfind("FAILURE: ", 0) == 0)
         ++failures;  // a documented error type: allowed
       else
@@ -527,7 +530,7 @@ TEST_CASE("plausibility: cpulists and node lists", "[unit]") {
   tree.write(cpus, bomb + "1");
   auto start = Clock::now();
   Topology b = discover(tree.options());
-  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 1.0);
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() * 1000 < kHangGuardMs);  // one by one: hours
   CHECK(target(b, "node0").cpu_count.value == 65536);
 }
 
@@ -620,7 +623,7 @@ TEST_CASE("non-regular sysfs files are refused without blocking, and named", "[u
     CHECK_FALSE(root.read(name, &why));
     CHECK(why.find(expect) != std::string::npos);
   }
-  CHECK(std::chrono::duration<double>(Clock::now() - start).count() < 1.0);
+  CHECK(std::chrono::duration<double>(Clock::now() - start).count() * 1000 < kHangGuardMs);  // a blocking open: forever
   close(sock);
 
   // Real sysfs attributes and procfs files are regular files, so they still read.
@@ -649,9 +652,8 @@ TEST_CASE("a FIFO as CXLPOOL_CONFIG is a prompt configuration error naming the p
         discover(o);
         return std::string("no error");
       },
-      std::chrono::milliseconds(1000));
+      std::chrono::milliseconds(kHangGuardMs));
   CHECK_FALSE(r.timed_out);
-  CHECK(r.seconds < 1.0);
   INFO(r.report);
   CHECK(r.report.rfind("FAILURE: " + std::to_string(CXLPOOL_E_CONFIG) + " ", 0) == 0);
   CHECK(r.report.find("CXLPOOL_CONFIG") != std::string::npos);
