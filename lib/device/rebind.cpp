@@ -206,18 +206,10 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
 }
 
 bool Device::copy_fenceable() const {
-  switch (spec_.kind) {
-    case CXLPOOL_BACKING_NUMA:
-    case CXLPOOL_BACKING_MEMFD:
-      return true;
-    case CXLPOOL_BACKING_SHM:
-    case CXLPOOL_BACKING_FILE:
-      // Moves take private ranges only, and those are anonymous memory under the file's
-      // policy (Storage::map) on any filesystem but hugetlbfs, which the fence covers too.
-      return true;
-    default:
-      return false;  // devdax: its pages are the device's
-  }
+  // Moves take private ranges only, and those are anonymous memory (numa), or anonymous memory
+  // under the file's policy (memfd, shm, file: Storage::map) on any filesystem but hugetlbfs,
+  // which the fence covers too. Device-DAX pages are the device's own.
+  return spec_.kind != CXLPOOL_BACKING_DEVDAX;
 }
 
 cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* report, DeviceError* err) noexcept {
