@@ -1,14 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The OS seam for shared pools: files created unnamed and linked when complete, opening what
-// exists without following symlinks, shared mappings, and the identity of processes (boot id,
-// pid namespace, start time) that tells a live participant from a reused pid.
+// exists without following symlinks, shared mappings; the identity of processes is in
+// process_life.cpp.
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -248,106 +246,6 @@ uint64_t monotonic_ns() noexcept {
   struct timespec ts {};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
-
-namespace {
-// Reads at most len-1 bytes of a small /proc file with plain syscalls (no allocation).
-ssize_t read_small(const char* path, char* buf, size_t len) noexcept {
-  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  ssize_t n = ::read(fd, buf, len - 1);
-  const int err = errno;
-  ::close(fd);
-  errno = err;
-  if (n >= 0) buf[n] = 0;
-  return n;
-}
-}  // namespace
-
-uint64_t boot_id_hash() noexcept {
-  char buf[64];
-  if (read_small("/proc/sys/kernel/random/boot_id", buf, sizeof buf) <= 0) return 0;
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (const char* c = buf; *c && *c != '\n'; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
-  return h;
-}
-
-uint64_t pid_namespace_id() noexcept {
-  struct stat st {};
-  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
-  return static_cast<uint64_t>(st.st_ino);
-}
-
-uint64_t process_start_ticks(int pid) noexcept {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", pid);
-  ssize_t n = read_small(path, buf, sizeof buf);
-  // Only the kernel's "no such process" means gone: /proc may hide other users' processes
-  // (hidepid=2 gives ENOENT for them), and EMFILE or EACCES say nothing either.
-  const auto gone = [pid] { return ::kill(pid, 0) != 0 && errno == ESRCH; };
-  if (n <= 0) return gone() ? 0 : kStartUnknown;
-  const char* p = strrchr(buf, ')');  // the command name may contain spaces and parentheses
-  if (!p || p[1] != ' ') return kStartUnknown;
-  // A zombie thread-group leader may still have live threads (the main thread called
-  // pthread_exit): the heartbeat decides. A reaped process is ESRCH above.
-  if (p[2] == 'Z' || p[2] == 'X') return gone() ? 0 : kStartUnknown;
-  int field = 2;  // p points at the end of field 2
-  for (++p; *p && field < 22; ++p)
-    if (*p == ' ') ++field;
-  return field == 22 ? strtoull(p, nullptr, 10) : 0;
-}
-
-int thread_id() noexcept { return static_cast<int>(::syscall(SYS_gettid)); }
-
-namespace {
-// State letter and start time (field 22) of /proc/PID/task/TID/stat; false when unreadable.
-bool read_task_stat(int pid, int tid, char* state, uint64_t* start) noexcept {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, tid);
-  if (read_small(path, buf, sizeof buf) <= 0) return false;
-  const char* p = strrchr(buf, ')');  // the command name may contain spaces and parentheses
-  if (!p || p[1] != ' ' || p[2] == 0) return false;
-  *state = p[2];
-  int field = 2;  // p points at the end of field 2
-  for (++p; *p && field < 22; ++p)
-    if (*p == ' ') ++field;
-  if (field != 22) return false;
-  *start = strtoull(p, nullptr, 10);
-  return true;
-}
-}  // namespace
-
-TaskLife task_life(int pid, int tid, uint64_t start_ticks) noexcept {
-  if (pid <= 0 || tid <= 0) return TaskLife::kUnknown;
-  char state = 0;
-  uint64_t start = 0;
-  if (!read_task_stat(pid, tid, &state, &start)) {
-    // Only the kernel's "no such thread" means gone: /proc may hide other users' processes
-    // (hidepid) or the observer may be out of descriptors. tgkill needs no descriptor and
-    // answers ESRCH for a thread that is not there whatever the permissions.
-    if (::syscall(SYS_tgkill, pid, tid, 0) != 0 && errno == ESRCH) return TaskLife::kGone;
-    return TaskLife::kExists;
-  }
-  if (start_ticks != 0 && start != start_ticks) return TaskLife::kGone;  // the id was reused
-  switch (state) {
-    case 'Z':
-    case 'X':
-      // A thread other than the leader is reaped as it exits; a zombie leader may still have
-      // running threads (it called pthread_exit): asked about the leader, nothing follows.
-      if (tid == pid) return ::kill(pid, 0) != 0 && errno == ESRCH ? TaskLife::kGone : TaskLife::kUnknown;
-      return TaskLife::kGone;
-    case 'T':
-    case 't':
-      return TaskLife::kStopped;
-    default:
-      return TaskLife::kRunning;
-  }
-}
-
-uint64_t task_start_ticks(int pid, int tid) noexcept {
-  char state = 0;
-  uint64_t start = 0;
-  return read_task_stat(pid, tid, &state, &start) ? start : 0;
 }
 
 }  // namespace cxlpool::os

@@ -61,7 +61,7 @@ std::vector<SlotLife> judge_slots(const PoolView& v, uint64_t max_wait_ms, const
   const uint64_t full = uint64_t{v.sb().lease_timeout_ms} + 2 * uint64_t{v.sb().heartbeat_ms};
   const uint64_t budget = std::min(full, max_wait_ms);
   const uint64_t step = std::clamp<uint64_t>(v.sb().heartbeat_ms, 1, 100);
-  std::vector<bool> moved(n, false);
+  std::vector<bool> moved(n, false), gone(n, false);
   for (uint64_t waited = 0; waited < budget;) {
     const uint64_t nap = std::min(step, budget - waited);
     std::this_thread::sleep_for(std::chrono::milliseconds(nap));
@@ -69,8 +69,14 @@ std::vector<SlotLife> judge_slots(const PoolView& v, uint64_t max_wait_ms, const
     if (refresh) refresh();  // a copy of the slots (the survey): read them again
     bool all = true;
     for (uint32_t s : sampled) {
-      if (!moved[s]) moved[s] = v.load(&v.slot_line0(s)->heartbeat) != beats[s];
-      all = all && moved[s];
+      if (!moved[s] && !gone[s]) {
+        moved[s] = v.load(&v.slot_line0(s)->heartbeat) != beats[s];
+        // Its process may be told about now (one that was exiting, a namespace that ended).
+        const PeerLife peer = moved[s] ? PeerLife::kRunning : judge_peer(v, s, out[s].incarnation, boot, pidns);
+        moved[s] = moved[s] || peer == PeerLife::kRunning || peer == PeerLife::kStopped;
+        gone[s] = peer == PeerLife::kGone;
+      }
+      all = all && (moved[s] || gone[s]);
     }
     if (all) break;
   }
@@ -79,7 +85,10 @@ std::vector<SlotLife> judge_slots(const PoolView& v, uint64_t max_wait_ms, const
     SlotState state{};
     // A joiner that has not written its facts yet is undecided, never dead: the participants'
     // watch gives it a grace (watch.cpp) before it recovers it.
-    out[s].life = moved[s] ? Life::kAlive : (budget < full || out[s].joining) ? Life::kUnknown : Life::kDead;
+    out[s].life = moved[s]                            ? Life::kAlive
+                  : gone[s]                           ? Life::kDead
+                  : (budget < full || out[s].joining) ? Life::kUnknown
+                                                      : Life::kDead;
     if (out[s].joining)
       out[s].joining = !(v.slot_identity(s, &inc, &state) && v.load(&v.slot_line0(s)->facts_incarnation) == inc);
   }

@@ -661,7 +661,7 @@ void* SharedPool::beat_entry(void* self) {
 void SharedPool::beat_main() {
   os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
   beat_tid_ = os::thread_id();
-  beat_start_ = os::task_start_ticks(pid_, beat_tid_);
+  beat_start_ = os::self_task_start_ticks();
   std::unique_lock<std::mutex> lock(beat_wait_mu_);
   beat_ready_.store(true);
   beat_cv_.notify_all();

@@ -41,14 +41,34 @@ PeerLife judge_peer(const PoolView& v, uint32_t s, uint32_t inc, uint64_t boot_h
   // A participant that is still joining has not written its facts yet: those there describe
   // the slot's previous incarnation (perhaps a dead process) and prove nothing about this one.
   if (v.load(&line->facts_incarnation) != inc) return PeerLife::kJoining;
-  if (boot_hash == 0 || pidns == 0 || v.load(&line->boot_hash) != boot_hash || v.load(&line->pidns) != pidns)
-    return PeerLife::kUnverifiable;  // another host or pid namespace: only the heartbeat tells
-  const auto pid = static_cast<int>(v.load(&line->pid));
-  const auto tid = static_cast<int>(v.load(&line->beat_tid));
+  if (boot_hash == 0 || pidns == 0 || v.load(&line->boot_hash) != boot_hash) return PeerLife::kUnverifiable;
+  const uint64_t their_ns = v.load(&line->pidns);
+  if (their_ns == 0) return PeerLife::kUnverifiable;
+  auto pid = static_cast<int>(v.load(&line->pid));
+  auto tid = static_cast<int>(v.load(&line->beat_tid));
   if (pid <= 0) return PeerLife::kUnverifiable;
+  const uint64_t beat_start = v.load(&line->beat_start_ticks);
+  if (their_ns != pidns) {
+    // Another pid namespace of this host (a container): its numbers mean something here only
+    // if the namespace is below ours. Found, it is judged by its process like any other; a
+    // start time that differs (a time namespace, or a reused id) proves nothing either way.
+    if (tid <= 0) return PeerLife::kUnverifiable;
+    int here_pid = 0, here_tid = 0;
+    switch (os::find_in_pid_namespace(their_ns, pid, tid, &here_pid, &here_tid)) {
+      case os::NsFind::kGone:
+        return PeerLife::kGone;
+      case os::NsFind::kUnreachable:
+        return PeerLife::kUnverifiable;
+      case os::NsFind::kFound:
+        break;
+    }
+    if (beat_start != 0 && os::task_start_ticks(here_pid, here_tid) != beat_start) return PeerLife::kUnverifiable;
+    pid = here_pid;
+    tid = here_tid;
+  }
   // The heartbeat thread itself when the participant named it: a process that exec'd, or
   // whose beat thread is gone with it, is no participant any more even if the pid lives on.
-  const os::TaskLife life = tid > 0 ? os::task_life(pid, tid, v.load(&line->beat_start_ticks))
+  const os::TaskLife life = tid > 0 ? os::task_life(pid, tid, their_ns != pidns ? 0 : beat_start)
                                     : os::task_life(pid, pid, v.load(&line->start_ticks));
   switch (life) {
     case os::TaskLife::kGone:
@@ -93,12 +113,14 @@ void SharedPool::watch_pass() {
 bool SharedPool::may_be_in_operation(uint32_t s, uint32_t incarnation) const {
   const SlotLine0* line = view_.slot_line0(s);
   if (view_.load(&line->facts_incarnation) != incarnation) return false;
-  if (view_.load(&line->boot_hash) != boot_hash_ || view_.load(&line->pidns) != pidns_)
-    return false;  // another host: the lease alone decides
+  if (view_.load(&line->boot_hash) != boot_hash_) return false;  // another host: the lease alone decides
   const uint64_t seq = view_.load(&line->op_seq);
   const auto tag = static_cast<uint32_t>(seq >> 32);  // 0: a participant that does not tag it
   if ((tag != 0 && tag != incarnation) || (seq & 1) == 0) return false;
-  return peer_life(s, incarnation) != PeerLife::kGone;
+  const PeerLife life = peer_life(s, incarnation);
+  // A process of another pid namespace is waited for only when it could be looked at.
+  if (view_.load(&line->pidns) != pidns_) return life == PeerLife::kRunning || life == PeerLife::kStopped;
+  return life != PeerLife::kGone;
 }
 
 uint64_t SharedPool::silence_limit_ns(const Seen& seen) const {

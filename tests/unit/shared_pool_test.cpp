@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -618,6 +619,90 @@ std::string stats_of(cxlpool_shared_pool_t* p) {
   return s;
 }
 
+// An observer of a pool from a pid namespace of its own with its own /proc: a sibling of every
+// namespace a test makes, so it sees nothing of the other participants' processes and only
+// their heartbeats vouch for them, as for another host. Needs root (CLONE_NEWPID, mounting
+// proc in a private mount namespace).
+class NsObserver {
+ public:
+  explicit NsObserver(const std::string& device) {
+    int cmd[2], out[2];
+    REQUIRE(pipe(cmd) == 0);
+    REQUIRE(pipe(out) == 0);
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      close(cmd[1]);
+      close(out[0]);
+      if (unshare(CLONE_NEWPID | CLONE_NEWNS) != 0) _exit(20);
+      const pid_t inner = fork();  // pid 1 of the new namespace
+      if (inner == 0) serve(device, cmd[0], out[1]);
+      _exit(wait_exit(inner));
+    }
+    close(cmd[0]);
+    close(out[1]);
+    cmd_ = cmd[1];
+    out_ = out[0];
+    char status = 1;
+    ok_ = read(out_, &status, 1) == 1 && status == 0;
+  }
+  ~NsObserver() {
+    if (write(cmd_, "q", 1) != 1) kill(pid_, SIGKILL);
+    close(cmd_);
+    close(out_);
+    wait_exit(pid_);
+  }
+  NsObserver(const NsObserver&) = delete;
+  NsObserver& operator=(const NsObserver&) = delete;
+  bool ok() const { return ok_; }
+  uint64_t recovered_slots() {
+    uint64_t n = UINT64_MAX;
+    if (write(cmd_, "r", 1) != 1 || read(out_, &n, sizeof n) != sizeof n) return UINT64_MAX;
+    return n;
+  }
+  std::string stats() {
+    uint32_t len = 0;
+    if (write(cmd_, "s", 1) != 1 || read(out_, &len, sizeof len) != sizeof len) return {};
+    std::string json(len, '\0');
+    size_t got = 0;
+    while (got < len) {
+      const ssize_t n = read(out_, json.data() + got, len - got);
+      if (n <= 0) return {};
+      got += size_t(n);
+    }
+    return json;
+  }
+
+ private:
+  [[noreturn]] static void serve(const std::string& device, int cmd, int out) {
+    char status = 1;
+    cxlpool_shared_pool_t* pool = nullptr;
+    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0 &&
+        cxlpool_shared_pool_open(device.c_str(), nullptr, &pool) == CXLPOOL_OK)
+      status = 0;
+    if (write(out, &status, 1) != 1 || status != 0) _exit(2);
+    char c = 0;
+    while (read(cmd, &c, 1) == 1 && c != 'q') {
+      if (c == 'r') {
+        cxlpool_shared_info_t i{};
+        const uint64_t n = cxlpool_shared_pool_info(pool, &i) == CXLPOOL_OK ? i.recovered_slots : UINT64_MAX;
+        if (write(out, &n, sizeof n) != sizeof n) _exit(3);
+      } else if (c == 's') {
+        char* json = nullptr;
+        const std::string s = cxlpool_shared_pool_stats_json(pool, &json) == CXLPOOL_OK ? json : "";
+        cxlpool_string_free(json);
+        const auto len = static_cast<uint32_t>(s.size());
+        if (write(out, &len, sizeof len) != sizeof len || write(out, s.data(), len) != ssize_t(len)) _exit(4);
+      }
+    }
+    _exit(cxlpool_shared_pool_close(pool) == CXLPOOL_OK ? 0 : 5);
+  }
+  pid_t pid_ = -1;
+  int cmd_ = -1, out_ = -1;
+  bool ok_ = false;
+};
+
 }  // namespace
 
 TEST_CASE("a stopped participant is evicted after the pool's stopped timeout and gets an error, not reclaimed memory",
@@ -904,10 +989,10 @@ TEST_CASE("a participant whose thread holds the pool's heap lock for 40 leases k
   cxlpool_shared_pool_unlink(device.c_str());
 }
 
-// A participant in another pid namespace: nothing of its process can be seen from here, only
-// its heartbeat vouches for it (as for another host). With the default lease, on a machine
-// whose CPUs are saturated and while its own threads keep the pool's locks busy, it is not
-// evicted.
+// A participant that nothing of its process can be seen from the observer (in a sibling pid
+// namespace), only its heartbeat vouches for it (as for another host). With the default lease,
+// on a machine whose CPUs are saturated and while its own threads keep the pool's locks busy,
+// it is not evicted.
 TEST_CASE("a participant only its heartbeat vouches for survives CPU hogs with the default lease", "[shared]") {
   if (geteuid() != 0) CXLPOOL_SKIP("needs root for a pid namespace (unshare CLONE_NEWPID)");
   const std::string name = unique_name("pidns"), device = "shm:" + name;
@@ -967,16 +1052,16 @@ TEST_CASE("a participant only its heartbeat vouches for survives CPU hogs with t
   std::string json;
   {
     cxlpool_test::CpuHogs hogs(16);
-    REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+    NsObserver observer(device);
+    REQUIRE(observer.ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(10000));
-    recovered = info_of(a).recovered_slots;
-    json = stats_of(a);
+    recovered = observer.recovered_slots();
+    json = observer.stats();
     REQUIRE(write(stop[1], "s", 1) == 1);
   }
   CHECK(wait_exit(child) == 0);  // no call of its six threads failed: never evicted
   CHECK(recovered == 0);
   CHECK(json.find("\"process\": \"unverifiable\"") != std::string::npos);
-  cxlpool_shared_pool_close(a);
   cxlpool_shared_pool_unlink(device.c_str());
 }
 
@@ -1906,7 +1991,8 @@ TEST_CASE("the lease of a participant seen stalling stretches, within a bound", 
   REQUIRE(read(ready[0], &inner, sizeof inner) == sizeof inner);
   char byte = 0;
   REQUIRE(read(ready[0], &byte, 1) == 1);
-  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  NsObserver observer(device);  // sees the participant's heartbeat only
+  REQUIRE(observer.ok());
   auto stop_for = [&](int ms) {
     kill(inner, SIGSTOP);
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -1914,12 +2000,12 @@ TEST_CASE("the lease of a participant seen stalling stretches, within a bound", 
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // beats again, seen
   };
   for (int k = 0; k < 3; ++k) stop_for(300);  // each under the 500 ms lease
-  const uint64_t before = info_of(a).recovered_slots;
+  const uint64_t before = observer.recovered_slots();
   if (before == 0) {
     stop_for(650);  // past the lease; 3 x 300 ms allowed now
-    CHECK(info_of(a).recovered_slots == 0);
+    CHECK(observer.recovered_slots() == 0);
     kill(inner, SIGSTOP);  // stopped for good: dead after at most 4 leases (2 s) of silence
-    CHECK(eventually([&] { return info_of(a).recovered_slots == 1; }, 30000));
+    CHECK(eventually([&] { return observer.recovered_slots() == 1; }, 30000));
     kill(inner, SIGCONT);
     REQUIRE(write(go[1], "g", 1) == 1);
     CHECK(wait_exit(child) == 0);  // its call after resuming: CXLPOOL_E_EVICTED
@@ -1928,8 +2014,115 @@ TEST_CASE("the lease of a participant seen stalling stretches, within a bound", 
     kill(inner, SIGKILL);
     wait_exit(child);
   }
-  cxlpool_shared_pool_close(a);
   cxlpool_shared_pool_unlink(device.c_str());
+}
+
+namespace {
+// The numbers of the calling process in the pid namespaces /proc shows (its NSpid line): the
+// first is the one of /proc's own namespace.
+std::vector<pid_t> ns_pids_of_self() {
+  std::vector<pid_t> ids;
+  FILE* f = fopen("/proc/self/status", "re");
+  if (!f) return ids;
+  char line[256];
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "NSpid:", 6) == 0)
+      for (char *p = line + 6, *end = nullptr;; p = end) {
+        const long v = strtol(p, &end, 10);
+        if (end == p) break;
+        ids.push_back(pid_t(v));
+      }
+  fclose(f);
+  return ids;
+}
+}  // namespace
+
+// A participant in a container on this host (a pid namespace below ours) is judged by its
+// process, as one of our own namespace: stopped for ten times the lease, it keeps its slot and
+// its next calls succeed. Killed, it is recovered from what /proc says, with a lease far longer
+// than the test: first a worker while the namespace lives on, then the namespace's last process.
+TEST_CASE("a participant in another pid namespace of this host is judged by its process", "[shared]") {
+  if (geteuid() != 0) CXLPOOL_SKIP("needs root for a pid namespace (unshare CLONE_NEWPID)");
+  const std::string quick = "shm:" + unique_name("nsquick"), slow = "shm:" + unique_name("nsslow");
+  for (const auto& [device, lease] : {std::pair{quick, 300u}, std::pair{slow, 600000u}}) {
+    Params params(32u << 20, 10, lease);
+    cxlpool_shared_pool_t* p = nullptr;
+    REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &p) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(p) == CXLPOOL_OK);  // the child forks while we are no participant
+  }
+  int ready[2], go[2], init_pipe[2];
+  REQUIRE(pipe(ready) == 0);
+  REQUIRE(pipe(go) == 0);
+  REQUIRE(pipe(init_pipe) == 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    if (unshare(CLONE_NEWPID) != 0) _exit(20);
+    const pid_t init = fork();
+    if (init == 0) {  // pid 1 of the namespace: a participant that outlives the worker
+      cxlpool_shared_pool_t* s = nullptr;
+      void* held = nullptr;
+      if (cxlpool_shared_pool_open(slow.c_str(), nullptr, &s) != CXLPOOL_OK ||
+          cxlpool_shared_alloc(s, 4096, &held) != CXLPOOL_OK)
+        _exit(2);
+      const pid_t worker = fork();  // pid 2
+      if (worker == 0) {
+        cxlpool_shared_pool_t *q = nullptr, *w = nullptr;
+        if (cxlpool_shared_pool_open(quick.c_str(), nullptr, &q) != CXLPOOL_OK ||
+            cxlpool_shared_pool_open(slow.c_str(), nullptr, &w) != CXLPOOL_OK)
+          _exit(2);
+        void *a = nullptr, *b = nullptr;
+        if (cxlpool_shared_alloc(q, 256, &a) != CXLPOOL_OK || cxlpool_shared_alloc(w, 256, &b) != CXLPOOL_OK) _exit(3);
+        const std::vector<pid_t> ids = ns_pids_of_self();  // /proc is the parent's: [ours there, 2]
+        if (ids.size() != 2 || write(ready[1], &ids[0], sizeof ids[0]) != sizeof ids[0]) _exit(4);
+        char byte = 0;
+        if (read(go[0], &byte, 1) != 1) _exit(5);
+        void* c = nullptr;
+        const bool ok = cxlpool_shared_free(q, a) == CXLPOOL_OK && cxlpool_shared_alloc(q, 256, &c) == CXLPOOL_OK &&
+                        cxlpool_shared_free(q, c) == CXLPOOL_OK;
+        if (write(ready[1], ok ? "d" : "x", 1) != 1) _exit(6);
+        pause();  // killed here, holding b
+        _exit(7);
+      }
+      wait_exit(worker);
+      pause();  // killed here, holding its block: the namespace ends with it
+      _exit(8);
+    }
+    if (write(init_pipe[1], &init, sizeof init) != sizeof init) _exit(21);  // its number here
+    _exit(wait_exit(init));
+  }
+  pid_t worker = 0;
+  REQUIRE(read(ready[0], &worker, sizeof worker) == sizeof worker);
+  cxlpool_shared_pool_t *q = nullptr, *s = nullptr;
+  REQUIRE(cxlpool_shared_pool_open(quick.c_str(), nullptr, &q) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_open(slow.c_str(), nullptr, &s) == CXLPOOL_OK);
+  kill(worker, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // 10 leases; the stretch allows at most 4
+  const std::string json = stats_of(q);
+  CHECK(json.find("\"process\": \"stopped\"") != std::string::npos);
+  CHECK(info_of(q).recovered_slots == 0);
+  kill(worker, SIGCONT);
+  REQUIRE(write(go[1], "g", 1) == 1);
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);
+  CHECK(byte == 'd');  // its calls after the stop succeeded: never evicted
+  CHECK(info_of(q).recovered_slots == 0);
+  // Recovered by us or by its namespace's init, long before the 10-minute lease.
+  auto settled = [&](uint32_t live) {
+    const cxlpool_shared_check_report_t r = check(slow, 0);
+    return r.live_participants == live && r.dead_participants == 0 && r.leaked_blocks == 0 &&
+           r.undecided_participants == 0;
+  };
+  kill(worker, SIGKILL);
+  CHECK(eventually([&] { return settled(2); }, 30000));
+  pid_t init = 0;
+  REQUIRE(read(init_pipe[0], &init, sizeof init) == sizeof init);
+  kill(init, SIGKILL);  // the namespace ends: only this process is left to recover it
+  CHECK(wait_exit(child) == 128 + SIGKILL);
+  CHECK(eventually([&] { return settled(1); }, 30000));
+  CHECK(info_of(s).recovered_slots >= 1);
+  for (cxlpool_shared_pool_t* p : {q, s}) cxlpool_shared_pool_close(p);
+  cxlpool_shared_pool_unlink(quick.c_str());
+  cxlpool_shared_pool_unlink(slow.c_str());
 }
 
 // A participant that closes is alive until its slot is given up: observers of this host judge
