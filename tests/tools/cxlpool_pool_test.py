@@ -144,8 +144,10 @@ try:
                 f"for d in {[d.encode() for d in many]!r}:\n"
                 "    p=ctypes.c_void_p(); assert lib.cxlpool_shared_pool_open(d,None,ctypes.byref(p))==0\n"
                 "print('ready',flush=True); time.sleep(60)\n")
-        holder = subprocess.Popen(["unshare", "--pid", "--fork", sys.executable, "-c", prog], stdout=subprocess.PIPE,
-                                  text=True)
+        # --kill-child: the namespace's process dies with unshare, not 60 s later holding the
+        # pools and this test's output pipe open.
+        holder = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-c", prog],
+                                  stdout=subprocess.PIPE, text=True)
         ready = holder.stdout.readline().strip() == "ready"
         t0 = time.monotonic()
         code, pools, _ = pools_seen()
