@@ -123,6 +123,31 @@ int wait_exit(pid_t pid) {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+// Runs body() (which must _exit) as pid 1 of a new pid namespace, as a container's first
+// process; returns the child of ours that waits for it and exits with its status. *init: its
+// number in our namespace. Needs root.
+template <class Body>
+pid_t fork_in_new_pid_namespace(Body body, pid_t* init = nullptr) {
+  int num[2];
+  REQUIRE(pipe(num) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(num[0]);
+    if (unshare(CLONE_NEWPID) != 0) _exit(20);
+    const pid_t inner = fork();
+    if (inner == 0) body();
+    if (write(num[1], &inner, sizeof inner) != sizeof inner) _exit(21);
+    _exit(wait_exit(inner));
+  }
+  close(num[1]);
+  pid_t inner = 0;
+  REQUIRE(read(num[0], &inner, sizeof inner) == sizeof inner);
+  close(num[0]);
+  if (init) *init = inner;
+  return child;
+}
+
 }  // namespace
 
 TEST_CASE("names that exist, belong to others or are not pools are refused and left untouched", "[shared]") {
@@ -1006,46 +1031,40 @@ TEST_CASE("a participant only its heartbeat vouches for survives CPU hogs with t
   int stop[2], ready[2];
   REQUIRE(pipe(stop) == 0);
   REQUIRE(pipe(ready) == 0);
-  pid_t child = fork();
-  if (child == 0) {
-    if (unshare(CLONE_NEWPID) != 0) _exit(20);
-    pid_t inner = fork();  // pid 1 of the new namespace
-    if (inner == 0) {
-      cxlpool_shared_pool_t* c = nullptr;
-      if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
-      std::atomic<bool> done{false};
-      std::atomic<uint64_t> failures{0};
-      std::vector<std::thread> threads;
-      for (int t = 0; t < 6; ++t)
-        threads.emplace_back([&, t] {
-          std::vector<void*> mine;
-          for (uint64_t k = 0; !done.load(); ++k) {
-            void* q = nullptr;
-            if (cxlpool_shared_alloc(c, 128 + ((k * 7 + t) % 40) * 300, &q) != CXLPOOL_OK) {
-              ++failures;
-              continue;
-            }
-            mine.push_back(q);
-            if (mine.size() > 64) {
-              cxlpool_shared_handle_t h{};
-              failures += cxlpool_shared_export(c, mine.front(), &h) != CXLPOOL_OK;
-              failures += cxlpool_shared_free(c, mine.front()) != CXLPOOL_OK;
-              mine.erase(mine.begin());
-            }
-            cxlpool_shared_info_t info{};
-            failures += cxlpool_shared_pool_info(c, &info) != CXLPOOL_OK;
+  const pid_t child = fork_in_new_pid_namespace([&] {
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    std::atomic<bool> done{false};
+    std::atomic<uint64_t> failures{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 6; ++t)
+      threads.emplace_back([&, t] {
+        std::vector<void*> mine;
+        for (uint64_t k = 0; !done.load(); ++k) {
+          void* q = nullptr;
+          if (cxlpool_shared_alloc(c, 128 + ((k * 7 + t) % 40) * 300, &q) != CXLPOOL_OK) {
+            ++failures;
+            continue;
           }
-          for (void* q : mine) failures += cxlpool_shared_free(c, q) != CXLPOOL_OK;
-        });
-      if (write(ready[1], "r", 1) != 1) _exit(3);
-      char byte = 0;
-      if (read(stop[0], &byte, 1) != 1) _exit(4);
-      done = true;
-      for (auto& t : threads) t.join();
-      _exit(failures.load() == 0 && cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0 : 10);
-    }
-    _exit(wait_exit(inner));
-  }
+          mine.push_back(q);
+          if (mine.size() > 64) {
+            cxlpool_shared_handle_t h{};
+            failures += cxlpool_shared_export(c, mine.front(), &h) != CXLPOOL_OK;
+            failures += cxlpool_shared_free(c, mine.front()) != CXLPOOL_OK;
+            mine.erase(mine.begin());
+          }
+          cxlpool_shared_info_t info{};
+          failures += cxlpool_shared_pool_info(c, &info) != CXLPOOL_OK;
+        }
+        for (void* q : mine) failures += cxlpool_shared_free(c, q) != CXLPOOL_OK;
+      });
+    if (write(ready[1], "r", 1) != 1) _exit(3);
+    char byte = 0;
+    if (read(stop[0], &byte, 1) != 1) _exit(4);
+    done = true;
+    for (auto& t : threads) t.join();
+    _exit(failures.load() == 0 && cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0 : 10);
+  });
   char byte = 0;
   REQUIRE(read(ready[0], &byte, 1) == 1);
   uint64_t recovered = 0;
@@ -1970,25 +1989,19 @@ TEST_CASE("the lease of a participant seen stalling stretches, within a bound", 
   int ready[2], go[2];
   REQUIRE(pipe(ready) == 0);
   REQUIRE(pipe(go) == 0);
-  pid_t child = fork();
-  if (child == 0) {
-    if (unshare(CLONE_NEWPID) != 0) _exit(20);
-    pid_t inner = fork();  // pid 1 of the new namespace
-    if (inner == 0) {
-      cxlpool_shared_pool_t* c = nullptr;
-      if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
-      void* p = nullptr;
-      if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK) _exit(3);
-      if (write(ready[1], "r", 1) != 1) _exit(4);
-      char byte = 0;
-      if (read(go[0], &byte, 1) != 1) _exit(5);
-      _exit(cxlpool_shared_free(c, p) == CXLPOOL_E_EVICTED ? 0 : 10);
-    }
-    if (write(ready[1], &inner, sizeof inner) != sizeof inner) _exit(21);
-    _exit(wait_exit(inner));
-  }
   pid_t inner = 0;
-  REQUIRE(read(ready[0], &inner, sizeof inner) == sizeof inner);
+  const pid_t child = fork_in_new_pid_namespace(
+      [&] {
+        cxlpool_shared_pool_t* c = nullptr;
+        if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+        void* p = nullptr;
+        if (cxlpool_shared_alloc(c, 256, &p) != CXLPOOL_OK) _exit(3);
+        if (write(ready[1], "r", 1) != 1) _exit(4);
+        char byte = 0;
+        if (read(go[0], &byte, 1) != 1) _exit(5);
+        _exit(cxlpool_shared_free(c, p) == CXLPOOL_E_EVICTED ? 0 : 10);
+      },
+      &inner);
   char byte = 0;
   REQUIRE(read(ready[0], &byte, 1) == 1);
   NsObserver observer(device);  // sees the participant's heartbeat only
@@ -2050,46 +2063,42 @@ TEST_CASE("a participant in another pid namespace of this host is judged by its 
     REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &p) == CXLPOOL_OK);
     REQUIRE(cxlpool_shared_pool_close(p) == CXLPOOL_OK);  // the child forks while we are no participant
   }
-  int ready[2], go[2], init_pipe[2];
+  int ready[2], go[2];
   REQUIRE(pipe(ready) == 0);
   REQUIRE(pipe(go) == 0);
-  REQUIRE(pipe(init_pipe) == 0);
-  const pid_t child = fork();
-  if (child == 0) {
-    if (unshare(CLONE_NEWPID) != 0) _exit(20);
-    const pid_t init = fork();
-    if (init == 0) {  // pid 1 of the namespace: a participant that outlives the worker
-      cxlpool_shared_pool_t* s = nullptr;
-      void* held = nullptr;
-      if (cxlpool_shared_pool_open(slow.c_str(), nullptr, &s) != CXLPOOL_OK ||
-          cxlpool_shared_alloc(s, 4096, &held) != CXLPOOL_OK)
-        _exit(2);
-      const pid_t worker = fork();  // pid 2
-      if (worker == 0) {
-        cxlpool_shared_pool_t *q = nullptr, *w = nullptr;
-        if (cxlpool_shared_pool_open(quick.c_str(), nullptr, &q) != CXLPOOL_OK ||
-            cxlpool_shared_pool_open(slow.c_str(), nullptr, &w) != CXLPOOL_OK)
+  pid_t init = 0;
+  const pid_t child = fork_in_new_pid_namespace(
+      [&] {  // pid 1 of the namespace: a participant that outlives the worker
+        cxlpool_shared_pool_t* s = nullptr;
+        void* held = nullptr;
+        if (cxlpool_shared_pool_open(slow.c_str(), nullptr, &s) != CXLPOOL_OK ||
+            cxlpool_shared_alloc(s, 4096, &held) != CXLPOOL_OK)
           _exit(2);
-        void *a = nullptr, *b = nullptr;
-        if (cxlpool_shared_alloc(q, 256, &a) != CXLPOOL_OK || cxlpool_shared_alloc(w, 256, &b) != CXLPOOL_OK) _exit(3);
-        const std::vector<pid_t> ids = ns_pids_of_self();  // /proc is the parent's: [ours there, 2]
-        if (ids.size() != 2 || write(ready[1], &ids[0], sizeof ids[0]) != sizeof ids[0]) _exit(4);
-        char byte = 0;
-        if (read(go[0], &byte, 1) != 1) _exit(5);
-        void* c = nullptr;
-        const bool ok = cxlpool_shared_free(q, a) == CXLPOOL_OK && cxlpool_shared_alloc(q, 256, &c) == CXLPOOL_OK &&
-                        cxlpool_shared_free(q, c) == CXLPOOL_OK;
-        if (write(ready[1], ok ? "d" : "x", 1) != 1) _exit(6);
-        pause();  // killed here, holding b
-        _exit(7);
-      }
-      wait_exit(worker);
-      pause();  // killed here, holding its block: the namespace ends with it
-      _exit(8);
-    }
-    if (write(init_pipe[1], &init, sizeof init) != sizeof init) _exit(21);  // its number here
-    _exit(wait_exit(init));
-  }
+        const pid_t worker = fork();  // pid 2
+        if (worker == 0) {
+          cxlpool_shared_pool_t *q = nullptr, *w = nullptr;
+          if (cxlpool_shared_pool_open(quick.c_str(), nullptr, &q) != CXLPOOL_OK ||
+              cxlpool_shared_pool_open(slow.c_str(), nullptr, &w) != CXLPOOL_OK)
+            _exit(2);
+          void *a = nullptr, *b = nullptr;
+          if (cxlpool_shared_alloc(q, 256, &a) != CXLPOOL_OK || cxlpool_shared_alloc(w, 256, &b) != CXLPOOL_OK)
+            _exit(3);
+          const std::vector<pid_t> ids = ns_pids_of_self();  // /proc is the parent's: [ours there, 2]
+          if (ids.size() != 2 || write(ready[1], &ids[0], sizeof ids[0]) != sizeof ids[0]) _exit(4);
+          char byte = 0;
+          if (read(go[0], &byte, 1) != 1) _exit(5);
+          void* c = nullptr;
+          const bool ok = cxlpool_shared_free(q, a) == CXLPOOL_OK && cxlpool_shared_alloc(q, 256, &c) == CXLPOOL_OK &&
+                          cxlpool_shared_free(q, c) == CXLPOOL_OK;
+          if (write(ready[1], ok ? "d" : "x", 1) != 1) _exit(6);
+          pause();  // killed here, holding b
+          _exit(7);
+        }
+        wait_exit(worker);
+        pause();  // killed here, holding its block: the namespace ends with it
+        _exit(8);
+      },
+      &init);
   pid_t worker = 0;
   REQUIRE(read(ready[0], &worker, sizeof worker) == sizeof worker);
   cxlpool_shared_pool_t *q = nullptr, *s = nullptr;
@@ -2114,8 +2123,6 @@ TEST_CASE("a participant in another pid namespace of this host is judged by its 
   };
   kill(worker, SIGKILL);
   CHECK(eventually([&] { return settled(2); }, 30000));
-  pid_t init = 0;
-  REQUIRE(read(init_pipe[0], &init, sizeof init) == sizeof init);
   kill(init, SIGKILL);  // the namespace ends: only this process is left to recover it
   CHECK(wait_exit(child) == 128 + SIGKILL);
   CHECK(eventually([&] { return settled(1); }, 30000));
