@@ -167,6 +167,9 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
                         reads.verdict == io_pins::Verdict::kOverlap
                             ? "move: a thread is inside a read system call into the range (an O_DIRECT read keeps the "
                               "old pages pinned until it returns): not moved"
+                        : reads.error == EAGAIN
+                            ? "move: a thread stayed on a CPU while the range was fenced and may be inside a read it "
+                              "began before (its pages pinned): not moved now"
                             : "move: the threads' system calls could not be read (/proc/self/task): not moved");
   }
   // The copy reads as the kernel does for another process: a page the program makes

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -169,6 +170,25 @@ struct LinuxDirent64 {
   char d_name[1];
 };
 
+// Calls visit(name, number) for each entry of dir whose name is a number (a descriptor, a
+// thread), with getdents64 into a stack buffer: no allocation, usable under the fence. visit
+// returns true to stop. Returns 0, or the errno of a failed read of the directory.
+template <class Visit>
+int for_each_numbered(int dir, Visit&& visit) noexcept {
+  alignas(8) char buf[4096];
+  for (;;) {
+    const long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
+    if (n < 0) return errno;
+    if (n == 0) return 0;
+    for (long off = 0; off < n;) {
+      const auto* d = reinterpret_cast<const LinuxDirent64*>(buf + off);
+      off += d->d_reclen;
+      if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+      if (visit(d->d_name, std::strtol(d->d_name, nullptr, 10))) return 0;
+    }
+  }
+}
+
 }  // namespace
 
 Verdict parse_fdinfo(const char* text, size_t len, uintptr_t begin, uintptr_t end, uintptr_t* hit_begin,
@@ -196,46 +216,36 @@ Result scan_once(uintptr_t begin, uintptr_t end) noexcept {
     return r;
   }
   r.verdict = Verdict::kClear;
-  alignas(8) char buf[4096];
-  for (;;) {
-    const long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
-    if (n < 0) {
-      r = Result{};
-      r.error = errno;
-      break;
+  const int failed = for_each_numbered(dir, [&](const char* name, long number) {
+    const int fd = int(number);
+    if (fd == dir || fd == info) return false;
+    // Only anonymous inodes (no file type: eventfd, epoll, io_uring, ...) can be rings; one
+    // fstat rules out files, sockets and pipes far more cheaply than a readlink in /proc.
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != 0) return false;
+    char link[sizeof kRingLink + 1];
+    const ssize_t k = readlinkat(dir, name, link, sizeof link);
+    if (k != ssize_t(sizeof kRingLink - 1) || std::memcmp(link, kRingLink, sizeof kRingLink - 1) != 0) return false;
+    uintptr_t hb = 0, he = 0;
+    int err = 0;
+    const Verdict v = check_ring(info, name, begin, end, &hb, &he, &err);
+    if (v == Verdict::kOverlap) {
+      r.verdict = v;
+      r.ring_fd = fd;
+      r.begin = hb;
+      r.end = he;
+      return true;
     }
-    if (n == 0) break;
-    for (long off = 0; off < n;) {
-      const auto* d = reinterpret_cast<const LinuxDirent64*>(buf + off);
-      off += d->d_reclen;
-      if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
-      const int fd = int(std::strtol(d->d_name, nullptr, 10));
-      if (fd == dir || fd == info) continue;
-      // Only anonymous inodes (no file type: eventfd, epoll, io_uring, ...) can be rings; one
-      // fstat rules out files, sockets and pipes far more cheaply than a readlink in /proc.
-      struct stat st {};
-      if (fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != 0) continue;
-      char link[sizeof kRingLink + 1];
-      const ssize_t k = readlinkat(dir, d->d_name, link, sizeof link);
-      if (k != ssize_t(sizeof kRingLink - 1) || std::memcmp(link, kRingLink, sizeof kRingLink - 1) != 0) continue;
-      uintptr_t hb = 0, he = 0;
-      int err = 0;
-      const Verdict v = check_ring(info, d->d_name, begin, end, &hb, &he, &err);
-      if (v == Verdict::kOverlap) {
-        r.verdict = v;
-        r.ring_fd = fd;
-        r.begin = hb;
-        r.end = he;
-        close(info);
-        close(dir);
-        return r;
-      }
-      if (v == Verdict::kUnknown && r.verdict == Verdict::kClear) {
-        r.verdict = v;
-        r.ring_fd = fd;
-        r.error = err;
-      }
+    if (v == Verdict::kUnknown && r.verdict == Verdict::kClear) {
+      r.verdict = v;
+      r.ring_fd = fd;
+      r.error = err;
     }
+    return false;
+  });
+  if (failed != 0) {
+    r = Result{};
+    r.error = failed;
   }
   close(info);
   close(dir);
@@ -321,6 +331,82 @@ bool may_pin(int fd) noexcept {
 
 }  // namespace
 
+namespace {
+// What thread tid's syscall file says now: 1 inside a read into [begin, end) that may pin,
+// -1 inside one whose vector cannot be read, 0 elsewhere (or gone); kRunning: on a CPU or
+// runnable, so the kernel shows no system call.
+constexpr int kRunning = 2;
+int look_at_thread(int dir, const char* name, uintptr_t begin, uintptr_t end, uintptr_t* hb, uintptr_t* he) noexcept {
+  char path[64];
+  std::snprintf(path, sizeof path, "%s/syscall", name);
+  const int fd = openat(dir, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;  // the thread is gone
+  char line[256];
+  const ssize_t k = read(fd, line, sizeof line - 1);
+  close(fd);
+  if (k >= 7 && std::memcmp(line, "running", 7) == 0) return kRunning;
+  long nr = -1;
+  uint64_t args[6] = {};
+  if (k <= 0 || !parse_syscall_line(line, size_t(k), &nr, args)) return 0;
+  const int v = read_overlaps(nr, args, begin, end, hb, he);
+  return v != 0 && may_pin(int(args[0])) ? v : 0;
+}
+
+// How long threads seen running are looked at again, for a sign that no read they began
+// before the fence is still running: asleep (its system call is shown then), or a read system
+// call of theirs completed since (syscr in /proc/self/task/TID/io: a thread runs one call at a
+// time, so the one it was inside has returned, its I/O done). Kernel code between pinning a
+// read's pages and sleeping runs for microseconds once on a CPU; a thread preempted there
+// (runnable) waits for a CPU. One still running, with no read completed, after this may be
+// computing in user space or may be such a read: the move is not made.
+constexpr uint64_t kRunningLookNs = 5000000;
+constexpr int kMinRunningLooks = 3;
+constexpr int kMaxRunning = 256;
+
+// Whether any descriptor of the process is open with O_DIRECT (the "flags:" line of its
+// /proc/self/fdinfo entry): 1 yes, 0 no, -errno when the directory cannot be read. Only such
+// reads pin their destination for the device to write; buffered reads copy under the fence.
+int direct_io_open() noexcept {
+  const int dir = open("/proc/self/fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return -errno;
+  bool found = false;
+  const int failed = for_each_numbered(dir, [&](const char* name, long) {
+    const int fd = openat(dir, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;  // closed meanwhile
+    char text[128];
+    const ssize_t k = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (k <= 0) return false;
+    text[k] = 0;
+    const char* flags = std::strstr(text, "flags:");
+    found = flags && (std::strtoul(flags + 6, nullptr, 8) & O_DIRECT) != 0;
+    return found;
+  });
+  close(dir);
+  return failed != 0 ? -failed : found ? 1 : 0;
+}
+
+// Read system calls thread `name` has completed (syscr); UINT64_MAX when it cannot be read.
+uint64_t reads_done(int dir, const char* name) noexcept {
+  char path[64], text[512];
+  std::snprintf(path, sizeof path, "%s/io", name);
+  const int fd = openat(dir, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return UINT64_MAX;
+  const ssize_t k = read(fd, text, sizeof text - 1);
+  close(fd);
+  if (k <= 0) return UINT64_MAX;
+  text[k] = 0;
+  const char* p = std::strstr(text, "syscr:");
+  return p ? std::strtoull(p + 6, nullptr, 10) : UINT64_MAX;
+}
+
+uint64_t now_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+}  // namespace
+
 Result reads_in_flight(uintptr_t begin, uintptr_t end) noexcept {
   Result r;
   const int dir = open("/proc/self/task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -330,45 +416,82 @@ Result reads_in_flight(uintptr_t begin, uintptr_t end) noexcept {
   }
   const long me = syscall(SYS_gettid);
   r.verdict = Verdict::kClear;
-  alignas(8) char buf[4096];
-  for (;;) {
-    const long n = syscall(SYS_getdents64, dir, buf, sizeof buf);
-    if (n < 0) {
-      r = Result{};
-      r.error = errno;
-      break;
+  // Threads seen running, by name (a decimal tid), to be looked at again, with the reads they
+  // had completed then.
+  char running[kMaxRunning][16];
+  uint64_t reads0[kMaxRunning];
+  int n_running = 0;
+  bool too_many = false;
+  auto judge = [&](int v, long tid, uintptr_t hb, uintptr_t he) {
+    r.tid = int(tid);
+    if (v < 0) {
+      r.verdict = Verdict::kUnknown;
+      return false;
     }
-    if (n == 0) break;
-    for (long off = 0; off < n;) {
-      const auto* d = reinterpret_cast<const LinuxDirent64*>(buf + off);
-      off += d->d_reclen;
-      if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
-      const long tid = std::strtol(d->d_name, nullptr, 10);
-      if (tid == me) continue;
-      char path[64];
-      std::snprintf(path, sizeof path, "%s/syscall", d->d_name);
-      const int fd = openat(dir, path, O_RDONLY | O_CLOEXEC);
-      if (fd < 0) continue;  // the thread is gone
-      char line[256];
-      const ssize_t k = read(fd, line, sizeof line - 1);
-      close(fd);
-      long nr = -1;
-      uint64_t args[6] = {};
-      if (k <= 0 || !parse_syscall_line(line, size_t(k), &nr, args)) continue;
-      uintptr_t hb = 0, he = 0;
-      const int v = read_overlaps(nr, args, begin, end, &hb, &he);
-      if (v == 0 || !may_pin(int(args[0]))) continue;
-      r.tid = int(tid);
-      if (v < 0) {
-        r.verdict = Verdict::kUnknown;
-        continue;
+    r.verdict = Verdict::kOverlap;
+    r.begin = hb;
+    r.end = he;
+    return true;
+  };
+  const int failed = for_each_numbered(dir, [&](const char* name, long tid) {
+    if (tid == me) return false;
+    uintptr_t hb = 0, he = 0;
+    const int v = look_at_thread(dir, name, begin, end, &hb, &he);
+    if (v == kRunning) {
+      if (n_running < kMaxRunning) {
+        std::snprintf(running[n_running], sizeof running[0], "%ld", tid);
+        reads0[n_running++] = reads_done(dir, name);
+      } else {
+        too_many = true;
       }
-      r.verdict = Verdict::kOverlap;
-      r.begin = hb;
-      r.end = he;
+      return false;
+    }
+    return v != 0 && judge(v, tid, hb, he);
+  });
+  if (failed != 0) {
+    r = Result{};
+    r.error = failed;
+  }
+  // Threads seen running matter only if a read of theirs can pin: with no descriptor open
+  // for direct I/O, none can.
+  if (failed == 0 && r.verdict == Verdict::kClear && n_running > 0 && !too_many) {
+    const int direct = direct_io_open();
+    if (direct < 0) {
+      r.verdict = Verdict::kUnknown;
+      r.error = -direct;
       close(dir);
       return r;
     }
+    if (direct == 0) n_running = 0;
+  }
+  const uint64_t until = now_ns() + kRunningLookNs;
+  for (int look = 0;
+       failed == 0 && r.verdict != Verdict::kOverlap && n_running > 0 && (look < kMinRunningLooks || now_ns() < until);
+       ++look) {
+    sched_yield();  // on a busy CPU, lets a thread waiting for it get to its sleep
+    for (int i = 0; i < n_running;) {
+      uintptr_t hb = 0, he = 0;
+      const int v = look_at_thread(dir, running[i], begin, end, &hb, &he);
+      if (v == kRunning) {
+        const uint64_t now = reads_done(dir, running[i]);
+        if (reads0[i] == UINT64_MAX || now == UINT64_MAX || now == reads0[i]) {
+          ++i;
+          continue;
+        }
+      } else if (v != 0 && judge(v, std::strtol(running[i], nullptr, 10), hb, he)) {
+        break;
+      }
+      --n_running;  // settled
+      std::memcpy(running[i], running[n_running], sizeof running[0]);
+      reads0[i] = reads0[n_running];
+    }
+  }
+  // A thread that ran through every look (or more running threads than can be followed): it
+  // may be inside a read begun before the fence.
+  if ((too_many || n_running > 0) && r.verdict == Verdict::kClear) {
+    r.verdict = Verdict::kUnknown;
+    r.error = EAGAIN;
+    r.tid = n_running > 0 ? int(std::strtol(running[0], nullptr, 10)) : -1;
   }
   close(dir);
   return r;

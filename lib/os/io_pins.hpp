@@ -36,9 +36,16 @@ Result registered_buffers(uintptr_t begin, uintptr_t end, int attempts = 1) noex
 // Threads of the process other than the caller that are inside read(2), pread64(2), readv(2),
 // preadv(2) or preadv2(2) from a file or device (not a pipe, socket or anonymous inode, whose
 // reads copy and never pin) with a destination overlapping [begin, end). A thread the kernel
-// shows as running (on a CPU, in user or kernel mode) has no system call to show and is not
-// counted: a read that polls for its completion (RWF_HIPRI) is not seen. kUnknown: /proc
-// could not be read, or a readv's vector could not.
+// shows as running (on a CPU or runnable, in user or kernel mode) has no system call to show;
+// it matters only while a descriptor of the process is open with O_DIRECT (reads through
+// other descriptors copy, and the fence holds them). Then it is looked at again for up to
+// 1 ms until it is seen asleep (and judged by its call) or has completed a read system call
+// since (syscr); one that is neither makes the answer kUnknown with error EAGAIN and tid
+// naming it: it may be between pinning a read's pages and sleeping. Not seen: a read that
+// polls for its completion (RWF_HIPRI) and never sleeps; a FUSE direct_io read caught
+// running; an O_DIRECT read whose descriptor another thread closed while it ran. kUnknown
+// otherwise: /proc could not be read, a readv's vector could not, or more than 256 threads
+// were running at once.
 Result reads_in_flight(uintptr_t begin, uintptr_t end) noexcept;
 // The parser of one /proc/<pid>/task/<tid>/syscall line (tests): false for "running" or a
 // task outside any system call; else *nr and args[0..5].
