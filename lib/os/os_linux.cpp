@@ -17,6 +17,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -128,11 +129,20 @@ int memfd_create(const std::string& name) {
 }
 
 uint64_t max_map_count() noexcept {
+  // Plain system calls, no stdio: the stats publisher asks under its write lock, which fork
+  // handlers take after the interposer's init lock; a malloc here during the interposer's
+  // initialisation would wait for that lock and deadlock a forking thread.
   uint64_t n = 65530;
-  if (FILE* f = std::fopen("/proc/sys/vm/max_map_count", "re")) {
-    unsigned long long v = 0;
-    if (std::fscanf(f, "%llu", &v) == 1 && v > 0) n = v;
-    std::fclose(f);
+  const int fd = ::open("/proc/sys/vm/max_map_count", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[32];
+    const ssize_t k = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    if (k > 0) {
+      buf[k] = 0;
+      const unsigned long long v = std::strtoull(buf, nullptr, 10);
+      if (v > 0) n = v;
+    }
   }
   return n;
 }
