@@ -179,15 +179,21 @@ uint64_t task_start_ticks(int pid, int tid) noexcept;
 // The calling thread's start time, read through /proc/thread-self (right whichever pid
 // namespace the /proc mounted here belongs to); 0 when it cannot be read.
 uint64_t self_task_start_ticks() noexcept;
+// Whether the /proc mounted here belongs to our pid namespace (its numbers are ours): false
+// in a container that did not mount its own.
+bool proc_is_ours() noexcept;
 // Where a process of another pid namespace of this host (a container) is in this /proc:
 // thread ns_tid of process ns_pid, numbered so in pid namespace pidns (the inode of its
-// ns/pid). kFound with their ids here. kGone when the process or thread is not in that
-// namespace and the namespace is below ours: seen now, or seen by this process before (one
-// below ours stays so and disappears only when all its processes have ended). kUnreachable
-// when nothing can be told: the namespace is not below ours, /proc hides or refuses entries,
-// or this /proc is not of our namespace. A found process is remembered and re-checked
-// cheaply; an unreachable one is not searched for again for 2 s.
+// ns/pid). A process whose ns/pid cannot be inspected (not dumpable, another user's) is taken
+// for it when its thread ns_tid started at start_ticks (0: not known). kFound with their ids
+// here. kGone when the process or thread is not in that namespace and the namespace is below
+// ours: seen now, or seen before and held open since (so its number was not reused; a
+// namespace below ours stays so and disappears only when its last process has ended).
+// kUnreachable when nothing can be told: the namespace is not below ours, /proc hides or
+// refuses entries, or this /proc is not of our namespace. A found thread is remembered and
+// re-checked cheaply (and kept when nothing can be read, out of descriptors); an unreachable
+// one is not searched for again for 2 s.
 enum class NsFind : uint8_t { kFound, kGone, kUnreachable };
-NsFind find_in_pid_namespace(uint64_t pidns, int ns_pid, int ns_tid, int* pid, int* tid) noexcept;
+NsFind find_in_pid_namespace(uint64_t pidns, int ns_pid, int ns_tid, uint64_t start_ticks, int* pid, int* tid) noexcept;
 
 }  // namespace cxlpool::os

@@ -202,7 +202,10 @@ NsFind find_thread(int pid, int ns_tid, int* tid) noexcept {
     char status[96];
     snprintf(status, sizeof status, "/proc/%d/task/%ld/status", pid, t);
     int depth = 0, last = 0;
-    if (!read_nspid(status, &depth, &last)) continue;
+    if (!read_nspid(status, &depth, &last)) {
+      if (errno != ENOENT && errno != ESRCH) found = NsFind::kUnreachable;  // not read: perhaps it
+      continue;
+    }
     if (last == ns_tid) {
       *tid = static_cast<int>(t);
       found = NsFind::kFound;
@@ -216,6 +219,7 @@ NsFind find_thread(int pid, int ns_tid, int* tid) noexcept {
 struct NsCacheEntry {
   uint64_t pidns = 0;
   int ns_pid = 0, ns_tid = 0, pid = 0, tid = 0;
+  uint64_t start = 0;  // the thread's start time, when it was found by it (its ns/pid unreadable)
   NsFind result = NsFind::kUnreachable;
   uint64_t until_ns = 0;  // for kUnreachable: a search is not repeated before then
 };
@@ -223,36 +227,75 @@ constexpr int kNsCacheSize = 8;
 constexpr uint64_t kUnreachableRetryNs = 2000000000ull;
 NsCacheEntry g_ns_cache[kNsCacheSize];
 unsigned g_ns_next = 0;
-uint64_t g_ns_below[kNsCacheSize];  // namespaces seen below ours, most recent last
+// Namespaces seen below ours, each held open: a namespace's inode number is reused once it is
+// freed, and holding it keeps the number its own, so "not seen any more" means "ended".
+struct HeldNs {
+  uint64_t ino = 0;
+  int fd = -1;
+};
+HeldNs g_ns_below[kNsCacheSize];
 unsigned g_ns_below_next = 0;
 // A flag, not a mutex: a fork while another thread holds it must not leave a child stuck; a
 // caller that finds it taken searches without the cache.
 std::atomic<bool> g_ns_busy{false};
 
-bool still_there(const NsCacheEntry& c) noexcept {
+// 1: the cached thread is still there; 0: it is not (gone, or its number means another thread
+// now); -1: nothing can be read now (out of descriptors).
+int still_there(const NsCacheEntry& c) noexcept {
   char path[96];
   snprintf(path, sizeof path, "/proc/%d/task/%d/status", c.pid, c.tid);
   int depth = 0, last = 0;
-  return read_nspid(path, &depth, &last) && depth >= 2 && last == c.ns_tid && ns_inode_of(c.pid) == c.pidns;
+  if (!read_nspid(path, &depth, &last)) return errno == ENOENT || errno == ESRCH ? 0 : -1;
+  if (depth < 2 || last != c.ns_tid) return 0;
+  if (c.start != 0) return task_start_ticks(c.pid, c.tid) == c.start ? 1 : 0;
+  return ns_inode_of(c.pid) == c.pidns ? 1 : 0;
 }
 
-// known_below: the namespace was seen below ours before; one below ours stays below ours, so
-// if it cannot be seen now, every process of it has ended.
+void hold_namespace(uint64_t ino, int pid) noexcept {
+  for (const HeldNs& h : g_ns_below)
+    if (h.ino == ino) return;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/ns/pid", pid);
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_ino) != ino) {
+    ::close(fd);
+    return;
+  }
+  HeldNs& slot = g_ns_below[g_ns_below_next++ % kNsCacheSize];
+  if (slot.fd >= 0) ::close(slot.fd);
+  slot = HeldNs{ino, fd};
+}
+
+// ns_pid/ns_tid among the processes whose namespace cannot be inspected (not dumpable, or
+// another user's): the thread whose start time is start_ticks, the participant's own record.
+NsFind find_by_start(const int* pids, int n, int ns_tid, uint64_t start_ticks, int* pid, int* tid) noexcept {
+  if (start_ticks == 0) return NsFind::kUnreachable;
+  for (int i = 0; i < n; ++i) {
+    int t = 0;
+    if (find_thread(pids[i], ns_tid, &t) == NsFind::kFound && task_start_ticks(pids[i], t) == start_ticks) {
+      *pid = pids[i];
+      *tid = t;
+      return NsFind::kFound;
+    }
+  }
+  return NsFind::kUnreachable;
+}
+
+// known_below: the namespace was seen below ours before and is held open, so if it cannot be
+// seen now, every process of it has ended. *seen_pid: a process of it seen now (0: none).
 // *lasting: an answer that holds until the namespace changes (worth remembering), not one
 // that a process caught as it exits made uncertain.
-NsFind search(uint64_t pidns, int ns_pid, int ns_tid, bool known_below, bool* seen, bool* lasting, int* pid,
-              int* tid) noexcept {
+NsFind search(uint64_t pidns, int ns_pid, int ns_tid, uint64_t start_ticks, bool known_below, int* seen_pid,
+              bool* lasting, int* pid, int* tid, uint64_t* found_start) noexcept {
   *lasting = false;
-  // Numbers read from this /proc are used with kill and tgkill: they must be ours.
-  char self[32];
-  const ssize_t n = ::readlink("/proc/self", self, sizeof self - 1);
-  if (n <= 0) return NsFind::kUnreachable;
-  self[n] = 0;
-  if (strtol(self, nullptr, 10) != prim::process_id()) return NsFind::kUnreachable;
+  *seen_pid = 0;
+  if (!proc_is_ours()) return NsFind::kUnreachable;  // its numbers go to kill and tgkill
   DIR* dir = opendir("/proc");
   if (!dir) return NsFind::kUnreachable;
-  bool seen_ns = false, unsure = false, passing = false;
-  int candidate = 0;
+  bool unsure = false, passing = false;
+  int candidate = 0, uninspectable[4], n_uninspectable = 0;
   while (dirent* e = readdir(dir)) {
     char* end = nullptr;
     const long p = strtol(e->d_name, &end, 10);
@@ -267,38 +310,54 @@ NsFind search(uint64_t pidns, int ns_pid, int ns_tid, bool known_below, bool* se
     if (depth < 2) continue;  // a process of our own namespace
     const uint64_t ino = ns_inode_of(static_cast<int>(p));
     const int ns_err = errno;
-    if (ino == pidns) seen_ns = true;
+    if (ino == pidns && *seen_pid == 0) *seen_pid = static_cast<int>(p);
     if (last != ns_pid) continue;
     if (ino == 0) {  // perhaps it, but its namespace cannot be read: not ours to inspect, or exiting
       unsure = true;
       passing |= ns_err != EACCES && ns_err != EPERM;
+      if (n_uninspectable < 4) uninspectable[n_uninspectable++] = static_cast<int>(p);
     } else if (ino == pidns) {
       candidate = static_cast<int>(p);
       break;
     }
   }
   closedir(dir);
-  *seen = seen_ns;
   *lasting = !passing;
   if (candidate != 0) {
     const NsFind t = find_thread(candidate, ns_tid, tid);
     if (t == NsFind::kFound) *pid = candidate;
     return t;
   }
-  return (seen_ns || known_below) && !unsure && !proc_hides_pids() ? NsFind::kGone : NsFind::kUnreachable;
+  if (find_by_start(uninspectable, n_uninspectable, ns_tid, start_ticks, pid, tid) == NsFind::kFound) {
+    *found_start = start_ticks;
+    return NsFind::kFound;
+  }
+  return (*seen_pid != 0 || known_below) && !unsure && !proc_hides_pids() ? NsFind::kGone : NsFind::kUnreachable;
 }
 }  // namespace
 
-NsFind find_in_pid_namespace(uint64_t pidns, int ns_pid, int ns_tid, int* pid, int* tid) noexcept {
+bool proc_is_ours() noexcept {
+  char self[32];
+  const ssize_t n = ::readlink("/proc/self", self, sizeof self - 1);
+  if (n <= 0) return false;
+  self[n] = 0;
+  return strtol(self, nullptr, 10) == prim::process_id();
+}
+
+NsFind find_in_pid_namespace(uint64_t pidns, int ns_pid, int ns_tid, uint64_t start_ticks, int* pid,
+                             int* tid) noexcept {
   if (pidns == 0 || ns_pid <= 0 || ns_tid <= 0) return NsFind::kUnreachable;
   const uint64_t now = monotonic_ns();
   const bool cached = !g_ns_busy.exchange(true, std::memory_order_acquire);
   bool known_below = false;
   if (cached) {
-    for (uint64_t ns : g_ns_below) known_below |= ns == pidns;
+    for (const HeldNs& h : g_ns_below) known_below |= h.ino == pidns && h.fd >= 0;
     for (NsCacheEntry& c : g_ns_cache) {
       if (c.pidns != pidns || c.ns_pid != ns_pid || c.ns_tid != ns_tid) continue;
-      if (c.result == NsFind::kFound && still_there(c)) {
+      // Out of descriptors, the thread found before is still the one to ask about: the caller
+      // falls back to tgkill with its ids, as for a process of our own namespace.
+      const int there = c.result == NsFind::kFound ? still_there(c) : 0;
+      if (there != 0) {
         *pid = c.pid;
         *tid = c.tid;
         g_ns_busy.store(false, std::memory_order_release);
@@ -311,17 +370,19 @@ NsFind find_in_pid_namespace(uint64_t pidns, int ns_pid, int ns_tid, int* pid, i
       c = NsCacheEntry{};  // stale: search again
     }
   }
-  int p = 0, t = 0;
-  bool seen = false, lasting = false;
-  const NsFind r = search(pidns, ns_pid, ns_tid, known_below, &seen, &lasting, &p, &t);
+  int p = 0, t = 0, seen_pid = 0;
+  bool lasting = false;
+  uint64_t found_start = 0;
+  const NsFind r = search(pidns, ns_pid, ns_tid, start_ticks, known_below, &seen_pid, &lasting, &p, &t, &found_start);
   if (r == NsFind::kFound) {
     *pid = p;
     *tid = t;
   }
   if (cached) {
-    if (seen && !known_below) g_ns_below[g_ns_below_next++ % kNsCacheSize] = pidns;
+    if (seen_pid != 0) hold_namespace(pidns, seen_pid);
     if (r == NsFind::kFound || (r == NsFind::kUnreachable && lasting))
-      g_ns_cache[g_ns_next++ % kNsCacheSize] = NsCacheEntry{pidns, ns_pid, ns_tid, p, t, r, now + kUnreachableRetryNs};
+      g_ns_cache[g_ns_next++ % kNsCacheSize] =
+          NsCacheEntry{pidns, ns_pid, ns_tid, p, t, found_start, r, now + kUnreachableRetryNs};
     g_ns_busy.store(false, std::memory_order_release);
   }
   return r;

@@ -48,13 +48,14 @@ PeerLife judge_peer(const PoolView& v, uint32_t s, uint32_t inc, uint64_t boot_h
   auto tid = static_cast<int>(v.load(&line->beat_tid));
   if (pid <= 0) return PeerLife::kUnverifiable;
   const uint64_t beat_start = v.load(&line->beat_start_ticks);
+  if (their_ns == pidns && !os::proc_is_ours()) return PeerLife::kUnverifiable;  // its numbers name others here
   if (their_ns != pidns) {
     // Another pid namespace of this host (a container): its numbers mean something here only
     // if the namespace is below ours. Found, it is judged by its process like any other; a
     // start time that differs (a time namespace, or a reused id) proves nothing either way.
     if (tid <= 0) return PeerLife::kUnverifiable;
     int here_pid = 0, here_tid = 0;
-    switch (os::find_in_pid_namespace(their_ns, pid, tid, &here_pid, &here_tid)) {
+    switch (os::find_in_pid_namespace(their_ns, pid, tid, beat_start, &here_pid, &here_tid)) {
       case os::NsFind::kGone:
         return PeerLife::kGone;
       case os::NsFind::kUnreachable:
@@ -62,7 +63,8 @@ PeerLife judge_peer(const PoolView& v, uint32_t s, uint32_t inc, uint64_t boot_h
       case os::NsFind::kFound:
         break;
     }
-    if (beat_start != 0 && os::task_start_ticks(here_pid, here_tid) != beat_start) return PeerLife::kUnverifiable;
+    const uint64_t start_here = os::task_start_ticks(here_pid, here_tid);  // 0: unreadable now
+    if (beat_start != 0 && start_here != 0 && start_here != beat_start) return PeerLife::kUnverifiable;
     pid = here_pid;
     tid = here_tid;
   }

@@ -2132,6 +2132,57 @@ TEST_CASE("a participant in another pid namespace of this host is judged by its 
   cxlpool_shared_pool_unlink(slow.c_str());
 }
 
+// A pid namespace's number (its ns/pid inode) is given to the next namespace once it is
+// freed: a namespace seen and ended must not make its successor's live, stopped participant
+// look gone.
+TEST_CASE("a pid namespace that ended is not confused with the next one given its number", "[shared]") {
+  if (geteuid() != 0) CXLPOOL_SKIP("needs root for a pid namespace (unshare CLONE_NEWPID)");
+  const std::string device = "shm:" + unique_name("nsreuse");
+  {
+    Params params(32u << 20, 10, 300);
+    cxlpool_shared_pool_t* p = nullptr;
+    REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &p) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(p) == CXLPOOL_OK);
+  }
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  auto participant = [&] {
+    cxlpool_shared_pool_t* c = nullptr;
+    void* b = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK ||
+        cxlpool_shared_alloc(c, 256, &b) != CXLPOOL_OK)
+      _exit(2);
+    struct stat st {};
+    const uint64_t ino = stat("/proc/self/ns/pid", &st) == 0 ? uint64_t(st.st_ino) : 0;
+    if (write(ready[1], &ino, sizeof ino) != sizeof ino) _exit(3);
+    for (;;) pause();
+  };
+  pid_t first = 0;
+  const pid_t child1 = fork_in_new_pid_namespace(participant, &first);
+  uint64_t ino1 = 0, ino2 = 0;
+  REQUIRE(read(ready[0], &ino1, sizeof ino1) == sizeof ino1);
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  kill(first, SIGSTOP);  // silent: the watch looks for it in its namespace and finds it stopped
+  CHECK(eventually([&] { return stats_of(a).find("\"process\": \"stopped\"") != std::string::npos; }, 30000));
+  kill(first, SIGKILL);  // the namespace ends with it
+  CHECK(wait_exit(child1) == 128 + SIGKILL);
+  CHECK(eventually([&] { return info_of(a).recovered_slots == 1; }, 30000));
+  pid_t second = 0;
+  const pid_t child2 = fork_in_new_pid_namespace(participant, &second);
+  REQUIRE(read(ready[0], &ino2, sizeof ino2) == sizeof ino2);
+  if (ino1 == ino2) WARN("the new namespace was given the number of the one that ended: " << ino2);
+  kill(second, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));  // 6 leases
+  CHECK(info_of(a).recovered_slots == 1);                        // stopped, not gone
+  CHECK(stats_of(a).find("\"process\": \"stopped\"") != std::string::npos);
+  kill(second, SIGKILL);
+  CHECK(wait_exit(child2) == 128 + SIGKILL);
+  CHECK(eventually([&] { return info_of(a).recovered_slots == 2; }, 30000));
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
 // A participant that closes is alive until its slot is given up: observers of this host judge
 // it by its heartbeat thread, which must outlive the frees of its leave. Leavers with thousands
 // of blocks to free, under CPU hogs, watched with a 5 ms heartbeat: none is recovered.
