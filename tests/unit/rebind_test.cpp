@@ -1173,7 +1173,7 @@ TEST_CASE("io_uring registered buffers are never moved, also while registrations
         if (std::memcmp(dst, image.data(), 64 * 1024) != 0) ++wrong;
       }
       io_uring_unregister_buffers(&ring);
-      sched_yield();  // unregistered for a moment: moves get through
+      usleep(200);  // unregistered for a moment (asleep, not running): moves get through
     }
   });
   Device* from = a.get();
