@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "os/os.hpp"
 #include "os/prim.hpp"
 
 namespace cxlpool::os::io_pins {
@@ -400,11 +400,6 @@ uint64_t reads_done(int dir, const char* name) noexcept {
   return p ? std::strtoull(p + 6, nullptr, 10) : UINT64_MAX;
 }
 
-uint64_t now_ns() noexcept {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
 }  // namespace
 
 Result reads_in_flight(uintptr_t begin, uintptr_t end) noexcept {
@@ -464,9 +459,9 @@ Result reads_in_flight(uintptr_t begin, uintptr_t end) noexcept {
     }
     if (direct == 0) n_running = 0;
   }
-  const uint64_t until = now_ns() + kRunningLookNs;
-  for (int look = 0;
-       failed == 0 && r.verdict != Verdict::kOverlap && n_running > 0 && (look < kMinRunningLooks || now_ns() < until);
+  const uint64_t until = monotonic_ns() + kRunningLookNs;
+  for (int look = 0; failed == 0 && r.verdict != Verdict::kOverlap && n_running > 0 &&
+                     (look < kMinRunningLooks || monotonic_ns() < until);
        ++look) {
     sched_yield();  // on a busy CPU, lets a thread waiting for it get to its sleep
     for (int i = 0; i < n_running;) {
