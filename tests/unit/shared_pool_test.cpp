@@ -685,6 +685,18 @@ class NsObserver {
     if (write(cmd_, "r", 1) != 1 || read(out_, &n, sizeof n) != sizeof n) return UINT64_MAX;
     return n;
   }
+  // Starts a participant of the pool as the first process of a pid namespace below the
+  // observer's (a container inside the observer's container); returns that namespace's inode.
+  uint64_t start_nested() {
+    uint64_t ino = 0;
+    if (write(cmd_, "n", 1) != 1 || read(out_, &ino, sizeof ino) != sizeof ino) return 0;
+    return ino;
+  }
+  // SIGSTOP ('t') or SIGKILL and reap ('k') the nested participant; true when done.
+  bool signal_nested(char op) {
+    char done = 0;
+    return write(cmd_, &op, 1) == 1 && read(out_, &done, 1) == 1 && done == 1;
+  }
   std::string stats() {
     uint32_t len = 0;
     if (write(cmd_, "s", 1) != 1 || read(out_, &len, sizeof len) != sizeof len) return {};
@@ -708,8 +720,40 @@ class NsObserver {
       status = 0;
     if (write(out, &status, 1) != 1 || status != 0) _exit(2);
     char c = 0;
+    pid_t nested_outer = -1, nested = -1;  // the nested namespace's waiter and its first process
     while (read(cmd, &c, 1) == 1 && c != 'q') {
-      if (c == 'r') {
+      if (c == 'n') {
+        uint64_t ino = 0;
+        int up[2];
+        if (pipe(up) != 0) _exit(6);
+        nested_outer = fork();
+        if (nested_outer == 0) {
+          if (unshare(CLONE_NEWPID) != 0) _exit(20);
+          const pid_t inner = fork();
+          if (inner == 0) {
+            cxlpool_shared_pool_t* mine = nullptr;
+            void* b = nullptr;
+            struct stat st {};
+            if (cxlpool_shared_pool_open(device.c_str(), nullptr, &mine) != CXLPOOL_OK ||
+                cxlpool_shared_alloc(mine, 256, &b) != CXLPOOL_OK || stat("/proc/self/ns/pid", &st) != 0)
+              _exit(2);
+            const uint64_t mine_ino = st.st_ino;
+            if (write(up[1], &mine_ino, sizeof mine_ino) != sizeof mine_ino) _exit(3);
+            for (;;) pause();
+          }
+          if (write(up[1], &inner, sizeof inner) != sizeof inner) _exit(21);
+          _exit(wait_exit(inner));
+        }
+        close(up[1]);
+        if (read(up[0], &nested, sizeof nested) != sizeof nested || read(up[0], &ino, sizeof ino) != sizeof ino)
+          ino = 0;
+        close(up[0]);
+        if (write(out, &ino, sizeof ino) != sizeof ino) _exit(3);
+      } else if (c == 't' || c == 'k') {
+        char done = nested > 0 && kill(nested, c == 't' ? SIGSTOP : SIGKILL) == 0;
+        if (c == 'k' && done) done = wait_exit(nested_outer) == 128 + SIGKILL;
+        if (write(out, &done, 1) != 1) _exit(3);
+      } else if (c == 'r') {
         cxlpool_shared_info_t i{};
         const uint64_t n = cxlpool_shared_pool_info(pool, &i) == CXLPOOL_OK ? i.recovered_slots : UINT64_MAX;
         if (write(out, &n, sizeof n) != sizeof n) _exit(3);
@@ -2180,6 +2224,62 @@ TEST_CASE("a pid namespace that ended is not confused with the next one given it
   CHECK(wait_exit(child2) == 128 + SIGKILL);
   CHECK(eventually([&] { return info_of(a).recovered_slots == 2; }, 30000));
   cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+// An observer inside a container saw a participant in a namespace below its own, then that
+// namespace ended. The kernel hands a freed namespace number to the next namespace made anywhere
+// on the host: here a sibling container, which the observer cannot see into. Its participant,
+// briefly stopped, must be judged by its heartbeat, not found "gone" from the ended namespace.
+TEST_CASE("an observer in a container does not take a sibling container for a nested one that ended", "[shared]") {
+  if (geteuid() != 0) CXLPOOL_SKIP("needs root for pid namespaces and a private /proc");
+  const std::string device = "shm:" + unique_name("nsreuse2");
+  {
+    Params params(32u << 20, 10, 10000);  // a 10 s lease: the stop below is a tenth of it
+    cxlpool_shared_pool_t* p = nullptr;
+    REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &p) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(p) == CXLPOOL_OK);
+  }
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  NsObserver observer(device);
+  REQUIRE(observer.ok());
+  const uint64_t nested_ino = observer.start_nested();
+  REQUIRE(nested_ino != 0);
+  // Stopped: the observer finds it through its own /proc, in the namespace below it.
+  REQUIRE(observer.signal_nested('t'));
+  CHECK(eventually([&] { return observer.stats().find("\"process\": \"stopped\"") != std::string::npos; }, 30000));
+  REQUIRE(observer.signal_nested('k'));  // the nested namespace ends with it
+  CHECK(eventually([&] { return observer.recovered_slots() == 1; }, 30000));
+
+  pid_t sibling = 0;
+  const pid_t child = fork_in_new_pid_namespace(
+      [&] {
+        cxlpool_shared_pool_t* c = nullptr;
+        void* b = nullptr;
+        struct stat st {};
+        if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK ||
+            cxlpool_shared_alloc(c, 256, &b) != CXLPOOL_OK || stat("/proc/self/ns/pid", &st) != 0)
+          _exit(2);
+        const uint64_t ino = st.st_ino;
+        if (write(ready[1], &ino, sizeof ino) != sizeof ino) _exit(3);
+        for (;;) pause();
+      },
+      &sibling);
+  uint64_t sibling_ino = 0;
+  REQUIRE(read(ready[0], &sibling_ino, sizeof sibling_ino) == sizeof sibling_ino);
+  // While the observer holds the ended namespace, its number cannot be handed out again; without
+  // that, the kernel reuses it here nearly every time.
+  INFO("nested namespace " << nested_ino << ", sibling namespace " << sibling_ino);
+  CHECK(sibling_ino != nested_ino);
+  kill(sibling, SIGSTOP);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  CHECK(observer.recovered_slots() == 1);  // not the sibling's slot
+  kill(sibling, SIGCONT);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK(observer.recovered_slots() == 1);
+  kill(sibling, SIGKILL);
+  CHECK(wait_exit(child) == 128 + SIGKILL);
   cxlpool_shared_pool_unlink(device.c_str());
 }
 
