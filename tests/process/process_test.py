@@ -831,25 +831,27 @@ def mode_fifo_config():
     fifo = os.path.join(d, "config.fifo")
     os.mkfifo(fifo)
     env = {"CXLPOOL_CONFIG": fifo}
+    # Opening a FIFO nobody writes blocks forever, so a hang guard tells a blocked open from a
+    # slow machine: no bound on the time a correct run takes (it is printed).
     for name, cmd in [("/bin/true", ["/bin/true"]), ("ls /", ["ls", "/"])]:
         plain = run(cmd)
-        r = run(cxl(cmd), timeout=3, extra=env)
+        r = run(cxl(cmd), timeout=60, extra=env)
         lines = [l for l in r.err.splitlines() if l.strip()]
-        check(not r.timed_out and r.elapsed < 1.0, f"CXLPOOL_CONFIG=FIFO cxlpool-run -- {name}: finishes in "
-                                                   f"{r.elapsed:.2f} s (< 1 s){' TIMED OUT' if r.timed_out else ''}")
+        check(not r.timed_out, f"CXLPOOL_CONFIG=FIFO cxlpool-run -- {name}: finishes, in "
+                               f"{r.elapsed:.2f} s{' TIMED OUT after 60 s' if r.timed_out else ''}")
         check(r.returncode == 0 and r.stdout == plain.stdout, f"... {name}: {r.describe()}, output as without it")
         check(len(lines) == 1 and fifo in lines[0], f"... {name}: exactly one stderr line naming the FIFO "
                                                     f"({len(lines)} lines: {lines[:2]})")
     if args.info:
-        r = run([args.info], timeout=3, extra=env)
+        r = run([args.info], timeout=60, extra=env)
         text = r.out + r.err
-        check(not r.timed_out and r.elapsed < 1.0 and r.returncode not in (0, None) and fifo in text,
+        check(not r.timed_out and r.returncode not in (0, None) and fifo in text,
               f"CXLPOOL_CONFIG=FIFO cxlpool-info: {r.describe()} in {r.elapsed:.2f} s, message names the path: "
               f"{fifo in text}")
         info(head(r.err, 4))
     # CXLPOOL_STATS naming a FIFO nobody reads: one line, the program exits (and its output
     # is not lost).
-    r = run(cxl([PY, "-c", "print('out')"]), timeout=5, extra={"CXLPOOL_STATS": fifo})
+    r = run(cxl([PY, "-c", "print('out')"]), timeout=60, extra={"CXLPOOL_STATS": fifo})
     check(not r.timed_out and r.returncode == 0 and r.out.strip() == "out" and fifo in r.err,
           f"CXLPOOL_STATS=FIFO: {r.describe()} in {r.elapsed:.2f} s, stdout kept, message names the FIFO")
 

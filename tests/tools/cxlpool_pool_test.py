@@ -135,7 +135,8 @@ try:
 
         # Participants a pid namespace below ours holds (a container): the survey finds their
         # processes through /proc; were it reduced to their heartbeats (sampled up to 2 s per
-        # pool), the 12 pools are still looked at side by side, not one after the other (24 s).
+        # pool), the 12 pools are still looked at side by side, not one after the other (24 s of
+        # waiting on any machine: the bound below leaves the rest to a slow or busy one).
         many = [f"{dev}-ns{k}" for k in range(12)]
         for d in many:
             run("create", d, "--size", "16M", "--timeout-ms", "5000")
@@ -153,7 +154,7 @@ try:
         code, pools, _ = pools_seen()
         took = time.monotonic() - t0
         seen = [pools.get(d, {}).get("participants", [{}])[0].get("alive") for d in many] if pools else []
-        check(ready and code == 0 and seen == [True] * len(many) and took < 12,
+        check(ready and code == 0 and seen == [True] * len(many) and took < 20,
               f"12 pools held from another pid namespace: all alive, surveyed in {took:.1f} s (got {seen})")
         holder.kill()
         holder.wait()

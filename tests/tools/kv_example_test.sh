@@ -12,7 +12,12 @@ dev=shm:cxlpool-kv-example-$tag
 out=$(mktemp)
 "$bin/kv_prefill_server" "$sock" "$dev" 3 > "$out" 2>&1 &
 prefill=$!
-for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+# Its socket appears when it is ready: wait for that (60 s at most, a hang guard) or its end.
+for _ in $(seq 600); do
+  [ -S "$sock" ] && break
+  kill -0 $prefill 2>/dev/null || { cat "$out"; echo "FAILED: the prefill server ended before it listened"; exit 1; }
+  sleep 0.1
+done
 fail=0
 a=$("$bin/kv_decode_server" "$sock" "$dev" "The capital of France is Paris. The capital of Italy is") || fail=1
 b=$("$bin/kv_decode_server" "$sock" "$dev" "The capital of France is Paris. The capital of Spain is") || fail=1

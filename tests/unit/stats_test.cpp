@@ -110,7 +110,8 @@ struct PageView {
   // Waits for two more publications (so the next copy reflects what happened before the call).
   void wait_publishes(uint64_t n = 2) const {
     const uint64_t target = publishes() + n;
-    for (int i = 0; i < 500 && publishes() < target; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 6000 && publishes() < target; ++i)  // 60 s: a hang guard
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     REQUIRE(publishes() >= target);
   }
 };

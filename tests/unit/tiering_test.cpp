@@ -325,11 +325,11 @@ TEST_CASE("the engine promotes a hinted hot set into a small fast tier, follows 
   const std::string start = tiering_json();
   const uint64_t moved_at_start = counter(start, "promote_bytes") + counter(start, "demote_bytes");
   auto t0 = std::chrono::steady_clock::now();
-  CHECK(drive(0, 5, 10.0));  // generous for loaded CI machines; bench/tiering measures the time
+  CHECK(drive(0, 5, 60.0));  // a hang guard, not a speed this machine must have (bench/tiering measures it)
   CHECK(hot_on_fast(0, 5) == 5);
   // The hot set moves: the new one comes up, the old one makes room (24 MiB hold 6 units at
   // the 95% high watermark... 5 hot units of 3 MiB committed = 15 MiB, so both cannot fit).
-  CHECK(drive(10, 5, 10.0));
+  CHECK(drive(10, 5, 60.0));
   CHECK(hot_on_fast(10, 5) == 5);
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string json = tiering_json();
@@ -426,7 +426,7 @@ TEST_CASE("the engine finds a written hot set with pagemap_scan and promotes it"
     }
   });
   auto wait_for = [&](int first) {
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     while (std::chrono::steady_clock::now() < until) {
       int n = 0;
       for (int i = first; i < first + 3; ++i) n += info_of(unit[size_t(i)]).tier == 0;
@@ -483,7 +483,7 @@ TEST_CASE("the engine finds a read hot set with sample and promotes it", "[tieri
     sum = x;
   });
   bool promoted = false;
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
        !promoted && std::chrono::steady_clock::now() < until;) {
     int n = 0;
     for (int i = 5; i < 8; ++i) n += info_of(unit[size_t(i)]).tier == 0;
@@ -663,7 +663,7 @@ TEST_CASE("pins count their bytes and moves; a unit larger than an interval's bu
   REQUIRE(big);
   fill(big, 100 * kMiB, 2);
   bool moved = false;
-  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
        !moved && std::chrono::steady_clock::now() < until;) {
     cxlpool_hint_access(big, 100 * kMiB, 1000);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -806,7 +806,7 @@ TEST_CASE("without a kernel-mode fence the engine skips copies, counts them and 
       fill(b, 3 * kMiB, 2);
       cxlpool_ptr_info_t ia{}, ib{};
       bool b_up = false;
-      for (int round = 0; round < 500 && !b_up; ++round) {
+      for (int round = 0; round < 6000 && !b_up; ++round) {  // 60 s at least: a hang guard
         cxlpool_hint_access(a, 3 * kMiB, 4);
         cxlpool_hint_access(b, 3 * kMiB, 4);
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
