@@ -5,8 +5,11 @@
 // file. A read whose bytes are not where the program reads them landed in pages the move
 // replaced (the device pinned the old ones). Prints moves done and refused, reads, wrong reads.
 // Run as a user with kernel-mode write fences (root): otherwise no move copies.
+// MODE spin: the 3 threads compute (no system call) while the O_DIRECT descriptor stays open;
+// spin-nodirect: the same with it closed. They measure what the in-flight-read check costs a
+// process whose threads stay on a CPU: moves made and refused, and the time per move.
 //
-// usage: odirect_move [MOVES [DIR]]   (DIR: a disk filesystem, default /tmp)
+// usage: odirect_move [MOVES [DIR [read|spin|spin-nodirect]]]   (DIR: a disk filesystem, default /tmp)
 #define _GNU_SOURCE
 #include <cxlpool/cxlpool.h>
 #include <cxlpool/tiering.h>
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { kBlock = 4 << 20, kFile = 16 << 20, kThreads = 3 };
@@ -44,9 +48,18 @@ static void* reader(void* arg) {
   return NULL;
 }
 
+static void* spinner(void* arg) {
+  volatile unsigned long x = (unsigned long)arg;
+  while (!atomic_load_explicit(&g_stop, memory_order_relaxed))
+    for (int i = 0; i < 1000; ++i) x = x * 6364136223846793005ul + 1442695040888963407ul;
+  return NULL;
+}
+
 int main(int argc, char** argv) {
   const int moves = argc > 1 ? atoi(argv[1]) : 2000;
   const char* dir = argc > 2 ? argv[2] : "/tmp";
+  const char* mode = argc > 3 ? argv[3] : "read";
+  const int spin = strncmp(mode, "spin", 4) == 0;
   cxlpool_config_t* c = NULL;
   cxlpool_config_create(&c);
   cxlpool_config_set_devices(c, "fast:backing=numa:0,size=256M,tier=0;slow:backing=memfd,size=256M,tier=1");
@@ -86,19 +99,28 @@ int main(int argc, char** argv) {
     perror("odirect_move: O_DIRECT");
     return 2;
   }
+  if (strcmp(mode, "spin-nodirect") == 0) close(g_fd);
   pthread_t threads[kThreads];
-  for (long t = 0; t < kThreads; ++t) pthread_create(&threads[t], NULL, reader, (void*)t);
+  for (long t = 0; t < kThreads; ++t) pthread_create(&threads[t], NULL, spin ? spinner : reader, (void*)t);
   int done = 0, refused = 0;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   for (int m = 0; m < moves; ++m) {
-    if (cxlpool_pin(g_block, kBlock, m % 2 == 0 ? 0 : 1) == CXLPOOL_OK)
+    // Each attempt asks for the tier the block is not on: a refused move leaves it where it
+    // was, and the next attempt tries the same move again (it is never a no-op counted done).
+    cxlpool_ptr_info_t where;
+    if (cxlpool_ptr_info(g_block, &where) != CXLPOOL_OK) return 2;
+    if (cxlpool_pin(g_block, kBlock, where.tier == 0 ? 1 : 0) == CXLPOOL_OK)
       ++done;
     else if (++refused == 1)
       fprintf(stderr, "odirect_move: first refusal: %s\n", cxlpool_last_error_message());
   }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
   atomic_store(&g_stop, 1);
   for (int t = 0; t < kThreads; ++t) pthread_join(threads[t], NULL);
-  printf("odirect_move: %d moves done, %d refused; %ld O_DIRECT reads, %ld wrong, %ld failed\n", done, refused,
-         atomic_load(&g_reads), atomic_load(&g_wrong), atomic_load(&g_failed));
+  const double ms = ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) / moves;
+  printf("odirect_move %s: %d moves done, %d refused, %.2f ms per attempt; %ld O_DIRECT reads, %ld wrong, %ld failed\n",
+         mode, done, refused, ms, atomic_load(&g_reads), atomic_load(&g_wrong), atomic_load(&g_failed));
   cxlpool_free(g_block);
   cxlpool_pool_destroy(pool);
   cxlpool_topology_destroy(topo);
