@@ -34,13 +34,14 @@ typedef struct cxlpool_backing_usage {
 } cxlpool_backing_usage_t;
 
 /* Opens the target at index. The backing does not keep the topology alive.
- * memfd targets get a new anonymous memory object per open; shm/file/devdax targets open
- * the named object (creating shm and files when absent, mode 0600).
- * Statuses: OK, INVALID_ARGUMENT, NOT_FOUND, OS, PERMISSION, CAPACITY, NO_MEMORY. */
+ * memfd targets get a new anonymous memory object per open; shm:NAME and file:PATH targets
+ * get an unnamed file (O_TMPFILE, mode 0600) in /dev/shm or PATH's directory, never the named
+ * object (an existing one is refused at discovery); devdax targets open the device.
+ * Statuses: OK, INVALID_ARGUMENT, NOT_FOUND, OS, PERMISSION, CAPACITY, NO_MEMORY, BUSY. */
 CXLPOOL_API cxlpool_status_t cxlpool_backing_open(const cxlpool_topology_t* topology, size_t index,
                                                   cxlpool_backing_t** out);
 /* Closes a backing. Fails with BUSY (and changes nothing) while reservations are live.
- * A named shm object created by this backing is unlinked when it is closed. NULL: OK. */
+ * Its memory goes with its last descriptor and mapping (nothing named is left). NULL: OK. */
 CXLPOOL_API cxlpool_status_t cxlpool_backing_close(cxlpool_backing_t* backing);
 
 CXLPOOL_API cxlpool_status_t cxlpool_backing_get_caps(const cxlpool_backing_t* backing, cxlpool_backing_caps_t* out);
