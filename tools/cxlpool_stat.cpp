@@ -249,7 +249,21 @@ int open_page(int pid, Mapped* out, std::string* why) {
     *why = "no process " + std::to_string(pid);
     return kNoProcess;
   }
-  const ProcInfo info = read_proc(pid);
+  ProcInfo info = read_proc(pid);
+  std::string fds = proc;  // where its descriptors are listed
+  if (info.zombie) {
+    // A main thread that exited (pthread_exit from main) is a zombie while the other threads
+    // run, and /proc/PID/fd lists nothing then: a live thread's own directory does.
+    if (DIR* d = opendir((proc + "/task").c_str())) {
+      while (dirent* e = readdir(d))
+        if (e->d_name[0] != '.' && std::string(e->d_name) != std::to_string(pid)) {
+          fds = proc + "/task/" + e->d_name;
+          info.zombie = false;
+          break;
+        }
+      closedir(d);
+    }
+  }
   if (info.zombie) {
     *why = "process " + std::to_string(pid) + " has exited (a zombie its parent has not reaped yet)";
     return kNoProcess;
@@ -258,10 +272,10 @@ int open_page(int pid, Mapped* out, std::string* why) {
   *why =
       "process " + std::to_string(pid) + " has no cxlpool stats page (not a cxlpool program, or CXLPOOL_STAT_PAGE=0)";
   // Its descriptors first (allowed to whoever may read the process: its owner, root).
-  if (DIR* d = opendir((proc + "/fd").c_str())) {
+  if (DIR* d = opendir((fds + "/fd").c_str())) {
     while (dirent* e = readdir(d)) {
       if (e->d_name[0] == '.') continue;
-      const std::string link = proc + "/fd/" + e->d_name;
+      const std::string link = fds + "/fd/" + e->d_name;
       if (!is_stats_link(read_link(link))) continue;
       int fd = open(link.c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) {

@@ -2,7 +2,9 @@
 // Kernel-held I/O memory of this process (io_pins.hpp): io_uring registered buffers (the
 // descriptors found in /proc/self/fd, each ring's /proc/self/fdinfo read in pieces through a
 // small line parser: a ring may list up to 16,384 buffers) and the read system calls its
-// threads are blocked in (/proc/self/task/*/syscall).
+// threads are blocked in (/proc/self/task/*/syscall). Descriptors are listed through
+// /proc/thread-self: once the main thread has exited, /proc/self's fd and fdinfo list nothing
+// (and an empty listing is taken for an unreadable one, never for "no ring").
 #include "os/io_pins.hpp"
 
 #include <dirent.h>
@@ -204,20 +206,22 @@ namespace {
 
 Result scan_once(uintptr_t begin, uintptr_t end) noexcept {
   Result r;
-  const int dir = open("/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir = open("/proc/thread-self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) {
     r.error = errno;
     return r;
   }
-  const int info = open("/proc/self/fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int info = open("/proc/thread-self/fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (info < 0) {
     r.error = errno;
     close(dir);
     return r;
   }
   r.verdict = Verdict::kClear;
+  bool saw_own = false;  // the listing must show the descriptor it is read through
   const int failed = for_each_numbered(dir, [&](const char* name, long number) {
     const int fd = int(number);
+    saw_own |= fd == dir;
     if (fd == dir || fd == info) return false;
     // Only anonymous inodes (no file type: eventfd, epoll, io_uring, ...) can be rings; one
     // fstat rules out files, sockets and pipes far more cheaply than a readlink in /proc.
@@ -243,9 +247,11 @@ Result scan_once(uintptr_t begin, uintptr_t end) noexcept {
     }
     return false;
   });
-  if (failed != 0) {
+  // An empty listing is no listing: unknown, never clear (a ring found proves it is not empty;
+  // the walk stops there, maybe before our own descriptor).
+  if (failed != 0 || (!saw_own && r.verdict != Verdict::kOverlap)) {
     r = Result{};
-    r.error = failed;
+    r.error = failed != 0 ? failed : EIO;
   }
   close(info);
   close(dir);
@@ -324,7 +330,7 @@ int read_overlaps(long nr, const uint64_t args[6], uintptr_t begin, uintptr_t en
 // have been a file a moment ago).
 bool may_pin(int fd) noexcept {
   char name[24], link[8];
-  std::snprintf(name, sizeof name, "/proc/self/fd/%d", fd);
+  std::snprintf(name, sizeof name, "/proc/thread-self/fd/%d", fd);
   const ssize_t n = readlink(name, link, sizeof link);
   return n <= 0 || link[0] == '/';
 }
@@ -367,10 +373,11 @@ constexpr int kMaxRunning = 256;
 // /proc/self/fdinfo entry): 1 yes, 0 no, -errno when the directory cannot be read. Only such
 // reads pin their destination for the device to write; buffered reads copy under the fence.
 int direct_io_open() noexcept {
-  const int dir = open("/proc/self/fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int dir = open("/proc/thread-self/fdinfo", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) return -errno;
-  bool found = false;
-  const int failed = for_each_numbered(dir, [&](const char* name, long) {
+  bool found = false, saw_own = false;  // the listing must show the descriptor it is read through
+  const int failed = for_each_numbered(dir, [&](const char* name, long number) {
+    saw_own |= number == dir;
     const int fd = openat(dir, name, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return false;  // closed meanwhile
     char text[128];
@@ -383,6 +390,7 @@ int direct_io_open() noexcept {
     return found;
   });
   close(dir);
+  if (failed == 0 && !found && !saw_own) return -EIO;
   return failed != 0 ? -failed : found ? 1 : 0;
 }
 

@@ -81,7 +81,7 @@ void link_new_file(int fd, NewFileSite* site, const std::string& path, const std
     rc = ::linkat(fd, "", site->dir, site->name.c_str(), AT_EMPTY_PATH);
     if (rc != 0 && (errno == ENOENT || errno == EPERM)) {  // AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH
       char proc[64];
-      snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+      snprintf(proc, sizeof proc, "/proc/thread-self/fd/%d", fd);
       rc = ::linkat(AT_FDCWD, proc, site->dir, site->name.c_str(), AT_SYMLINK_FOLLOW);
     }
   }

@@ -103,7 +103,8 @@ int copy_checked(void* dst, const void* src, size_t len) noexcept {
   auto* sp = static_cast<const char*>(src);
   while (len) {
     iovec local{d, len}, remote{const_cast<char*>(sp), len};
-    ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    // By thread id: the process id names the main thread, whose memory is gone once it exited.
+    ssize_t n = process_vm_readv(pid_t(syscall(SYS_gettid)), &local, 1, &remote, 1, 0);
     if (n < 0) {
       if (errno == EINTR) continue;
       return errno;
@@ -364,7 +365,7 @@ size_t address_space_headroom() noexcept {
   struct rlimit rl {};
   if (getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
   // /proc/self/statm: first field is the total program size in pages.
-  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  int fd = open("/proc/thread-self/statm", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return size_t(rl.rlim_cur) / 2;  // unknown use: assume half is taken
   char buf[128];
   ssize_t n = read(fd, buf, sizeof buf - 1);

@@ -45,7 +45,7 @@ uint64_t boot_id_hash() noexcept {
 
 uint64_t pid_namespace_id() noexcept {
   struct stat st {};
-  if (::stat("/proc/self/ns/pid", &st) != 0) return 0;
+  if (::stat("/proc/thread-self/ns/pid", &st) != 0) return 0;
   return static_cast<uint64_t>(st.st_ino);
 }
 
@@ -172,7 +172,7 @@ uint64_t ns_inode_of(int pid) noexcept {
 // Whether /proc hides other users' processes from the listing (hidepid=1/2/invisible/
 // noaccess): then a process that is not listed may still exist.
 bool proc_hides_pids() noexcept {
-  FILE* f = fopen("/proc/self/mounts", "re");
+  FILE* f = fopen("/proc/thread-self/mounts", "re");
   if (!f) return true;
   char line[1024];
   bool hides = false;

@@ -66,7 +66,7 @@ int reopen_resolved(const ResolvedPath& r, int flags) noexcept {
   struct stat st {};
   if (::fstat(r.leaf, &st) != 0) return -1;
   char via[48];
-  std::snprintf(via, sizeof via, "/proc/self/fd/%d", r.leaf);
+  std::snprintf(via, sizeof via, "/proc/thread-self/fd/%d", r.leaf);
   int fd = ::open(via, flags | O_CLOEXEC | O_NOCTTY);
   if (fd < 0 && errno == ENOENT && r.dir >= 0) fd = ::openat(r.dir, r.name, flags | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) return -1;

@@ -140,7 +140,7 @@ int write_protect(int fd, uintptr_t addr, size_t len, bool protect) noexcept {
 }
 
 int open_pagemap(int* fd) noexcept {
-  int f = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  int f = open("/proc/thread-self/pagemap", O_RDONLY | O_CLOEXEC);
   if (f < 0) return errno;
   *fd = f;
   return 0;

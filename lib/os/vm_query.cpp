@@ -90,7 +90,7 @@ bool parse_mapping(const char* p, const char* nl, uintptr_t* lo, uintptr_t* hi, 
 // in ascending order, clipped to it; each returns false to stop. 0 or an errno.
 template <class Each>
 int for_each_mapping(uintptr_t begin, uintptr_t end, Each&& each) noexcept {
-  return for_each_line("/proc/self/maps", [&](const char* p, const char* nl) {
+  return for_each_line("/proc/thread-self/maps", [&](const char* p, const char* nl) {
     uintptr_t lo = 0, hi = 0;
     const char* perms = nullptr;
     if (!parse_mapping(p, nl, &lo, &hi, &perms)) return true;
@@ -104,7 +104,7 @@ int for_each_mapping(uintptr_t begin, uintptr_t end, Each&& each) noexcept {
 int vma_flags(uintptr_t begin, uintptr_t end, unsigned* out) noexcept {
   *out = 0;
   bool inside = false;
-  return for_each_line("/proc/self/smaps", [&](const char* p, const char* nl) {
+  return for_each_line("/proc/thread-self/smaps", [&](const char* p, const char* nl) {
     uintptr_t lo = 0, hi = 0;
     const char* perms = nullptr;
     if (parse_mapping(p, nl, &lo, &hi, &perms)) {

@@ -183,7 +183,7 @@ inline bool host_identity(HostIdentity* out) {
   if (!read) return false;
   out->boot_id[std::strcspn(out->boot_id, "\n")] = 0;
   uint64_t* ns[] = {&out->net_ns, &out->ipc_ns, &out->pid_ns};
-  const char* names[] = {"/proc/self/ns/net", "/proc/self/ns/ipc", "/proc/self/ns/pid"};
+  const char* names[] = {"/proc/thread-self/ns/net", "/proc/thread-self/ns/ipc", "/proc/thread-self/ns/pid"};
   for (int i = 0; i < 3; ++i) {
     struct stat st {};
     if (stat(names[i], &st) != 0) return false;

@@ -812,6 +812,22 @@ def mode_ulimit_room():
                       f"{vm} KiB vs {glibc_vm} KiB ({r.describe()}, {r.elapsed:.1f} s)")
             if got is None:
                 info(tail(r.out, 3) + "\n" + head(r.err, 6))
+    # A limit far above the need: 1 GiB in 300 KB blocks (each its own reservation under an
+    # RLIMIT_AS) on a declared 2 GiB far device. Device offsets aligned to 2 MiB per block once
+    # left room for ~290 MiB of them.
+    blocks = ("b=[]\ntry:\n  while len(b)<3580: b.append(bytearray(300000))\nexcept MemoryError: pass\n"
+              "print('got_mib', len(b)*300000>>20)")
+    far = ["--devices", "far:backing=memfd,size=2G", "--policy", "bind:far"]
+    got = {}
+    for name, runner in (("glibc", lambda cmd: cmd), ("declared far device", cxl_run(far))):
+        r = run(wrap + ["8388608"] + runner([PY, "-c", blocks]), timeout=120)
+        m = re.search(r"got_mib (\d+)", r.out)
+        got[name] = int(m.group(1)) if m and r.returncode == 0 else None
+        if got[name] is None:
+            info(f"{name}: {r.describe()} {head(r.err, 4)}")
+    check(got["glibc"] and got["declared far device"] is not None and got["declared far device"] >= 0.9 * got["glibc"],
+          f"ulimit -v 8 GiB, 300 KB blocks up to 1 GiB under bind:far: {got['declared far device']} MiB vs glibc's "
+          f"{got['glibc']} MiB (>= 0.9x)")
     # Near the limit, with threads: every failure NULL + ENOMEM, no crash, the room back after.
     prog = exe("process_as_exhaust")
     for kib in (65536, 131072):

@@ -8,7 +8,9 @@
 // a fork child inherits moved memory intact and no engine; without a write fence that holds
 // system calls (or for a file on a disk filesystem) copies are skipped, counted and explained,
 // and NUMA-to-NUMA units still move.
+#include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -19,6 +21,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -878,4 +881,81 @@ TEST_CASE("an engine started with the sample monitor says its hazard on stderr",
   INFO(said);
   CHECK(said.find("monitor 'sample' makes sampled pages PROT_NONE") != std::string::npos);
   CHECK(said.find("EFAULT") != std::string::npos);
+}
+
+// Once the main thread has exited (pthread_exit from main, as some servers do), /proc/self's
+// fd, fdinfo and maps list nothing; moves read them through /proc/thread-self. A thread of such
+// a process moves a block to the fast tier and back, its bytes intact, with an O_DIRECT file
+// open (the in-flight-read check must still see its descriptors, and find none reading).
+namespace {
+void* moves_after_main_exited(void*) {
+  auto code = []() -> int {
+    for (int i = 0; i < 6000; ++i) {  // until the main thread is a zombie (60 s: a hang guard)
+      char state = 0;
+      FILE* f = std::fopen(("/proc/self/task/" + std::to_string(getpid()) + "/stat").c_str(), "re");
+      if (f && std::fscanf(f, "%*d (%*[^)]) %c", &state) == 1 && state == 'Z') {
+        std::fclose(f);
+        break;
+      }
+      if (f) std::fclose(f);
+      usleep(10000);
+    }
+    cxlpool_config_t* c = nullptr;
+    cxlpool_config_create(&c);
+    cxlpool_config_set_devices(c, "fast:backing=numa:0,size=64M,tier=0;slow:backing=memfd,size=64M,tier=1");
+    cxlpool_config_set_flags(c, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE);
+    cxlpool_topology_t* topo = nullptr;
+    if (cxlpool_topology_discover(c, &topo) != CXLPOOL_OK) return 10;
+    cxlpool_config_destroy(c);
+    cxlpool_pool_params_t* p = nullptr;
+    cxlpool_pool_params_create(&p);
+    cxlpool_pool_params_set_devices(p, "fast,slow");
+    cxlpool_pool_params_set_policy(p, "bind:slow");
+    cxlpool_pool_t* pool = nullptr;
+    if (cxlpool_pool_create(topo, p, &pool) != CXLPOOL_OK) return 11;
+    cxlpool_pool_params_destroy(p);
+    auto* block = static_cast<unsigned char*>(cxlpool_malloc(pool, 4 * kMiB));
+    if (!block) return 12;
+    fill(block, 4 * kMiB, 7);
+    char dir[] = "/var/tmp/cxlpool-exited-main-XXXXXX";
+    const int direct = mkdtemp(dir) ? open((std::string(dir) + "/f").c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600) : -1;
+    for (int i = 0; i < 6; ++i) {
+      if (cxlpool_pin(block, 4 * kMiB, i % 2 == 0 ? 0 : 1) != CXLPOOL_OK) {
+        std::fprintf(stderr, "move %d: %s\n", i, cxlpool_last_error_message());
+        return 20 + i;
+      }
+      cxlpool_ptr_info_t in{};
+      if (cxlpool_ptr_info(block, &in) != CXLPOOL_OK || in.tier != (i % 2 == 0 ? 0 : 1)) return 30 + i;
+      if (!holds(block, 4 * kMiB, 7)) return 40 + i;
+    }
+    if (direct >= 0) {
+      close(direct);
+      unlink((std::string(dir) + "/f").c_str());
+    }
+    rmdir(dir);
+    cxlpool_free(block);
+    cxlpool_pool_destroy(pool);
+    cxlpool_topology_destroy(topo);
+    return 0;
+  };
+  _exit(code());
+}
+}  // namespace
+
+TEST_CASE("a process whose main thread has exited still moves its memory", "[tiering]") {
+  REQUIRE_COPIES_FENCED();
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    alarm(120);
+    pthread_t t;
+    if (pthread_create(&t, nullptr, moves_after_main_exited, nullptr) != 0) _exit(2);
+    // The main thread ends alone, as pthread_exit would (whose unwinding Catch would catch).
+    syscall(SYS_exit, 0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  INFO("exit status " << (WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status))
+                      << " (20-25: a move refused, 30-35: the wrong tier, 40-45: bytes changed)");
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }
