@@ -944,6 +944,12 @@ void* moves_after_main_exited(void*) {
 
 TEST_CASE("a process whose main thread has exited still moves its memory", "[tiering]") {
   REQUIRE_COPIES_FENCED();
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  // The main thread ends by a raw exit system call below, which the sanitizers' runtimes do
+  // not see; the release build runs this case.
+  WARN("not under a sanitizer: the main thread ends by a raw SYS_exit the runtime does not model");
+  return;
+#endif
   const pid_t child = fork();
   REQUIRE(child >= 0);
   if (child == 0) {
