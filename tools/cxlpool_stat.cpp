@@ -105,6 +105,7 @@ struct Mapped {
 struct ProcInfo {
   int pid = 0;
   bool zombie = false;
+  bool leader_exited = false;  // Z or X, other threads or not
   std::vector<int> nspids;
 };
 
@@ -137,8 +138,24 @@ ProcInfo read_proc(int pid) {
   }
   fclose(f);
   // A thread group whose leader exited while other threads run shows the leader as Z too.
-  p.zombie = (state == 'Z' || state == 'X') && threads <= 1;
+  p.leader_exited = state == 'Z' || state == 'X';
+  p.zombie = p.leader_exited && threads <= 1;
   return p;
+}
+
+// A process whose leader has exited and whose descriptors listed no page: either its main
+// thread left through pthread_exit while others run on, or the whole process is exiting and
+// its last threads, their descriptors already closed, are still being torn down. The latter
+// ends within moments; wait for it (at most 2 s, polling) rather than call the process one
+// without a page.
+bool exiting(int pid) {
+  for (int i = 0; i < 200; ++i) {
+    const ProcInfo p = read_proc(pid);
+    if (p.zombie || (kill(pid, 0) != 0 && errno == ESRCH)) return true;
+    if (!p.leader_exited) return false;
+    usleep(10000);
+  }
+  return false;
 }
 
 // Why h (with file_bytes bytes behind it) is not a stats page of this layout, or nullptr. Every
@@ -250,15 +267,16 @@ int open_page(int pid, Mapped* out, std::string* why) {
     return kNoProcess;
   }
   ProcInfo info = read_proc(pid);
+  const bool leader_exited = info.leader_exited;
   std::string fds = proc;  // where its descriptors are listed
-  if (info.zombie) {
+  if (leader_exited && !info.zombie) {
     // A main thread that exited (pthread_exit from main) is a zombie while the other threads
-    // run, and /proc/PID/fd lists nothing then: a live thread's own directory does.
+    // run, and /proc/PID/fd lists nothing then (or is refused to its owner): a live thread's
+    // own directory does.
     if (DIR* d = opendir((proc + "/task").c_str())) {
       while (dirent* e = readdir(d))
         if (e->d_name[0] != '.' && std::string(e->d_name) != std::to_string(pid)) {
           fds = proc + "/task/" + e->d_name;
-          info.zombie = false;
           break;
         }
       closedir(d);
@@ -301,6 +319,10 @@ int open_page(int pid, Mapped* out, std::string* why) {
     return kNoProcess;
   }
   if (status != kNoPage) return status;
+  if (leader_exited && exiting(pid)) {
+    *why = "process " + std::to_string(pid) + " has exited (a zombie its parent has not reaped yet)";
+    return kNoProcess;
+  }
   // A program that closed the descriptor still has the mapping: /proc/PID/map_files.
   FILE* maps = fopen((proc + "/maps").c_str(), "re");
   if (!maps) return status;

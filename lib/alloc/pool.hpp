@@ -230,6 +230,12 @@ bool unit_of(const void* p, Unit* out) noexcept;
 // The interposer marks threads that run inside cxlpool (the purger) so their own
 // allocations go to its internal heap.
 void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept;
+// While set on the calling thread, freeing never starts the purger thread (the request stays:
+// the next free that may start it does). The interposer sets it around frees that come from
+// the dynamic loader: glibc frees a thread's TLS under its stack-cache lock (pthread_join, a
+// detached thread's end) and dlclose frees under the loader's lock, and pthread_create takes
+// both.
+void set_thread_start_deferred(bool deferred) noexcept;
 
 // pthread_atfork handlers (installed by the C ABI and by the interposer, never both for one
 // copy of the allocator): prepare takes every allocator and device lock in the order written

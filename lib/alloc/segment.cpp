@@ -10,6 +10,7 @@
 
 #include "alloc/internal.hpp"
 #include "common/intrusive_list.hpp"
+#include "os/own_threads.hpp"
 #include "os/prim.hpp"
 
 namespace cxlpool::detail::alloc {
@@ -317,6 +318,7 @@ namespace {
 
 std::atomic<bool> g_purger_running{false};
 std::atomic<bool> g_purge_requested{false};
+thread_local bool tl_start_deferred __attribute__((tls_model("initial-exec"))) = false;
 
 // One pass over every pool device of every pool; true while something is left.
 bool purge_everything() noexcept {
@@ -334,6 +336,7 @@ bool purge_everything() noexcept {
 }
 
 void* purger_main(void*) {
+  os::OwnThread mark("cxlpool/purge");
   os::prim::block_async_signals(nullptr);    // the program's handlers run on its own threads
   if (g_enter_internal) g_enter_internal();  // the interposer: our own allocations are internal
   for (;;) {
@@ -356,9 +359,12 @@ void* purger_main(void*) {
 
 }  // namespace
 
+void set_thread_start_deferred(bool deferred) noexcept { tl_start_deferred = deferred; }
+
 void purge_soon(Pool*, PoolDevice&) noexcept {
   if (g_purge_delay_ns.load(std::memory_order_relaxed) == 0) return;  // purged at retirement
   g_purge_requested.store(true, std::memory_order_release);
+  if (tl_start_deferred) return;
   if (g_purger_running.load(std::memory_order_acquire) || g_purger_running.exchange(true)) return;
   unsigned long tid = 0;
   if (os::prim::start_thread(purger_main, nullptr, size_t(64) << 10, true, &tid) != 0)

@@ -120,6 +120,10 @@ int replace_with_private_copy(void* addr, size_t len) noexcept;
 // detached: nobody joins it. *id for join_thread. 0 or an errno value.
 int start_thread(void* (*fn)(void*), void* arg, size_t stack_bytes, bool detached, unsigned long* id) noexcept;
 int join_thread(unsigned long id) noexcept;
+// The addresses [*lo, *hi) of the dynamic loader's code and data in this process (AT_BASE and
+// its ELF program headers). ENOENT when there is none: a static program, or the loader run
+// as the program itself.
+int loader_range(uintptr_t* lo, uintptr_t* hi) noexcept;
 
 // ---- Processes ----------------------------------------------------------------------------
 int process_id() noexcept;

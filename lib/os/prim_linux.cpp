@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // Linux implementation of the core primitives (prim.hpp): raw system calls, no allocation,
 // errno values returned instead of thrown.
+#include <elf.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -358,6 +360,21 @@ int start_thread(void* (*fn)(void*), void* arg, size_t stack_bytes, bool detache
 }
 
 int join_thread(unsigned long id) noexcept { return pthread_join(static_cast<pthread_t>(id), nullptr); }
+
+int loader_range(uintptr_t* lo, uintptr_t* hi) noexcept {
+  const uintptr_t base = getauxval(AT_BASE);
+  if (base == 0) return ENOENT;
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+  if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(Elf64_Phdr)) return ENOENT;
+  const auto* ph = reinterpret_cast<const Elf64_Phdr*>(base + eh->e_phoff);
+  uintptr_t end = 0;
+  for (unsigned i = 0; i < eh->e_phnum; ++i)
+    if (ph[i].p_type == PT_LOAD) end = std::max<uintptr_t>(end, ph[i].p_vaddr + ph[i].p_memsz);
+  if (end == 0) return ENOENT;
+  *lo = base;
+  *hi = base + end;
+  return 0;
+}
 
 int process_id() noexcept { return int(syscall(SYS_getpid)); }
 

@@ -48,6 +48,20 @@ std::atomic<int> g_state{kUninit};
 A::Pool* g_pool = nullptr;
 pthread_mutex_t g_init_mu = PTHREAD_MUTEX_INITIALIZER;
 thread_local int tls_busy __attribute__((tls_model("initial-exec"))) = 0;
+// The dynamic loader's addresses (os::prim::loader_range): a free called from there may run
+// under a lock pthread_create takes (A::set_thread_start_deferred).
+uintptr_t g_loader_lo = 0;
+uintptr_t g_loader_hi = 0;
+// True when the caller's return address is in the dynamic loader.
+bool from_loader(const void* ret) { return uintptr_t(ret) - g_loader_lo < g_loader_hi - g_loader_lo; }
+// A free or realloc the dynamic loader calls: see A::set_thread_start_deferred.
+struct LoaderCall {
+  LoaderCall() { A::set_thread_start_deferred(true); }
+  ~LoaderCall() { A::set_thread_start_deferred(false); }
+  LoaderCall(const LoaderCall&) = delete;
+  LoaderCall& operator=(const LoaderCall&) = delete;
+};
+
 std::atomic<uint64_t> g_foreign_frees{0};
 char g_stats_target[512] = "";
 // CXLPOOL_STATS=1: a copy of the program's stderr taken at start, so a program that closes
@@ -195,6 +209,11 @@ void atfork_child() {
 // its own copy of the heap.
 __attribute__((constructor)) void register_fork_handlers() {
   pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+  uintptr_t lo = 0, hi = 0;
+  if (cxlpool::os::prim::loader_range(&lo, &hi) == 0) {
+    g_loader_lo = lo;
+    g_loader_hi = hi;
+  }
 }
 
 // Builds the pool from the environment; on a configuration error says so once and falls back
@@ -409,7 +428,14 @@ using namespace cxlpool::detail::preload;
 #define CXLPOOL_EXPORT extern "C" __attribute__((visibility("default")))
 
 CXLPOOL_EXPORT void* malloc(size_t n) { return do_malloc(n); }
-CXLPOOL_EXPORT void free(void* p) { do_free(p); }
+CXLPOOL_EXPORT void free(void* p) {
+  if (__builtin_expect(from_loader(__builtin_return_address(0)), 0)) {
+    LoaderCall call;
+    do_free(p);
+    return;
+  }
+  do_free(p);
+}
 CXLPOOL_EXPORT void* calloc(size_t count, size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes)) {
@@ -420,7 +446,13 @@ CXLPOOL_EXPORT void* calloc(size_t count, size_t size) {
   if (p) std::memset(p, 0, bytes);
   return p;
 }
-CXLPOOL_EXPORT void* realloc(void* p, size_t n) { return do_realloc(p, n); }
+CXLPOOL_EXPORT void* realloc(void* p, size_t n) {
+  if (__builtin_expect(from_loader(__builtin_return_address(0)), 0)) {
+    LoaderCall call;
+    return do_realloc(p, n);
+  }
+  return do_realloc(p, n);
+}
 CXLPOOL_EXPORT void* reallocarray(void* p, size_t count, size_t size) {
   size_t bytes;
   if (__builtin_mul_overflow(count, size, &bytes)) {

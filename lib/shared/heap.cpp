@@ -30,7 +30,8 @@ bool SharedPool::claim(ClaimKind kind, uint32_t first, uint32_t count, uint32_t 
   view_.store(view_.slot_word(slot_, 2, 0), encode_claim(kind, first, count, slot_, salt));
   PoolView::fence();
   for (uint32_t s = 0; s < view_.slot_count(); ++s) {
-    if (s == slot_ || !view_.slot_live(s)) continue;  // the dead hold no claims
+    // The dead hold no claims, nor does a joiner whose words are still its predecessor's.
+    if (s == slot_ || !view_.slot_live(s) || !view_.slot_tables_current(s)) continue;
     ClaimKind k{};
     uint32_t f = 0, c = 0, q = 0;
     if (!decode_claim(view_.load(view_.slot_word(s, 2, 0)), s, salt, &k, &f, &c) || k != kind) continue;

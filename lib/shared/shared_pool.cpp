@@ -15,6 +15,7 @@
 
 #include "common/error.hpp"
 #include "os/os.hpp"
+#include "os/own_threads.hpp"
 #include "os/prim.hpp"
 
 namespace cxlpool::detail::shared {
@@ -659,6 +660,7 @@ void* SharedPool::beat_entry(void* self) {
 // nothing, so neither a long call, a preempted lock holder nor recovery of another participant
 // delays a beat; what it finds (eviction, a vanished device) it leaves to the watch thread.
 void SharedPool::beat_main() {
+  os::OwnThread mark("cxlpool/beat");
   os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
   beat_tid_ = os::thread_id();
   beat_start_ = os::self_task_start_ticks();
@@ -690,6 +692,7 @@ void SharedPool::beat_main() {
 void SharedPool::start_watch_thread() {
   try {
     watch_thread_ = std::make_unique<std::thread>([this] {
+      os::OwnThread mark("cxlpool/watch");
       os::prim::block_async_signals(nullptr);
       std::unique_lock<std::mutex> lock(hb_mu_);
       while (!hb_stop_) {

@@ -245,6 +245,7 @@ class SharedPool {
   bool try_recover(uint32_t victim, uint32_t incarnation);
   void recover_slot(uint32_t victim, uint32_t incarnation);
   void adopt_extent(uint64_t e, const ExtentWord& w);
+  bool finish_interrupted_release(uint64_t e, const ExtentWord& w);
   bool rebuild_large(uint64_t e, ExtentWord* out) const;  // repair.cpp
 
   // Claims (Dekker over the slots' claim words).

@@ -141,6 +141,12 @@ bool PoolView::slot_live(uint32_t slot) const {
   return !(phase != kEvictNone && evict_inc == inc);
 }
 
+bool PoolView::slot_tables_current(uint32_t slot) const {
+  uint32_t inc = 0;
+  SlotState state{};
+  return slot_identity(slot, &inc, &state) && load(&slot_line0(slot)->facts_incarnation) == inc;
+}
+
 bool PoolView::slot_holds(uint32_t slot, uint64_t offset, uint32_t generation) const {
   LeaseEntry* table = lease_table(slot);
   const uint64_t mask = sb_.lease_entries - 1;
@@ -157,7 +163,7 @@ bool PoolView::slot_holds(uint32_t slot, uint64_t offset, uint32_t generation) c
 
 bool PoolView::anyone_holds(uint64_t offset, uint32_t generation) const {
   for (uint32_t s = 0; s < slot_count(); ++s)
-    if (slot_live(s) && slot_holds(s, offset, generation)) return true;
+    if (slot_live(s) && slot_tables_current(s) && slot_holds(s, offset, generation)) return true;
   return false;
 }
 

@@ -114,6 +114,10 @@ class PoolView {
   bool locate(uint64_t offset, BlockRef* out, ExtentWord* w) const;
   // Whether slot's participant currently counts as alive for leases: active and not evicted.
   bool slot_live(uint32_t slot) const;
+  // Whether the slot's lease table and claim words are its present incarnation's: a joiner
+  // clears its predecessor's before it writes facts_incarnation, so until then what the
+  // tables hold is the predecessor's, recovered already, and holds nothing.
+  bool slot_tables_current(uint32_t slot) const;
   // Whether slot's lease table holds (offset, generation) (probe of its hash table).
   bool slot_holds(uint32_t slot, uint64_t offset, uint32_t generation) const;
   // Whether any live slot holds a lease on (offset, generation).

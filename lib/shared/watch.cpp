@@ -263,6 +263,45 @@ void SharedPool::recover_slot(uint32_t victim, uint32_t incarnation) {
   }
 }
 
+// A large block's owner gives its extents back tails first, the head last, once the block's
+// state is free. An owner that died in between left a head whose span reaches extents that are
+// free now or already another participant's: those are not the block's, and taking the whole
+// span would overwrite them. Such a block is finished being released here: its own tails (those
+// pointing back to this head at their distance) and then the head are cleared. True when every
+// tail is still the block's: the caller adopts it. A tail whose word fails its check is left to
+// the caller (restored as the block's, as before).
+bool SharedPool::finish_interrupted_release(uint64_t e, const ExtentWord& w) {
+  const uint64_t salt = view_.salt();
+  auto own_tail = [&](uint32_t i, bool* unreadable) {
+    ExtentWord t;
+    if (!view_.extent(e + i, &t)) {
+      *unreadable = true;
+      return true;
+    }
+    return t.kind == kExtentLargeTail && t.span == i && t.owner_slot == w.owner_slot && t.owner_inc == w.owner_inc;
+  };
+  bool intact = true;
+  for (uint32_t i = 1; i < w.span && intact; ++i) {
+    bool unreadable = false;
+    intact = own_tail(i, &unreadable);
+  }
+  if (intact) return true;
+  BlockWord bw;
+  if (!decode_block(view_.load(&view_.extent_entry(e)->large_state), view_.extent_offset(e), salt, &bw) ||
+      bw.state != kBlockFree) {
+    ++corrupt_words_;  // tails missing from a block that is not free: no correct writer does that
+    return false;
+  }
+  for (uint32_t i = w.span; i-- > 1;) {
+    bool unreadable = false;
+    if (own_tail(i, &unreadable) && !unreadable) view_.store(&view_.extent_entry(e + i)->word, 0);
+  }
+  ExtentEntry* head = view_.extent_entry(e);
+  if (bw.generation + 1 > view_.load(&head->next_generation)) view_.store(&head->next_generation, bw.generation + 1);
+  view_.store(&head->word, 0);
+  return false;
+}
+
 void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
   const uint64_t salt = view_.salt();
   const bool large = w.kind == kExtentLargeHead;
@@ -271,6 +310,7 @@ void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
     ++corrupt_words_;
     return;
   }
+  if (large && !finish_interrupted_release(e, w)) return;
   // Take ownership first: from here on this participant is the extents' only writer.
   for (uint32_t i = span; i-- > 0;) {
     ExtentWord mine = w;

@@ -218,7 +218,7 @@ void start(uint32_t interval_ms) {
   g_stopping = false;
   try {
     auto t = std::make_unique<os::Thread>();
-    t->start(run, kPublisherStack, "stats: the publisher thread");
+    t->start(run, kPublisherStack, "stats: the publisher thread", "cxlpool/stats");
     g_thread = t.release();
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> w(g_write_mu);

@@ -119,7 +119,7 @@ class Engine final : public HeatSink {
             "thread that blocks SIGSEGV and touches it dies; keep I/O buffers out of tiered pools, or use "
             "pagemap_scan\n");
     hook_engine(this);  // before any unit is watched
-    thread_.start([this] { run(); }, kEngineStack, "tiering: the engine thread");
+    thread_.start([this] { run(); }, kEngineStack, "tiering: the engine thread", "cxlpool/tier");
   }
   ~Engine() {
     {

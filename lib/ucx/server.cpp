@@ -13,6 +13,7 @@
 // software RMA over tcp checks no key or address). UCX calls its callbacks inside
 // ucp_worker_progress on this thread only; they queue work that the loop does after progress.
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/random.h>
@@ -252,6 +253,9 @@ class Server {
   }
 
   void loop() {
+    // Named as libcxlpool names its threads: its watcher then counts this one as cxlpool's, not
+    // the program's, and ends a program whose own threads have all ended (os/own_threads.hpp).
+    pthread_setname_np(pthread_self(), "cxlpool/ucx");
     while (!stop_.load()) {
       while (ucp_worker_progress(ucp_.worker()) != 0) last_activity_ = Clock::now();
       if (!work_.empty()) {

@@ -97,12 +97,16 @@ if mode == "unprivileged":
     plain = run(["bash", "-c", PIPELINE])
     check(plain.returncode == 0 and plain.stdout.count(b"\n") == 3,
           f"the pipeline without cxlpool: 3 lines, exit 0 ({plain.stdout!r})")
-    for i in range(10):
+    # Ten runs of each (issue 19 asks for 20 in all): with the old interposer 6 of 10 pipelines
+    # and 4 of 10 syscall_io runs failed. About 90 s on a quiet 2-core machine; on a CI host ten
+    # times slower the 20 runs took over 900 s, hence CTest's 1800 s hang guard.
+    runs = 10
+    for i in range(runs):
         r = run(tiered(["bash", "-c", PIPELINE]))
         err = r.stderr.decode(errors="replace")
         said = err.count(DEGRADED)
         ok = r.returncode == 0 and r.stdout == plain.stdout and said == 1 and "Bad address" not in err
-        check(ok, f"pipeline {i + 1}/10 as {user.pw_name} under tiering: same output, exit {r.returncode}, "
+        check(ok, f"pipeline {i + 1}/{runs} as {user.pw_name} under tiering: same output, exit {r.returncode}, "
                   f"degraded mode said {said} time(s)" + ("" if ok else f"\n      stdout {r.stdout!r}\n      stderr {err}"))
         if i == 0:
             line = next((l for l in err.splitlines() if l.startswith(DEGRADED)), "")
@@ -110,12 +114,12 @@ if mode == "unprivileged":
             check("user-mode-only" in line and "vm.unprivileged_userfaultfd=1" in line and "/dev/userfaultfd" in line,
                   "the line names the mode, why, and the knobs that enable fences")
     prog = os.path.join(programs, "syscall_io")
-    for i in range(10):
+    for i in range(runs):
         r = run(tiered([prog, work, "4000"]))
         out = r.stdout.decode(errors="replace").strip()
         err = r.stderr.decode(errors="replace")
         check(r.returncode == 0 and " 0 EFAULT, 0 failed, 0 wrong" in out and err.count(DEGRADED) == 1,
-              f"syscall_io {i + 1}/10 as {user.pw_name}: {out} (exit {r.returncode})"
+              f"syscall_io {i + 1}/{runs} as {user.pw_name}: {out} (exit {r.returncode})"
               + ("" if r.returncode == 0 else f"\n      stderr {err}"))
     shutil.rmtree(work, ignore_errors=True)
 

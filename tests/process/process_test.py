@@ -20,11 +20,15 @@
 #   bad-free         F: interior-pointer and double frees never hand a block out twice
 #   user-files       I: CXLPOOL_STATS, CXLPOOL_CONFIG and file: devices never follow another
 #                    user's symlink nor write another user's file; one line says why
+#   main-exit        J: a program whose main thread calls pthread_exit ends when its last thread
+#                    does, with glibc's exit(0), under cxlpool-run (-capi: linked, a shared pool
+#                    and the engine left running)
 # Usage: process_test.py MODE --bindir DIR --srcdir DIR [--run CXLPOOL-RUN --preload LIB --info CXLPOOL-INFO]
 import argparse
 import difflib
 import glob
 import hashlib
+import json
 import os
 import pwd
 import re
@@ -44,9 +48,10 @@ ap.add_argument("--srcdir", required=True)
 ap.add_argument("--run")
 ap.add_argument("--preload")
 ap.add_argument("--info")
+ap.add_argument("--stat")
 ap.add_argument("--sanitized", action="store_true", help="a sanitizer build: modes that cannot run there skip")
 args = ap.parse_args()
-for key in ("bindir", "srcdir", "run", "preload", "info"):  # programs run in other directories
+for key in ("bindir", "srcdir", "run", "preload", "info", "stat"):  # programs run in other directories
     if getattr(args, key):
         setattr(args, key, os.path.abspath(getattr(args, key)))
 
@@ -957,6 +962,129 @@ def mode_signal_malloc():
             info(head(r.err, 4))
 
 
+# ---- J: a main thread that leaves through pthread_exit ------------------------------------------
+# glibc ends a process with exit(0) when its last thread ends; cxlpool's own threads (the stats
+# publisher, the tiering engine, a shared pool's heartbeat) must not keep it alive. Each case has
+# a 60 s hang guard and is compared with the same program run without cxlpool.
+MAIN_EXIT_CASES = (["leave"], ["status", "7"], ["fork"], ["chain", "20000"])
+
+
+def main_exit_needles(case):
+    return {"fork": ["child status 0"], "chain": ["chain end", "main leaves"]}.get(
+        case[0], ["worker done", "main leaves"])
+
+
+def main_exit_check(label, r, plain, expect_rc, needles):
+    lines = sorted(set(r.out.splitlines()))
+    want = sorted(set(plain.out.splitlines())) if plain else None
+    ok = (not r.timed_out and r.returncode == expect_rc and all(n in r.out for n in needles)
+          and (want is None or lines == want))
+    check(ok, f"{label}: {r.describe()} in {r.elapsed:.1f} s, lines {lines}"
+              + (f" (without cxlpool: {plain.describe()}, {want})" if plain else ""))
+    if not ok:
+        info(head(r.err, 6))
+
+
+def mode_main_exit():
+    require_preload()
+    prog = exe("process_main_exit")
+    # A program file called cxlpool-...: its threads bear that name unless they set another.
+    named = os.path.join(mkdtemp("mainexit"), "cxlpool-main-exit")
+    shutil.copy(prog, named)
+    os.chmod(os.path.dirname(named), 0o755)
+    for case in MAIN_EXIT_CASES:
+        plain = run([prog] + case, timeout=60)
+        rc = 7 if case[0] == "status" else 0
+        needles = main_exit_needles(case)
+        main_exit_check(f"{' '.join(case)} without cxlpool", plain, None, rc, needles)
+        runs = [(prog, f) for f in ([], ["--tiering"], ["--policy", "bind:far"])]
+        if case[0] in ("leave", "chain"):
+            runs.append((named, []))
+        for program, flags in runs:
+            cmd = [args.run, "--preload", args.preload] + flags + ["--", program] + case
+            r = run(cmd, timeout=60)
+            label = f"{' '.join(case)} of {os.path.basename(program)} under cxlpool-run {' '.join(flags)}".rstrip()
+            main_exit_check(label, r, plain if case[0] != "fork" else None, rc, needles)
+    main_exit_without_proc(prog)
+    # cxlpool-stat reads a process whose main thread has left, as root and as its owner.
+    if args.stat:
+        for who, prefix in (("root", []), ("its owner, uid 65534", AS_NOBODY)):
+            h = Holder(prefix + [args.run, "--preload", args.preload, "--", prog, "hold"])
+            leader = ""
+            if h.ready():
+                for _ in range(600):  # the main thread prints after starting the worker: wait for it
+                    try:
+                        leader = open(f"/proc/{h.p.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+                    except OSError:
+                        break
+                    if leader == "Z":
+                        break
+                    time.sleep(0.05)
+            r = run(prefix + [args.stat, "--json", str(h.p.pid)], timeout=60)
+            try:
+                doc = json.loads(r.out)
+            except ValueError:
+                doc = None
+            check(leader == "Z" and r.returncode == 0 and isinstance(doc, dict),
+                  f"cxlpool-stat --json as {who} on a process whose main thread left (state {leader or '?'}): "
+                  f"{r.describe()} {head(r.err, 2).strip()}")
+            f = h.finish()
+            check(f.returncode == 0 and "worker done: 1" in f.out,
+                  f"that process then ends when its worker does: {f.describe()}, {f.out.split()}")
+
+
+def main_exit_without_proc(prog):
+    """Without /proc (a sandbox that hides it) the watcher cannot see the last program thread
+    end: it says so once, and the process, left to cxlpool's threads, still takes a signal sent
+    to it (the watcher has the main thread's signal mask; with every thread blocking SIGTERM
+    only SIGKILL could end it)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        info("skipped: the case without /proc needs root and unshare (a private mount namespace)")
+        return
+    script = 'mount -t tmpfs cxlpool-noproc /proc && exec "$@"'
+    p = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh", args.run,
+                          "--preload", args.preload, "--", prog, "leave"], env=clean_env(None),
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    ours = False
+    for _ in range(1200):  # a hang guard: the worker ends after about 300 ms
+        try:
+            tasks = os.listdir(f"/proc/{p.pid}/task")
+            leader = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()[0]
+            names = [open(f"/proc/{p.pid}/task/{t}/comm").read().strip() for t in tasks if t != str(p.pid)]
+        except OSError:
+            break
+        ours = leader == "Z" and bool(names) and all(n.startswith("cxlpool/") for n in names)
+        if ours:
+            break
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGTERM)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    said = b"/proc/self/task cannot be read" in err
+    check(ours and said and p.returncode == -signal.SIGTERM,
+          f"main leaves under cxlpool-run with /proc hidden: only cxlpool's threads left ({ours}), the watcher "
+          f"says it cannot watch ({said}), and SIGTERM ends the process (status {p.returncode})")
+    if not said:
+        info(head(err.decode(errors="replace"), 4))
+
+
+def mode_main_exit_capi():
+    prog = exe("process_main_exit_capi")
+    for case in MAIN_EXIT_CASES:
+        rc = 7 if case[0] == "status" else 0
+        needles = main_exit_needles(case)
+        main_exit_check(f"{' '.join(case)} (linked)", run([prog] + case, timeout=60), None, rc, needles)
+    # A shared pool (heartbeat and watch threads) and the tiering engine, both left running.
+    device = "shm:" + shm_name("mainexit")
+    r = run([prog, "shared", device], timeout=60)
+    main_exit_check(f"shared pool on {device} and the tiering engine kept", r, None, 0,
+                    ["worker: shared block ok", "worker done", "main leaves"])
+
+
 # ---- H: fork under hostile conditions (copy-mode device) ------------------------------------------
 def mode_fork_hostile():
     require_preload()
@@ -1134,6 +1262,8 @@ MODES = {
     "signal-malloc": mode_signal_malloc,
     "fork-hostile": mode_fork_hostile,
     "user-files": mode_user_files,
+    "main-exit": mode_main_exit,
+    "main-exit-capi": mode_main_exit_capi,
 }
 
 if args.mode not in MODES:

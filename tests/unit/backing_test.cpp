@@ -4,8 +4,11 @@
 // process and never touch an existing file; sharing by descriptor; descriptors the program
 // closes; numa placement verified with move_pages status queries; bad arguments.
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
+#include <sstream>
 #include <vector>
 
 #include "cxlpool/cxlpool.hpp"
@@ -220,6 +225,154 @@ TEST_CASE("a named device in use is refused to a second process, naming the hold
   { auto b = cxlpool::Backing::open(topo, *topo.find("pool")); }
   auto again = cxlpool::Backing::open(topo, *topo.find("pool"));
   CHECK(again.caps().capacity_bytes == 8 * kMiB);
+}
+
+// The abstract names and socket types of this process's cxlpool claim sockets: its sockets'
+// inodes (/proc/self/fd) looked up in /proc/net/unix (no knowledge of how a name is made).
+std::vector<std::pair<std::string, int>> own_claim_sockets() {
+  std::set<std::string> inodes;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const std::string target = std::filesystem::read_symlink(e.path(), ec).string();
+    if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+  }
+  std::vector<std::pair<std::string, int>> found;
+  std::ifstream table("/proc/net/unix");
+  std::string line;
+  std::getline(table, line);  // Num RefCount Protocol Flags Type St Inode Path
+  while (std::getline(table, line)) {
+    std::istringstream in(line);
+    std::string num, refs, proto, flags, type, st, inode, path;
+    if (in >> num >> refs >> proto >> flags >> type >> st >> inode >> path && inodes.count(inode) &&
+        path.rfind("@cxlpool/claim/", 0) == 0)
+      found.emplace_back(path.substr(1), std::stoi(type, nullptr, 16));
+  }
+  return found;
+}
+
+// An abstract socket name carries no permissions: another local user can bind a device's claim
+// name before its user opens it. That must not keep the device from its user (a denial of any
+// device to anyone); it is opened, unclaimed, and the process says so on stderr.
+TEST_CASE("a claim name bound by another user does not keep a named device from its user", "[unit]") {
+  if (geteuid() != 0) CXLPOOL_SKIP("needs root to act as another user (setuid)");
+  const std::string shm = unique("cxlpool-test-squat");
+  const std::string spec = "pool:backing=shm:" + shm + ",size=8M";
+  auto topo = topology_with(spec);
+  std::vector<std::pair<std::string, int>> claims;
+  {
+    auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+    claims = own_claim_sockets();
+  }
+  REQUIRE(!claims.empty());
+  for (bool listening : {true, false}) {
+    INFO("the squatter's socket " << (listening ? "listens" : "is only bound"));
+    int ready[2], done[2];
+    REQUIRE(pipe(ready) == 0);
+    REQUIRE(pipe(done) == 0);
+    const pid_t squatter = fork();
+    if (squatter == 0) {
+      close(ready[0]);
+      close(done[1]);
+      if (setgid(4242) != 0 || setuid(4242) != 0) _exit(2);
+      for (const auto& [name, type] : claims) {  // every name the device's claim used
+        const int fd = socket(AF_UNIX, type, 0);
+        sockaddr_un addr{};
+        addr.sun_family = AF_UNIX;
+        std::memcpy(addr.sun_path + 1, name.data(), name.size());
+        const auto len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+        if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) _exit(3);
+        if (listening && type == SOCK_STREAM && listen(fd, 1) != 0) _exit(4);
+      }
+      char c = 0;
+      if (write(ready[1], "r", 1) != 1 || read(done[0], &c, 1) < 0) _exit(5);
+      _exit(0);
+    }
+    close(ready[1]);
+    close(done[0]);
+    char c = 0;
+    REQUIRE(read(ready[0], &c, 1) == 1);
+    ScratchDir dir;
+    const std::string err_path = dir.path() + "/stderr";
+    const int saved = dup(2), err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    REQUIRE(err_fd >= 0);
+    dup2(err_fd, 2);
+    cxlpool_status_t st = CXLPOOL_OK;
+    try {
+      auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+      auto r = b.reserve(1 * kMiB);
+      r.commit();
+      fill(r.data(), r.size());
+    } catch (const cxlpool::Error& e) {
+      st = e.status();
+    }
+    dup2(saved, 2);
+    close(saved);
+    close(err_fd);
+    CHECK(st == CXLPOOL_OK);
+    std::ifstream said(err_path);
+    const std::string text((std::istreambuf_iterator<char>(said)), std::istreambuf_iterator<char>());
+    CHECK(text.find("shm:" + shm) != std::string::npos);
+    CHECK(text.find("is bound by uid 4242") != std::string::npos);
+    CHECK(text.find("opened unclaimed") != std::string::npos);
+    close(ready[0]);
+    close(done[1]);
+    int status = 0;
+    REQUIRE(waitpid(squatter, &status, 0) == squatter);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  // The squatter gone, the claim is the user's again: a second process is refused.
+  auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+  CHECK(run_peer(spec, {"busy", "pool", std::to_string(getpid())}) == 0);
+}
+
+int exit_status_of(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// Whose the claim is comes from the kernel's socket table, not from a connection to it: a
+// process of the holder's user in another pid namespace (where the holder has no pid) and one
+// that finds the holder's queue full (anyone can fill it: nobody accepts) are still refused.
+TEST_CASE("a named device's claim holds from another pid namespace and with its holder's queue full", "[unit]") {
+  const std::string shm = unique("cxlpool-test-flood");
+  const std::string spec = "pool:backing=shm:" + shm + ",size=8M";
+  auto topo = topology_with(spec);
+  auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+  const auto claims = own_claim_sockets();
+  REQUIRE(!claims.empty());
+  if (geteuid() == 0) {
+    const pid_t child = fork();
+    if (child == 0) {
+      if (unshare(CLONE_NEWPID) != 0) _exit(20);
+      const pid_t inner = fork();                                            // pid 1 of the new namespace
+      if (inner == 0) _exit(run_peer(spec, {"busy", "pool", "namespace"}));  // "...in another pid namespace"
+      _exit(exit_status_of(inner));
+    }
+    CHECK(exit_status_of(child) == 0);
+  } else {
+    WARN("the case from another pid namespace needs root (unshare CLONE_NEWPID)");
+  }
+  const pid_t flooder = fork();
+  if (flooder == 0) {
+    if (geteuid() == 0 && (setgid(4242) != 0 || setuid(4242) != 0)) _exit(2);
+    for (int n = 0; n < 1000000; ++n) {
+      const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path + 1, claims[0].first.data(), claims[0].first.size());
+      const auto len = socklen_t(offsetof(sockaddr_un, sun_path) + 1 + claims[0].first.size());
+      const int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), len);
+      const int err = errno;
+      close(fd);
+      if (rc != 0) _exit(err == EAGAIN && n > 0 ? 0 : 3);  // full
+    }
+    _exit(4);
+  }
+  REQUIRE(exit_status_of(flooder) == 0);
+  // Nobody answers a connection now: the pid comes from the socket's inode in /proc.
+  CHECK(run_peer(spec, {"busy", "pool", std::to_string(getpid())}) == 0);
 }
 
 TEST_CASE("a backing's memory is shared with another process through its descriptor", "[unit]") {

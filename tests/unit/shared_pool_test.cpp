@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -115,6 +116,39 @@ uint32_t crc32c_of(const void* data, size_t len) {
     for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
   }
   return ~c;
+}
+
+// Kills and reaps a child at scope exit unless pid is set to 0: a failed REQUIRE leaves no
+// child behind.
+struct Reaper {
+  pid_t pid;
+  ~Reaper() {
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// Runs a child seized and stopped by ptrace from system call to system call until it enters
+// the open of its own /proc/<pid>/stat: a joiner reads its start time there after it claimed
+// its slot and before it writes its facts, with nothing but memory stores in between.
+void run_to_start_time_read(pid_t child) {
+  const std::string target = "/proc/" + std::to_string(child) + "/stat";
+  for (bool held = false; !held;) {
+    int status = 0;
+    REQUIRE(ptrace(PTRACE_SYSCALL, child, nullptr, nullptr) == 0);
+    REQUIRE(waitpid(child, &status, 0) == child);
+    REQUIRE(WIFSTOPPED(status));
+    if (WSTOPSIG(status) != (SIGTRAP | 0x80)) continue;
+    __ptrace_syscall_info info{};
+    REQUIRE(ptrace(PTRACE_GET_SYSCALL_INFO, child, reinterpret_cast<void*>(sizeof info), &info) > 0);
+    if (info.op != PTRACE_SYSCALL_INFO_ENTRY || info.entry.nr != SYS_openat) continue;
+    char path[64] = {};
+    iovec local{path, sizeof path - 1}, remote{reinterpret_cast<void*>(info.entry.args[1]), sizeof path - 1};
+    if (process_vm_readv(child, &local, 1, &remote, 1, 0) <= 0) continue;
+    held = target == path;
+  }
 }
 
 int wait_exit(pid_t pid) {
@@ -1986,15 +2020,7 @@ TEST_CASE("a joiner held between claiming its slot and writing its facts is not 
   }
   close(go[0]);
   close(joined[1]);
-  struct Reaper {  // a failed REQUIRE leaves no child behind
-    pid_t pid;
-    ~Reaper() {
-      if (pid > 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-      }
-    }
-  } reaper{child};
+  Reaper reaper{child};
   REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
   if (ptrace(PTRACE_SEIZE, child, nullptr, reinterpret_cast<void*>(PTRACE_O_TRACESYSGOOD)) != 0) {
     cxlpool_shared_pool_close(a);
@@ -2005,23 +2031,7 @@ TEST_CASE("a joiner held between claiming its slot and writing its facts is not 
   REQUIRE(ptrace(PTRACE_INTERRUPT, child, nullptr, nullptr) == 0);  // a ptrace-stop to start from
   REQUIRE(waitpid(child, &status, 0) == child);
   REQUIRE(write(go[1], "g", 1) == 1);
-  // Run the child from system call to system call until it opens /proc/<pid>/stat (its own
-  // start time, read after the slot is claimed and before its facts are written).
-  const std::string target = "/proc/" + std::to_string(child) + "/stat";
-  bool held = false;
-  while (!held) {
-    REQUIRE(ptrace(PTRACE_SYSCALL, child, nullptr, nullptr) == 0);
-    REQUIRE(waitpid(child, &status, 0) == child);
-    REQUIRE(WIFSTOPPED(status));
-    if (WSTOPSIG(status) != (SIGTRAP | 0x80)) continue;
-    __ptrace_syscall_info info{};
-    REQUIRE(ptrace(PTRACE_GET_SYSCALL_INFO, child, reinterpret_cast<void*>(sizeof info), &info) > 0);
-    if (info.op != PTRACE_SYSCALL_INFO_ENTRY || info.entry.nr != SYS_openat) continue;
-    char path[64] = {};
-    iovec local{path, sizeof path - 1}, remote{reinterpret_cast<void*>(info.entry.args[1]), sizeof path - 1};
-    if (process_vm_readv(child, &local, 1, &remote, 1, 0) <= 0) continue;
-    held = target == path;
-  }
+  run_to_start_time_read(child);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // 15 leases
   CHECK(info_of(a).recovered_slots == 0);
   CHECK(stats_of(a).find("\"process\": \"joining\"") != std::string::npos);
@@ -2033,6 +2043,208 @@ TEST_CASE("a joiner held between claiming its slot and writing its facts is not 
   reaper.pid = 0;
   CHECK(info_of(a).recovered_slots == 0);
   for (int fd : {go[1], joined[0]}) close(fd);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+// A participant killed after it imported a block leaves that lease in its slot's table; it is
+// recovered, and a joiner takes the slot. Between its compare-and-swap of the slot and the end
+// of its join the joiner writes only memory (the predecessor's leases are cleared, then the
+// facts written), so a kill there leaves the old leases under a live-looking slot. They must
+// hold nothing: a block its owner frees then is free at once, not kept as leased (which left
+// "1 blocks in use" after repair in the kill -9 soak). The joiner is held by ptrace at its first
+// system call after the claim, and the predecessor's lease table is put back as it was.
+TEST_CASE("a joiner's predecessor's leases hold no block while the joiner has not written its facts", "[shared]") {
+  const std::string name = unique_name("stale-lease"), device = "shm:" + name;
+  Params params(32u << 20, 5, 100);
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);
+  // Every participant is a child forked while this process has no thread (a sanitizer runtime's
+  // allocator lock held by another thread at a fork stays held in the child): the owner of a
+  // large block (never kept in a block cache), an importer of it, and the joiner, which waits.
+  int to_importer[2], from_importer[2], to_owner[2], from_owner[2], go[2];
+  for (int* p : {to_importer, from_importer, to_owner, from_owner, go}) REQUIRE(pipe(p) == 0);
+  const pid_t owner = fork();
+  if (owner == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    void* x = nullptr;
+    cxlpool_shared_handle_t h{};
+    char byte = 0;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    if (cxlpool_shared_alloc(c, 2500000, &x) != CXLPOOL_OK || cxlpool_shared_export(c, x, &h) != CXLPOOL_OK) _exit(3);
+    if (write(to_importer[1], &h, sizeof h) != sizeof h || read(to_owner[0], &byte, 1) != 1) _exit(4);
+    if (cxlpool_shared_free(c, x) != CXLPOOL_OK) _exit(5);
+    const uint64_t in_use = info_of(c).bytes_in_use;  // freed, not kept for a lease nobody holds
+    if (write(from_owner[1], &in_use, sizeof in_use) != sizeof in_use || read(to_owner[0], &byte, 1) != 1) _exit(6);
+    _exit(cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0 : 7);
+  }
+  Reaper owner_reaper{owner};
+  const pid_t importer = fork();
+  if (importer == 0) {
+    cxlpool_shared_pool_t* c = nullptr;
+    cxlpool_shared_handle_t h{};
+    void* q = nullptr;
+    if (read(to_importer[0], &h, sizeof h) != sizeof h) _exit(2);
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(3);
+    if (cxlpool_shared_import(c, &h, &q, nullptr) != CXLPOOL_OK) _exit(4);
+    const uint32_t slot = info_of(c).slot;
+    if (write(from_importer[1], &slot, sizeof slot) != sizeof slot) _exit(5);
+    pause();
+    _exit(0);
+  }
+  Reaper importer_reaper{importer};
+  const pid_t joiner = fork();
+  if (joiner == 0) {
+    uint32_t slot = 0;
+    char byte = 0;
+    if (read(go[0], &slot, sizeof slot) != sizeof slot) _exit(2);
+    cxlpool_shared_pool_t* c = nullptr;
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(3);
+    if (info_of(c).slot != slot) _exit(4);  // the recovered slot, the first free one of this host
+    if (read(go[0], &byte, 1) != 1) _exit(5);
+    _exit(cxlpool_shared_pool_close(c) == CXLPOOL_OK ? 0 : 6);
+  }
+  Reaper joiner_reaper{joiner};
+  uint32_t slot = 0;
+  REQUIRE(read(from_importer[0], &slot, sizeof slot) == sizeof slot);
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);  // to watch; forks are done
+  kill(importer, SIGKILL);
+  CHECK(wait_exit(importer) == 128 + SIGKILL);
+  importer_reaper.pid = 0;
+  REQUIRE(eventually([&] { return info_of(a).participants == 2; }));  // recovered (by the owner or by us)
+
+  // The importer's lease table as it was left (the raw file; the offsets from its superblock).
+  const int fd = open(("/dev/shm/" + name).c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  L::Superblock sb{};
+  REQUIRE(pread(fd, &sb, sizeof sb, 0) == static_cast<ssize_t>(sizeof sb));
+  const uint64_t table_at = sb.leases_offset + uint64_t{slot} * sb.lease_entries * 16;
+  std::vector<char> table(size_t{sb.lease_entries} * 16);
+  REQUIRE(pread(fd, table.data(), table.size(), static_cast<off_t>(table_at)) == static_cast<ssize_t>(table.size()));
+  CHECK(std::count(table.begin(), table.end(), 0) != static_cast<std::ptrdiff_t>(table.size()));  // the lease is there
+
+  if (ptrace(PTRACE_SEIZE, joiner, nullptr, reinterpret_cast<void*>(PTRACE_O_TRACESYSGOOD)) != 0) {
+    close(fd);
+    cxlpool_shared_pool_close(a);
+    cxlpool_shared_pool_unlink(device.c_str());
+    CXLPOOL_SKIP("cannot trace a child here (ptrace: " + std::string(std::strerror(errno)) + ")");
+  }
+  int status = 0;
+  REQUIRE(ptrace(PTRACE_INTERRUPT, joiner, nullptr, nullptr) == 0);
+  REQUIRE(waitpid(joiner, &status, 0) == joiner);
+  REQUIRE(write(go[1], &slot, sizeof slot) == sizeof slot);
+  run_to_start_time_read(joiner);
+  // As if it had been stopped right after its compare-and-swap: the old leases back.
+  REQUIRE(pwrite(fd, table.data(), table.size(), static_cast<off_t>(table_at)) == static_cast<ssize_t>(table.size()));
+  uint64_t in_use = ~uint64_t{0};
+  REQUIRE(write(to_owner[1], "f", 1) == 1);
+  REQUIRE(read(from_owner[0], &in_use, sizeof in_use) == sizeof in_use);
+  CHECK(in_use == 0);
+  const std::vector<char> cleared(table.size(), 0);  // what the joiner had written there
+  REQUIRE(pwrite(fd, cleared.data(), cleared.size(), static_cast<off_t>(table_at)) ==
+          static_cast<ssize_t>(cleared.size()));
+  REQUIRE(ptrace(PTRACE_DETACH, joiner, nullptr, nullptr) == 0);
+  REQUIRE(write(go[1], "q", 1) == 1);
+  CHECK(wait_exit(joiner) == 0);
+  joiner_reaper.pid = 0;
+  REQUIRE(write(to_owner[1], "q", 1) == 1);
+  CHECK(wait_exit(owner) == 0);
+  owner_reaper.pid = 0;
+  for (int* p : {to_importer, from_importer, to_owner, from_owner, go}) close(p[0]), close(p[1]);
+  close(fd);
+  cxlpool_status_t st;
+  auto r = check(device, 0, &st);
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.blocks_in_use == 0);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_unlink(device.c_str());
+}
+
+// An owner gives a large block's extents back tails first and the head last. Killed in between,
+// it leaves a head whose span reaches extents that are free by then, and a live participant may
+// take one. Recovery must not take that extent with the block (it then freed it under its new
+// owner, whose free failed with "pointer is not a block start"): it finishes the release of
+// what still points back to the head. The interrupted release is made by putting the head's and
+// the first tail's words back (as the owner left them) after it freed the block, with every
+// other extent taken, so that the survivor's next extent is the block's last one.
+TEST_CASE("recovery of an owner killed while giving back a large block leaves alone what others took since",
+          "[shared]") {
+  const std::string name = unique_name("half-released"), device = "shm:" + name;
+  Params params(16u << 20, 5, 100);
+  cxlpool_shared_pool_t* a = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &a) == CXLPOOL_OK);
+  const uint64_t extent = info_of(a).extent_size;
+  REQUIRE(cxlpool_shared_pool_close(a) == CXLPOOL_OK);  // no thread of ours while we fork
+  int to_parent[2], to_owner[2];
+  REQUIRE(pipe(to_parent) == 0);
+  REQUIRE(pipe(to_owner) == 0);
+  pid_t owner = fork();
+  if (owner == 0) {
+    close(to_parent[0]);
+    close(to_owner[1]);
+    cxlpool_shared_pool_t* c = nullptr;
+    void* p = nullptr;
+    cxlpool_shared_handle_t h{};
+    if (cxlpool_shared_pool_open(device.c_str(), nullptr, &c) != CXLPOOL_OK) _exit(2);
+    if (cxlpool_shared_alloc(c, 2 * extent + extent / 2, &p) != CXLPOOL_OK) _exit(3);  // 3 extents
+    if (cxlpool_shared_export(c, p, &h) != CXLPOOL_OK) _exit(4);
+    char byte = 0;
+    if (write(to_parent[1], &h.offset, sizeof h.offset) != sizeof h.offset || read(to_owner[0], &byte, 1) != 1)
+      _exit(5);
+    if (cxlpool_shared_free(c, p) != CXLPOOL_OK) _exit(6);
+    if (write(to_parent[1], "f", 1) != 1) _exit(7);
+    pause();
+    _exit(0);
+  }
+  close(to_parent[1]);
+  close(to_owner[0]);
+  Reaper reaper{owner};
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), nullptr, &a) == CXLPOOL_OK);
+  uint64_t offset = 0;
+  REQUIRE(read(to_parent[0], &offset, sizeof offset) == sizeof offset);
+  // Every other extent is the survivor's: one block of one extent each, until the pool is full.
+  std::vector<void*> mine;
+  for (void* p = nullptr; cxlpool_shared_alloc(a, extent / 2 + 1, &p) == CXLPOOL_OK;) mine.push_back(p);
+  REQUIRE(!mine.empty());
+  CHECK(info_of(a).extents_free == 0);
+  const int fd = open(("/dev/shm/" + name).c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  L::Superblock sb{};
+  REQUIRE(pread(fd, &sb, sizeof sb, 0) == static_cast<ssize_t>(sizeof sb));
+  const uint64_t e = (offset - sb.data_offset) / sb.extent_size;
+  auto word_at = [&](uint64_t x) { return static_cast<off_t>(sb.extents_offset + x * L::kExtentEntryBytes); };
+  uint64_t head = 0, tail1 = 0;
+  REQUIRE(pread(fd, &head, 8, word_at(e)) == 8);
+  REQUIRE(pread(fd, &tail1, 8, word_at(e + 1)) == 8);
+  REQUIRE(head != 0);
+  REQUIRE(tail1 != 0);
+  char byte = 0;
+  REQUIRE(write(to_owner[1], "f", 1) == 1);
+  REQUIRE(read(to_parent[0], &byte, 1) == 1);  // freed: its three extents are free now
+  REQUIRE(pwrite(fd, &head, 8, word_at(e)) == 8);
+  REQUIRE(pwrite(fd, &tail1, 8, word_at(e + 1)) == 8);
+  void* last = nullptr;
+  REQUIRE(cxlpool_shared_alloc(a, extent / 2 + 1, &last) == CXLPOOL_OK);  // the only free extent: e + 2
+  void* base = nullptr;
+  uint64_t range = 0;
+  REQUIRE(cxlpool_shared_pool_data_range(a, &base, &range) == CXLPOOL_OK);
+  CHECK(static_cast<uint8_t*>(last) == static_cast<uint8_t*>(base) + (offset - sb.data_offset) + 2 * extent);
+  fill(last, extent / 2 + 1, 9);
+  kill(owner, SIGKILL);
+  CHECK(wait_exit(owner) == 128 + SIGKILL);
+  reaper.pid = 0;
+  REQUIRE(eventually([&] { return info_of(a).recovered_slots == 1; }));
+  CHECK(holds(last, extent / 2 + 1, 9));
+  CHECK(cxlpool_shared_free(a, last) == CXLPOOL_OK);
+  for (void* p : mine) CHECK(cxlpool_shared_free(a, p) == CXLPOOL_OK);
+  cxlpool_status_t st;
+  auto r = check(device, 0, &st);
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.corrupt_words == 0);
+  CHECK(r.blocks_in_use == 0);
+  CHECK(r.extents_free == info_of(a).extents_total);
+  for (int x : {to_parent[0], to_owner[1], fd}) close(x);
   cxlpool_shared_pool_close(a);
   cxlpool_shared_pool_unlink(device.c_str());
 }

@@ -464,15 +464,18 @@ TEST_CASE("the engine finds a read hot set with sample and promotes it", "[tieri
       "moves");
   return;
 #endif
-  if (cxlpool_tiering_start("monitors=sample,interval=20ms,budget=1GB/s,min_residence=200ms,halflife=100ms") !=
-      CXLPOOL_OK)
+  const char* config = "monitors=sample,interval=20ms,budget=1GB/s,min_residence=200ms,halflife=100ms";
+  if (cxlpool_tiering_start(config) != CXLPOOL_OK)
     CXLPOOL_SKIP(std::string("sample unavailable: ") + cxlpool_last_error_message());
   Topo t("fast:backing=shm,size=32M,tier=0;slow:backing=shm,size=512M,tier=1");
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
   constexpr int kUnits = 16;
+  // Filled with the engine stopped: the fill's own writes are heat, and on a slow or busy
+  // machine they promoted a unit before the reader began.
+  cxlpool_tiering_stop();
   std::vector<unsigned char*> unit = filled_units(pool, kUnits);
-  std::this_thread::sleep_for(std::chrono::seconds(1));
-  for (auto* p : unit) REQUIRE(info_of(p).tier == 1);  // bind:slow, and nothing read since
+  REQUIRE(cxlpool_tiering_start(config) == CXLPOOL_OK);
+  for (auto* p : unit) REQUIRE(info_of(p).tier == 1);  // bind:slow, and nothing touched since the start
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> sum{0};
   std::thread reader([&] {  // reads only: pagemap_scan could not see this

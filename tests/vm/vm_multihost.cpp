@@ -453,7 +453,7 @@ bool pool_kill_run(Ctx& c, const Args& args, cxlpool_shared_pool_t* pool) {
   const uint64_t all = (uint64_t(1) << c.participants) - 1, survivors = all & ~(uint64_t(1) << victim);
   const bool is_victim = c.id == victim;
   const uint64_t nonce = load(c.l->h.nonce), deadline = now_ns() + c.wait_ns;
-  const uint64_t bound = args.num("recover-bound-ms", 10000) * 1000000u;
+  const uint64_t bound = args.num("recover-bound-ms", 300000) * 1000000u;
   const uint64_t linger = args.num("linger-ms", 500) * 1000000u;
   PoolBox& me = box(c, c.id);
   auto bytes_in_use = [&] { return pool_info(pool).bytes_in_use; };
@@ -780,7 +780,7 @@ int init(Ctx& c, const Args& args) {
   store(h.rounds, args.num("rounds", 1000));
   store(h.period_ms, args.num("period-ms", 10));
   store(h.misses, args.num("misses", 5));
-  store(h.wait_s, args.num("wait-s", 60));
+  store(h.wait_s, args.num("wait-s", 400));
   store(h.nonce, args.num("nonce", 0));
   store(h.magic, kMagic);
   return load(h.participants) <= kMaxParticipants ? 0 : 2;
