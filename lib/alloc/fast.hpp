@@ -76,6 +76,10 @@ inline void* alloc_block(Heap* h, int di, unsigned cls) noexcept {
 
 // Out-of-line parts of a small free.
 void local_free_followup(Heap* me, Page* pg) noexcept;
+struct BlockRef;
+// A free of a block whose page is not the calling thread's: a central heap's (under its lock)
+// or another thread's (remote_free).
+void nonlocal_free(Segment* seg, void* p, Heap* me, const BlockRef& b) noexcept;
 void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_t w, uint64_t bit) noexcept;
 void count_invalid_free(Segment* seg, Heap* me) noexcept;
 void count_double_free(Segment* seg, Heap* me) noexcept;
@@ -105,19 +109,9 @@ inline BlockRef locate_block(Segment* seg, uintptr_t a) noexcept {
   return {pg, word, w, uint64_t(1) << (idx & 63), si.slot, si.cls, valid};
 }
 
-// The free fast path: kept small so it inlines into cxlpool_free and many frees fit the
-// out-of-order window at once (their cache misses overlap).
-inline void free_small(Segment* seg, void* p) noexcept {
-  const BlockRef b = locate_block(seg, reinterpret_cast<uintptr_t>(p));
-  Heap* me = tls_heap(static_cast<const SegmentHeader*>(seg));
-  if (__builtin_expect(!b.valid, 0)) {
-    count_invalid_free(seg, me);
-    return;
-  }
-  if (__builtin_expect(b.pg->owner.load(std::memory_order_relaxed) != me || !me, 0)) {
-    remote_free(seg, b.pg, me, b.word, b.w, b.bit);
-    return;
-  }
+// The free of a valid block by its page's owner (the owning thread, or whoever holds a
+// central heap's lock).
+inline void local_free(Segment* seg, const BlockRef& b, Heap* me) noexcept {
   uint64_t old = *b.word;
   // Free already, here or by another thread (its bit waits in the remote bitmap): a double
   // free, counted and ignored, so the block is never handed out twice.
@@ -134,6 +128,22 @@ inline void free_small(Segment* seg, void* p) noexcept {
   me->counters[seg->device].frees[b.cls].add(1);
   if (__builtin_expect(--b.pg->used == 0 || b.pg->state.load(std::memory_order_relaxed) == kFull, 0))
     local_free_followup(me, b.pg);
+}
+
+// The free fast path: kept small so it inlines into cxlpool_free and many frees fit the
+// out-of-order window at once (their cache misses overlap).
+inline void free_small(Segment* seg, void* p) noexcept {
+  const BlockRef b = locate_block(seg, reinterpret_cast<uintptr_t>(p));
+  Heap* me = tls_heap(static_cast<const SegmentHeader*>(seg));
+  if (__builtin_expect(!b.valid, 0)) {
+    count_invalid_free(seg, me);
+    return;
+  }
+  if (__builtin_expect(b.pg->owner.load(std::memory_order_relaxed) != me || !me, 0)) {
+    nonlocal_free(seg, p, me, b);
+    return;
+  }
+  local_free(seg, b, me);
 }
 
 }  // namespace cxlpool::detail::alloc

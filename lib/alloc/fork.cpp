@@ -4,7 +4,8 @@
 // (every path that holds two of these takes them in this order):
 //
 //   1. g_registry_mu (the pool registry)
-//   2. per pool, in registry order: each PoolDevice::mu, in device order
+//   2. per pool, in registry order: its central heaps' locks, then each PoolDevice::mu, in
+//      device order
 //   3. per pool: heaps_mu
 //   4. the device registry's lock (device/registry.cpp), then each Device's lock
 //   5. the segment descriptor arena
@@ -24,6 +25,7 @@ void fork_prepare() noexcept {
   g_registry_mu.lock();
   for (auto& e : g_registry) {
     if (!e.pool) continue;
+    for (auto& c : e.pool->central) c.mu.lock();
     for (int di = 0; di < e.pool->ndev; ++di) e.pool->dev[di].mu.lock();
     e.pool->heaps_mu.lock();
   }
@@ -39,6 +41,7 @@ void unlock_pools() noexcept {
     if (!pool) continue;
     pool->heaps_mu.unlock();
     for (int di = pool->ndev - 1; di >= 0; --di) pool->dev[di].mu.unlock();
+    for (int c = kCentralHeaps - 1; c >= 0; --c) pool->central[c].mu.unlock();
   }
   g_registry_mu.unlock();
 }
@@ -73,7 +76,7 @@ void fork_child() noexcept {
       {
         std::lock_guard<std::mutex> hlock(pool->heaps_mu);
         for (Heap* h = pool->heaps; h && n < 64; h = h->next_in_pool)
-          if (h->live && h != mine) others[n++] = h;
+          if (h->live && h != mine && h->central < 0) others[n++] = h;
       }
       if (!n) break;
       for (int i = 0; i < n; ++i) abandon_heap(others[i]);  // threads of the parent only
@@ -86,6 +89,7 @@ void fork_child_after_reentrant_fork() noexcept {
   reset_pools_alive_in_child();
   for (auto& e : g_registry) {
     if (!e.pool) continue;
+    for (auto& c : e.pool->central) new (&c.mu) std::mutex();
     for (int di = 0; di < e.pool->ndev; ++di) new (&e.pool->dev[di].mu) std::mutex();
     new (&e.pool->heaps_mu) std::mutex();
   }

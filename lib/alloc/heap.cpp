@@ -22,6 +22,9 @@ std::once_flag g_exit_key_once;
 void thread_exit(void*) {
   ThreadState* ts = tls_state;
   if (!ts) return;
+  // glibc runs this outside any malloc call: what the device layer allocates while pages go
+  // back (under a device's lock) must go to the interposer's internal heap, not to a pool.
+  enter_internal_scope();
   {
     std::lock_guard<std::mutex> lock(g_registry_mu);
     for (int i = 0; i < kMaxPools; ++i) {
@@ -31,6 +34,7 @@ void thread_exit(void*) {
   }
   tls_state = nullptr;
   meta_delete(ts);
+  leave_internal_scope();
 }
 
 // Adopts an abandoned page of (di, cls) with free blocks; retires empty ones.
@@ -105,6 +109,7 @@ Heap* heap_slow(Pool* pool) noexcept {
     }
     h->live = true;
     std::memset(h->page_device, -1, sizeof h->page_device);
+    std::memset(h->warm, 0, sizeof h->warm);  // a new thread starts on the central heaps
   }
   if (!tls_state) {
     tls_state = meta_new<ThreadState>();
@@ -134,6 +139,12 @@ void abandon_heap(Heap* h) noexcept {
       for (Page** list : {&h->head[di][c], &h->full[di][c]}) {
         while (Page* pg = *list) {
           *list = pg->next;
+          // An empty page goes back to its segment now, for the next thread to carve.
+          collect_remote(d, pg);
+          if (pg->used == 0) {
+            release_page_locked(pool, d, pg);
+            continue;
+          }
           pg->owner.store(nullptr, std::memory_order_release);
           pg->state.store(kAbandoned, std::memory_order_relaxed);
           list_push(d.abandoned[c], pg);

@@ -82,6 +82,11 @@ Page* refill(Heap* h, int di, unsigned cls) noexcept;
 Heap* current_heap_of(const Pool* pool) noexcept;  // the calling thread's heap, if any
 void forget_thread_heap(const Pool* pool) noexcept;
 
+// ---- central.cpp: the heaps of classes above kThreadMaxSize, shared by threads ---------------
+Pool::Central& central_for_thread(Pool* pool) noexcept;
+Heap* central_heap(Pool* pool, Pool::Central& c) noexcept;  // c.mu held; made on first use
+void central_trim(Pool* pool) noexcept;                     // empty pages back to their segments
+
 // ---- huge.cpp: blocks with address space of their own -----------------------------------------
 void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept;
 // Whether p is in the address space span reserved (not in the rest of its last segment,

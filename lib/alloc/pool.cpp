@@ -164,6 +164,7 @@ void configure_from_environment() {
 
 uint64_t pool_trim(Pool* pool) noexcept {
   uint64_t released = 0;
+  central_trim(pool);
   // The calling thread's own empty pages first (its current pages are never retired on free).
   if (Heap* me = current_heap_of(pool))
     for (int di = 0; di < pool->ndev; ++di)

@@ -51,12 +51,20 @@ constexpr unsigned class_slices_tight(unsigned c) {
   return k;
 }
 
+// Classes above 8 KiB (pages of more than one slice) come from the pool's central heaps, not
+// from thread heaps: a thread heap holds a page per class it uses, and pages of 8+ blocks of
+// such sizes per thread made memory grow with the number of threads (docs/allocator.md).
+inline constexpr size_t kThreadMaxSize = size_t(8) << 10;
+inline constexpr unsigned kFirstCentralClass = 76;
+
 constexpr uint64_t class_reciprocal(unsigned c) {
   return ((uint64_t(1) << kReciprocalShift) + class_to_size(c) - 1) / class_to_size(c);
 }
 
 static_assert(class_to_size(0) == 16 && class_to_size(63) == 1024 && class_to_size(64) == 1280);
 static_assert(class_to_size(kNumClasses - 1) == kMaxClassSize);
+static_assert(class_to_size(kFirstCentralClass - 1) == kThreadMaxSize && class_slices(kFirstCentralClass) > 1 &&
+              class_slices(kFirstCentralClass - 1) == 1);
 static_assert(class_capacity(0) == kMaxBlocksPerPage);
 static_assert([] {
   for (unsigned c = 0; c < kNumClasses; ++c)  // the free bitmap stays where the class says

@@ -37,6 +37,10 @@ inline constexpr size_t kHugeCacheEntries = 4;
 inline constexpr uint64_t kHugeCacheBytes = 64ull << 20;
 inline constexpr int kAdoptScan = 8;
 inline constexpr unsigned kInlineWords = 8;
+inline constexpr int kCentralHeaps = 4;  // per pool, picked by the CPU a thread runs on
+// A thread's first allocations of a class come from a central heap; from this many on, from a
+// page of its own (docs/allocator.md, "Threads").
+inline constexpr uint8_t kWarmAllocations = 32;
 
 enum PageState : uint8_t { kUnused, kActive, kFull, kAbandoned };
 
@@ -138,13 +142,15 @@ struct HeapCounters {
 
 struct alignas(64) Heap {
   Pool* pool = nullptr;
-  bool live = false;  // pool heaps_mu
+  bool live = false;    // pool heaps_mu
+  int8_t central = -1;  // a central heap's index in Pool::central (its lock guards it); -1: a thread's
   Heap* next_in_pool = nullptr;
   Page* head[kMaxDevices][kNumClasses] = {};
   Page* tail[kMaxDevices][kNumClasses] = {};
   Page* full[kMaxDevices][kNumClasses] = {};
   std::atomic<uint8_t> full_dirty[kMaxDevices][kNumClasses] = {};
   int16_t page_device[kNumClasses];  // per-page routes: device of the current page per class
+  uint8_t warm[kFirstCentralClass];  // a thread's allocations per class, up to kWarmAllocations
   HeapCounters counters[kMaxDevices];
 };
 
@@ -193,7 +199,13 @@ class Pool {
   std::vector<uint8_t> interleave_sequence;  // per-page interleave: device per counter step
   std::atomic<uint64_t> interleave_counter{0};
   std::mutex heaps_mu;
-  Heap* heaps = nullptr;  // every heap ever created (reused after thread exit)
+  Heap* heaps = nullptr;  // every heap ever created (reused after thread exit), central ones too
+  // Heaps of the classes above kThreadMaxSize, shared by all threads: each under its lock,
+  // made on first use. Lock order: a central heap's lock before any PoolDevice::mu.
+  struct Central {
+    std::mutex mu;
+    Heap* heap = nullptr;
+  } central[kCentralHeaps];
 };
 
 // free() must not change errno; the system calls of its slow paths could.

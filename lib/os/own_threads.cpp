@@ -94,6 +94,20 @@ bool main_thread_ended(unsigned pid) {
   return close && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
 }
 
+// The process's thread count (num_threads in stat, the kernel's own count), or -1.
+int thread_count(unsigned pid) {
+  char stat[512];
+  if (read_task_file(pid, "stat", stat, sizeof stat) < 0) return -1;
+  const char* at = std::strrchr(stat, ')');
+  if (!at) return -1;
+  // Fields after the command: state is field 3, num_threads field 20.
+  for (int field = 2; field < 20; ++field) {
+    at = std::strchr(at + 1, ' ');
+    if (!at) return -1;
+  }
+  return std::atoi(at + 1);
+}
+
 // The thread ids in /proc/self/task but pid, into ids; their number, or -1 when the directory
 // cannot be read or holds more than cap.
 int list_tasks(unsigned pid, unsigned* ids, int cap) {
@@ -133,6 +147,10 @@ int list_tasks(unsigned pid, unsigned* ids, int cap) {
 // between the first listing and its own look would be taken for gone while its successor,
 // missing from the first listing, runs on; the second listing shows that successor (any
 // program thread alive at the second listing is either new, or was alive, and seen, at its look).
+// A listing is not a snapshot: when the thread it stands on exits, the kernel resumes by
+// position and skips the thread that took its place (a chain of threads each starting the
+// next), so the second listing counts only when it holds as many threads as the kernel's count
+// before and after it.
 // With `decide`, true only for the watcher of the lowest thread id: a second copy of the
 // library runs its own watcher, and exit() must not run twice at once.
 bool only_ours(bool decide) noexcept {
@@ -159,8 +177,11 @@ bool only_ours(bool decide) noexcept {
         break;
     }
   }
+  const int before = result ? thread_count(pid) : -1;
   const int n2 = result && n1 >= 0 ? list_tasks(pid, second, kMost) : -1;
-  if (n1 < 0 || n2 < 0) result = false;
+  const int after = n2 >= 0 ? thread_count(pid) : -1;
+  // list_tasks leaves pid out: the count has it (a zombie leader is still a thread).
+  if (n1 < 0 || n2 < 0 || before != n2 + 1 || after != n2 + 1) result = false;
   for (int i = 0; i < n2 && result; ++i) {
     bool seen = false;
     for (int j = 0; j < n1 && !seen; ++j) seen = first[j] == second[i];

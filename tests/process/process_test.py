@@ -18,6 +18,9 @@
 #   fifo-config      D2: a FIFO as CXLPOOL_CONFIG: no hang, one line naming it
 #   idle-rss         E: RSS after freeing a 2 GiB working set <= 2 x glibc's + 16 MiB
 #   bad-free         F: interior-pointer and double frees never hand a block out twice
+#   thread-storm     K: 500 and 2,000 threads under cxlpool-run (default devices and a 2 GiB far
+#                    device): every thread starts, no NULL malloc, output identical to glibc; with
+#                    every thread's blocks live at once, peak RSS <= 3 x glibc's
 #   user-files       I: CXLPOOL_STATS, CXLPOOL_CONFIG and file: devices never follow another
 #                    user's symlink nor write another user's file; one line says why
 #   main-exit        J: a program whose main thread calls pthread_exit ends when its last thread
@@ -921,6 +924,43 @@ def mode_idle_rss():
               f"= {2 * floor + 64 * 1024} KiB, reached {waited} ms after the last free")
 
 
+# ---- K: many threads -------------------------------------------------------------------------------
+def mode_thread_storm():
+    require_preload()
+    prog = exe("process_thread_storm")
+    far = ("bind:farmem", "farmem:backing=memfd,size=2G")
+
+    def peak_of(r):
+        m = re.search(r"peak_kib (\d+)", r.err)
+        return int(m.group(1)) if m else None
+
+    def storm(label, argv, policies, rss_bound):
+        plain = run([prog] + argv, timeout=240)
+        want = re.match(r"threads (\d+) started (\d+) nulls 0 digest -?\d+ bad 0$", plain.out.strip())
+        if not check(plain.returncode == 0 and want and want.group(1) == want.group(2),
+                     f"{label} under glibc: {plain.out.strip()} ({plain.describe()})"):
+            return
+        for policy, devices in policies:
+            ours = run(cxl([prog] + argv, policy, devices), timeout=240)
+            where = f"policy {policy or 'default'}, devices {dev_label(devices)}"
+            check(ours.returncode == 0 and ours.stdout == plain.stdout,
+                  f"{label} [{where}]: {ours.out.strip() or head(ours.err, 3)} ({ours.describe()}, "
+                  f"{ours.elapsed:.1f} s); glibc: {plain.out.strip()}")
+            if rss_bound:
+                mine, base = peak_of(ours), peak_of(plain)
+                check(mine is not None and base is not None and mine <= 3 * base,
+                      f"{label} [{where}]: peak RSS {mine} KiB <= 3 x glibc's {base} KiB "
+                      f"({(mine or 0) / max(base or 1, 1):.2f}x)")
+
+    policies = ((None, None), far)
+    # Every thread's blocks live at once: the peak is the same on a slow and a fast machine.
+    storm("500 threads together, blocks to 256 KiB", ["500", "2000", "18", "--together"], policies, True)
+    # Short-lived threads racing (how many overlap depends on the machine, so no RSS bound):
+    # blocks to 64 KiB keep even all 2,000 live at once well inside the 2 GiB device.
+    storm("2000 threads, blocks to 64 KiB", ["2000", "500", "16"], policies, False)
+    storm("500 threads, blocks to 256 KiB", ["500", "2000", "18"], policies, False)
+
+
 # ---- F: invalid frees ----------------------------------------------------------------------------
 def mode_bad_free():
     require_preload()
@@ -1259,6 +1299,7 @@ MODES = {
     "fifo-config": mode_fifo_config,
     "idle-rss": mode_idle_rss,
     "bad-free": mode_bad_free,
+    "thread-storm": mode_thread_storm,
     "signal-malloc": mode_signal_malloc,
     "fork-hostile": mode_fork_hostile,
     "user-files": mode_user_files,

@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+// Central heaps: blocks above kThreadMaxSize come from a few heaps per pool that every thread
+// shares, each under its own lock, picked by the CPU the calling thread runs on. A thread heap
+// holds a page per class it uses; for these classes a page is 8+ blocks of 9 KiB..1 MiB, so
+// per-thread pages made memory grow with the number of threads. Here the pages of a class
+// are shared, a block freed by one thread is reused by the next at once, and no thread's exit
+// strands any. Frees of these blocks take the owning central heap's lock (a lock-free remote
+// free only from a signal handler, folded in at the next refill).
+#include <sched.h>
+
+#include <cstring>
+
+#include "alloc/fast.hpp"
+#include "common/intrusive_list.hpp"
+
+namespace cxlpool::detail::alloc {
+
+Pool::Central& central_for_thread(Pool* pool) noexcept {
+  const int cpu = sched_getcpu();
+  return pool->central[unsigned(cpu < 0 ? 0 : cpu) % kCentralHeaps];
+}
+
+Heap* central_heap(Pool* pool, Pool::Central& c) noexcept {
+  if (c.heap) return c.heap;
+  Heap* h = meta_new<Heap>();
+  if (!h) return nullptr;
+  h->pool = pool;
+  h->central = int8_t(&c - pool->central);
+  std::memset(h->page_device, -1, sizeof h->page_device);
+  {
+    std::lock_guard<std::mutex> lock(pool->heaps_mu);
+    h->live = true;  // never handed to a thread
+    h->next_in_pool = pool->heaps;
+    pool->heaps = h;
+  }
+  c.heap = h;
+  return h;
+}
+
+void nonlocal_free(Segment* seg, void* p, Heap* me, const BlockRef& b) noexcept {
+  // Heaps are freed only with their pool, so the owner read without a lock can be looked at.
+  const Heap* owner = b.pg->owner.load(std::memory_order_acquire);
+  if (owner && owner->central >= 0) {
+    Pool::Central& c = seg->pool->central[owner->central];
+    {
+      std::lock_guard<std::mutex> lock(c.mu);
+      // The page cannot change hands while the lock is held, but it may have since the look
+      // above (a racing second free emptied it, and it was retired and reused): look again.
+      const BlockRef now = locate_block(seg, reinterpret_cast<uintptr_t>(p));
+      if (!now.valid) {
+        count_invalid_free(seg, c.heap);
+        return;
+      }
+      if (now.pg->owner.load(std::memory_order_relaxed) == c.heap) {
+        local_free(seg, now, c.heap);
+        return;
+      }
+    }
+    const BlockRef now = locate_block(seg, reinterpret_cast<uintptr_t>(p));
+    if (!now.valid) {
+      count_invalid_free(seg, me);
+      return;
+    }
+    remote_free(seg, now.pg, me, now.word, now.w, now.bit);
+    return;
+  }
+  remote_free(seg, b.pg, me, b.word, b.w, b.bit);
+}
+
+void central_trim(Pool* pool) noexcept {
+  for (Pool::Central& c : pool->central) {
+    std::lock_guard<std::mutex> lock(c.mu);
+    Heap* h = c.heap;
+    if (!h) continue;
+    for (int di = 0; di < pool->ndev; ++di)
+      for (unsigned cls = 0; cls < kNumClasses; ++cls)
+        for (Page* pg = h->head[di][cls]; pg;) {
+          Page* next = pg->next;
+          collect_remote(pool->dev[di], pg);
+          if (pg->used == 0) {
+            queue_remove(h->head[di][cls], h->tail[di][cls], pg);
+            release_page(pool, pg);
+          }
+          pg = next;
+        }
+  }
+}
+
+}  // namespace cxlpool::detail::alloc
