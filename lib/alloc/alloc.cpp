@@ -73,17 +73,14 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
     huge = cls >= kNumClasses;
     if (huge) cls = 0;
   }
-  // Blocks above kThreadMaxSize, and a thread's first kWarmAllocations of each smaller class,
-  // come from a central heap under its lock (central.cpp): a page of its own per class would
-  // hold a slice of the device for each class each thread touches once.
-  Heap* h = nullptr;
-  bool shared = !huge && cls >= kFirstCentralClass;
-  if (!shared) {
-    h = heap_of(pool);
-    if (h && !huge && h->warm[cls] < kWarmAllocations) {
-      ++h->warm[cls];
-      shared = true;
-    }
+  // A thread's first warm_limit(cls) blocks of a class come from a central heap under its lock
+  // (central.cpp): a page of its own per class would hold a slice of the device (above 8 KiB,
+  // 8+ blocks) for each class each thread touches now and then.
+  Heap* h = heap_of(pool);
+  bool shared = false;
+  if (h && !huge && h->warm[cls] < warm_limit(cls)) {
+    ++h->warm[cls];
+    shared = true;
   }
   Pool::Central* central = shared ? &central_for_thread(pool) : nullptr;
   std::unique_lock<std::mutex> held;
@@ -159,7 +156,7 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
 void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
   // Fast path: a hint-less class-size request, the thread's heap ready, the class's route
   // decided without the rule chain, a page with a free block.
-  if (__builtin_expect(device < 0 && hint == 0 && size <= kThreadMaxSize, 1)) {
+  if (__builtin_expect(device < 0 && hint == 0 && size <= kMaxClassSize, 1)) {
     if (Heap* h = tls_heap(pool)) {
       unsigned cls = size_to_class(size);
       const ClassRoute& rt = pool->routes[cls];

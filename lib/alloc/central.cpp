@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-// Central heaps: blocks above kThreadMaxSize come from a few heaps per pool that every thread
-// shares, each under its own lock, picked by the CPU the calling thread runs on. A thread heap
-// holds a page per class it uses; for these classes a page is 8+ blocks of 9 KiB..1 MiB, so
-// per-thread pages made memory grow with the number of threads. Here the pages of a class
-// are shared, a block freed by one thread is reused by the next at once, and no thread's exit
-// strands any. Frees of these blocks take the owning central heap's lock (a lock-free remote
-// free only from a signal handler, folded in at the next refill).
+// Central heaps: a thread's first allocations of each class (types.hpp, warm_limit) come from a
+// few heaps per pool that every thread shares, each under its own lock, picked by the CPU the
+// calling thread runs on. A page of its own per class costs a thread a slice of the device
+// (above 8 KiB, 8+ blocks) for every class it touches, which made memory grow with the number
+// of threads. Here the pages of a class are shared, a block freed by one thread is reused by
+// the next at once, and no thread's exit strands any. Frees of these blocks take the owning
+// central heap's lock (a lock-free remote free only from a signal handler, folded in at the
+// next refill).
 #include <sched.h>
 
 #include <cstring>
@@ -37,9 +38,9 @@ Heap* central_heap(Pool* pool, Pool::Central& c) noexcept {
   return h;
 }
 
-void nonlocal_free(Segment* seg, void* p, Heap* me, const BlockRef& b) noexcept {
+void nonlocal_free(Segment* seg, void* p, Heap* me, Page* pg, uint64_t* word, uint32_t w, uint64_t bit) noexcept {
   // Heaps are freed only with their pool, so the owner read without a lock can be looked at.
-  const Heap* owner = b.pg->owner.load(std::memory_order_acquire);
+  const Heap* owner = pg->owner.load(std::memory_order_acquire);
   if (owner && owner->central >= 0) {
     Pool::Central& c = seg->pool->central[owner->central];
     {
@@ -64,7 +65,7 @@ void nonlocal_free(Segment* seg, void* p, Heap* me, const BlockRef& b) noexcept 
     remote_free(seg, now.pg, me, now.word, now.w, now.bit);
     return;
   }
-  remote_free(seg, b.pg, me, b.word, b.w, b.bit);
+  remote_free(seg, pg, me, word, w, bit);
 }
 
 void central_trim(Pool* pool) noexcept {

@@ -76,10 +76,10 @@ inline void* alloc_block(Heap* h, int di, unsigned cls) noexcept {
 
 // Out-of-line parts of a small free.
 void local_free_followup(Heap* me, Page* pg) noexcept;
-struct BlockRef;
 // A free of a block whose page is not the calling thread's: a central heap's (under its lock)
-// or another thread's (remote_free).
-void nonlocal_free(Segment* seg, void* p, Heap* me, const BlockRef& b) noexcept;
+// or another thread's (remote_free). Scalars, not a BlockRef: the fast path keeps them in
+// registers.
+void nonlocal_free(Segment* seg, void* p, Heap* me, Page* pg, uint64_t* word, uint32_t w, uint64_t bit) noexcept;
 void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_t w, uint64_t bit) noexcept;
 void count_invalid_free(Segment* seg, Heap* me) noexcept;
 void count_double_free(Segment* seg, Heap* me) noexcept;
@@ -140,7 +140,7 @@ inline void free_small(Segment* seg, void* p) noexcept {
     return;
   }
   if (__builtin_expect(b.pg->owner.load(std::memory_order_relaxed) != me || !me, 0)) {
-    nonlocal_free(seg, p, me, b);
+    nonlocal_free(seg, p, me, b.pg, b.word, b.w, b.bit);
     return;
   }
   local_free(seg, b, me);

@@ -82,7 +82,7 @@ Page* refill(Heap* h, int di, unsigned cls) noexcept;
 Heap* current_heap_of(const Pool* pool) noexcept;  // the calling thread's heap, if any
 void forget_thread_heap(const Pool* pool) noexcept;
 
-// ---- central.cpp: the heaps of classes above kThreadMaxSize, shared by threads ---------------
+// ---- central.cpp: heaps shared by threads, for their first blocks of each class -------------
 Pool::Central& central_for_thread(Pool* pool) noexcept;
 Heap* central_heap(Pool* pool, Pool::Central& c) noexcept;  // c.mu held; made on first use
 void central_trim(Pool* pool) noexcept;                     // empty pages back to their segments

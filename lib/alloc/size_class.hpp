@@ -51,9 +51,8 @@ constexpr unsigned class_slices_tight(unsigned c) {
   return k;
 }
 
-// Classes above 8 KiB (pages of more than one slice) come from the pool's central heaps, not
-// from thread heaps: a thread heap holds a page per class it uses, and pages of 8+ blocks of
-// such sizes per thread made memory grow with the number of threads (docs/allocator.md).
+// Classes above 8 KiB have pages of more than one slice: a thread takes a page of its own of
+// such a class only after many allocations of it (types.hpp, warm_limit; docs/allocator.md).
 inline constexpr size_t kThreadMaxSize = size_t(8) << 10;
 inline constexpr unsigned kFirstCentralClass = 76;
 

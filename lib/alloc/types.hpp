@@ -39,8 +39,13 @@ inline constexpr int kAdoptScan = 8;
 inline constexpr unsigned kInlineWords = 8;
 inline constexpr int kCentralHeaps = 4;  // per pool, picked by the CPU a thread runs on
 // A thread's first allocations of a class come from a central heap; from this many on, from a
-// page of its own (docs/allocator.md, "Threads").
+// page of its own (docs/allocator.md, "Threads"). Pages of classes above kThreadMaxSize are
+// 8+ such blocks, so a thread takes one only when it allocates that class a lot.
 inline constexpr uint8_t kWarmAllocations = 32;
+inline constexpr uint8_t kWarmLargeAllocations = 255;
+inline constexpr uint8_t warm_limit(unsigned cls) {
+  return cls < kFirstCentralClass ? kWarmAllocations : kWarmLargeAllocations;
+}
 
 enum PageState : uint8_t { kUnused, kActive, kFull, kAbandoned };
 
@@ -150,7 +155,7 @@ struct alignas(64) Heap {
   Page* full[kMaxDevices][kNumClasses] = {};
   std::atomic<uint8_t> full_dirty[kMaxDevices][kNumClasses] = {};
   int16_t page_device[kNumClasses];  // per-page routes: device of the current page per class
-  uint8_t warm[kFirstCentralClass];  // a thread's allocations per class, up to kWarmAllocations
+  uint8_t warm[kNumClasses];         // a thread's allocations per class, up to warm_limit(class)
   HeapCounters counters[kMaxDevices];
 };
 
@@ -200,7 +205,7 @@ class Pool {
   std::atomic<uint64_t> interleave_counter{0};
   std::mutex heaps_mu;
   Heap* heaps = nullptr;  // every heap ever created (reused after thread exit), central ones too
-  // Heaps of the classes above kThreadMaxSize, shared by all threads: each under its lock,
+  // Heaps shared by all threads for their first blocks of each class: each under its lock,
   // made on first use. Lock order: a central heap's lock before any PoolDevice::mu.
   struct Central {
     std::mutex mu;
