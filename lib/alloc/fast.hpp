@@ -122,6 +122,17 @@ inline void local_free(Segment* seg, const BlockRef& b, Heap* me) noexcept {
     return;
   }
   store_bits(b.word, old | b.bit);
+  // A free of this block by another thread that raced this one (both saw it live) shows now:
+  // this free steps back, so the block is free once (remote_free does the same on its side).
+  // The compiler must not hoist the look above the store (relaxed atomics allow it).
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  if (__builtin_expect((seg->remote_pending.load(std::memory_order_relaxed) >> b.slot & 1) &&
+                           (seg->remote_bits[b.slot][b.w].load(std::memory_order_relaxed) & b.bit),
+                       0)) {
+    store_bits(b.word, old);
+    count_double_free(seg, me);
+    return;
+  }
   // Counter addresses come from the segment header and the class table, never from the page
   // descriptor: otherwise every free's counter update would wait for that free's page miss,
   // and the next free for it (store forwarding), serializing the misses.

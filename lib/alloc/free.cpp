@@ -102,6 +102,15 @@ void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_
   // this free has already raised.
   if (!(seg->remote_pending.load(std::memory_order_seq_cst) & slot_bit))
     seg->remote_pending.fetch_or(slot_bit, std::memory_order_seq_cst);
+  // Free on the owner's side now while this bit still waits: the owner freed it too, racing
+  // this free (both saw it live): step back, so the block is free once (both may step back:
+  // the block is then lost, never handed out twice). A bit already folded in is a free like
+  // any other (the owner's fold found any double itself).
+  if ((load_bits(local_word) & bit) && (pg->remote_bits[w].fetch_and(~bit, std::memory_order_acq_rel) & bit)) {
+    pg->remote_count.fetch_sub(1, std::memory_order_seq_cst);
+    count_double_free(seg, me);
+    return;
+  }
   if (me)
     me->counters[device].frees[cls].add(1);
   else
