@@ -1902,6 +1902,9 @@ TEST_CASE("repair leaves damaged words alone while another participant is alive"
   make_scene(&s, "repair-live");
   cxlpool_shared_pool_t* live = nullptr;
   REQUIRE(cxlpool_shared_pool_open(s.device.c_str(), nullptr, &live) == CXLPOOL_OK);
+  // The live participant recovers the dead owner and importer in the background: the damage
+  // comes after that (on a slow machine that recovery came later and rewrote the word).
+  CHECK(eventually([&] { return info_of(live).participants == 1; }, 30000));
   void* mine = nullptr;
   REQUIRE(cxlpool_shared_alloc(live, 5000, &mine) == CXLPOOL_OK);
   fill(mine, 5000, 77);
@@ -1917,8 +1920,13 @@ TEST_CASE("repair leaves damaged words alone while another participant is alive"
   REQUIRE(cxlpool_shared_pool_close(live) == CXLPOOL_OK);
   r = check(s.device, 1, &st);
   CHECK(st == CXLPOOL_OK);
-  CHECK(r.words_repaired == 1);
+  // Repaired now, or written whole already by the closing participant giving the recovered
+  // extent back: either way the pool is whole and clean.
+  CHECK(r.words_repaired <= 1);
   CHECK(r.extents_free == r.extents_total);
+  r = check(s.device, 0, &st);
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.corrupt_words == 0);
 }
 
 // A participant evicted while alive whose slot was taken by a newcomer, which then died too:
