@@ -12,7 +12,6 @@
 #include <cstring>
 
 #include "alloc/fast.hpp"
-#include "common/intrusive_list.hpp"
 
 namespace cxlpool::detail::alloc {
 
@@ -71,19 +70,8 @@ void nonlocal_free(Segment* seg, void* p, Heap* me, Page* pg, uint64_t* word, ui
 void central_trim(Pool* pool) noexcept {
   for (Pool::Central& c : pool->central) {
     std::lock_guard<std::mutex> lock(c.mu);
-    Heap* h = c.heap;
-    if (!h) continue;
-    for (int di = 0; di < pool->ndev; ++di)
-      for (unsigned cls = 0; cls < kNumClasses; ++cls)
-        for (Page* pg = h->head[di][cls]; pg;) {
-          Page* next = pg->next;
-          collect_remote(pool->dev[di], pg);
-          if (pg->used == 0) {
-            queue_remove(h->head[di][cls], h->tail[di][cls], pg);
-            release_page(pool, pg);
-          }
-          pg = next;
-        }
+    if (c.heap)
+      for (int di = 0; di < pool->ndev; ++di) retire_empty_pages(c.heap, di);
   }
 }
 

@@ -72,8 +72,10 @@ Page* adopt(Heap* h, int di, unsigned cls) noexcept {
   return found;
 }
 
-// The thread's empty pages on device di go back to their segments (their current pages
-// included, which a free never retires).
+}  // namespace
+
+// A heap's empty pages on device di go back to their segments (its current pages included,
+// which a free never retires); the heap's owner (or the holder of a central heap's lock) calls.
 void retire_empty_pages(Heap* h, int di) noexcept {
   PoolDevice& d = h->pool->dev[di];
   for (unsigned c = 0; c < kNumClasses; ++c)
@@ -87,8 +89,6 @@ void retire_empty_pages(Heap* h, int di) noexcept {
       pg = next;
     }
 }
-
-}  // namespace
 
 Heap* heap_slow(Pool* pool) noexcept {
   std::call_once(g_exit_key_once, [] { pthread_key_create(&g_exit_key, thread_exit); });

@@ -79,6 +79,7 @@ bool extend_commit(Pool* pool, Page* pg, uintptr_t upto) noexcept;
 Heap* heap_slow(Pool* pool) noexcept;
 void abandon_heap(Heap* h) noexcept;
 Page* refill(Heap* h, int di, unsigned cls) noexcept;
+void retire_empty_pages(Heap* h, int di) noexcept;
 Heap* current_heap_of(const Pool* pool) noexcept;  // the calling thread's heap, if any
 void forget_thread_heap(const Pool* pool) noexcept;
 

@@ -167,17 +167,7 @@ uint64_t pool_trim(Pool* pool) noexcept {
   central_trim(pool);
   // The calling thread's own empty pages first (its current pages are never retired on free).
   if (Heap* me = current_heap_of(pool))
-    for (int di = 0; di < pool->ndev; ++di)
-      for (unsigned c = 0; c < kNumClasses; ++c)
-        for (Page* pg = me->head[di][c]; pg;) {
-          Page* next = pg->next;
-          collect_remote(pool->dev[di], pg);
-          if (pg->used == 0) {
-            queue_remove(me->head[di][c], me->tail[di][c], pg);
-            release_page(pool, pg);
-          }
-          pg = next;
-        }
+    for (int di = 0; di < pool->ndev; ++di) retire_empty_pages(me, di);
   for (int di = 0; di < pool->ndev; ++di) {
     PoolDevice& d = pool->dev[di];
     // Abandoned pages that remote frees emptied go back to their segments.
