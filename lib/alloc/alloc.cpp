@@ -30,11 +30,11 @@ void* alloc_block_slow(Heap* h, int di, unsigned cls) noexcept {
   Page* pg = refill(h, di, cls);
   if (!pg) return nullptr;
   uint32_t c = pg->cursor;
-  uint64_t w = pg->free_bits[c];
+  uint64_t w = pg->bits[2 * size_t(c)];
   unsigned bit = unsigned(__builtin_ctzll(w));
   uintptr_t p = pg->start + ((uintptr_t(c) << 6) + bit) * pg->block_size;
   if (p + pg->block_size > pg->commit_end && !extend_commit(h->pool, pg, p + pg->block_size)) return nullptr;
-  store_bits(&pg->free_bits[c], w & (w - 1));
+  store_bits(&pg->bits[2 * size_t(c)], w & (w - 1));
   ++pg->used;
   return reinterpret_cast<void*>(p);
 }

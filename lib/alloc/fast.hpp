@@ -59,12 +59,12 @@ inline void* alloc_block(Heap* h, int di, unsigned cls) noexcept {
   if (__builtin_expect(pg != nullptr, 1)) {
     uint32_t c = pg->cursor;
     if (__builtin_expect(c < pg->words, 1)) {
-      uint64_t w = pg->free_bits[c];
+      uint64_t w = pg->bits[2 * size_t(c)];
       if (__builtin_expect(w != 0, 1)) {
         unsigned bit = unsigned(__builtin_ctzll(w));
         uintptr_t p = pg->start + ((uintptr_t(c) << 6) + bit) * pg->block_size;
         if (__builtin_expect(p + pg->block_size <= pg->commit_end, 1)) {
-          store_bits(&pg->free_bits[c], w & (w - 1));
+          store_bits(&pg->bits[2 * size_t(c)], w & (w - 1));
           ++pg->used;
           return reinterpret_cast<void*>(p);
         }
@@ -88,7 +88,7 @@ void count_double_free(Segment* seg, Heap* me) noexcept;
 // block (inside a block, or in a slice that holds no page: end is 0 there).
 struct BlockRef {
   Page* pg;
-  uint64_t* word;  // the owner's free-bitmap word
+  uint64_t* word;  // the page's pair of bitmap words (free now, freed by the owner)
   uint32_t w;
   uint64_t bit;
   uint8_t slot, cls;
@@ -103,36 +103,29 @@ inline BlockRef locate_block(Segment* seg, uintptr_t a) noexcept {
   const uint32_t idx = uint32_t(((a - start) * kReciprocals[si.cls]) >> kReciprocalShift);
   const uint32_t w = idx >> 6;
   Page* pg = &seg->pages[si.slot];
-  uint64_t* word = kInlineBitmap[si.cls] ? &pg->inline_bits[w] : &seg->local_bits[si.slot][w];
+  uint64_t* word = kInlineBitmap[si.cls] ? &pg->inline_bits[2 * size_t(w)] : &seg->local_bits[si.slot][2 * size_t(w)];
   // Only the first byte of a live block frees it.
   bool valid = a < pg->end && a == start + uintptr_t(idx) * kClassSizes[si.cls];
   return {pg, word, w, uint64_t(1) << (idx & 63), si.slot, si.cls, valid};
 }
 
 // The free of a valid block by its page's owner (the owning thread, or whoever holds a
-// central heap's lock).
+// central heap's lock). The block goes to the owner's freed bitmap, not back to malloc: the
+// next fold (page.cpp) returns it, and meets there any free of it by another thread that
+// raced this one unseen (the owner's store here is not fenced, so neither side is sure to see
+// the other's bit in time).
 inline void local_free(Segment* seg, const BlockRef& b, Heap* me) noexcept {
-  uint64_t old = *b.word;
-  // Free already, here or by another thread (its bit waits in the remote bitmap): a double
-  // free, counted and ignored, so the block is never handed out twice.
-  if (__builtin_expect((old & b.bit) || ((seg->remote_pending.load(std::memory_order_relaxed) >> b.slot & 1) &&
-                                         (seg->remote_bits[b.slot][b.w].load(std::memory_order_relaxed) & b.bit)),
-                       0)) {
+  const uint64_t now = b.word[0], freed = b.word[1];
+  // Free already (here, or by another thread: its bit waits in the remote bitmap): a double
+  // free, counted and ignored.
+  if (__builtin_expect(
+          ((now | freed) & b.bit) || ((seg->remote_pending.load(std::memory_order_relaxed) >> b.slot & 1) &&
+                                      (seg->remote_bits[b.slot][b.w].load(std::memory_order_relaxed) & b.bit)),
+          0)) {
     count_double_free(seg, me);
     return;
   }
-  store_bits(b.word, old | b.bit);
-  // A free of this block by another thread that raced this one (both saw it live) shows now:
-  // this free steps back, so the block is free once (remote_free does the same on its side).
-  // The compiler must not hoist the look above the store (relaxed atomics allow it).
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  if (__builtin_expect((seg->remote_pending.load(std::memory_order_relaxed) >> b.slot & 1) &&
-                           (seg->remote_bits[b.slot][b.w].load(std::memory_order_relaxed) & b.bit),
-                       0)) {
-    store_bits(b.word, old);
-    count_double_free(seg, me);
-    return;
-  }
+  store_bits(&b.word[1], freed | b.bit);
   // Counter addresses come from the segment header and the class table, never from the page
   // descriptor: otherwise every free's counter update would wait for that free's page miss,
   // and the next free for it (store forwarding), serializing the misses.

@@ -25,6 +25,14 @@ void retire_if_empty(Heap* h, Page* pg) noexcept {
   release_page(h->pool, pg);
 }
 
+// The block is free on the owner's side: freed by the owner and not folded yet, or free to
+// malloc. Read in that order: a fold sets free-now before it clears freed, so a block being
+// folded shows on one side or the other.
+inline bool free_on_owner_side(uint64_t* pair, uint64_t bit) noexcept {
+  if (__atomic_load_n(&pair[1], __ATOMIC_ACQUIRE) & bit) return true;
+  return __atomic_load_n(&pair[0], __ATOMIC_RELAXED) & bit;
+}
+
 inline Page* page_of(Segment* seg, uintptr_t a) noexcept {
   return &seg->pages[seg->slice[(a - seg->base) >> kSliceShift].slot];
 }
@@ -85,9 +93,9 @@ void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_
   const uint8_t device = pg->device, cls = pg->cls;
   const uint64_t slot_bit = uint64_t(1) << (pg - seg->pages);
   // Free already on the owner's side (freed there first): a double free. The owner may be
-  // writing that word concurrently; a relaxed read is enough, as only a block that is free
-  // now can have its bit set.
-  if (load_bits(local_word) & bit) {
+  // writing those words concurrently; plain reads are enough, as only a block that is free
+  // can have its bit set there.
+  if (free_on_owner_side(local_word, bit)) {
     count_double_free(seg, me);
     return;
   }
@@ -103,10 +111,10 @@ void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_
   if (!(seg->remote_pending.load(std::memory_order_seq_cst) & slot_bit))
     seg->remote_pending.fetch_or(slot_bit, std::memory_order_seq_cst);
   // Free on the owner's side now while this bit still waits: the owner freed it too, racing
-  // this free (both saw it live): step back, so the block is free once (both may step back:
-  // the block is then lost, never handed out twice). A bit already folded in is a free like
-  // any other (the owner's fold found any double itself).
-  if ((load_bits(local_word) & bit) && (pg->remote_bits[w].fetch_and(~bit, std::memory_order_acq_rel) & bit)) {
+  // this free (both saw it live): step back, so the block is free once. Where neither saw the
+  // other, both bits stay and the owner's next fold counts the block once. A bit already
+  // folded in is a free like any other (the fold found any double itself).
+  if (free_on_owner_side(local_word, bit) && (pg->remote_bits[w].fetch_and(~bit, std::memory_order_acq_rel) & bit)) {
     pg->remote_count.fetch_sub(1, std::memory_order_seq_cst);
     count_double_free(seg, me);
     return;

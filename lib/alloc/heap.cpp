@@ -49,7 +49,7 @@ Page* adopt(Heap* h, int di, unsigned cls) noexcept {
     Page* pg = d.abandoned[cls];
     for (int scanned = 0; pg && scanned < kAdoptScan && !found; ++scanned) {
       Page* next = pg->next;
-      collect_remote(d, pg);
+      fold_frees(d, pg);
       if (pg->used == 0) {
         list_remove(d.abandoned[cls], pg);
         empty[nempty++] = pg;
@@ -81,7 +81,7 @@ void retire_empty_pages(Heap* h, int di) noexcept {
   for (unsigned c = 0; c < kNumClasses; ++c)
     for (Page* pg = h->head[di][c]; pg;) {
       Page* next = pg->next;
-      collect_remote(d, pg);
+      fold_frees(d, pg);
       if (pg->used == 0) {
         queue_remove(h->head[di][c], h->tail[di][c], pg);
         release_page(h->pool, pg);
@@ -140,7 +140,7 @@ void abandon_heap(Heap* h) noexcept {
         while (Page* pg = *list) {
           *list = pg->next;
           // An empty page goes back to its segment now, for the next thread to carve.
-          collect_remote(d, pg);
+          fold_frees(d, pg);
           if (pg->used == 0) {
             release_page_locked(pool, d, pg);
             continue;
@@ -178,7 +178,7 @@ Page* refill(Heap* h, int di, unsigned cls) noexcept {
     while (pg) {
       Page* next = pg->next;
       if (pg->remote_count.load(std::memory_order_acquire) > 0) {
-        collect_remote(h->pool->dev[di], pg);
+        fold_frees(h->pool->dev[di], pg);
         list_remove(h->full[di][cls], pg);
         pg->state.store(kActive, std::memory_order_relaxed);
         queue_push_back(head, tail, pg);

@@ -71,7 +71,10 @@ void purge_soon(Pool* pool, PoolDevice& d) noexcept;
 Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment = true) noexcept;
 void release_page(Pool* pool, Page* pg) noexcept;
 void release_page_locked(Pool* pool, PoolDevice& d, Page* pg) noexcept;  // d.mu held
-void collect_remote(PoolDevice& d, Page* pg) noexcept;
+// Returns the owner's frees and other threads' frees of the page to malloc (used drops by
+// them, double frees that raced are found and counted once). Only the page's owner calls it,
+// or for a page without one, the holder of d.mu.
+void fold_frees(PoolDevice& d, Page* pg) noexcept;
 bool page_has_free(Page* pg) noexcept;
 bool extend_commit(Pool* pool, Page* pg, uintptr_t upto) noexcept;
 

@@ -76,7 +76,7 @@ Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept 
   pg->commit_end = committed;
   pg->reciprocal = class_reciprocal(cls);
   pg->words = (pg->capacity + 63) / 64;
-  pg->free_bits = pg->words <= kInlineWords ? pg->inline_bits : seg->local_bits[first];
+  pg->bits = pg->words <= kInlineWords ? pg->inline_bits : seg->local_bits[first];
   pg->used = 0;
   pg->cursor = 0;
   pg->cls = uint8_t(cls);
@@ -85,7 +85,8 @@ Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept 
   pg->slices = uint8_t(k);
   for (uint32_t w = 0; w < pg->words; ++w) {
     uint32_t bits = std::min<uint32_t>(64, pg->capacity - w * 64);
-    store_bits(&pg->free_bits[w], bits == 64 ? ~uint64_t(0) : ((uint64_t(1) << bits) - 1));
+    store_bits(&pg->bits[2 * size_t(w)], bits == 64 ? ~uint64_t(0) : ((uint64_t(1) << bits) - 1));
+    store_bits(&pg->bits[2 * size_t(w) + 1], 0);
     pg->remote_bits[w].store(0, std::memory_order_relaxed);
   }
   pg->remote_count.store(0, std::memory_order_relaxed);
@@ -121,17 +122,27 @@ void release_page(Pool* pool, Page* pg) noexcept {
   purge_soon(pool, d);
 }
 
-void collect_remote(PoolDevice& d, Page* pg) noexcept {
+void fold_frees(PoolDevice& d, Page* pg) noexcept {
+  // The owner's frees first. Each word goes free-now before freed is cleared (release): a
+  // remote free reads freed before free-now (remote_free), so it sees the block free on one
+  // side or the other, never on neither.
+  for (uint32_t w = 0; w < pg->words; ++w) {
+    uint64_t f = pg->bits[2 * size_t(w) + 1];
+    if (!f) continue;
+    store_bits(&pg->bits[2 * size_t(w)], pg->bits[2 * size_t(w)] | f);
+    __atomic_store_n(&pg->bits[2 * size_t(w) + 1], 0, __ATOMIC_RELEASE);
+  }
   if (pg->remote_count.load(std::memory_order_acquire) <= 0) return;
   int32_t freed = 0, doubles = 0;
   for (uint32_t w = 0; w < pg->words; ++w) {
     if (!pg->remote_bits[w].load(std::memory_order_relaxed)) continue;
     uint64_t x = pg->remote_bits[w].exchange(0, std::memory_order_acq_rel);
     // A block freed remotely while it was free locally was freed twice (a race in the
-    // program): it stays free once, and the second free is not counted as one.
-    uint64_t twice = x & pg->free_bits[w];
+    // program, or the owner's free and this one racing unseen): it stays free once, and the
+    // second free is not counted as one.
+    uint64_t twice = x & pg->bits[2 * size_t(w)];
     x &= ~twice;
-    store_bits(&pg->free_bits[w], pg->free_bits[w] | x);
+    store_bits(&pg->bits[2 * size_t(w)], pg->bits[2 * size_t(w)] | x);
     freed += __builtin_popcountll(x);
     doubles += __builtin_popcountll(twice);
   }
@@ -150,13 +161,13 @@ void collect_remote(PoolDevice& d, Page* pg) noexcept {
 
 bool page_has_free(Page* pg) noexcept {
   for (uint32_t w = pg->cursor; w < pg->words; ++w)
-    if (pg->free_bits[w]) {
+    if (pg->bits[2 * size_t(w)]) {
       pg->cursor = w;
       return true;
     }
-  collect_remote(pg->segment->pool->dev[pg->device], pg);
+  fold_frees(pg->segment->pool->dev[pg->device], pg);
   for (uint32_t w = 0; w < pg->words; ++w)
-    if (pg->free_bits[w]) {
+    if (pg->bits[2 * size_t(w)]) {
       pg->cursor = w;
       return true;
     }

@@ -177,7 +177,7 @@ uint64_t pool_trim(Pool* pool) noexcept {
         std::lock_guard<std::mutex> lock(d.mu);
         for (unsigned c = 0; c < kNumClasses && !empty; ++c)
           for (Page* pg = d.abandoned[c]; pg; pg = pg->next) {
-            collect_remote(d, pg);
+            fold_frees(d, pg);
             if (pg->used == 0) {
               list_remove(d.abandoned[c], pg);
               empty = pg;

@@ -271,7 +271,7 @@ bool purge_pass(Pool* pool, PoolDevice& d) noexcept {
   for (unsigned c = 0; c < kNumClasses; ++c)
     for (Page* pg = d.abandoned[c]; pg;) {
       Page* next = pg->next;
-      if (pg->remote_count.load(std::memory_order_acquire) > 0) collect_remote(d, pg);
+      if (pg->remote_count.load(std::memory_order_acquire) > 0) fold_frees(d, pg);
       if (pg->used == 0) {
         list_remove(d.abandoned[c], pg);
         release_page_locked(pool, d, pg);

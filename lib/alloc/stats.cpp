@@ -35,13 +35,20 @@ DeviceStats pool_device_stats(const Pool* pool, int di) noexcept {
       s.invalid_frees += c.invalid_frees.get();
     }
   }
+  // Frees a fold found to be second frees were counted as frees by whoever made them (a
+  // thread's heap or the orphan counters): taken off the sum, never below zero.
+  uint64_t late_frees = 0, late_bytes = 0;
   for (unsigned c = 0; c < kNumClasses; ++c) {
     uint64_t f = d.orphan_frees[c].load(std::memory_order_relaxed);
     uint64_t late = d.late_double_frees[c].load(std::memory_order_relaxed);
-    s.frees += f - late;  // remote frees that turned out to be second frees
-    free_bytes += (f - late) * kClassSizes[c];
+    s.frees += f;
+    free_bytes += f * kClassSizes[c];
+    late_frees += late;
+    late_bytes += late * kClassSizes[c];
     s.double_frees += late;
   }
+  s.frees -= std::min(s.frees, late_frees);
+  free_bytes -= std::min(free_bytes, late_bytes);
   s.frees += d.orphan_huge_frees.load(std::memory_order_relaxed);
   s.double_frees += d.orphan_double_frees.load(std::memory_order_relaxed);
   s.invalid_frees += d.orphan_invalid_frees.load(std::memory_order_relaxed);

@@ -36,7 +36,7 @@ inline constexpr size_t kLimitedSpanMin = size_t(128) << 10;
 inline constexpr size_t kHugeCacheEntries = 4;
 inline constexpr uint64_t kHugeCacheBytes = 64ull << 20;
 inline constexpr int kAdoptScan = 8;
-inline constexpr unsigned kInlineWords = 8;
+inline constexpr unsigned kInlineWords = 4;
 inline constexpr int kCentralHeaps = 4;  // per pool, picked by the CPU a thread runs on
 // A thread's first allocations of a class come from a central heap; from this many on, from a
 // page of its own (docs/allocator.md, "Threads"). Pages of classes above kThreadMaxSize are
@@ -60,14 +60,21 @@ inline void store_bits(uint64_t* w, uint64_t v) noexcept { __atomic_store_n(w, v
 struct alignas(64) Page {
   // First cache line: everything malloc and free touch.
   std::atomic<Heap*> owner{nullptr};
-  uint64_t* free_bits = nullptr;
+  // Two bitmaps, word w of each side by side (bits[2w], bits[2w + 1]) so a free touches one
+  // cache line: blocks malloc may hand out now, and blocks the owner freed since the last fold.
+  // malloc never hands out a block its owner freed before the page's remote frees have been
+  // folded in next to it, so two frees of one block that race (the owner's and another
+  // thread's, each unaware of the other) always meet in the fold and count once.
+  uint64_t* bits = nullptr;
   uintptr_t start = 0, commit_end = 0, end = 0;
-  uint32_t block_size = 0, used = 0, cursor = 0, words = 0;
+  uint32_t block_size = 0;
+  uint32_t used = 0;  // live blocks: handed out, less the owner's frees and the remote frees folded in
+  uint32_t cursor = 0, words = 0;
   std::atomic<uint8_t> state{kUnused};  // owner writes; others only read (relaxed)
   uint8_t cls = 0, device = 0, first_slice = 0, slices = 0;
-  // Second line: the free bitmap of pages with at most 512 blocks (most classes), next to the
-  // hot line so a free touches one adjacent pair of lines.
-  alignas(64) uint64_t inline_bits[kInlineWords] = {};
+  // Second line: the bitmaps of pages with at most 256 blocks (most classes), next to the hot
+  // line so a free touches one adjacent pair of lines.
+  alignas(64) uint64_t inline_bits[2 * kInlineWords] = {};
   // Third line: slow paths.
   uint64_t reciprocal = 0;
   uint32_t capacity = 0;
@@ -99,7 +106,7 @@ struct Segment : SegmentHeader {
     uint8_t slot, cls;
   } slice[kSlicesPerSegment] = {};
   Page pages[kSlicesPerSegment];
-  uint64_t local_bits[kSlicesPerSegment][kBitmapWords];
+  uint64_t local_bits[kSlicesPerSegment][2 * kBitmapWords];  // Page::bits of larger pages
   std::atomic<uint64_t> remote_bits[kSlicesPerSegment][kBitmapWords];
 };
 

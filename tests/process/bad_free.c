@@ -100,8 +100,7 @@ static int all_distinct(const char* what) {
 
 /* The owner and another thread free one block at the same moment, many times over (a race in
  * the program: each may check before the other's free lands); after each, a new block must not
- * be one of the blocks still live. Not in the suite yet: it still finds a block handed out
- * twice (issue #20, docs/allocator.md); run by hand: cxlpool-run -- process_bad_free racing 64. */
+ * be one of the blocks still live. */
 enum { RACE_LIVE = 4096, RACE_SET = 1 << 14 };
 static void* _Atomic race_target;
 static long _Atomic race_go, race_done;
