@@ -7,11 +7,17 @@
 //   cxlpool-far   cxlpool_malloc on a pool bound to an emulated far device (memfd)
 //   cxlpool       cxlpool_malloc on a pool over node0 and the far device with --policy=POLICY
 // Workloads: hot 64 B malloc+free; 1M objects of 16-512 B freed in shuffled order; a
-// 2-thread producer/consumer with cross-thread frees; realloc growth; large blocks 64 KiB-4 MiB.
+// 2-thread producer/consumer with cross-thread frees; realloc growth; large blocks 64 KiB-4 MiB;
+// threads_short/N and threads_long/N: N threads at once, each keeping up to 64 blocks of
+// 1 B-64 KiB (log-uniform, written whole) through 1,000 replacements, then freeing them as it
+// exits (short) or only once every thread is done (long: the peak holds all their blocks).
+// Their peak RSS is the process's: run one per process (bench/run_alloc_bench.py does).
 // Refuses to run from a non-Release build.
 #include <benchmark/benchmark.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
@@ -207,11 +213,85 @@ void BM_large_64K_4M(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// One thread of threads_short / threads_long.
+struct StormThread {
+  std::atomic<int64_t>* nulls;
+  pthread_barrier_t* all_done;  // null: short-lived
+  uint64_t seed;
+};
+
+void* storm_thread(void* arg) {
+  auto* t = static_cast<StormThread*>(arg);
+  uint64_t s = t->seed;
+  auto next = [&s] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  };
+  void* slot[64] = {};
+  int64_t nulls = 0;
+  for (int i = 0; i < 1000; ++i) {
+    unsigned k = unsigned(next() % 64);
+    if (slot[k]) g.release(slot[k]);
+    size_t n = 1 + next() % (size_t(1) << (next() % 17));
+    slot[k] = g.alloc(n);
+    if (slot[k])
+      std::memset(slot[k], int(n), n);
+    else
+      ++nulls;
+  }
+  if (t->all_done) pthread_barrier_wait(t->all_done);
+  for (void* p : slot)
+    if (p) g.release(p);
+  t->nulls->fetch_add(nulls, std::memory_order_relaxed);
+  return nullptr;
+}
+
+void storm(benchmark::State& state, bool together) {
+  const auto n = size_t(state.range(0));
+  std::atomic<int64_t> nulls{0};
+  int64_t failed_starts = 0;
+  std::vector<pthread_t> tids(n);
+  std::vector<StormThread> args(n);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 << 10);
+  for (auto _ : state) {
+    pthread_barrier_t all_done;
+    pthread_barrier_init(&all_done, nullptr, unsigned(n));
+    size_t started = 0;
+    for (size_t i = 0; i < n; ++i) {
+      args[i] = {&nulls, together ? &all_done : nullptr, 0x9E3779B97F4A7C15ull * (i + 1)};
+      if (pthread_create(&tids[started], &attr, storm_thread, &args[i]) == 0) ++started;
+    }
+    // A thread that could not start would leave the others at the barrier for ever.
+    if (started < n) {
+      failed_starts += int64_t(n - started);
+      if (together) std::abort();
+    }
+    for (size_t i = 0; i < started; ++i) pthread_join(tids[i], nullptr);
+    pthread_barrier_destroy(&all_done);
+  }
+  pthread_attr_destroy(&attr);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  state.SetItemsProcessed(int64_t(state.iterations() * n * 1000));
+  state.counters["null_mallocs"] = double(nulls.load());
+  state.counters["failed_thread_starts"] = double(failed_starts);
+  state.counters["process_peak_rss_mib"] = double(ru.ru_maxrss) / 1024.0;
+}
+
+void BM_threads_short(benchmark::State& state) { storm(state, false); }
+void BM_threads_long(benchmark::State& state) { storm(state, true); }
+
 BENCHMARK(BM_hot_64B);
 BENCHMARK(BM_shuffled_1M_16_512B)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_producer_consumer_2T)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_realloc_growth)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_large_64K_4M);
+BENCHMARK(BM_threads_short)->Arg(1)->Arg(8)->Arg(64)->Arg(500)->Arg(2000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_threads_long)->Arg(1)->Arg(8)->Arg(64)->Arg(500)->Arg(2000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

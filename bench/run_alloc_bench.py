@@ -4,13 +4,20 @@
 # tcmalloc (through LD_PRELOAD of their Debian libraries), memkind (its API), cxlpool on the
 # near tier and on an emulated far device, and cxlpool under every placement policy (hot path
 # and shuffled workload only). Prints ns/op per workload, the ratio of cxlpool to each peer,
-# each policy's ratio to bind and to mimalloc, the peak RSS of each allocator's process, and
-# saves everything as one JSON file.
+# each policy's ratio to bind and to mimalloc, the peak RSS of each allocator's process, the
+# ratio of cxlpool to the best peer per workload, and the threads-scaling rows (1..2,000
+# threads, short- and long-lived, one process per row so its peak RSS is its own). Saves
+# everything as one JSON file and a PNG plot next to it (ns/op per workload per allocator; peak
+# RSS vs threads), drawn with gnuplot.
 #   bench/run_alloc_bench.py --build build/release [--out bench-results/alloc.json] [--min-time 1]
+#                            [--only-threads]
 import argparse
 import datetime
 import json
+import math
 import os
+import shutil
+import subprocess
 import sys
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -34,6 +41,8 @@ POLICIES = [
     "hint:cold=cxlfar|bind:near",
 ]
 POLICY_FILTER = "hot_64B|shuffled"
+THREAD_COUNTS = [1, 8, 64, 500, 2000]
+THREAD_KINDS = ["short", "long"]
 
 
 def run_measured(binary, allocator, preload, min_time, extra=()):
@@ -75,17 +84,118 @@ def ns_of(doc):
             for b in doc["benchmarks"] if b.get("items_per_second")}
 
 
+def run_threads(binary, labels):
+    """threads_short/N and threads_long/N, one process each: time per operation, the process's
+    peak RSS, NULL mallocs and threads that failed to start."""
+    rows = {}
+    for label, allocator, preload in PEERS:
+        if label not in labels:
+            continue
+        print(f"running {label} threads rows ...", flush=True)
+        for kind in THREAD_KINDS:
+            for n in THREAD_COUNTS:
+                doc = run_measured(binary, allocator, preload, "0.05",
+                                   (f"--benchmark_filter=^BM_threads_{kind}/{n}/",))
+                b = doc["benchmarks"][0]
+                rows.setdefault(label, {})[f"{kind}/{n}"] = {
+                    "ns_per_op": 1e9 / b["items_per_second"],
+                    "peak_rss_kib": doc["peak_rss_kib"],
+                    "null_mallocs": int(b.get("null_mallocs", 0)),
+                    "failed_thread_starts": int(b.get("failed_thread_starts", 0)),
+                }
+    return rows
+
+
+def print_threads(rows, labels):
+    print("\nthreads: N threads at once, each keeping up to 64 blocks of 1 B-64 KiB through 1,000 replacements;")
+    print("short: each frees its blocks as it exits; long: all hold theirs until every thread is done")
+    print("peak RSS MiB (the process's own, one process per row); ns per malloc+free in brackets")
+    print("row".ljust(12) + "".join(l.rjust(20) for l in labels))
+    for kind in THREAD_KINDS:
+        for n in THREAD_COUNTS:
+            key = f"{kind}/{n}"
+            cells = []
+            for l in labels:
+                r = rows[l][key]
+                bad = ""
+                if r["null_mallocs"] or r["failed_thread_starts"]:
+                    bad = f" NULL {r['null_mallocs']} nostart {r['failed_thread_starts']}"
+                cells.append(f"{r['peak_rss_kib'] / 1024:8.1f} ({r['ns_per_op']:6.0f}){bad}".rjust(20))
+            print(key.ljust(12) + "".join(cells))
+    peers = [l for l in labels if not l.startswith("cxlpool")]
+    print("\ncxlpool-near peak RSS / peer peak RSS, and / the best peer's")
+    print("row".ljust(12) + "".join(p.rjust(11) for p in peers) + "best".rjust(11))
+    for kind in THREAD_KINDS:
+        for n in THREAD_COUNTS:
+            key = f"{kind}/{n}"
+            mine = rows["cxlpool-near"][key]["peak_rss_kib"]
+            vals = [rows[p][key]["peak_rss_kib"] for p in peers]
+            print(key.ljust(12) + "".join(f"{mine / v:11.2f}" for v in vals) + f"{mine / min(vals):11.2f}")
+
+
+def plot(png, order, ns, labels, trows):
+    """Two panels with gnuplot: ns/op per workload per allocator (log scale), peak RSS vs threads."""
+    if not shutil.which("gnuplot"):
+        print("run_alloc_bench: gnuplot is missing (bash scripts/install-deps.sh installs it): no plot")
+        return
+    dat = png.removesuffix(".png") + ".dat"
+    with open(dat, "w") as f:
+        f.write("# workload " + " ".join(labels) + "\n")
+        for w in order:
+            f.write(w + " " + " ".join(f"{ns[l].get(w, math.nan):.6g}" for l in labels) + "\n")
+        f.write("\n\n")
+        for kind in THREAD_KINDS:
+            for l in labels:
+                if l not in trows:
+                    continue
+                f.write(f"# {kind} {l}\n")
+                for n in THREAD_COUNTS:
+                    f.write(f"{n} {trows[l][f'{kind}/{n}']['peak_rss_kib'] / 1024:.3f}\n")
+                f.write("\n\n")
+    script = [
+        "set terminal pngcairo size 1400,1000",
+        f"set output '{png}'",
+        "set multiplot layout 2,1 title 'bench/alloc_bench (measured, this machine, one run)'",
+        "set style data histogram", "set style histogram clustered gap 1", "set style fill solid 0.8 border -1",
+        "set logscale y", "set ylabel 'ns per operation (log)'", "set xtics noenhanced", "set key noenhanced outside right",
+        "plot " + ", ".join(f"'{dat}' index 0 using {i + 2}:xtic(1) title '{l}'" for i, l in enumerate(labels)),
+        "unset style", "set style data linespoints", "set logscale xy", "set xlabel 'threads'",
+        "set ylabel 'peak RSS MiB (log)'", "set xtics (1, 8, 64, 500, 2000)",
+    ]
+    series, idx = [], 1
+    for kind in THREAD_KINDS:
+        for l in labels:
+            if l not in trows:
+                continue
+            series.append(f"'{dat}' index {idx} using 1:2 lw 2 dt {1 if kind == 'short' else 2} title '{l} {kind}'")
+            idx += 1
+    script.append("plot " + ", ".join(series))
+    script.append("unset multiplot")
+    subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
+    print(f"saved {png}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build/release")
     ap.add_argument("--out", default="bench-results/alloc_bench.json")
     ap.add_argument("--min-time", default="1")
+    ap.add_argument("--only-threads", action="store_true", help="only the threads-scaling rows")
     a = ap.parse_args()
     binary = os.path.join(a.build, "bench", "alloc_bench")
+    labels = [p[0] for p in PEERS]
+    if a.only_threads:
+        trows = run_threads(binary, labels)
+        print_threads(trows, labels)
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        with open(a.out, "w") as f:
+            json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "threads": trows}, f, indent=1)
+        print(f"\nsaved {a.out}")
+        return
     results, order = {}, []
     for label, allocator, preload in PEERS:
         print(f"running {label} ...", flush=True)
-        doc = run_measured(binary, allocator, preload, a.min_time)
+        doc = run_measured(binary, allocator, preload, a.min_time, ("--benchmark_filter=-threads_",))
         results[label] = doc
         for b in doc["benchmarks"]:
             name = b["name"].split("/")[0].removeprefix("BM_")
@@ -96,9 +206,9 @@ def main():
         print(f"running cxlpool {policy} ...", flush=True)
         policy_results[policy] = run_measured(binary, "cxlpool", None, a.min_time,
                                               (f"--policy={policy}", f"--benchmark_filter={POLICY_FILTER}"))
+    trows = run_threads(binary, labels)
     ns = {label: ns_of(doc) for label, doc in results.items()}
     pns = {policy: ns_of(doc) for policy, doc in policy_results.items()}
-    labels = [p[0] for p in PEERS]
     width = max(len(w) for w in order) + 2
     print("\nns per operation (lower is better); one process per allocator, same machine, same run")
     print("workload".ljust(width) + "".join(l.rjust(14) for l in labels))
@@ -114,6 +224,12 @@ def main():
             print(w.ljust(width) + "".join(f"{ns[mine][w] / ns[p][w]:12.2f}" for p in peers))
         print("peak RSS".ljust(width) + "".join(
             f"{results[mine]['peak_rss_kib'] / results[p]['peak_rss_kib']:12.2f}" for p in peers))
+    peers = [l for l in labels if not l.startswith("cxlpool")]
+    print("\ncxlpool-near / the best peer of each workload (below 1.00: cxlpool faster)")
+    for w in order:
+        best = min(peers, key=lambda p: ns[p].get(w, math.inf))
+        print(f"{w.ljust(width)}{ns['cxlpool-near'][w] / ns[best][w]:8.2f}  (best: {best}, {ns[best][w]:.1f} ns)")
+    print_threads(trows, labels)
     pw = max(len(p) for p in POLICIES) + 2
     print("\npolicies: ns per operation (pool over node0 + cxlfar), and ratios to bind:near and to mimalloc")
     print("policy".ljust(pw) + "".join(f"{w:>12}{'/bind':>8}{'/mimalloc':>10}" for w in ("hot_64B", "shuffled_1M_16_512B")))
@@ -128,9 +244,10 @@ def main():
     with open(a.out, "w") as f:
         json.dump({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(), "ns_per_op": ns,
                    "policy_ns_per_op": pns,
-                   "peak_rss_kib": {l: results[l]["peak_rss_kib"] for l in labels},
+                   "peak_rss_kib": {l: results[l]["peak_rss_kib"] for l in labels}, "threads": trows,
                    "raw": results, "raw_policies": policy_results}, f, indent=1)
     print(f"\nsaved {a.out}")
+    plot(a.out.removesuffix(".json") + ".png", order, ns, labels, trows)
 
 
 if __name__ == "__main__":

@@ -205,12 +205,8 @@ void* cxlpool_realloc(cxlpool_pool_t* pool, void* p, size_t size) {
     cxlpool_free(p);
     return nullptr;
   }
-  A::PtrInfo info;
-  if (!A::ptr_info(p, &info)) {
-    errno = EINVAL;
-    return nullptr;
-  }
-  return A::pool_realloc(info.pool, p, size);
+  // The block stays in its own pool; EINVAL when p starts no live block of ours.
+  return A::pool_realloc(nullptr, p, size);
 }
 
 void* cxlpool_aligned_alloc(cxlpool_pool_t* pool, size_t alignment, size_t size) {
