@@ -155,7 +155,7 @@ def plot(png, order, ns, labels, trows):
     script = [
         "set terminal pngcairo size 1400,1000",
         f"set output '{png}'",
-        "set multiplot layout 2,1 title 'bench/alloc_bench (measured, this machine, one run)'",
+        "set multiplot layout 2,1 title 'bench/alloc_bench (measured, this machine, one run)' noenhanced",
         "set style data histogram", "set style histogram clustered gap 1", "set style fill solid 0.8 border -1",
         "set logscale y", "set ylabel 'ns per operation (log)'", "set xtics noenhanced", "set key noenhanced outside right",
         "plot " + ", ".join(f"'{dat}' index 0 using {i + 2}:xtic(1) title '{l}'" for i, l in enumerate(labels)),
@@ -164,10 +164,11 @@ def plot(png, order, ns, labels, trows):
     ]
     series, idx = [], 1
     for kind in THREAD_KINDS:
-        for l in labels:
+        for i, l in enumerate(labels):
             if l not in trows:
                 continue
-            series.append(f"'{dat}' index {idx} using 1:2 lw 2 dt {1 if kind == 'short' else 2} title '{l} {kind}'")
+            series.append(f"'{dat}' index {idx} using 1:2 lw 2 lc {i + 1} dt {1 if kind == 'short' else 2} "
+                          f"title '{l} {kind}'")
             idx += 1
     script.append("plot " + ", ".join(series))
     script.append("unset multiplot")

@@ -125,13 +125,18 @@ void release_page(Pool* pool, Page* pg) noexcept {
 void fold_frees(PoolDevice& d, Page* pg) noexcept {
   // The owner's frees first. Each word goes free-now before freed is cleared (release): a
   // remote free reads freed before free-now (remote_free), so it sees the block free on one
-  // side or the other, never on neither.
+  // side or the other, never on neither. The cursor moves back to the lowest word that gained
+  // blocks: malloc reuses a page's lowest blocks first, so what a page touches stays close to
+  // what is live.
+  uint32_t low = pg->words;
   for (uint32_t w = 0; w < pg->words; ++w) {
     uint64_t f = pg->bits[2 * size_t(w) + 1];
     if (!f) continue;
     store_bits(&pg->bits[2 * size_t(w)], pg->bits[2 * size_t(w)] | f);
     __atomic_store_n(&pg->bits[2 * size_t(w) + 1], 0, __ATOMIC_RELEASE);
+    low = std::min(low, w);
   }
+  if (low < pg->cursor) pg->cursor = low;
   if (pg->remote_count.load(std::memory_order_acquire) <= 0) return;
   int32_t freed = 0, doubles = 0;
   for (uint32_t w = 0; w < pg->words; ++w) {
@@ -145,6 +150,7 @@ void fold_frees(PoolDevice& d, Page* pg) noexcept {
     store_bits(&pg->bits[2 * size_t(w)], pg->bits[2 * size_t(w)] | x);
     freed += __builtin_popcountll(x);
     doubles += __builtin_popcountll(twice);
+    if (x && w < pg->cursor) pg->cursor = w;
   }
   pg->used -= uint32_t(freed);
   if (pg->remote_count.fetch_sub(freed + doubles, std::memory_order_seq_cst) == freed + doubles) {
@@ -160,13 +166,13 @@ void fold_frees(PoolDevice& d, Page* pg) noexcept {
 }
 
 bool page_has_free(Page* pg) noexcept {
+  // Frees since the last fold come back when the current word runs dry, and on pages of large
+  // blocks whenever some wait (alloc_block sends those here): a page of eight 48 KiB blocks
+  // would otherwise have all eight touched before the first is reused.
+  const uint32_t c = pg->cursor;
+  if (c >= pg->words || !pg->bits[2 * size_t(c)] || pg->cls >= kFirstEagerFoldClass)
+    fold_frees(pg->segment->pool->dev[pg->device], pg);
   for (uint32_t w = pg->cursor; w < pg->words; ++w)
-    if (pg->bits[2 * size_t(w)]) {
-      pg->cursor = w;
-      return true;
-    }
-  fold_frees(pg->segment->pool->dev[pg->device], pg);
-  for (uint32_t w = 0; w < pg->words; ++w)
     if (pg->bits[2 * size_t(w)]) {
       pg->cursor = w;
       return true;

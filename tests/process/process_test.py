@@ -981,7 +981,7 @@ def mode_bad_free():
                 info(head(r.err, 4))
         for case, size in [("same-thread", 64), ("same-thread", 2 << 20), ("thread-then-thread", 64),
                            ("owner-then-thread", 64), ("thread-then-owner", 64), ("owner-then-thread", 2 << 20),
-                           ("racing", 16), ("racing", 64)]:
+                           ("racing", 16), ("racing", 64), ("racing", 4096)]:
             r = run(cxl([prog, case, str(size)], policy), timeout=60)
             check(r.returncode == 0 and " 0 handed out twice, 0 NULL" in r.out,
                   f"double free {case} {size} B [{where}]: {r.out.strip() or '-'} ({r.describe()})")
