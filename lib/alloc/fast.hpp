@@ -60,16 +60,15 @@ inline void* alloc_block(Heap* h, int di, unsigned cls) noexcept {
     uint32_t c = pg->cursor;
     if (__builtin_expect(c < pg->words, 1)) {
       uint64_t w = pg->bits[2 * size_t(c)];
-      // Pages of large blocks (one bitmap word) take back what their owner freed before a
-      // higher block is touched. Here only while no remote free waits: those must be folded
-      // in with them (page_has_free does), or two racing frees of a block would not meet.
-      if (cls >= kFirstEagerFoldClass) {
-        if (uint64_t f = pg->bits[2 * size_t(c) + 1]) {
-          if (pg->remote_count.load(std::memory_order_acquire) > 0) return nullptr;
-          w |= f;
-          store_bits(&pg->bits[2 * size_t(c)], w);
-          __atomic_store_n(&pg->bits[2 * size_t(c) + 1], 0, __ATOMIC_RELEASE);
-        }
+      // Blocks the owner freed in this word come back before a higher one is taken, so a
+      // page touches what is live, not every block it has. Here only while no remote free
+      // waits: those must be folded in with them (page_has_free does), or two racing frees
+      // of a block would not meet.
+      if (uint64_t f = pg->bits[2 * size_t(c) + 1]) {
+        if (pg->remote_count.load(std::memory_order_acquire) > 0) return nullptr;
+        w |= f;
+        store_bits(&pg->bits[2 * size_t(c)], w);
+        __atomic_store_n(&pg->bits[2 * size_t(c) + 1], 0, __ATOMIC_RELEASE);
       }
       if (__builtin_expect(w != 0, 1)) {
         unsigned bit = unsigned(__builtin_ctzll(w));

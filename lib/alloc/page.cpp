@@ -166,11 +166,10 @@ void fold_frees(PoolDevice& d, Page* pg) noexcept {
 }
 
 bool page_has_free(Page* pg) noexcept {
-  // Frees since the last fold come back when the current word runs dry, and on pages of large
-  // blocks whenever some wait (alloc_block sends those here): a page of eight 48 KiB blocks
-  // would otherwise have all eight touched before the first is reused.
+  // Frees since the last fold come back when the current word runs dry or holds some (which
+  // alloc_block leaves here while remote frees wait).
   const uint32_t c = pg->cursor;
-  if (c >= pg->words || !pg->bits[2 * size_t(c)] || pg->cls >= kFirstEagerFoldClass)
+  if (c >= pg->words || !pg->bits[2 * size_t(c)] || pg->bits[2 * size_t(c) + 1])
     fold_frees(pg->segment->pool->dev[pg->device], pg);
   for (uint32_t w = pg->cursor; w < pg->words; ++w)
     if (pg->bits[2 * size_t(w)]) {

@@ -37,10 +37,6 @@ inline constexpr size_t kHugeCacheEntries = 4;
 inline constexpr uint64_t kHugeCacheBytes = 64ull << 20;
 inline constexpr int kAdoptScan = 8;
 inline constexpr unsigned kInlineWords = 4;
-// Classes of 1 KiB blocks and up (pages of one bitmap word): a block freed by the owner is
-// reused before a higher one is taken.
-inline constexpr unsigned kFirstEagerFoldClass = 63;
-static_assert(class_to_size(kFirstEagerFoldClass) == 1024 && kSliceSize / 1024 <= 64);  // one bitmap word
 inline constexpr int kCentralHeaps = 4;  // per pool, picked by the CPU a thread runs on
 // A thread's first allocations of a class come from a central heap; from this many on, from a
 // page of its own (docs/allocator.md, "Threads"). Pages of classes above kThreadMaxSize are

@@ -159,8 +159,10 @@ void print_stats() {
 // its copy) must come from the internal heap, never from the pools whose locks they hold.
 // fork() from a signal handler that interrupted cxlpool on this thread cannot take the locks
 // the interrupted code holds: like glibc, which takes no malloc lock then, prepare takes none
-// and the child re-creates them.
-bool g_reentrant_fork = false;
+// and the child re-creates them. Per thread: handlers on two threads may fork at once, and
+// one fork's parent handler must not take the other's answer (it would skip its own unlocks,
+// or unlock locks another thread holds).
+thread_local bool g_reentrant_fork __attribute__((tls_model("initial-exec"))) = false;
 void atfork_prepare() {
   if (tls_busy > 0) {
     g_reentrant_fork = true;

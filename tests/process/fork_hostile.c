@@ -11,12 +11,19 @@
  *                The timer is one-shot, re-armed when the handler returns, so the main loop
  *                runs between forks however long a fork takes (a periodic timer shorter than
  *                one copy-fork kept a signal pending for ever: a livelock of the test itself)
+ *   sigfork-threads  the same with three threads that malloc, tag, check and free blocks (a
+ *                third of them freed by another thread), the handler running on whichever
+ *                thread the alarm finds, two timers so handlers on two threads fork at
+ *                once: the parent's blocks keep their tags, children run
  * In each, the parent writes right after fork returns; the child must see only the values at
  * fork time. Exit 0 when everything held. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +31,7 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define N (16u << 20)
@@ -131,11 +139,114 @@ static int sigfork(void) {
   return forks > 0 && !bad_children ? 0 : 1;
 }
 
+static atomic_long mt_forks, mt_bad_children, mt_corrupt, mt_ops;
+static atomic_int mt_stop;
+static _Atomic(uintptr_t) mt_exchange[256];
+/* Two one-shot timers (real and virtual time), each re-armed when its handler returns: two
+ * handlers can fork at once on two threads, and a thread a handler interrupted always runs
+ * again before its own timer can fire (a timer re-armed inside the handler could keep
+ * interrupting a thread that holds a lock the others wait for: a livelock of the test). */
+static void mt_arm(int which) {
+  struct itimerval it = {{0, 0}, {0, 1000}};
+  setitimer(which, &it, NULL);
+}
+static void mt_on_alarm(int sig) {
+  int saved = errno;
+  pid_t pid = fork();
+  if (pid == 0) {
+    /* A child that lives a little keeps this handler waiting, so the other timer's handler
+     * forks on another thread meanwhile. */
+    struct timespec ts = {0, 3000000};
+    nanosleep(&ts, NULL);
+    void* p = malloc(100);
+    free(p);
+    _exit(p ? 0 : 1);
+  }
+  if (pid > 0) {
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0) {
+    }
+    atomic_fetch_add(&mt_forks, 1);
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) atomic_fetch_add(&mt_bad_children, 1);
+  }
+  if (!atomic_load(&mt_stop)) mt_arm(sig == SIGALRM ? ITIMER_REAL : ITIMER_VIRTUAL);
+  errno = saved;
+}
+static uint64_t mt_tag(const void* p, size_t n) { return (uintptr_t)p * 0x9E3779B97F4A7C15ull ^ n; }
+static void mt_release(unsigned char* p) {
+  size_t n;
+  uint64_t a, b;
+  memcpy(&n, p, sizeof n);
+  memcpy(&a, p + 8, 8);
+  memcpy(&b, p + n - 8, 8);
+  if (a != mt_tag(p, n) || b != mt_tag(p, n)) atomic_fetch_add(&mt_corrupt, 1);
+  free(p);
+}
+static void* mt_worker(void* arg) {
+  uint64_t s = (uintptr_t)arg * 0x2545F4914F6CDD1Dull + 1;
+  unsigned char* held[128] = {0};
+  while (!atomic_load(&mt_stop)) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    unsigned k = (unsigned)(s % 128);
+    if (held[k]) {
+      if (s >> 60 < 5) { /* about a third go to another thread's free */
+        uintptr_t old = atomic_exchange(&mt_exchange[(s >> 20) % 256], (uintptr_t)held[k]);
+        if (old) mt_release((unsigned char*)old);
+      } else {
+        mt_release(held[k]);
+      }
+    }
+    size_t n = 24 + (size_t)((s >> 8) % ((s >> 40) % 8 == 0 ? 200000 : 2000));
+    unsigned char* p = malloc(n);
+    held[k] = p;
+    if (!p) continue;
+    uint64_t t = mt_tag(p, n);
+    memcpy(p, &n, sizeof n);
+    memcpy(p + 8, &t, 8);
+    memcpy(p + n - 8, &t, 8);
+    atomic_fetch_add(&mt_ops, 1);
+  }
+  for (unsigned k = 0; k < 128; ++k)
+    if (held[k]) mt_release(held[k]);
+  return NULL;
+}
+static int sigfork_threads(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = mt_on_alarm;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGALRM);
+  sigaddset(&sa.sa_mask, SIGVTALRM);
+  sigaction(SIGALRM, &sa, NULL);
+  sigaction(SIGVTALRM, &sa, NULL);
+  pthread_t t[3];
+  for (int i = 0; i < 3; ++i) pthread_create(&t[i], NULL, mt_worker, (void*)(uintptr_t)(i + 1));
+  mt_arm(ITIMER_REAL);
+  mt_arm(ITIMER_VIRTUAL);
+  /* Work done and forks seen, not time, end the run. */
+  while (atomic_load(&mt_ops) < 200000 || atomic_load(&mt_forks) < 400) {
+    void* p = malloc(64);
+    free(p);
+  }
+  atomic_store(&mt_stop, 1);
+  struct itimerval off = {{0, 0}, {0, 0}};
+  setitimer(ITIMER_REAL, &off, NULL);
+  setitimer(ITIMER_VIRTUAL, &off, NULL);
+  for (int i = 0; i < 3; ++i) pthread_join(t[i], NULL);
+  for (unsigned i = 0; i < 256; ++i)
+    if (mt_exchange[i]) mt_release((unsigned char*)mt_exchange[i]);
+  printf("sigfork-threads: %ld forks from handlers, %ld bad children, %ld blocks changed under their owner\n",
+         (long)mt_forks, (long)mt_bad_children, (long)mt_corrupt);
+  return mt_forks > 0 && !mt_bad_children && !mt_corrupt ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && strcmp(argv[1], "fds") == 0) return fds(atoi(argv[2]));
   if (argc == 2 && strcmp(argv[1], "closerange") == 0) return closerange();
   if (argc == 2 && strcmp(argv[1], "sigfork") == 0) return sigfork();
-  fprintf(stderr, "usage: fork_hostile fds N | closerange | sigfork\n");
+  if (argc == 2 && strcmp(argv[1], "sigfork-threads") == 0) return sigfork_threads();
+  fprintf(stderr, "usage: fork_hostile fds N | closerange | sigfork | sigfork-threads\n");
   return 2;
 }

@@ -1061,7 +1061,13 @@ def mode_main_exit():
                     if leader == "Z":
                         break
                     time.sleep(0.05)
-            r = run(prefix + [args.stat, "--json", str(h.p.pid)], timeout=60)
+            # Stale (6) says the page was read but not updated for 3 s: a publisher starved on a
+            # loaded machine updates it again, one that died with the main thread never does.
+            for _ in range(40):
+                r = run(prefix + [args.stat, "--json", str(h.p.pid)], timeout=60)
+                if r.returncode != 6:
+                    break
+                time.sleep(0.5)
             try:
                 doc = json.loads(r.out)
             except ValueError:
@@ -1138,6 +1144,13 @@ def mode_fork_hostile():
         if r.returncode:
             info(head(r.err, 4))
     check(not os.listdir(d), f"nothing left in the device's directory ({len(os.listdir(d))} entries)")
+    # Handlers on several threads forking at once (default devices: a fork copies nothing).
+    for i in range(3):
+        r = run(cxl([prog, "sigfork-threads"]), timeout=300)
+        check(r.returncode == 0, f"sigfork-threads, run {i + 1} of 3 [default devices]: {r.out.strip() or '-'} "
+                                 f"({r.describe()})")
+        if r.returncode:
+            info(head(r.err, 4))
 
 
 # ---- I: files a user names (CXLPOOL_STATS, CXLPOOL_CONFIG, file: devices) ------------------------
