@@ -166,16 +166,23 @@ void fold_frees(PoolDevice& d, Page* pg) noexcept {
 }
 
 bool page_has_free(Page* pg) noexcept {
-  // Frees since the last fold come back when the current word runs dry or holds some (which
-  // alloc_block leaves here while remote frees wait).
-  const uint32_t c = pg->cursor;
-  if (c >= pg->words || !pg->bits[2 * size_t(c)] || pg->bits[2 * size_t(c) + 1])
-    fold_frees(pg->segment->pool->dev[pg->device], pg);
-  for (uint32_t w = pg->cursor; w < pg->words; ++w)
-    if (pg->bits[2 * size_t(w)]) {
-      pg->cursor = w;
-      return true;
+  // The owner's frees come back as soon as malloc gets here (the current word ran dry, or
+  // holds some that alloc_block left while remote frees wait), with the remote frees folded
+  // in next to them. Remote frees alone wait until the page has nothing else: folding them at
+  // every word would contend with the threads still freeing into the page.
+  for (uint32_t w = 0; w < pg->words; ++w)
+    if (pg->bits[2 * size_t(w) + 1]) {
+      fold_frees(pg->segment->pool->dev[pg->device], pg);
+      break;
     }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint32_t w = pg->cursor; w < pg->words; ++w)
+      if (pg->bits[2 * size_t(w)]) {
+        pg->cursor = w;
+        return true;
+      }
+    if (pass == 0) fold_frees(pg->segment->pool->dev[pg->device], pg);
+  }
   pg->cursor = pg->words;
   return false;
 }
