@@ -30,11 +30,11 @@ void* alloc_block_slow(Heap* h, int di, unsigned cls) noexcept {
   Page* pg = refill(h, di, cls);
   if (!pg) return nullptr;
   uint32_t c = pg->cursor;
-  uint64_t w = pg->bits[2 * size_t(c)];
+  uint64_t w = *free_word(pg, c);
   unsigned bit = unsigned(__builtin_ctzll(w));
   uintptr_t p = pg->start + ((uintptr_t(c) << 6) + bit) * pg->block_size;
   if (p + pg->block_size > pg->commit_end && !extend_commit(h->pool, pg, p + pg->block_size)) return nullptr;
-  store_bits(&pg->bits[2 * size_t(c)], w & (w - 1));
+  store_bits(free_word(pg, c), w & (w - 1));
   ++pg->used;
   return reinterpret_cast<void*>(p);
 }
@@ -189,9 +189,10 @@ void* pool_aligned(Pool* pool, size_t alignment, size_t size, uint32_t hint, int
   return allocate(pool, size, alignment, hint, device);
 }
 
-bool free_any(void* p) noexcept {
-  SegmentHeader* hdr = pagemap_lookup(p);
-  if (!hdr) return false;
+namespace {
+
+// Frees p in the arena hdr names; false for address space of a huge span that is not ours.
+inline bool free_in(SegmentHeader* hdr, void* p) noexcept {
   if (__builtin_expect(hdr->kind == ArenaKind::kHeapSmall, 1)) {
     free_small(static_cast<Segment*>(hdr), p);
     return true;
@@ -202,6 +203,13 @@ bool free_any(void* p) noexcept {
   // the one loss is a block glibc itself placed there, which then leaks.)
   g_arena_ops[size_t(hdr->kind)]->free(hdr, p);
   return true;
+}
+
+}  // namespace
+
+bool free_any(void* p) noexcept {
+  SegmentHeader* hdr = pagemap_lookup(p);
+  return hdr && free_in(hdr, p);
 }
 
 bool free_any_reentrant(void* p) noexcept {
@@ -242,10 +250,7 @@ void* pool_realloc(Pool* pool, void* p, size_t size) noexcept {
   if (!q) q = pool_malloc(hdr->pool, size);
   if (!q) return nullptr;
   std::memcpy(q, p, std::min(size, usable));
-  if (__builtin_expect(hdr->kind == ArenaKind::kHeapSmall, 1))
-    free_small(static_cast<Segment*>(hdr), p);
-  else
-    g_arena_ops[size_t(hdr->kind)]->free(hdr, p);
+  free_in(hdr, p);
   return q;
 }
 

@@ -59,22 +59,22 @@ inline void* alloc_block(Heap* h, int di, unsigned cls) noexcept {
   if (__builtin_expect(pg != nullptr, 1)) {
     uint32_t c = pg->cursor;
     if (__builtin_expect(c < pg->words, 1)) {
-      uint64_t w = pg->bits[2 * size_t(c)];
+      uint64_t w = *free_word(pg, c);
       // Blocks the owner freed in this word come back before a higher one is taken, so a
       // page touches what is live, not every block it has. Here only while no remote free
       // waits: those must be folded in with them (page_has_free does), or two racing frees
       // of a block would not meet.
-      if (uint64_t f = pg->bits[2 * size_t(c) + 1]) {
+      if (uint64_t f = *freed_word(pg, c)) {
         if (pg->remote_count.load(std::memory_order_acquire) > 0) return nullptr;
         w |= f;
-        store_bits(&pg->bits[2 * size_t(c)], w);
-        __atomic_store_n(&pg->bits[2 * size_t(c) + 1], 0, __ATOMIC_RELEASE);
+        store_bits(free_word(pg, c), w);
+        __atomic_store_n(freed_word(pg, c), 0, __ATOMIC_RELEASE);
       }
       if (__builtin_expect(w != 0, 1)) {
         unsigned bit = unsigned(__builtin_ctzll(w));
         uintptr_t p = pg->start + ((uintptr_t(c) << 6) + bit) * pg->block_size;
         if (__builtin_expect(p + pg->block_size <= pg->commit_end, 1)) {
-          store_bits(&pg->bits[2 * size_t(c)], w & (w - 1));
+          store_bits(free_word(pg, c), w & (w - 1));
           ++pg->used;
           return reinterpret_cast<void*>(p);
         }

@@ -85,8 +85,8 @@ Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept 
   pg->slices = uint8_t(k);
   for (uint32_t w = 0; w < pg->words; ++w) {
     uint32_t bits = std::min<uint32_t>(64, pg->capacity - w * 64);
-    store_bits(&pg->bits[2 * size_t(w)], bits == 64 ? ~uint64_t(0) : ((uint64_t(1) << bits) - 1));
-    store_bits(&pg->bits[2 * size_t(w) + 1], 0);
+    store_bits(free_word(pg, w), bits == 64 ? ~uint64_t(0) : ((uint64_t(1) << bits) - 1));
+    store_bits(freed_word(pg, w), 0);
     pg->remote_bits[w].store(0, std::memory_order_relaxed);
   }
   pg->remote_count.store(0, std::memory_order_relaxed);
@@ -130,10 +130,10 @@ void fold_frees(PoolDevice& d, Page* pg) noexcept {
   // what is live.
   uint32_t low = pg->words;
   for (uint32_t w = 0; w < pg->words; ++w) {
-    uint64_t f = pg->bits[2 * size_t(w) + 1];
+    uint64_t f = *freed_word(pg, w);
     if (!f) continue;
-    store_bits(&pg->bits[2 * size_t(w)], pg->bits[2 * size_t(w)] | f);
-    __atomic_store_n(&pg->bits[2 * size_t(w) + 1], 0, __ATOMIC_RELEASE);
+    store_bits(free_word(pg, w), *free_word(pg, w) | f);
+    __atomic_store_n(freed_word(pg, w), 0, __ATOMIC_RELEASE);
     low = std::min(low, w);
   }
   if (low < pg->cursor) pg->cursor = low;
@@ -145,9 +145,9 @@ void fold_frees(PoolDevice& d, Page* pg) noexcept {
     // A block freed remotely while it was free locally was freed twice (a race in the
     // program, or the owner's free and this one racing unseen): it stays free once, and the
     // second free is not counted as one.
-    uint64_t twice = x & pg->bits[2 * size_t(w)];
+    uint64_t twice = x & *free_word(pg, w);
     x &= ~twice;
-    store_bits(&pg->bits[2 * size_t(w)], pg->bits[2 * size_t(w)] | x);
+    store_bits(free_word(pg, w), *free_word(pg, w) | x);
     freed += __builtin_popcountll(x);
     doubles += __builtin_popcountll(twice);
     if (x && w < pg->cursor) pg->cursor = w;
@@ -171,13 +171,13 @@ bool page_has_free(Page* pg) noexcept {
   // in next to them. Remote frees alone wait until the page has nothing else: folding them at
   // every word would contend with the threads still freeing into the page.
   for (uint32_t w = 0; w < pg->words; ++w)
-    if (pg->bits[2 * size_t(w) + 1]) {
+    if (*freed_word(pg, w)) {
       fold_frees(pg->segment->pool->dev[pg->device], pg);
       break;
     }
   for (int pass = 0; pass < 2; ++pass) {
     for (uint32_t w = pg->cursor; w < pg->words; ++w)
-      if (pg->bits[2 * size_t(w)]) {
+      if (*free_word(pg, w)) {
         pg->cursor = w;
         return true;
       }

@@ -86,6 +86,10 @@ struct alignas(64) Page {
 };
 static_assert(offsetof(Page, inline_bits) == 64, "hot page fields fit one cache line");
 
+// Word w of a page's two bitmaps: blocks free now, and blocks the owner freed since the fold.
+inline uint64_t* free_word(Page* pg, uint32_t w) noexcept { return &pg->bits[2 * size_t(w)]; }
+inline uint64_t* freed_word(Page* pg, uint32_t w) noexcept { return &pg->bits[2 * size_t(w) + 1]; }
+
 struct Segment : SegmentHeader {
   uintptr_t base = 0;
   // Bit per page slot: the page may hold remote frees not folded in yet. In the cache line

@@ -93,6 +93,24 @@ static int closerange(void) {
   return rc;
 }
 
+/* From a signal handler: forks a child that waits child_ns, mallocs, frees and exits, and
+ * reaps it. -1 when fork failed, 1 when the child did not exit 0, else 0. */
+static int fork_and_reap(long child_ns) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct timespec ts = {0, child_ns};
+    if (child_ns) nanosleep(&ts, NULL);
+    void* p = malloc(100);
+    free(p);
+    _exit(p ? 0 : 1);
+  }
+  if (pid < 0) return -1;
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0) {
+  }
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+}
+
 static volatile sig_atomic_t forks, bad_children, stopping;
 static void arm_alarm(void) {
   struct itimerval it = {{0, 0}, {0, 2000}};
@@ -101,18 +119,10 @@ static void arm_alarm(void) {
 static void on_alarm(int sig) {
   (void)sig;
   int saved = errno;
-  pid_t pid = fork();
-  if (pid == 0) {
-    void* p = malloc(100);
-    free(p);
-    _exit(p ? 0 : 1);
-  }
-  if (pid > 0) {
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0) {
-    }
+  int r = fork_and_reap(0);
+  if (r >= 0) {
     ++forks;
-    if (!WIFEXITED(st) || WEXITSTATUS(st)) ++bad_children;
+    if (r) ++bad_children;
   }
   if (!stopping) arm_alarm();
   errno = saved;
@@ -152,22 +162,12 @@ static void mt_arm(int which) {
 }
 static void mt_on_alarm(int sig) {
   int saved = errno;
-  pid_t pid = fork();
-  if (pid == 0) {
-    /* A child that lives a little keeps this handler waiting, so the other timer's handler
-     * forks on another thread meanwhile. */
-    struct timespec ts = {0, 3000000};
-    nanosleep(&ts, NULL);
-    void* p = malloc(100);
-    free(p);
-    _exit(p ? 0 : 1);
-  }
-  if (pid > 0) {
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0) {
-    }
+  /* A child that lives 3 ms keeps this handler waiting, so the other timer's handler forks on
+   * another thread meanwhile. */
+  int r = fork_and_reap(3000000);
+  if (r >= 0) {
     atomic_fetch_add(&mt_forks, 1);
-    if (!WIFEXITED(st) || WEXITSTATUS(st)) atomic_fetch_add(&mt_bad_children, 1);
+    if (r) atomic_fetch_add(&mt_bad_children, 1);
   }
   if (!atomic_load(&mt_stop)) mt_arm(sig == SIGALRM ? ITIMER_REAL : ITIMER_VIRTUAL);
   errno = saved;
