@@ -5,6 +5,7 @@
 // extents of dead owners, tails without heads. With repair it first joins the pool and
 // recovers every dead participant, exactly as a surviving participant would.
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -326,16 +327,17 @@ cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpo
     r.quotas[q].max_extents = sb.quotas[q].max_extents;
   }
 
-  // The extent table, 8192 entries (1 MiB) at a time.
+  // The extent table, 8192 entries (one line each: kExtentEntryBytes) at a time.
   std::vector<uint64_t> owned(slot_count, 0);
-  std::vector<ExtentEntry> chunk(8192);
+  constexpr uint64_t kChunk = 8192, kWordsPerEntry = kExtentEntryBytes / 8;
+  std::vector<uint64_t> chunk(kChunk * kWordsPerEntry);
   std::vector<std::pair<uint32_t, uint32_t>> extent_owners;  // (slot, incarnation low bits), per owned extent
-  for (uint64_t e0 = 0; e0 < sb.extent_count; e0 += chunk.size()) {
-    const uint64_t n = std::min<uint64_t>(chunk.size(), sb.extent_count - e0);
-    read(chunk.data(), n * sizeof(ExtentEntry), sb.extents_offset + e0 * sizeof(ExtentEntry));
+  for (uint64_t e0 = 0; e0 < sb.extent_count; e0 += kChunk) {
+    const uint64_t n = std::min<uint64_t>(kChunk, sb.extent_count - e0);
+    read(chunk.data(), n * kExtentEntryBytes, sb.extents_offset + e0 * kExtentEntryBytes);
     for (uint64_t i = 0; i < n; ++i) {
       ExtentWord w;
-      if (!v.extent_word(chunk[i].word, e0 + i, &w)) {
+      if (!v.extent_word(chunk[i * kWordsPerEntry + offsetof(ExtentEntry, word) / 8], e0 + i, &w)) {
         ++r.corrupt_words;
         continue;
       }

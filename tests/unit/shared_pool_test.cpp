@@ -1443,6 +1443,60 @@ TEST_CASE("coherence: defaults and the view's preconditions", "[shared]") {
   unlink(("/dev/shm/" + name).c_str());
 }
 
+// The survey (cxlpool-info) reads the extent table with read(), not a mapping: its counts must
+// be the checker's, extent for extent, with small, large and freed extents all over the table.
+TEST_CASE("survey: extent counts, quota use and owners agree with the checker on a busy pool", "[shared]") {
+  const std::string name = unique_name("survey");
+  const std::string device = "shm:" + name;
+  Params params;
+  REQUIRE(cxlpool_shared_params_add_quota(params.p, "prefill", 16u << 20) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* creator = nullptr;
+  REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &creator) == CXLPOOL_OK);
+  Params qp;
+  REQUIRE(cxlpool_shared_params_set_quota(qp.p, "prefill") == CXLPOOL_OK);
+  cxlpool_shared_pool_t* prefill = nullptr;
+  REQUIRE(cxlpool_shared_pool_open(device.c_str(), qp.p, &prefill) == CXLPOOL_OK);
+  std::vector<std::pair<cxlpool_shared_pool_t*, void*>> blocks;
+  for (size_t i = 0; i < 40; ++i) {  // small blocks of several classes, and large ones
+    cxlpool_shared_pool_t* p = i % 3 == 0 ? prefill : creator;
+    void* b = nullptr;
+    REQUIRE(cxlpool_shared_alloc(p, i % 5 == 0 ? (3u << 20) / 2 : (64u << 10) << (i % 4), &b) == CXLPOOL_OK);
+    blocks.emplace_back(p, b);
+  }
+  for (size_t i = 0; i < blocks.size(); i += 4)
+    REQUIRE(cxlpool_shared_free(blocks[i].first, blocks[i].second) == CXLPOOL_OK);
+  const cxlpool_shared_check_report_t r = check(device, 0);
+  REQUIRE(r.extents_total > 0);
+  std::vector<cxlpool_shared_participant_t> who(8);
+  cxlpool_shared_survey_t s{};
+  REQUIRE(cxlpool_shared_pool_survey(device.c_str(), &s, who.data(), who.size()) == CXLPOOL_OK);
+  CHECK(s.corrupt_words == 0);
+  CHECK(s.orphan_extents == 0);
+  CHECK(s.extents_total == r.extents_total);
+  CHECK(s.extents_free == r.extents_free);
+  CHECK(s.extents_free < s.extents_total - 20);
+  REQUIRE(s.participant_count == 2);
+  CHECK(who[0].extents_owned + who[1].extents_owned == s.extents_total - s.extents_free);
+  CHECK(who[0].extents_owned > 0);
+  CHECK(who[1].extents_owned > 0);
+  uint64_t quota_sum = 0;
+  for (uint32_t q = 0; q < s.quota_count; ++q) quota_sum += s.quotas[q].used_extents;
+  CHECK(quota_sum == s.extents_total - s.extents_free);
+  bool named = false;
+  for (uint32_t q = 0; q < s.quota_count; ++q)
+    if (std::string(s.quotas[q].name) == "prefill") {
+      named = true;
+      CHECK(s.quotas[q].used_extents == info_of(prefill).quota_extents_used);
+      CHECK(s.quotas[q].used_extents > 0);
+    }
+  CHECK(named);
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (i % 4) REQUIRE(cxlpool_shared_free(blocks[i].first, blocks[i].second) == CXLPOOL_OK);
+  cxlpool_shared_pool_close(prefill);
+  cxlpool_shared_pool_close(creator);
+  unlink(("/dev/shm/" + name).c_str());
+}
+
 TEST_CASE("quotas: a workload cannot allocate past its quota and does not disturb the others", "[shared]") {
   const std::string name = unique_name("quota");
   const std::string device = "shm:" + name;
