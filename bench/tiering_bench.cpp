@@ -40,6 +40,7 @@ struct Options {
   std::vector<std::string> placements{"static", "interleave", "interleave-bw", "oracle", "cxlpool", "monitor-only"};
   std::string json, plot;
   std::string tiering = "interval=100ms,monitors=pagemap_scan";
+  double series = 0;   // > 0: print each run's hot-set share on the fast tier every this many seconds
   int repeat = 1;      // the placement list, this many times over, interleaved (overhead from medians)
   int hot_share = 90;  // % of updates that go to the hot set
 };
@@ -279,6 +280,38 @@ Result run_forked(const Options& o, const std::string& placement, int hot) {
   return r;
 }
 
+// The time series behind the plot, as text: for every run, the hot set's share on the fast tier
+// and the modelled throughput at each step (the sample at or just after it).
+void print_series(const std::vector<Result>& results, const Options& o) {
+  std::vector<const Result*> runs;
+  for (const Result& r : results)
+    if (r.error.empty() && !r.samples.empty()) runs.push_back(&r);
+  if (runs.empty()) return;
+  std::printf("\nhot set on the fast tier over time (the hot set shifts at %.1f s; model x fast in brackets)\n",
+              o.seconds / 2);
+  std::printf("%7s", "t s");
+  for (const Result* r : runs) {
+    const std::string title = r->placement + " " + std::to_string(r->hot_percent) + "%";
+    std::printf("  %20s", title.c_str());
+  }
+  std::printf("\n");
+  const int steps = int(o.seconds / o.series + 1e-9);
+  for (int k = 1; k <= steps; ++k) {
+    const double t = k * o.series;
+    std::printf("%7.1f", t);
+    for (const Result* r : runs) {
+      const Sample* at = &r->samples.back();
+      for (const Sample& s : r->samples)
+        if (s.t >= t - 0.05) {
+          at = &s;
+          break;
+        }
+      std::printf("  %11.0f%% (%.2fx)", 100 * at->hot_fast, at->model_rel);
+    }
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -302,6 +335,8 @@ int main(int argc, char** argv) {
       o.json = next();
     else if (a == "--plot")
       o.plot = next();
+    else if (a == "--series")
+      o.series = std::atof(next().c_str());
     else if (a == "--repeat")
       o.repeat = std::max(1, std::atoi(next().c_str()));
     else if (a == "--hot-share")
@@ -328,7 +363,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: tiering_bench [--seconds S] [--footprint-mib N] [--threads T] [--hot 10,25] "
                    "[--placements static,interleave,interleave-bw,oracle,cxlpool,monitor-only] [--tiering SPEC] "
-                   "[--repeat N] [--hot-share PERCENT] [--json FILE] [--plot FILE.png]\n");
+                   "[--repeat N] [--hot-share PERCENT] [--series SECONDS] [--json FILE] [--plot FILE.png]\n");
       return 2;
     }
   }
@@ -365,6 +400,7 @@ int main(int argc, char** argv) {
                 100 * r.hot_fast_phase1, 100 * r.hot_fast_phase2, conv, r.model_phase2, r.updates_mean,
                 double(r.moved_bytes) / double(kMiB));
   }
+  if (o.series > 0) print_series(results, o);
   // Monitor overhead: the median update rate of the monitor-only runs against the median of
   // the static runs of the same hot set (runs interleaved with --repeat, so drift hits both).
   auto median_rate = [&](const std::string& pl, int hot, int* n) {

@@ -1,16 +1,97 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Sets everything up, builds (Release) and runs the demo: the machine's memory tiers as
-# cxlpool sees them (with the default emulated CXL device when there is no CXL hardware),
-# then maps and touches memory on every device.
+# The README's first command: sets everything up, builds (Release) and shows what cxlpool is for,
+# every figure measured in this run (model columns say "model"):
+#   1. the memory tiers cxlpool finds, each fact with its source (shortened);
+#   2. an inference server's KV cache handed from a prefill process to a decode process through a
+#      shared pool, against UCX and TCP, with the modelled CXL vs RDMA table, and a PNG;
+#   3. tiering: a hot set that starts on the slow device, pulled to the fast one by the engine,
+#      as a time series, and a PNG;
+#   4. a shared pool in use, seen from outside by cxlpool-info and cxlpool-pool check.
+# Usage: demo.sh [--quick] [--build-dir DIR] [--out DIR]
+#   --quick          smaller sizes and shorter runs, on any build type (the test suite runs this)
+#   --build-dir DIR  use an existing build (no dependency install, no build)
+#   --out DIR        where the JSON and PNG files go (default bench-results/demo)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=$(bash scripts/build-release.sh)
-echo "== cxlpool-info"
-"$BUILD/tools/cxlpool-info"
+quick=0 build="" out=bench-results/demo
+while [ $# -gt 0 ]; do
+  case $1 in
+    --quick) quick=1 ;;
+    --build-dir) build=${2:?--build-dir needs a directory}; shift ;;
+    --out) out=${2:?--out needs a directory}; shift ;;
+    *) echo "usage: demo.sh [--quick] [--build-dir DIR] [--out DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
+if [ -z "$build" ]; then
+  echo "== building (Release; the log is in build/release.build.log)"
+  build=$(bash scripts/build-release.sh)
+fi
+for t in tools/cxlpool-info tools/cxlpool-pool bench/kvcache_bench bench/tiering_bench \
+         examples/kv_prefill_server examples/kv_decode_server; do
+  [ -x "$build/$t" ] || { echo "demo.sh: $build/$t is missing (build the project first)" >&2; exit 1; }
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+start=$SECONDS
+
+if [ $quick = 1 ]; then
+  kv_tokens=16,128 kv_reps=2 tier_seconds=4 tier_mib=256 any_build=--any-build
+else
+  kv_tokens=128,512,2048 kv_reps=3 tier_seconds=10 tier_mib=1024 any_build=""
+fi
+
 echo
-echo "== touch_devices: map, touch and verify memory on every device"
-"$BUILD/examples/touch_devices"
+echo "== 1. The memory tiers of this machine, each value with its [source] (cxlpool-info; --json for all of it)"
+info=$("$build/tools/cxlpool-info" --no-pool-scan)
+sed -n '/^ranking/q;p' <<< "$info" | sed '${/^$/d}'
+sed -n '/^warnings:/,/^$/p' <<< "$info" | sed '${/^$/d}'
+
 echo
-echo "== threshold_pool: allocations of 1 MiB and more go to the far tier (policy threshold:size=1M,tier=far)"
-"$BUILD/examples/threshold_pool"
+echo "== 2. KV-cache handoff, prefill -> decode process, OPT-6.7B geometry: through a shared pool (in place),"
+echo "      over UCX (same host) and over TCP (loopback); the CXL vs RDMA table is a model, labelled so"
+"$build/bench/kvcache_bench" $any_build --model opt-6.7b --tokens "$kv_tokens" --reuse 0 --reps "$kv_reps" \
+  --paths pool,ucx-sm,tcp --json "$out/kvcache.json" --plot "$out/kvcache.png"
+
+echo
+echo "== 3. Tiering: a program's hot set starts on the slow device; the engine pulls it to the fast one"
+echo "      (static first-touch placement for comparison; both tiers are DRAM here, so speed is a model)"
+"$build/bench/tiering_bench" --seconds "$tier_seconds" --footprint-mib "$tier_mib" --hot 10 \
+  --placements static,cxlpool --series "$(awk "BEGIN{print $tier_seconds/10}")" \
+  --json "$out/tiering.json" --plot "$out/tiering.png"
+
+echo
+echo "== 4. A shared pool in use, seen from outside: a prefill server holds it, decode servers read from it"
+tag=$$-$RANDOM
+sock=/tmp/cxlpool-demo-$tag.sock
+dev=shm:cxlpool-demo-$tag
+log=$(mktemp)
+prefill=""
+cleanup() {
+  [ -n "$prefill" ] && kill "$prefill" 2>/dev/null && wait "$prefill" 2>/dev/null
+  rm -f "$log" "$sock"
+  [ -e "/dev/shm/cxlpool-demo-$tag" ] && "$build/tools/cxlpool-pool" rm "$dev" > /dev/null 2>&1
+  return 0
+}
+trap cleanup EXIT
+"$build/examples/kv_prefill_server" "$sock" "$dev" 2 > "$log" 2>&1 &
+prefill=$!
+for _ in $(seq 600); do
+  [ -S "$sock" ] && break
+  kill -0 "$prefill" 2>/dev/null || { cat "$log"; echo "demo.sh: the prefill server ended before it listened" >&2; exit 1; }
+  sleep 0.1
+done
+"$build/examples/kv_decode_server" "$sock" "$dev" "The capital of France is Paris. The capital of Italy is"
+echo "-- cxlpool-info --pool $dev (its participants, quotas, leases and health):"
+"$build/tools/cxlpool-info" --no-pool-scan --pool "$dev" | sed -n '/^shared pools/,$p'
+echo "-- cxlpool-pool check $dev:"
+"$build/tools/cxlpool-pool" check "$dev"
+"$build/examples/kv_decode_server" "$sock" "$dev" "The capital of France is Paris. The capital of Spain is"
+wait "$prefill"
+prefill=""
+echo "-- the prefill server's log:"
+cat "$log"
+
+echo
+echo "== done in $((SECONDS - start)) s; plots: $out/kvcache.png $out/tiering.png (JSON next to them)"
