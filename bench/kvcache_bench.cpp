@@ -210,6 +210,11 @@ class Bench {
   bool spawn_consumer(const std::string& path);
   Trial copy_trial(const std::string& path, uint64_t bytes, uint64_t seed);
   void model_table(FILE* json);
+  void summary_table() const;
+  struct Modelled {
+    double cxl, r200, r100, r200s;  // seconds
+  };
+  Modelled model_at(uint64_t tokens) const;
 
   Options o_;
   const char* self_;
@@ -481,11 +486,21 @@ Row Bench::measure(const std::string& path, uint64_t tokens, int reuse) {
   return r;
 }
 
+// Transfer of S bytes: latency + S / bandwidth. CXL: the decode side reads the pooled KV in
+// place once (one pass at CXL bandwidth). RDMA: the NIC moves it into the decode host's memory,
+// then one more copy (host -> GPU over PCIe, copy_gbps). With a storage hop: the same, twice
+// over the network, plus the storage device once.
+Bench::Modelled Bench::model_at(uint64_t tokens) const {
+  const double s = double(tokens * per_token_) / 1e9;
+  Modelled m{};
+  m.cxl = o_.cxl_lat_us * 1e-6 + s / o_.cxl_gbps;
+  m.r200 = o_.rdma_lat_us * 1e-6 + s / o_.rdma200_gbps + s / o_.copy_gbps;
+  m.r100 = o_.rdma_lat_us * 1e-6 + s / o_.rdma100_gbps + s / o_.copy_gbps;
+  m.r200s = 2 * (o_.rdma_lat_us * 1e-6 + s / o_.rdma200_gbps) + s / o_.storage_gbps + s / o_.copy_gbps;
+  return m;
+}
+
 void Bench::model_table(FILE* json) {
-  // Transfer of S bytes: latency + S / bandwidth. CXL: the decode side reads the pooled KV in
-  // place once (one pass at CXL bandwidth). RDMA: the NIC moves it into the decode host's
-  // memory, then one more copy (host -> GPU over PCIe, copy_gbps). With a storage hop: the
-  // same, twice over the network, plus the storage device once.
   std::printf(
       "\nMODEL (not measured; parameters: CXL %.0f GB/s, %.1f us; RDMA 200 Gb %.1f GB/s, 100 Gb %.1f GB/s, %.0f us; "
       "extra copy %.0f GB/s; storage %.0f GB/s; override with --cxl-gbps, --rdma200-gbps, --rdma100-gbps, "
@@ -501,11 +516,7 @@ void Bench::model_table(FILE* json) {
                  o_.storage_gbps);
   bool first = true;
   for (uint64_t tokens : o_.tokens) {
-    const double s = double(tokens * per_token_) / 1e9;
-    const double cxl = o_.cxl_lat_us * 1e-6 + s / o_.cxl_gbps;
-    const double r200 = o_.rdma_lat_us * 1e-6 + s / o_.rdma200_gbps + s / o_.copy_gbps;
-    const double r100 = o_.rdma_lat_us * 1e-6 + s / o_.rdma100_gbps + s / o_.copy_gbps;
-    const double r200s = 2 * (o_.rdma_lat_us * 1e-6 + s / o_.rdma200_gbps) + s / o_.storage_gbps + s / o_.copy_gbps;
+    const auto [cxl, r200, r100, r200s] = model_at(tokens);
     std::printf("%8llu %10llu %14.3f %14.3f %14.3f %16.3f %11.2fx %11.2fx\n", (unsigned long long)tokens,
                 (unsigned long long)(tokens * per_token_), cxl * 1e3, r200 * 1e3, r100 * 1e3, r200s * 1e3, r200 / cxl,
                 r100 / cxl);
@@ -521,6 +532,29 @@ void Bench::model_table(FILE* json) {
       "about the CXL bandwidth (host -> GPU over PCIe Gen5 x16) than the in-place CXL read: ratios "
       "1 + CXL/RDMA = %.2fx and %.2fx at these parameters\n",
       1 + o_.cxl_gbps / o_.rdma200_gbps, 1 + o_.cxl_gbps / o_.rdma100_gbps);
+}
+
+// Measured and modelled side by side, one row per size (no prefix reuse): what the seed's
+// experiment compares, the model's columns named so.
+void Bench::summary_table() const {
+  std::printf("\nhandoff p50 in ms, no prefix reuse: measured paths, then the model's columns\n%8s", "tokens");
+  for (const std::string& path : o_.paths) std::printf(" %12s", path.c_str());
+  std::printf(" %12s %14s %14s\n", "model CXL", "model RDMA200", "model RDMA100");
+  for (uint64_t tokens : o_.tokens) {
+    std::printf("%8llu", (unsigned long long)tokens);
+    for (const std::string& path : o_.paths) {
+      double ms = -1;
+      for (const Row& r : rows_)
+        if (r.path == path && r.tokens == tokens && r.reuse == 0 && !r.handoff.empty() && r.bad == 0)
+          ms = pct(r.handoff, 0.5) * 1e3;
+      if (ms < 0)
+        std::printf(" %12s", "-");
+      else
+        std::printf(" %12.3f", ms);
+    }
+    const Modelled m = model_at(tokens);
+    std::printf(" %12.3f %14.3f %14.3f\n", m.cxl * 1e3, m.r200 * 1e3, m.r100 * 1e3);
+  }
 }
 
 int Bench::run() {
@@ -565,6 +599,7 @@ int Bench::run() {
     std::fprintf(json, "]");
   }
   model_table(json);
+  summary_table();
   if (json) {
     std::fprintf(json, "}\n");
     std::fclose(json);
