@@ -366,6 +366,12 @@ void purge_soon(Pool*, PoolDevice&) noexcept {
   g_purge_requested.store(true, std::memory_order_release);
   if (tl_start_deferred) return;
   if (g_purger_running.load(std::memory_order_acquire) || g_purger_running.exchange(true)) return;
+  // Under a tight RLIMIT_NPROC the purger could hold the program's last thread: then memory is
+  // purged only inline, when pages are released after the delay (docs/allocator.md).
+  if (!os::prim::thread_headroom()) {
+    g_purger_running.store(false, std::memory_order_release);
+    return;
+  }
   unsigned long tid = 0;
   if (os::prim::start_thread(purger_main, nullptr, size_t(64) << 10, true, &tid) != 0)
     g_purger_running.store(false, std::memory_order_release);  // retirements purge inline

@@ -120,6 +120,13 @@ int replace_with_private_copy(void* addr, size_t len) noexcept;
 // detached: nobody joins it. *id for join_thread. 0 or an errno value.
 int start_thread(void* (*fn)(void*), void* arg, size_t stack_bytes, bool detached, unsigned long* id) noexcept;
 int join_thread(unsigned long id) noexcept;
+// True when one more thread of ours cannot take a thread the program itself will need:
+// RLIMIT_NPROC counts every thread of the real user on the machine, and a thread the program
+// then fails to start (EAGAIN) would be our doing. So: the limit is unlimited, or the tasks of
+// the whole machine (/proc/loadavg) plus 64 stay below it, or else the user's own threads
+// (a scan of /proc, its verdict kept 10 s) plus 64 do. Unknown counts as no room.
+// Allocates nothing.
+bool thread_headroom() noexcept;
 // The addresses [*lo, *hi) of the dynamic loader's code and data in this process (AT_BASE and
 // its ELF program headers). ENOENT when there is none: a static program, or the loader run
 // as the program itself.

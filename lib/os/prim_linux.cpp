@@ -17,9 +17,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "os/prim.hpp"
@@ -360,6 +362,101 @@ int start_thread(void* (*fn)(void*), void* arg, size_t stack_bytes, bool detache
 }
 
 int join_thread(unsigned long id) noexcept { return pthread_join(static_cast<pthread_t>(id), nullptr); }
+
+namespace {
+
+// Reads up to len-1 bytes of a small file (/proc) into buf, NUL-terminated. Bytes read, or -1.
+ssize_t read_small(const char* path, char* buf, size_t len) noexcept {
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n;
+  do {
+    n = read(fd, buf, len - 1);
+  } while (n < 0 && errno == EINTR);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = 0;
+  return n;
+}
+
+// The decimal number after the first occurrence of key in text (0 when there is none).
+uint64_t number_after(const char* text, const char* key) noexcept {
+  const char* at = std::strstr(text, key);
+  if (!at) return 0;
+  at += std::strlen(key);
+  while (*at == ' ' || *at == '\t') ++at;
+  uint64_t v = 0;
+  for (; *at >= '0' && *at <= '9' && v < (uint64_t(1) << 40); ++at) v = v * 10 + uint64_t(*at - '0');
+  return v;
+}
+
+// Threads of the processes whose real uid is uid, from /proc/PID/status, counting stops at
+// enough. -1 when /proc cannot be listed.
+int64_t user_tasks(uid_t uid, uint64_t enough) noexcept {
+  const int dir = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) return -1;
+  uint64_t tasks = 0;
+  alignas(8) char ents[4096];
+  char path[48], status[4096];
+  for (;;) {
+    const long n = syscall(SYS_getdents64, dir, ents, sizeof ents);
+    if (n <= 0) break;
+    for (long off = 0; off < n;) {
+      struct Dirent64 {
+        uint64_t ino;
+        int64_t off;
+        unsigned short reclen;
+        unsigned char type;
+        char name[1];
+      };
+      const auto* e = reinterpret_cast<const Dirent64*>(ents + off);
+      off += e->reclen;
+      if (e->name[0] < '1' || e->name[0] > '9' || std::strlen(e->name) > 20) continue;
+      std::snprintf(path, sizeof path, "/proc/%s/status", e->name);
+      if (read_small(path, status, sizeof status) <= 0) continue;  // gone, or hidden (another user's)
+      const char* uid_line = std::strstr(status, "\nUid:");
+      if (!uid_line || number_after(uid_line, "\nUid:") != uint64_t(uid)) continue;
+      tasks += std::max<uint64_t>(1, number_after(status, "\nThreads:"));
+      if (tasks >= enough) break;
+    }
+    if (tasks >= enough) break;
+  }
+  close(dir);
+  return int64_t(tasks);
+}
+
+std::atomic<uint64_t> g_headroom_until_ns{0};  // the scan's verdict holds until then
+std::atomic<bool> g_headroom_verdict{false};
+constexpr uint64_t kHeadroomScanEveryNs = 10'000'000'000;
+
+}  // namespace
+
+bool thread_headroom() noexcept {
+  constexpr uint64_t margin = 64;  // threads left to the user's programs
+  struct rlimit rl {};
+  if (getrlimit(RLIMIT_NPROC, &rl) != 0) return false;
+  if (rl.rlim_cur == RLIM_INFINITY) return true;
+  const uint64_t limit = rl.rlim_cur;
+  // "0.12 0.34 0.56 2/345 6789": the fourth field is running/total tasks of the machine, a
+  // bound on the user's that costs one read.
+  char buf[128];
+  if (read_small("/proc/loadavg", buf, sizeof buf) > 0) {
+    const char* slash = std::strchr(buf, '/');
+    if (slash && number_after(slash, "/") + margin < limit) return true;
+  }
+  // A tight limit, or a busy machine: count the user's own threads, at most every 10 s (a
+  // scan of /proc reads one file per process).
+  struct timespec ts {};
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  const uint64_t now = uint64_t(ts.tv_sec) * 1'000'000'000 + uint64_t(ts.tv_nsec);
+  if (now < g_headroom_until_ns.load(std::memory_order_acquire))
+    return g_headroom_verdict.load(std::memory_order_relaxed);
+  const int64_t tasks = user_tasks(getuid(), limit);
+  const bool room = tasks >= 0 && uint64_t(tasks) + margin < limit;
+  g_headroom_verdict.store(room, std::memory_order_relaxed);
+  g_headroom_until_ns.store(now + kHeadroomScanEveryNs, std::memory_order_release);
+  return room;
+}
 
 int loader_range(uintptr_t* lo, uintptr_t* hi) noexcept {
   const uintptr_t base = getauxval(AT_BASE);

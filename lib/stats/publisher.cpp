@@ -251,6 +251,12 @@ void start_from_environment() {
            std::string("CXLPOOL_STAT_INTERVAL_MS: bad value '") + v + "' (expected milliseconds 10..60000)");
     interval = uint32_t(*ms);
   }
+  if (!required && !os::prim::thread_headroom()) {  // its thread could be the program's last
+    os::prim::write_stderr(
+        "cxlpool: no stats page for this process (cxlpool-stat cannot read it): RLIMIT_NPROC leaves no thread to "
+        "spare for its publisher; CXLPOOL_STAT_PAGE=1 starts it anyway\n");
+    return;
+  }
   try {
     start(interval);
   } catch (const Failure& f) {

@@ -961,6 +961,38 @@ def mode_thread_storm():
     storm("500 threads, blocks to 256 KiB", ["500", "2000", "18"], policies, False)
 
 
+def mode_nproc():
+    """At RLIMIT_NPROC, as a user of no account whose only tasks are the program's: the
+    allocator's purger and the stats publisher must not take the thread (or the child) the
+    program starts at its limit; glibc's run is the reference."""
+    require_preload()
+    if os.geteuid() != 0:
+        print("CXLPOOL-SKIP: running as a made-up user with its own RLIMIT_NPROC needs root", flush=True)
+        return
+    uid = 3_000_000 + os.getpid() % 100_000  # no account, no other process
+    prog = exe("process_nproc_room")
+    hold, rounds = 8, 40
+    # The limit counts the main thread, the holders and one more: at most HOLD + 2 at once.
+    limit = ["prlimit", f"--nproc={hold + 2}", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    want = f"thread_failures 0 fork_failures 0 of {rounds}"
+    plain = run(limit + [prog, str(hold), str(rounds)], timeout=120)
+    if not check(plain.returncode == 0 and plain.out.strip() == want,
+                 f"glibc at RLIMIT_NPROC {hold + 2}: {plain.out.strip()} ({plain.describe()}) {head(plain.err, 3)}"):
+        return
+    for policy, devices in ((None, None), ("bind:far", "cxl0:backing=shm,size=1G")):
+        ours = run(limit + cxl([prog, str(hold), str(rounds)], policy, devices), timeout=120)
+        check(ours.returncode == 0 and ours.out.strip() == want,
+              f"cxlpool-run [{policy or 'default'}] at RLIMIT_NPROC {hold + 2}: {ours.out.strip()} "
+              f"({ours.describe()}) {head(ours.err, 3)}")
+        check("RLIMIT_NPROC leaves no thread to spare" in ours.err,
+              f"cxlpool-run [{policy or 'default'}]: says why there is no stats page: {head(ours.err, 2)!r}")
+    # With room to spare (the limit this test inherited) the threads run: no such line.
+    roomy = run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"] + cxl([prog, str(hold), "2"]),
+                timeout=120)
+    check(roomy.returncode == 0 and "RLIMIT_NPROC" not in roomy.err,
+          f"cxlpool-run, the inherited RLIMIT_NPROC: {roomy.out.strip()} ({roomy.describe()}) {head(roomy.err, 2)}")
+
+
 # ---- F: invalid frees ----------------------------------------------------------------------------
 def mode_bad_free():
     require_preload()
@@ -1314,6 +1346,7 @@ MODES = {
     "idle-rss": mode_idle_rss,
     "bad-free": mode_bad_free,
     "thread-storm": mode_thread_storm,
+    "nproc": mode_nproc,
     "signal-malloc": mode_signal_malloc,
     "fork-hostile": mode_fork_hostile,
     "user-files": mode_user_files,
