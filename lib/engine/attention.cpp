@@ -15,8 +15,8 @@ void attention(ThreadPool& pool, const KvStore& kv, uint32_t layer, const float*
   const cxlpool_kv_geometry_t& g = kv.geometry();
   const size_t heads = g.kv_heads, hd = g.head_dim, d = heads * hd;
   const uint64_t span = first + n;
-  if (span > kv.tokens()) fail("attention: positions up to " + std::to_string(span) + " asked of a store of " +
-                               std::to_string(kv.tokens()));
+  if (span > kv.tokens())
+    fail("attention: positions up to " + std::to_string(span) + " asked of a store of " + std::to_string(kv.tokens()));
   std::vector<const unsigned char*> anchors;
   kv.anchors(span, &anchors);
   const size_t esize = g.dtype == CXLPOOL_KV_FP32 ? 4 : 2;

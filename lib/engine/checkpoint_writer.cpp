@@ -78,11 +78,15 @@ void write_opt_checkpoint(const std::string& dir, const OptWeights& w, Dtype dty
       "{\n  \"model_type\": \"opt\",\n  \"architectures\": [\"OPTForCausalLM\"],\n  \"hidden_size\": " +
       std::to_string(c.hidden) + ",\n  \"num_attention_heads\": " + std::to_string(c.heads) +
       ",\n  \"num_hidden_layers\": " + std::to_string(c.layers) + ",\n  \"ffn_dim\": " + std::to_string(c.ffn) +
-      ",\n  \"vocab_size\": " + std::to_string(c.vocab) + ",\n  \"max_position_embeddings\": " +
-      std::to_string(c.max_positions) + ",\n  \"word_embed_proj_dim\": " + std::to_string(c.hidden) +
+      ",\n  \"vocab_size\": " + std::to_string(c.vocab) +
+      ",\n  \"max_position_embeddings\": " + std::to_string(c.max_positions) +
+      ",\n  \"word_embed_proj_dim\": " + std::to_string(c.hidden) +
       ",\n  \"do_layer_norm_before\": true,\n  \"activation_function\": \"relu\",\n  \"enable_bias\": true,\n"
       "  \"torch_dtype\": \"" +
-      std::string(dtype == Dtype::kF32 ? "float32" : dtype == Dtype::kF16 ? "float16" : "bfloat16") + "\"\n}\n";
+      std::string(dtype == Dtype::kF32   ? "float32"
+                  : dtype == Dtype::kF16 ? "float16"
+                                         : "bfloat16") +
+      "\"\n}\n";
   write_file(dir + "/config.json", config);
 }
 

@@ -44,8 +44,8 @@ static inline uint16_t float_to_fp16(float f) {
   const uint32_t abs = u & 0x7fffffffu;
   if (abs >= 0x7f800000u) return uint16_t(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0));  // inf, nan
   if (abs >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // rounds to beyond 65504: inf
-  if (abs < 0x38800000u) {  // below fp16's smallest normal: subnormal or zero
-    if (abs < 0x33000000u) return uint16_t(sign);  // below half the smallest subnormal
+  if (abs < 0x38800000u) {                                  // below fp16's smallest normal: subnormal or zero
+    if (abs < 0x33000000u) return uint16_t(sign);           // below half the smallest subnormal
     const uint32_t exp = abs >> 23;
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const uint32_t shift = 126 - exp;  // 14..24

@@ -17,10 +17,10 @@ struct AttendTask {
   const float* q = nullptr;  // query rows (already scaled), q_stride floats apart, this head's slice first
   size_t q_stride = 0;
   size_t nq = 0;
-  const uint64_t* qpos = nullptr;          // each query's position; queries attend to 0..qpos
+  const uint64_t* qpos = nullptr;                 // each query's position; queries attend to 0..qpos
   const unsigned char* const* anchors = nullptr;  // per position: its token's slot in its block
   uint64_t k_offset = 0, v_offset = 0;            // + these bytes: this head's key, value (head_dim elements)
-  uint32_t kv_dtype = 0;                   // cxlpool_kv_dtype_t: FP32, FP16 or BF16
+  uint32_t kv_dtype = 0;                          // cxlpool_kv_dtype_t: FP32, FP16 or BF16
   size_t head_dim = 0;
   float* out = nullptr;  // nq rows, out_stride floats apart, this head's slice first
   size_t out_stride = 0;

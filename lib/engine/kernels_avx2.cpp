@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: MIT
 // The kernels (kernels_impl.hpp) compiled with -mavx2 -mfma -mf16c (lib/engine/CMakeLists.txt):
 // used only when the CPU has all three.
-#include "engine/kernels.hpp"
-
 #include <immintrin.h>
+
 #include <cstring>
 
 #include "cxlpool/kvcache.h"
 #include "engine/half.hpp"
+#include "engine/kernels.hpp"
 
 namespace cxlpool::engine {
 namespace avx2 {

@@ -1,12 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The kernels (kernels_impl.hpp) for any x86-64 (SSE2), and the choice between them and the
 // AVX2 ones by the CPU's features.
-#include "engine/kernels.hpp"
-
 #include <cstring>
 
 #include "cxlpool/kvcache.h"
 #include "engine/half.hpp"
+#include "engine/kernels.hpp"
 
 namespace cxlpool::engine {
 namespace generic {

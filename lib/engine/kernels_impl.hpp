@@ -13,9 +13,7 @@ static inline V8 load8(const float* p) {
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-static inline float hsum(V8 v) {
-  return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
-}
+static inline float hsum(V8 v) { return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7])); }
 
 // A tile of R rows by C columns; every element as dot(x_r, w_c) of kernels_impl's rule.
 template <int R, int C>
@@ -49,8 +47,8 @@ static inline void tile(const float* x, size_t in, const float* w, const float* 
 }
 
 template <int R>
-static inline void tile_cols(const float* x, size_t in, const float* w, const float* b, size_t r0, size_t c0,
-                             size_t c1, size_t out, float* y) {
+static inline void tile_cols(const float* x, size_t in, const float* w, const float* b, size_t r0, size_t c0, size_t c1,
+                             size_t out, float* y) {
   size_t c = c0;
   for (; c + 4 <= c1; c += 4) tile<R, 4>(x, in, w, b, r0, c, out, y);
   for (; c < c1; ++c) tile<R, 1>(x, in, w, b, r0, c, out, y);

@@ -32,9 +32,7 @@ KvStore::KvStore(const cxlpool_kv_geometry_t& geometry) : g_(geometry) {
     }
 }
 
-uint64_t KvStore::tokens() const {
-  return segments_.empty() ? 0 : segments_.back().first + segments_.back().tokens;
-}
+uint64_t KvStore::tokens() const { return segments_.empty() ? 0 : segments_.back().first + segments_.back().tokens; }
 
 void KvStore::add_view(const cxlpool_kv_view_t* view) {
   if (seq_) fail("KV store: a view cannot follow the sequence");

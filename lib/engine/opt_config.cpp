@@ -99,7 +99,8 @@ OptConfig read_opt_config(const std::string& path) {
   if (const JsonValue* v = doc.find("word_embed_proj_dim")) {
     uint64_t x = 0;
     if (!v->as_u64(&x) || x != c.hidden)
-      fail(path + ": word_embed_proj_dim differs from hidden_size (project_in/project_out, as opt-350m): not supported");
+      fail(path +
+           ": word_embed_proj_dim differs from hidden_size (project_in/project_out, as opt-350m): not supported");
   }
   if (const JsonValue* v = doc.find("enable_bias"); v && !(v->is_bool() && v->boolean()))
     fail(path + ": enable_bias is not true: not supported");
@@ -145,15 +146,16 @@ OptConfig infer_opt_config(const SafetensorsFile& file, const std::string& prefi
     uint64_t n = 0;
     size_t i = lp.size();
     if (i >= name.size() || name[i] < '0' || name[i] > '9') continue;
-    for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && n < 1'000'000; ++i) n = n * 10 + uint64_t(name[i] - '0');
+    for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && n < 1'000'000; ++i)
+      n = n * 10 + uint64_t(name[i] - '0');
     seen.insert(n);
   }
   if (seen.empty()) fail(file.path() + ": no tensor \"" + lp + "0. ...\": no layers");
   c.layers = uint32_t(std::min<uint64_t>(*seen.rbegin() + 1, 1u << 20));
   c.ffn = uint32_t(shape_of("layers.0.fc1.weight", 2)[0]);
   // Published OPT sizes (hidden_size -> num_attention_heads), from their config.json files.
-  static const uint32_t kHeads[][2] = {{768, 12},  {1024, 16}, {2048, 32}, {2560, 32},
-                                       {4096, 32}, {5120, 40}, {7168, 56}, {9216, 72}, {12288, 96}};
+  static const uint32_t kHeads[][2] = {{768, 12},  {1024, 16}, {2048, 32}, {2560, 32}, {4096, 32},
+                                       {5120, 40}, {7168, 56}, {9216, 72}, {12288, 96}};
   for (const auto& h : kHeads)
     if (h[0] == c.hidden) c.heads = h[1];
   if (!c.heads)

@@ -23,8 +23,8 @@ bool exists(const std::string& p) {
 
 template <class W, class V>
 std::vector<V*> layer_tensors(W& l) {
-  return {&l.q_w, &l.q_b, &l.k_w, &l.k_b, &l.v_w, &l.v_b, &l.out_w, &l.out_b, &l.attn_ln_w, &l.attn_ln_b,
-          &l.fc1_w, &l.fc1_b, &l.fc2_w, &l.fc2_b, &l.ffn_ln_w, &l.ffn_ln_b};
+  return {&l.q_w,       &l.q_b,       &l.k_w,   &l.k_b,   &l.v_w,   &l.v_b,   &l.out_w,    &l.out_b,
+          &l.attn_ln_w, &l.attn_ln_b, &l.fc1_w, &l.fc1_b, &l.fc2_w, &l.fc2_b, &l.ffn_ln_w, &l.ffn_ln_b};
 }
 
 // splitmix64: a fixed, portable stream.
@@ -66,8 +66,9 @@ LoadedCheckpoint load_opt_checkpoint(const std::string& path) {
     dir = path;
     out.model_file = path + "/model.safetensors";
     if (!exists(out.model_file) && exists(path + "/model.safetensors.index.json"))
-      fail(path + ": a sharded checkpoint (model.safetensors.index.json): not supported; merge the shards into one "
-                  "model.safetensors");
+      fail(path +
+           ": a sharded checkpoint (model.safetensors.index.json): not supported; merge the shards into one "
+           "model.safetensors");
   } else {
     out.model_file = path;
     const size_t slash = path.rfind('/');

@@ -15,7 +15,7 @@ namespace cxlpool::engine {
 
 struct OptLayerWeights {
   std::vector<float> q_w, q_b, k_w, k_b, v_w, v_b, out_w, out_b;  // self_attn.{q,k,v,out}_proj
-  std::vector<float> attn_ln_w, attn_ln_b;                         // self_attn_layer_norm
+  std::vector<float> attn_ln_w, attn_ln_b;                        // self_attn_layer_norm
   std::vector<float> fc1_w, fc1_b, fc2_w, fc2_b;
   std::vector<float> ffn_ln_w, ffn_ln_b;  // final_layer_norm (of the layer)
 };

@@ -16,7 +16,8 @@
 #include "engine/half.hpp"
 #include "engine/json_value.hpp"
 
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian; this reader copies it as is");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "safetensors data is little-endian; this reader copies it as is");
 
 namespace cxlpool::engine {
 namespace {
@@ -44,8 +45,8 @@ bool parse_dtype(const std::string& s, Dtype* out) {
 }
 
 bool known_unsupported_dtype(const std::string& s) {
-  static const char* const kOthers[] = {"BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64", "F64",
-                                        "F8_E4M3", "F8_E5M2"};
+  static const char* const kOthers[] = {"BOOL", "U8",  "I8",  "I16", "U16",     "I32",
+                                        "U32",  "I64", "U64", "F64", "F8_E4M3", "F8_E5M2"};
   return std::any_of(std::begin(kOthers), std::end(kOthers), [&](const char* o) { return s == o; });
 }
 
@@ -102,7 +103,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     data_start_ = 8 + n;
     const uint64_t data_bytes = size - data_start_;
     const JsonValue doc = parse_json(std::string_view(reinterpret_cast<const char*>(map_ + 8), size_t(n)), path);
-    if (!doc.is_object()) fail(path + ": header is " + JsonValue::kind_name(doc.kind()) + ", not an object");
+    if (!doc.is_object()) fail(path + ": JSON header is " + JsonValue::kind_name(doc.kind()) + ", not an object");
     std::vector<std::pair<uint64_t, std::string>> by_begin;
     for (const auto& [name, v] : doc.members()) {
       if (name == "__metadata__") {
@@ -144,14 +145,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
           !off->array()[1].as_u64(&t.end))
         fail(where + ": data_offsets is not [begin, end] of non-negative integers");
       if (t.begin > t.end)
-        fail(where + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] ends before it begins");
+        fail(where + ": data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
+             "] ends before it begins");
       if (t.end > data_bytes)
-        fail(where + ": data_offsets end " + std::to_string(t.end) + " is beyond the data (" + std::to_string(data_bytes) +
-             " bytes after the header)");
+        fail(where + ": data_offsets end " + std::to_string(t.end) + " is beyond the data (" +
+             std::to_string(data_bytes) + " bytes after the header)");
       const unsigned __int128 want = count * dtype_size(t.dtype);
       if (want != t.end - t.begin)
         fail(where + ": shape " + shape_text(t.shape) + " of " + dt->string() + " needs " +
-             (count > data_bytes ? std::string("more bytes than the file has") : std::to_string(uint64_t(want)) + " bytes") +
+             (count > data_bytes ? std::string("more bytes than the file has")
+                                 : std::to_string(uint64_t(want)) + " bytes") +
              " but data_offsets span " + std::to_string(t.end - t.begin));
       by_begin.emplace_back(t.begin, name);
       tensors_.emplace(name, std::move(t));

@@ -123,8 +123,8 @@ std::vector<float> ref_step(const RefModel& m, RefCache& c, int token, int p) {
 
 RefModel reference_of(const OptWeights& w, int kv_round) {
   const OptConfig& c = w.config;
-  RefModel m{int(c.hidden), int(c.heads), int(c.layers), int(c.ffn), int(c.vocab), int(c.max_positions),
-             w.embed_tokens, w.embed_positions, w.final_ln_w, w.final_ln_b, {}, kv_round};
+  RefModel m{int(c.hidden),  int(c.heads),      int(c.layers), int(c.ffn),   int(c.vocab), int(c.max_positions),
+             w.embed_tokens, w.embed_positions, w.final_ln_w,  w.final_ln_b, {},           kv_round};
   for (const auto& l : w.layers)
     m.L.push_back({l.q_w, l.q_b, l.k_w, l.k_b, l.v_w, l.v_b, l.out_w, l.out_b, l.attn_ln_w, l.attn_ln_b, l.fc1_w,
                    l.fc1_b, l.fc2_w, l.fc2_b, l.ffn_ln_w, l.ffn_ln_b});
@@ -175,8 +175,7 @@ void require_close(const std::vector<float>& got, const std::vector<float>& want
     const double err = std::fabs(double(got[i]) - want[i]) - rtol * std::fabs(double(want[i]));
     if (err > worst) worst = err, at = i;
   }
-  INFO(what << ": worst excess error " << worst << " at " << at << " (got " << got[at] << ", want " << want[at]
-            << ")");
+  INFO(what << ": worst excess error " << worst << " at " << at << " (got " << got[at] << ", want " << want[at] << ")");
   REQUIRE(worst <= atol);
 }
 
@@ -217,7 +216,9 @@ TEST_CASE("engine equals the reference: checkpoints fp32/fp16/bf16, KV fp32/fp16
         }
       for (cxlpool_kv_dtype_t kvt : {CXLPOOL_KV_FP32, CXLPOOL_KV_FP16, CXLPOOL_KV_BF16}) {
         DYNAMIC_SECTION("d=" << s.c.hidden << " checkpoint " << dtype_name(ck) << " kv dtype " << kvt) {
-          const RefModel ref = reference_of(loaded.weights, kvt == CXLPOOL_KV_FP16 ? 1 : kvt == CXLPOOL_KV_BF16 ? 2 : 0);
+          const RefModel ref = reference_of(loaded.weights, kvt == CXLPOOL_KV_FP16   ? 1
+                                                            : kvt == CXLPOOL_KV_BF16 ? 2
+                                                                                     : 0);
           OptModel model(loaded.weights, 2);
           const auto g = model.kv_geometry(kvt, s.tokens_per_block);
           Arena arena(g, pool.pool, false);
@@ -237,8 +238,9 @@ TEST_CASE("engine equals the reference: checkpoints fp32/fp16/bf16, KV fp32/fp16
           std::vector<float> expect;
           for (size_t p = 0; p < prompt.size(); ++p) {
             expect = ref_step(ref, cache, prompt[p], int(p));
-            require_close(std::vector<float>(all.begin() + long(p * s.c.vocab), all.begin() + long((p + 1) * s.c.vocab)),
-                          expect, 2e-4, 2e-3, "prefill position " + std::to_string(p));
+            require_close(
+                std::vector<float>(all.begin() + long(p * s.c.vocab), all.begin() + long((p + 1) * s.c.vocab)), expect,
+                2e-4, 2e-3, "prefill position " + std::to_string(p));
           }
           // Decode steps: the engine appends into the blocks; the reference follows its tokens.
           std::vector<float> logits(all.end() - long(s.c.vocab), all.end());
@@ -349,7 +351,8 @@ TEST_CASE("engine: bad input is refused with a message", "[unit]") {
   Seq seq2(arena);
   KvStore kv2(g);
   kv2.add_sequence(seq2.seq);
-  REQUIRE_THROWS_WITH(prefill(model, kv2, std::vector<int32_t>(9, 1), nullptr), Catch::Contains("beyond the model's 8"));
+  REQUIRE_THROWS_WITH(prefill(model, kv2, std::vector<int32_t>(9, 1), nullptr),
+                      Catch::Contains("beyond the model's 8"));
   REQUIRE_THROWS_WITH(prefill(model, kv2, {}, nullptr), Catch::Contains("empty prompt"));
   cxlpool_kv_geometry_t fp8 = g;
   fp8.dtype = CXLPOOL_KV_FP8;
