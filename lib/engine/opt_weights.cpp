@@ -4,6 +4,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <set>
 
 #include "engine/error.hpp"
@@ -108,18 +109,25 @@ OptWeights random_opt_weights(const OptConfig& config, uint64_t seed) {
   const std::vector<TensorSpec> specs = opt_tensor_specs(config, "model.decoder.");
   std::vector<std::vector<float>*> dst = w.tensors();
   Rng rng{seed * 0x2545f4914f6cdd1dull + 1};
-  const float scale = 0.0346f;  // 0.02 * sqrt(3): uniform with OPT's init std
   for (size_t i = 0; i < specs.size(); ++i) {
-    uint64_t n = 1;
-    for (uint64_t d : specs[i].shape) n *= d;
+    const TensorSpec& t = specs[i];
+    const uint64_t n = t.shape.size() == 2 ? t.shape[0] * t.shape[1] : t.shape[0];
     dst[i]->resize(size_t(n));
-    const bool ln_weight = specs[i].name.find("layer_norm.weight") != std::string::npos;
-    const bool embedding = specs[i].name.find("embed_") != std::string::npos;
-    for (float& x : *dst[i]) {
-      const float u = rng.uniform();
-      // Embeddings larger than the rest so that tokens are told apart after a LayerNorm.
-      x = ln_weight ? 1.0f + 0.1f * u : (embedding ? 5 * scale * u : scale * u);
+    // Scales that keep every part of the model in play (a model whose residual stream is all
+    // token embedding only repeats its input): embeddings and each Linear's output of about
+    // unit variance (weights uniform in +-sqrt(3 / in)), LayerNorm weights near 1.
+    const bool embedding = t.name.find("embed_") != std::string::npos;
+    const bool ln = t.name.find("layer_norm") != std::string::npos;
+    const bool bias = t.name.size() > 5 && t.name.compare(t.name.size() - 5, 5, ".bias") == 0;
+    float scale = 0.1f, offset = 0;
+    if (embedding) {
+      scale = 0.2f;
+    } else if (ln && !bias) {
+      offset = 1.0f;
+    } else if (!bias) {
+      scale = std::sqrt(3.0f / float(t.shape[1]));
     }
+    for (float& x : *dst[i]) x = offset + scale * rng.uniform();
   }
   return w;
 }

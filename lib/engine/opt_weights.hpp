@@ -44,8 +44,8 @@ struct LoadedCheckpoint {
 // .safetensors file (a config.json next to it is used when present).
 LoadedCheckpoint load_opt_checkpoint(const std::string& path);
 
-// Weights from a seed: uniform in +-scale (0.02 x sqrt(3): std 0.02 as OPT's init), LayerNorm
-// weights near 1. The same seed gives the same bits on every machine.
+// Weights from a seed (uniform; scales in opt_weights.cpp). The same seed gives the same bits
+// on every machine.
 OptWeights random_opt_weights(const OptConfig& config, uint64_t seed);
 
 }  // namespace cxlpool::engine
