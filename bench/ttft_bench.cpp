@@ -116,7 +116,7 @@ int decode_process(const std::string& path, const std::string& shared_device, co
     const uint64_t max_tokens = *std::max_element(o.tokens.begin(), o.tokens.end());
     cxlpool_shared_params_t* p = nullptr;
     check_cxlpool(cxlpool_shared_params_create(&p), "params");
-    check_cxlpool(cxlpool_shared_params_set_size(p, 3 * (max_tokens + 2 * o.block_tokens) * per_token + (64u << 20)),
+    check_cxlpool(cxlpool_shared_params_set_size(p, 4 * (max_tokens + 2 * o.block_tokens) * per_token + (256u << 20)),
                   "params");
     check_cxlpool(cxlpool_shared_pool_create(own_device.c_str(), p, 0, &own), own_device.c_str());
     cxlpool_shared_params_destroy(p);
@@ -225,9 +225,10 @@ struct Row {
 
 int run(const Options& o, const char* self) {
   const OptConfig cfg = model_config(o);
-  std::printf("ttft_bench: OPT %s, random weights (seed %llu); KV fp16, %u tokens per block; %d repetitions; "
-              "processes on this machine (%ld CPUs), loopback\n",
-              cfg.describe().c_str(), (unsigned long long)kSeed, o.block_tokens, o.reps, sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf(
+      "ttft_bench: OPT %s, random weights (seed %llu); KV fp16, %u tokens per block; %d repetitions; "
+      "processes on this machine (%ld CPUs), loopback\n",
+      cfg.describe().c_str(), (unsigned long long)kSeed, o.block_tokens, o.reps, sysconf(_SC_NPROCESSORS_ONLN));
   OptModel model(random_opt_weights(cfg, kSeed), o.threads);
   std::printf("kernels: %s, %u threads per process\n", kernels().name, model.pool().threads());
   const auto g = model.kv_geometry(CXLPOOL_KV_FP16, o.block_tokens);
@@ -237,7 +238,7 @@ int run(const Options& o, const char* self) {
   const std::string name = "cxlpool-ttft-" + std::to_string(getpid()), device = "shm:" + name;
   cxlpool_shared_params_t* p = nullptr;
   cxlpool_shared_params_create(&p);
-  cxlpool_shared_params_set_size(p, 2 * (max_tokens + o.block_tokens) * per_token + (64u << 20));
+  cxlpool_shared_params_set_size(p, 4 * (max_tokens + o.block_tokens) * per_token + (256u << 20));
   cxlpool_shared_pool_t* pool = nullptr;
   if (cxlpool_shared_pool_create(device.c_str(), p, 0, &pool) != CXLPOOL_OK) {
     std::fprintf(stderr, "ttft_bench: %s\n", cxlpool_last_error_message());
@@ -375,8 +376,7 @@ int run(const Options& o, const char* self) {
   for (uint64_t n : o.tokens) {
     const double s = double(n) * kv6 / 1e9;  // GB
     const double step = (weight_bytes / 1e9 + s) / o.hbm_gbps;
-    ModelRow m{n, 2 * params * double(n) / (o.gpu_tflops * 1e12 * o.mfu),
-               o.cxl_lat_us * 1e-6 + s / o.cxl_gbps + step,
+    ModelRow m{n, 2 * params * double(n) / (o.gpu_tflops * 1e12 * o.mfu), o.cxl_lat_us * 1e-6 + s / o.cxl_gbps + step,
                o.rdma_lat_us * 1e-6 + s / o.rdma200_gbps + s / o.copy_gbps + step,
                o.rdma_lat_us * 1e-6 + s / o.rdma100_gbps + s / o.copy_gbps + step};
     mrows.push_back(m);
@@ -389,8 +389,8 @@ int run(const Options& o, const char* self) {
     if (FILE* j = open_bench_output(o.json)) {
       std::fprintf(j, "{\"bench\":\"ttft\",\"model_shape\":\"%s\",\"kv_bytes_per_token\":%llu,\"tokens_per_block\":%u,",
                    cfg.describe().c_str(), (unsigned long long)per_token, o.block_tokens);
-      std::fprintf(j, "\"kernels\":\"%s\",\"threads\":%u,\"reps\":%d,\"rows\":[", kernels().name, model.pool().threads(),
-                   o.reps);
+      std::fprintf(j, "\"kernels\":\"%s\",\"threads\":%u,\"reps\":%d,\"rows\":[", kernels().name,
+                   model.pool().threads(), o.reps);
       for (size_t i = 0; i < rows.size(); ++i) {
         std::fprintf(j, "%s{\"tokens\":%llu,\"kv_bytes\":%llu,\"prefill_here_s\":%.6g,\"bad\":%d", i ? "," : "",
                      (unsigned long long)rows[i].tokens, (unsigned long long)rows[i].kv_bytes, rows[i].prefill_s,
@@ -398,12 +398,13 @@ int run(const Options& o, const char* self) {
         for (const auto& [path, v] : rows[i].ttft) std::fprintf(j, ",\"ttft_p50_s_%s\":%.6g", path.c_str(), pct50(v));
         std::fprintf(j, "}");
       }
-      std::fprintf(j,
-                   "],\"model\":{\"label\":\"model\",\"shape\":\"OPT-6.7B\",\"kv_bytes_per_token\":%.0f,"
-                   "\"cxl_gbps\":%g,\"cxl_latency_us\":%g,\"rdma200_gbps\":%g,\"rdma100_gbps\":%g,\"rdma_latency_us\":%g,"
-                   "\"copy_gbps\":%g,\"gpu_tflops\":%g,\"mfu\":%g,\"hbm_gbps\":%g,\"rows\":[",
-                   kv6, o.cxl_gbps, o.cxl_lat_us, o.rdma200_gbps, o.rdma100_gbps, o.rdma_lat_us, o.copy_gbps,
-                   o.gpu_tflops, o.mfu, o.hbm_gbps);
+      std::fprintf(
+          j,
+          "],\"model\":{\"label\":\"model\",\"shape\":\"OPT-6.7B\",\"kv_bytes_per_token\":%.0f,"
+          "\"cxl_gbps\":%g,\"cxl_latency_us\":%g,\"rdma200_gbps\":%g,\"rdma100_gbps\":%g,\"rdma_latency_us\":%g,"
+          "\"copy_gbps\":%g,\"gpu_tflops\":%g,\"mfu\":%g,\"hbm_gbps\":%g,\"rows\":[",
+          kv6, o.cxl_gbps, o.cxl_lat_us, o.rdma200_gbps, o.rdma100_gbps, o.rdma_lat_us, o.copy_gbps, o.gpu_tflops,
+          o.mfu, o.hbm_gbps);
       for (size_t i = 0; i < mrows.size(); ++i)
         std::fprintf(j, "%s{\"tokens\":%llu,\"recompute_s\":%.6g,\"cxl_s\":%.6g,\"rdma200_s\":%.6g,\"rdma100_s\":%.6g}",
                      i ? "," : "", (unsigned long long)mrows[i].tokens, mrows[i].recompute, mrows[i].cxl, mrows[i].r200,
@@ -420,20 +421,26 @@ int run(const Options& o, const char* self) {
     if (d && !gpf) std::fclose(d);
     if (gpf) {
       for (const auto& path : o.paths) {
-        for (const Row& r : rows) std::fprintf(d, "%llu %.6g\n", (unsigned long long)r.tokens, pct50(r.ttft.at(path)) * 1e3);
+        for (const Row& r : rows)
+          std::fprintf(d, "%llu %.6g\n", (unsigned long long)r.tokens, pct50(r.ttft.at(path)) * 1e3);
         std::fprintf(d, "\n\n");
       }
       for (int k = 0; k < 3; ++k) {
         for (const ModelRow& m : mrows)
-          std::fprintf(d, "%llu %.6g\n", (unsigned long long)m.tokens, (k == 0 ? m.recompute : k == 1 ? m.cxl : m.r200) * 1e3);
+          std::fprintf(d, "%llu %.6g\n", (unsigned long long)m.tokens,
+                       (k == 0   ? m.recompute
+                        : k == 1 ? m.cxl
+                                 : m.r200) *
+                           1e3);
         std::fprintf(d, "\n\n");
       }
       std::fclose(d);
-      std::fprintf(gpf,
-                   "set terminal pngcairo size 1000,600\nset output '%s'\nset logscale xy\nset xlabel 'prompt tokens'\n"
-                   "set ylabel 'time to first token (ms)'\nset key left top\nset title 'bench/ttft: decode server TTFT, "
-                   "%s measured here; OPT-6.7B modelled'\nplot ",
-                   o.plot.c_str(), "opt-125m shape");
+      std::fprintf(
+          gpf,
+          "set terminal pngcairo size 1000,600\nset output '%s'\nset logscale xy\nset xlabel 'prompt tokens'\n"
+          "set ylabel 'time to first token (ms)'\nset key left top\nset title 'bench/ttft: decode server TTFT, "
+          "%s measured here; OPT-6.7B modelled'\nplot ",
+          o.plot.c_str(), "opt-125m shape");
       size_t i = 0;
       for (; i < o.paths.size(); ++i)
         std::fprintf(gpf, "%s'%s' index %zu with linespoints lw 2 title '%s (measured, opt-125m shape)'", i ? ", " : "",
@@ -490,7 +497,8 @@ int main(int argc, char** argv) {
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   if (std::string(CXLPOOL_BENCH_BUILD_TYPE) != "Release") {
-    std::fprintf(stderr, "ttft_bench: built as %s; benchmarks need CMAKE_BUILD_TYPE=Release\n", CXLPOOL_BENCH_BUILD_TYPE);
+    std::fprintf(stderr, "ttft_bench: built as %s; benchmarks need CMAKE_BUILD_TYPE=Release\n",
+                 CXLPOOL_BENCH_BUILD_TYPE);
     return 2;
   }
   for (int i = 1; i < argc; ++i) {
@@ -553,5 +561,10 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "ttft_bench: unknown path '%s' (recompute, pool, tcp, ucx-tcp, ucx-sm)\n", p.c_str());
       return 2;
     }
-  return run(o, "/proc/self/exe");
+  try {
+    return run(o, "/proc/self/exe");
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ttft_bench: %s\n", e.what());
+    return 1;
+  }
 }

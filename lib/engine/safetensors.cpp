@@ -203,6 +203,7 @@ std::vector<float> SafetensorsFile::read_f32(const std::string& name, const std:
     fail(path_ + ": tensor \"" + name + "\" has shape " + shape_text(t->shape) + ", expected " + shape_text(shape));
   const size_t n = size_t(t->elements());
   std::vector<float> out(n);
+  if (n == 0) return out;  // (an empty vector's data() may be null: no memcpy into it)
   const unsigned char* p = map_ + data_start_ + t->begin;
   switch (t->dtype) {
     case Dtype::kF32:

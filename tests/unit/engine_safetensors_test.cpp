@@ -219,12 +219,12 @@ TEST_CASE("OPT checkpoints: missing, misshapen and unexpected tensors; config.js
   // lm_head present (untied) is used; "decoder." names are accepted.
   rebuild([&](std::vector<TensorToWrite>& t) {
     for (auto& x : t) x.name = x.name.substr(6);  // "model." dropped
-    t.push_back({"lm_head.weight", Dtype::kF32, {40, 16}, src[1]->data()});
+    t.push_back({"lm_head.weight", Dtype::kF32, {40, 16}, src[0]->data()});
   });
   {
     const LoadedCheckpoint l = load_opt_checkpoint(dir.path());
     CHECK(l.weights.lm_head.size() == 40 * 16);
-    CHECK(l.weights.lm_head[0] == (*src[1])[0]);
+    CHECK(l.weights.lm_head[0] == (*src[0])[0]);
   }
   // Without config.json the shape is inferred; heads only for published OPT sizes.
   rebuild([](std::vector<TensorToWrite>&) {});
