@@ -176,7 +176,7 @@ TEST_CASE("safetensors: tensor entries that lie", "[unit]") {
           {"overlaps"});
 }
 
-TEST_CASE("OPT checkpoints: missing, misshapen and unexpected tensors; config.json", "[unit]") {
+TEST_CASE("OPT checkpoints: missing, misshapen and unexpected tensors, config.json", "[unit]") {
   cxlpool_test::ScratchDir dir;
   const OptConfig c{16, 2, 2, 24, 40, 12};
   const OptWeights w = random_opt_weights(c, 3);
