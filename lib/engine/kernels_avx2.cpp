@@ -1,14 +1,15 @@
 // SPDX-License-Identifier: MIT
 // The kernels (kernels_impl.hpp) compiled with -mavx2 -mfma -mf16c (lib/engine/CMakeLists.txt):
-// used only when the CPU has all three.
-#include <cpuid.h>
-#include <immintrin.h>
-
+// used only when the CPU has all three. Elsewhere than x86-64 there are none.
 #include <cstring>
 
 #include "cxlpool/kvcache.h"
 #include "engine/half.hpp"
 #include "engine/kernels.hpp"
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
 
 namespace cxlpool::engine {
 namespace avx2 {
@@ -27,3 +28,8 @@ const Kernels* avx2_kernels() {
 }
 
 }  // namespace cxlpool::engine
+#else
+namespace cxlpool::engine {
+const Kernels* avx2_kernels() { return nullptr; }
+}  // namespace cxlpool::engine
+#endif
