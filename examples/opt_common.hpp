@@ -85,7 +85,10 @@ inline std::vector<int32_t> parse_ids(const std::string& text) {
 }
 inline std::string ids_text(const std::vector<int32_t>& ids) {
   std::string s;
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? " " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) s += ' ';
+    s += std::to_string(ids[i]);
+  }
   return s;
 }
 

@@ -7,7 +7,10 @@
 #      shared pool, against UCX and TCP, with the modelled CXL vs RDMA table, and a PNG;
 #   3. tiering: a hot set that starts on the slow device, pulled to the fast one by the engine,
 #      as a time series, and a PNG;
-#   4. a shared pool in use, seen from outside by cxlpool-info and cxlpool-pool check.
+#   4. a shared pool in use, seen from outside by cxlpool-info and cxlpool-pool check;
+#   5. an OPT-125m-shaped model (random weights) served by a decode process from KV blocks a
+#      prefill process wrote into the pool: time to first token against recomputing the prompt and
+#      against the KV sent over TCP and UCX, with the OPT-6.7B shape as a labelled model, and a PNG.
 # Usage: demo.sh [--quick] [--build-dir DIR] [--out DIR]
 #   --quick          smaller sizes and shorter runs, on any build type (the test suite runs this)
 #   --build-dir DIR  use an existing build (no dependency install, no build)
@@ -28,7 +31,7 @@ if [ -z "$build" ]; then
   echo "== building (Release; the log is in build/release.build.log)"
   build=$(bash scripts/build-release.sh)
 fi
-for t in tools/cxlpool-info tools/cxlpool-pool bench/kvcache_bench bench/tiering_bench \
+for t in tools/cxlpool-info tools/cxlpool-pool bench/kvcache_bench bench/tiering_bench bench/ttft_bench \
          examples/kv_prefill_server examples/kv_decode_server; do
   [ -x "$build/$t" ] || { echo "demo.sh: $build/$t is missing (build the project first)" >&2; exit 1; }
 done
@@ -37,9 +40,9 @@ out=$(cd "$out" && pwd)
 start=$SECONDS
 
 if [ $quick = 1 ]; then
-  kv_tokens=16,128 kv_reps=2 tier_seconds=4 tier_mib=256 any_build=--any-build
+  kv_tokens=16,128 kv_reps=2 tier_seconds=4 tier_mib=256 any_build=--any-build ttft=(--quick --layers 2)
 else
-  kv_tokens=128,512,2048 kv_reps=3 tier_seconds=10 tier_mib=1024 any_build=""
+  kv_tokens=128,512,2048 kv_reps=3 tier_seconds=10 tier_mib=1024 any_build="" ttft=(--tokens 128,512,1024 --reps 1)
 fi
 
 echo
@@ -94,4 +97,10 @@ echo "-- the prefill server's log:"
 cat "$log"
 
 echo
-echo "== done in $((SECONDS - start)) s; plots: $out/kvcache.png $out/tiering.png (JSON next to them)"
+echo "== 5. Serving a model from the pool: an OPT-125m-shaped model (random weights); the decode process's"
+echo "      time to first token when the prefill process hands it the KV blocks in the pool, against"
+echo "      recomputing the prompt and against the KV sent over TCP and UCX (docs/inference.md)"
+"$build/bench/ttft_bench" $any_build "${ttft[@]}" --json "$out/ttft.json" --plot "$out/ttft.png"
+
+echo
+echo "== done in $((SECONDS - start)) s; plots: $out/kvcache.png $out/tiering.png $out/ttft.png (JSON next to them)"

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # scripts/demo.sh --quick on this build: every section is there with the figures it promises
 # (measured tables, the model labelled as such, the tiering time series, the pool seen from
-# outside and consistent), the PNG and JSON files exist, and nothing is left behind.
+# outside and consistent, a model served from the pool with the right first token), the PNG and JSON files exist, and nothing is left behind.
 # Usage: demo_test.sh SOURCE_DIR BUILD_DIR OUT_DIR
 set -u
 src=$1 build=$2 out=$3
@@ -34,8 +34,12 @@ need "a live participant" 'active +yes'
 need "check says consistent" ': consistent$'
 need "the survey finds the pool healthy" 'participants alive, [0-9]+ leases; health: consistent$'
 need "prefix reuse" 'reused from the prefix cache'
+need "section 5 header" '^== 5\. Serving a model from the pool'
+need "TTFT table, measured" '^TTFT p50 of the decode process \(ms\), measured'
+need "TTFT row, first token right on every path" '^ +128 +[0-9]+( +[0-9.]+){5} +[0-9.]+x +0$'
+need "TTFT model labelled" '^MODEL \(not measured\): OPT-6\.7B'
 need "the end" '^== done in [0-9]+ s; plots: '
-for f in kvcache.png kvcache.json tiering.png tiering.json; do
+for f in kvcache.png kvcache.json tiering.png tiering.json ttft.png ttft.json; do
   [ -s "$out/$f" ] || { echo "FAILED: $out/$f missing or empty"; fail=1; }
 done
 after=$(ls /dev/shm | grep -c '^cxlpool-demo-')
