@@ -139,6 +139,16 @@ int main(int argc, char** argv) {
   }
   if (arena) cxlpool_kv_arena_destroy(arena);
   if (pool) {
+    // Decode servers go on generating in the pool after their DONE: its name is removed once
+    // they have left (a name gone under a participant is a failed device to it), or after 60 s.
+    cxlpool_shared_info_t info{};
+    for (int waited = 0; waited < 600 && cxlpool_shared_pool_info(pool, &info) == CXLPOOL_OK && info.participants > 1;
+         ++waited) {
+      if (waited == 0)
+        std::printf("prefill: waiting for %u decode server(s) to leave the pool\n", info.participants - 1);
+      std::fflush(stdout);
+      usleep(100000);
+    }
     cxlpool_shared_pool_close(pool);
     cxlpool_shared_pool_unlink(device.c_str());
   }
