@@ -179,22 +179,29 @@ inline int listen_control(const std::string& where) {
   return s;
 }
 
+// A prefill server that is still loading its model has not bound its socket yet: ENOENT and
+// ECONNREFUSED are retried every 100 ms for up to 60 s (said once on stderr), anything else fails.
 inline int connect_control(const std::string& where) {
-  int s = -1;
-  if (is_tcp(where)) {
-    const sockaddr_in a = tcp_address(where);
-    s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    const int one = 1;
-    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (s < 0 || connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
-      fail(where + ": " + std::strerror(errno));
-  } else {
-    const sockaddr_un a = unix_address(where);
-    s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
-      fail(where + ": " + std::strerror(errno));
+  for (int attempt = 0;; ++attempt) {
+    int s = -1, err = 0;
+    if (is_tcp(where)) {
+      const sockaddr_in a = tcp_address(where);
+      s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const int one = 1;
+      if (s >= 0) setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      if (s < 0 || connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) err = errno;
+    } else {
+      const sockaddr_un a = unix_address(where);
+      s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (s < 0 || connect(s, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) err = errno;
+    }
+    if (!err) return s;
+    if (s >= 0) close(s);
+    if ((err != ENOENT && err != ECONNREFUSED) || attempt == 600) fail(where + ": " + std::strerror(err));
+    if (attempt == 0)
+      std::fprintf(stderr, "waiting for the prefill server at %s (%s)\n", where.c_str(), std::strerror(err));
+    usleep(100000);
   }
-  return s;
 }
 
 // ---- handles as text ----------------------------------------------------------------

@@ -59,12 +59,13 @@ int main(int argc, char** argv) {
     const std::vector<int32_t> prompt = parse_ids(o.at("prompt"));
     OptModel model(load_opt_checkpoint(o.at("model")).weights, unsigned(number(o, "threads", 0)));
     const auto g = model.kv_geometry(kv_dtype(o), uint32_t(number(o, "block-tokens", 16)));
+    // Connected first: the prefill server listens once its pool exists.
+    Line line(connect_control(o.at("socket")));
     if (ucx) {
       pool = create_pool(o.at("own-pool"), number(o, "pool-mib", 256) << 20);
     } else {
       check_cxlpool(cxlpool_shared_pool_open(o.at("pool").c_str(), nullptr, &pool), o.at("pool").c_str());
     }
-    Line line(connect_control(o.at("socket")));
     if (!line.send("PROMPT " + ids_text(prompt))) fail("the prefill server went away");
     std::string reply;
     if (!line.receive(&reply)) fail("the prefill server went away");

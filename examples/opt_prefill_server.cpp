@@ -9,6 +9,7 @@
 //   opt_prefill_server --model DIR --socket PATH|tcp:HOST:PORT --pool shm:NAME
 //       [--pool-mib 1024] [--kv-dtype fp16] [--block-tokens 16] [--requests 0 (forever)]
 //       [--threads 0] [--ucx-listen IP:PORT]
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -23,6 +24,10 @@ using namespace cxlpool::engine;
 using namespace opt_example;
 
 namespace {
+
+// SIGINT or SIGTERM: stop accepting, clean up (the pool's name, the socket) and exit.
+volatile sig_atomic_t g_stop = 0;
+void on_stop(int) { g_stop = 1; }
 
 const char* kUsage =
     "opt_prefill_server --model DIR --socket PATH|tcp:HOST:PORT --pool shm:NAME [--pool-mib 1024] "
@@ -116,9 +121,14 @@ int main(int argc, char** argv) {
         device.c_str(), where.c_str(), ucx_address.empty() ? "" : ", UCX on ", ucx_address.c_str());
     std::fflush(stdout);
     const uint64_t requests = number(o, "requests", 0);
-    for (uint64_t r = 0; requests == 0 || r < requests; ++r) {
+    struct sigaction sa {};
+    sa.sa_handler = on_stop;  // no SA_RESTART: accept returns EINTR
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    for (uint64_t served = 0; (requests == 0 || served < requests) && !g_stop;) {
       const int c = accept(ls, nullptr, nullptr);
       if (c < 0) continue;
+      ++served;
       Line line(c);
       serve(line, model, arena, g, ucx_address);
     }
