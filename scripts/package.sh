@@ -3,8 +3,32 @@
 # Builds the Debian packages: a Release tree installed under /usr (library, interposer, tools,
 # UCX library, Python module; no tests, benches or examples), then `cpack -G DEB` into OUT_DIR,
 # then lintian on the result. Usage: package.sh [OUT_DIR]  (default build/packages; the build
-# tree is ${CXLPOOL_PACKAGE_BUILD_DIR:-build/package}). docs/packaging.md.
+# tree is ${CXLPOOL_PACKAGE_BUILD_DIR:-build/package}; CXLPOOL_SKIP_LINTIAN=1 skips lintian),
+# or package.sh --lint DEB_DIR (lintian only). docs/packaging.md.
 set -euo pipefail
+
+# lintian: errors and warnings fail; info and pedantic tags and the overridden ones (O:, each
+# explained in cmake/lintian/) are shown. docs/packaging.md.
+lint() {  # lint DEB_DIR LOG
+  echo "package.sh: lintian $(lintian --version | awk '{print $2}') on $1"
+  local rc=0
+  lintian --display-level '>=pedantic' --show-overrides "$1"/*.deb > "$2" 2>&1 || rc=$?
+  grep -v -e '^N:' -e 'running with root privileges' "$2" | sed 's/^/  /' || true
+  # (exit status 2 only says that a tag was emitted; with --show-overrides that includes O: tags)
+  if { [ "$rc" != 0 ] && [ "$rc" != 2 ]; } || grep -q '^[EW]: ' "$2"; then
+    echo "package.sh: lintian reported errors or warnings, or failed (exit $rc): $2" >&2
+    return 1
+  fi
+  echo "package.sh: lintian: no errors or warnings"
+}
+if [ "${1:-}" = --lint ]; then
+  [ -n "${2:-}" ] && compgen -G "$2/*.deb" > /dev/null || { echo "usage: package.sh --lint DEB_DIR (with .deb files)" >&2; exit 2; }
+  log=$(mktemp)
+  rc=0
+  lint "$2" "$log" || rc=$?
+  rm -f "$log"
+  exit $rc
+fi
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=$(realpath -m "${1:-$src/build/packages}")
 build=$(realpath -m "${CXLPOOL_PACKAGE_BUILD_DIR:-$src/build/package}")
@@ -26,23 +50,12 @@ cmake --build "$build" -j "$(nproc)" > "$build/build.log" 2>&1 || { tail -n 40 "
 
 # Only this run's packages in OUT_DIR (a stale one from another version would be installed too).
 mkdir -p "$out"
-rm -f "$out"/*.deb
+rm -f "$out"/*.deb "$build"/cpack/*.deb
 (cd "$build" && cpack -G DEB -B "$build/cpack" > "$build/cpack.log" 2>&1) || { tail -n 40 "$build/cpack.log" >&2; exit 1; }
 mv "$build"/cpack/*.deb "$out"/
 echo "package.sh: packages in $out:"
 (cd "$out" && for f in *.deb; do printf '  %-48s %8s\n' "$f" "$(du -k "$f" | cut -f1) KiB"; done)
 
-# lintian: errors and warnings fail; info and pedantic tags and the overridden ones (O:, each
-# explained in cmake/lintian/) are shown. docs/packaging.md.
 if [ "${CXLPOOL_SKIP_LINTIAN:-0}" != 1 ]; then
-  echo "package.sh: lintian $(lintian --version | awk '{print $2}')"
-  rc=0
-  lintian --display-level '>=pedantic' --show-overrides "$out"/*.deb > "$build/lintian.log" 2>&1 || rc=$?
-  grep -v -e '^N:' -e 'running with root privileges' "$build/lintian.log" | sed 's/^/  /' || true
-  # (exit status 2 only says that a tag was emitted; with --show-overrides that includes O: tags)
-  if { [ "$rc" != 0 ] && [ "$rc" != 2 ]; } || grep -q '^[EW]: ' "$build/lintian.log"; then
-    echo "package.sh: lintian reported errors or warnings, or failed (exit $rc): $build/lintian.log" >&2
-    exit 1
-  fi
-  echo "package.sh: lintian: no errors or warnings"
+  lint "$out" "$build/lintian.log"
 fi
