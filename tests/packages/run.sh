@@ -34,10 +34,14 @@ for tool in debootstrap chroot unshare mount lintian dpkg-deb readelf python3; d
 done
 unshare --mount --pid --fork --propagation private true 2> /dev/null ||
   skip "cannot make mount and pid namespaces here (unshare --mount --pid failed)"
-python3 - "$mirror" <<'EOF' || skip "the Debian mirror $mirror is unreachable (set CXLPOOL_DEBIAN_MIRROR)"
+why=$(python3 - "$mirror" 2>&1 <<'EOF'
 import sys, urllib.request
-urllib.request.urlopen(sys.argv[1] + "/dists/bookworm/Release", timeout=20).read(64)
+try:
+    urllib.request.urlopen(sys.argv[1] + "/dists/bookworm/Release", timeout=20).read(64)
+except Exception as e:
+    sys.exit(str(e))
 EOF
+) || skip "the Debian mirror $mirror is unreachable ($why; set CXLPOOL_DEBIAN_MIRROR)"
 
 mkdir -p "$work"
 root=$work/root
@@ -157,5 +161,6 @@ unshare --mount --pid --fork --propagation private /bin/bash -euo pipefail -c '
 ' in-root "$root" "$base_tar" "$stage" "$work/apt-archives" "$mirror" || rc=$?
 check_no_mounts
 rmdir "$root"
+rm -rf "$stage"
 [ "$rc" = 0 ] || fail "in the fresh root (exit $rc; its output is above)"
 step "packages: PASSED (lintian, install into a fresh Debian 12 root, tools, Python, consumers, removal)"
