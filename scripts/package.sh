@@ -37,13 +37,15 @@ bash "$src/scripts/install-deps.sh" >&2
 mkdir -p "$build"
 # Debian's hardening flags (dpkg-buildflags: fortify, stack protector, relro, and bindnow),
 # without its -g -O2: the project's Release flags (-O3) stay, and CPack strips the binaries.
+# Debian's python3 (not one earlier in PATH, e.g. pyenv's): the module is built for its headers.
 cd "$src"  # (dpkg-buildflags maps this directory out of the binaries' file names)
 export DEB_BUILD_MAINT_OPTIONS=hardening=+bindnow DEB_CFLAGS_MAINT_STRIP="-g -O2" DEB_CXXFLAGS_MAINT_STRIP="-g -O2"
 cppflags=$(dpkg-buildflags --get CPPFLAGS) ldflags=$(dpkg-buildflags --get LDFLAGS)
 cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
   -DCMAKE_C_FLAGS="$(dpkg-buildflags --get CFLAGS) $cppflags" -DCMAKE_CXX_FLAGS="$(dpkg-buildflags --get CXXFLAGS) $cppflags" \
   -DCMAKE_EXE_LINKER_FLAGS="$ldflags" -DCMAKE_SHARED_LINKER_FLAGS="$ldflags" -DCMAKE_MODULE_LINKER_FLAGS="$ldflags" \
-  -DCMAKE_STRIP="$src/cmake/debian/strip.sh" \
+  -DCMAKE_STRIP="$src/cmake/debian/strip.sh" -DPython3_EXECUTABLE=/usr/bin/python3 \
+  -DPython3_INCLUDE_DIR="$(/usr/bin/python3 -c 'import sysconfig; print(sysconfig.get_path("include"))')" \
   -DCXLPOOL_BUILD_TESTS=OFF -DCXLPOOL_BUILD_BENCH=OFF -DCXLPOOL_BUILD_EXAMPLES=OFF > "$build/configure.log" ||
   { tail -n 30 "$build/configure.log" >&2; exit 1; }
 cmake --build "$build" -j "$(nproc)" > "$build/build.log" 2>&1 || { tail -n 40 "$build/build.log" >&2; exit 1; }
