@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds and runs the test suite under a sanitizer: "address" (ASan + UBSan) or "thread"
-# (TSan). The consumer test (uninstrumented program) and the guests (label vm) are left out.
+# (TSan). The consumer test (uninstrumented program), the guests (label vm) and the Debian
+# packages (label packages: a Release build of their own) are left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kind=${1:?usage: sanitize.sh address|thread}
@@ -18,4 +19,4 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktra
 # die_after_fork=0: a forked child may start the allocator's purger thread (a thread after a
 # multi-threaded fork, which glibc supports and TSan refuses by default).
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:die_after_fork=0
-ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE "consumer|vm|soak"
+ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE "consumer|vm|soak|packages"

@@ -22,11 +22,14 @@
 #include "tiering/config.hpp"
 #include "topology/model.hpp"
 
-#ifndef CXLPOOL_PRELOAD_BUILD_PATH
-#define CXLPOOL_PRELOAD_BUILD_PATH ""
-#endif
 #ifndef CXLPOOL_PRELOAD_INSTALL_PATH
 #define CXLPOOL_PRELOAD_INSTALL_PATH ""
+#endif
+#ifndef CXLPOOL_PRELOAD_NAME  // the file name the loader knows it by: libcxlpool_preload.so.<soversion>
+#define CXLPOOL_PRELOAD_NAME "libcxlpool_preload.so"
+#endif
+#ifndef CXLPOOL_LIBDIR_FROM_BINDIR  // the install layout: bin/ -> lib/<multiarch>/ (GNUInstallDirs)
+#define CXLPOOL_LIBDIR_FROM_BINDIR "../lib"
 #endif
 
 namespace {
@@ -41,7 +44,8 @@ const char* kUsage =
     "  --tiering[=SPEC] run the tiering engine, as CXLPOOL_TIERING (docs/tiering.md), e.g.\n"
     "                   budget=200MB/s,interval=100ms; a bad SPEC is reported by the program's interposer\n"
     "  --stats[=FILE]   print per-device statistics at exit (stderr, or FILE)\n"
-    "  --preload LIB    the interposer library to use (default: next to this tool, then the install path)\n";
+    "  --preload LIB    the interposer library to use (default: the lib directory beside this tool's bin\n"
+    "                   directory, then the install path)\n";
 
 bool exists(const std::string& p) { return !p.empty() && access(p.c_str(), R_OK) == 0; }
 
@@ -52,12 +56,14 @@ std::string find_preload(const char* argv0) {
     self[n] = 0;
     std::string dir(self);
     dir = dir.substr(0, dir.find_last_of('/'));
-    for (const char* rel : {"/../lib/libcxlpool_preload.so", "/../lib64/libcxlpool_preload.so",
-                            "/../lib/x86_64-linux-gnu/libcxlpool_preload.so"})
-      if (exists(dir + rel)) return dir + rel;
+    // Installed (the layout this tool was built for, e.g. /usr/bin -> /usr/lib/x86_64-linux-gnu,
+    // wherever the tree was moved), then the build tree (tools/ -> lib/), then common layouts.
+    // (No build-tree path is compiled in: the installed tool must never load from there.)
+    for (const char* rel : {"/" CXLPOOL_LIBDIR_FROM_BINDIR "/", "/../lib/", "/../lib64/", "/../lib/x86_64-linux-gnu/"})
+      for (const char* name : {CXLPOOL_PRELOAD_NAME, "libcxlpool_preload.so"})
+        if (exists(dir + rel + name)) return dir + rel + name;
   }
   (void)argv0;
-  if (exists(CXLPOOL_PRELOAD_BUILD_PATH)) return CXLPOOL_PRELOAD_BUILD_PATH;
   if (exists(CXLPOOL_PRELOAD_INSTALL_PATH)) return CXLPOOL_PRELOAD_INSTALL_PATH;
   return "";
 }
@@ -188,7 +194,8 @@ int main(int argc, char** argv) {
   }
   if (preload.empty()) preload = find_preload(argv[0]);
   if (!exists(preload)) {
-    std::fprintf(stderr, "cxlpool-run: cannot find libcxlpool_preload.so (give --preload LIB)\n");
+    std::fprintf(stderr, "cxlpool-run: cannot find %s beside this tool nor as %s (give --preload LIB)\n",
+                 CXLPOOL_PRELOAD_NAME, CXLPOOL_PRELOAD_INSTALL_PATH);
     return 2;
   }
   if (preload[0] != '/') {
