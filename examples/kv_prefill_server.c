@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
   sa.sun_family = AF_UNIX;
   if (strlen(sock_path) >= sizeof sa.sun_path) { /* cut short, it would name another file */
     fprintf(stderr, "kv_prefill_server: socket path longer than %zu bytes\n", sizeof sa.sun_path - 1);
+    cxlpool_kv_arena_destroy(arena);
+    cxlpool_shared_pool_close(pool);
+    cxlpool_shared_pool_unlink(device); /* ours: made above */
     return 2;
   }
   snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock_path);
@@ -69,6 +72,9 @@ int main(int argc, char** argv) {
   if (ls < 0 || bind(ls, (struct sockaddr*)&sa, sizeof sa) != 0 || lstat(sock_path, &bound) != 0 ||
       listen(ls, 4) != 0) {
     perror("kv_prefill_server: socket");
+    cxlpool_kv_arena_destroy(arena);
+    cxlpool_shared_pool_close(pool);
+    cxlpool_shared_pool_unlink(device); /* ours: made above */
     return 1;
   }
   printf("prefill: pool %s, %s-like geometry (%llu bytes per token), listening on %s\n", device, "llama-3-8b",

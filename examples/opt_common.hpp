@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -47,16 +48,21 @@ inline std::map<std::string, std::string> parse_options(int argc, char** argv, c
   return o;
 }
 
-inline uint64_t number(const std::map<std::string, std::string>& o, const std::string& key, uint64_t dflt) {
+// The value of --key as a number in 0..max (dflt when absent); anything else fails.
+inline uint64_t number(const std::map<std::string, std::string>& o, const std::string& key, uint64_t dflt,
+                       uint64_t max = UINT32_MAX) {
   auto it = o.find(key);
   if (it == o.end()) return dflt;
   char* end = nullptr;
   errno = 0;
   const unsigned long long v = std::strtoull(it->second.c_str(), &end, 10);
-  if (it->second.empty() || *end || errno || it->second[0] == '-')
+  if (it->second.empty() || *end || errno || it->second[0] < '0' || it->second[0] > '9')
     fail("--" + key + " " + it->second + ": not a number");
+  if (v > max) fail("--" + key + " " + it->second + ": at most " + std::to_string(max));
   return v;
 }
+// --pool-mib: up to 16 TiB.
+constexpr uint64_t kMaxPoolMib = uint64_t(1) << 24;
 
 inline cxlpool_kv_dtype_t kv_dtype(const std::map<std::string, std::string>& o) {
   auto it = o.find("kv-dtype");
@@ -65,6 +71,31 @@ inline cxlpool_kv_dtype_t kv_dtype(const std::map<std::string, std::string>& o) 
   if (s == "bf16") return CXLPOOL_KV_BF16;
   if (s == "fp32") return CXLPOOL_KV_FP32;
   fail("--kv-dtype " + s + ": fp16, bf16 or fp32");
+}
+
+// An exception as a message: running out of memory says so (the weights are held as fp32,
+// 4 bytes per parameter: opt-6.7b needs about 27 GB).
+inline std::string describe(const std::exception& e) {
+  if (dynamic_cast<const std::bad_alloc*>(&e))
+    return std::string("out of memory (") + e.what() + "): the weights are held as fp32, 4 bytes per parameter";
+  return e.what();
+}
+
+// Text for a message: bytes that are not printable ASCII as \xNN, at most 64 of them.
+inline std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < 64; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += char(c);
+    } else {
+      char b[5];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      out += b;
+    }
+  }
+  if (s.size() > 64) out += "...";
+  return out;
 }
 
 // "1 2 3" or "1,2,3" -> ids.
@@ -76,9 +107,10 @@ inline std::vector<int32_t> parse_ids(const std::string& text) {
   std::istringstream in(t);
   std::string w;
   while (in >> w) {
-    char* end = nullptr;
-    const long v = std::strtol(w.c_str(), &end, 10);
-    if (*end || v < 0 || v > INT32_MAX) fail("token id \"" + w + "\": not a non-negative integer");
+    // Digits only (a NUL or a sign inside a word is not an id), at most 10 of them.
+    const bool digits = !w.empty() && w.size() <= 10 && w.find_first_not_of("0123456789") == std::string::npos;
+    const long long v = digits ? std::stoll(w) : -1;
+    if (v < 0 || v > INT32_MAX) fail("token id \"" + printable(w) + "\": not a non-negative 32-bit integer");
     ids.push_back(int32_t(v));
   }
   return ids;
@@ -101,15 +133,23 @@ class Line {
   }
   Line(const Line&) = delete;
   Line& operator=(const Line&) = delete;
+  // A peer gone away is false, not SIGPIPE (MSG_NOSIGNAL).
   bool send(const std::string& s) {
     const std::string l = s + "\n";
     size_t done = 0;
     while (done < l.size()) {
-      const ssize_t k = write(fd_, l.data() + done, l.size() - done);
+      const ssize_t k = ::send(fd_, l.data() + done, l.size() - done, MSG_NOSIGNAL);
+      if (k < 0 && errno == EINTR) continue;
       if (k <= 0) return false;
       done += size_t(k);
     }
     return true;
+  }
+  // Reads and writes that wait longer than this fail (the connection is then dropped).
+  void set_timeout(int seconds) {
+    const timeval tv{seconds, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   }
   // One line (without its newline); false at the end or past 16 MiB.
   bool receive(std::string* out) {
@@ -139,6 +179,10 @@ inline sockaddr_in tcp_address(const std::string& where) {
   const std::string hp = where.substr(4);
   const size_t colon = hp.rfind(':');
   if (colon == std::string::npos) fail(where + ": expected tcp:HOST:PORT");
+  const std::string port = hp.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoul(port) > 65535)
+    fail(where + ": the port must be a number 0..65535");
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;

@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     // Connected first: the prefill server listens once its pool exists.
     Line line(connect_control(o.at("socket")));
     if (ucx) {
-      pool = create_pool(o.at("own-pool"), number(o, "pool-mib", 256) << 20);
+      pool = create_pool(o.at("own-pool"), number(o, "pool-mib", 256, kMaxPoolMib) << 20);
     } else {
       check_cxlpool(cxlpool_shared_pool_open(o.at("pool").c_str(), nullptr, &pool), o.at("pool").c_str());
     }
@@ -97,12 +97,18 @@ int main(int argc, char** argv) {
       fail("the handle holds " + std::to_string(kv.tokens()) + " tokens, not the prompt's");
     std::vector<float> logits = logits_of_last(model, kv, prompt.back());
     const double ttft = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    // The prefill server's first token is this model's over those blocks, or they are not
+    // this model's KV of this prompt (another checkpoint, another prompt's handle).
+    const std::string theirs = field(reply, "FIRST");
+    if (theirs != std::to_string(greedy(logits)))
+      fail("the prefill server's first token is " + theirs + ", this model's over its blocks " +
+           std::to_string(greedy(logits)) + ": not the same model, or not this prompt's KV");
     const std::vector<int32_t> tokens = generate(model, kv, std::move(logits), number(o, "generate", 16));
     std::printf("decode: %zu prompt tokens read in place from %s, first token after %.2f ms\n", prompt.size(),
                 ucx ? "blocks fetched over UCX" : "the prefill server's blocks", ttft);
     std::printf("tokens: %s\n", ids_text(tokens).c_str());
-  } catch (const Error& e) {
-    std::fprintf(stderr, "opt_decode_server: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opt_decode_server: %s\n", describe(e).c_str());
     rc = 1;
   }
   if (seq) cxlpool_kv_seq_destroy(seq);

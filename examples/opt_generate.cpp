@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     }
     OptModel model(load_opt_checkpoint(o.at("model")).weights, unsigned(number(o, "threads", 0)));
     const auto g = model.kv_geometry(kv_dtype(o), uint32_t(number(o, "block-tokens", 16)));
-    pool = create_pool(o.at("pool"), number(o, "pool-mib", 1024) << 20);
+    pool = create_pool(o.at("pool"), number(o, "pool-mib", 1024, kMaxPoolMib) << 20);
     arena = create_arena(g, pool, number(o, "prefix-cache", 1) != 0);
     for (const auto& prompt : prompts) {
       cxlpool_kv_seq_t* seq = nullptr;
@@ -57,8 +57,8 @@ int main(int argc, char** argv) {
       }
       cxlpool_kv_seq_destroy(seq);
     }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "opt_generate: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opt_generate: %s\n", describe(e).c_str());
     rc = 1;
   }
   if (arena) cxlpool_kv_arena_destroy(arena);

@@ -29,23 +29,31 @@ namespace {
 volatile sig_atomic_t g_stop = 0;
 void on_stop(int) { g_stop = 1; }
 
+// Seconds a client may take to send a line (its prompt, its DONE) before it is dropped.
+constexpr int kClientTimeoutS = 30;
+
 const char* kUsage =
     "opt_prefill_server --model DIR --socket PATH|tcp:HOST:PORT --pool shm:NAME [--pool-mib 1024] "
     "[--kv-dtype fp16|bf16|fp32] [--block-tokens 16] [--requests N] [--threads N] [--ucx-listen IP:PORT]";
 
-// One request on an accepted connection; false when the connection is to be dropped.
-void serve(Line& line, OptModel& model, cxlpool_kv_arena_t* arena, const cxlpool_kv_geometry_t& g,
+// One request on an accepted connection; true when it was answered with a handle (what
+// --requests counts: a client that connects and goes away is not a request).
+bool serve(Line& line, OptModel& model, cxlpool_kv_arena_t* arena, const cxlpool_kv_geometry_t& g,
            const std::string& ucx_address) {
   std::string req;
-  if (!line.receive(&req)) return;
-  if (req.rfind("PROMPT", 0) != 0) {
+  if (!line.receive(&req)) return false;
+  if (req.rfind("PROMPT ", 0) != 0) {
     line.send("ERROR expected PROMPT id id ...");
-    return;
+    return false;
   }
+  bool answered = false;
   cxlpool_kv_seq_t* seq = nullptr;
   try {
     const std::vector<int32_t> prompt = parse_ids(req.substr(6));
     if (prompt.empty()) fail("empty prompt");
+    if (prompt.size() > model.config().max_positions)  // before a block is taken for it
+      fail("the prompt's " + std::to_string(prompt.size()) + " tokens exceed the model's " +
+           std::to_string(model.config().max_positions) + " positions");
     check_cxlpool(cxlpool_kv_seq_create(arena, &seq), "sequence");
     KvStore kv(g);
     kv.add_sequence(seq);
@@ -59,16 +67,17 @@ void serve(Line& line, OptModel& model, cxlpool_kv_arena_t* arena, const cxlpool
     std::printf("prefill: %zu tokens, %zu reused from the prefix cache, %zu computed in %.1f ms, first token %d\n",
                 st.tokens, st.reused, st.computed, ms, first);
     std::fflush(stdout);
-    line.send("HANDLE " + handle_hex(h) + " TOKENS " + std::to_string(st.tokens) + " REUSED " +
-              std::to_string(st.reused) + " COMPUTED " + std::to_string(st.computed) + " FIRST " +
-              std::to_string(first) + (ucx_address.empty() ? "" : " UCX " + ucx_address));
+    answered = line.send("HANDLE " + handle_hex(h) + " TOKENS " + std::to_string(st.tokens) + " REUSED " +
+                         std::to_string(st.reused) + " COMPUTED " + std::to_string(st.computed) + " FIRST " +
+                         std::to_string(first) + (ucx_address.empty() ? "" : " UCX " + ucx_address));
     std::string done;
     line.receive(&done);  // DONE once imported (the view's leases keep the blocks from then on)
-  } catch (const Error& e) {
-    std::fprintf(stderr, "opt_prefill_server: %s\n", e.what());
-    line.send(std::string("ERROR ") + e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opt_prefill_server: %s\n", describe(e).c_str());
+    line.send("ERROR " + describe(e));
   }
   if (seq) cxlpool_kv_seq_destroy(seq);
+  return answered;
 }
 
 }  // namespace
@@ -98,7 +107,7 @@ int main(int argc, char** argv) {
     const auto g = model.kv_geometry(kv_dtype(o), uint32_t(number(o, "block-tokens", 16)));
     uint64_t per_token = 0, per_block = 0;
     check_cxlpool(cxlpool_kv_geometry_sizes(&g, &per_token, &per_block), "geometry");
-    pool = create_pool(device, number(o, "pool-mib", 1024) << 20);
+    pool = create_pool(device, number(o, "pool-mib", 1024, kMaxPoolMib) << 20);
     arena = create_arena(g, pool, true);
     std::string ucx_address;
     if (o.count("ucx-listen")) {
@@ -120,20 +129,20 @@ int main(int argc, char** argv) {
         o.count("kv-dtype") ? o.at("kv-dtype").c_str() : "fp16", g.tokens_per_block, (unsigned long long)per_token,
         device.c_str(), where.c_str(), ucx_address.empty() ? "" : ", UCX on ", ucx_address.c_str());
     std::fflush(stdout);
-    const uint64_t requests = number(o, "requests", 0);
+    const uint64_t requests = number(o, "requests", 0, UINT64_MAX);
     struct sigaction sa {};
     sa.sa_handler = on_stop;  // no SA_RESTART: accept returns EINTR
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
     for (uint64_t served = 0; (requests == 0 || served < requests) && !g_stop;) {
-      const int c = accept(ls, nullptr, nullptr);
+      const int c = accept4(ls, nullptr, nullptr, SOCK_CLOEXEC);
       if (c < 0) continue;
-      ++served;
       Line line(c);
-      serve(line, model, arena, g, ucx_address);
+      line.set_timeout(kClientTimeoutS);  // a client that stalls does not hold up the others
+      if (serve(line, model, arena, g, ucx_address)) ++served;
     }
-  } catch (const Error& e) {
-    std::fprintf(stderr, "opt_prefill_server: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opt_prefill_server: %s\n", describe(e).c_str());
     rc = 1;
   }
 #ifdef CXLPOOL_EXAMPLE_UCX

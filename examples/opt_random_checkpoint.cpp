@@ -39,10 +39,10 @@ int main(int argc, char** argv) {
     const Dtype d = dt == "f32" ? Dtype::kF32 : dt == "bf16" ? Dtype::kBF16 : Dtype::kF16;
     if (dt != "f32" && dt != "bf16" && dt != "f16") fail("--dtype " + dt + ": f16, bf16 or f32");
     mkdir(dir.c_str(), 0755);  // may exist
-    write_opt_checkpoint(dir, random_opt_weights(c, number(o, "seed", 1)), d);
+    write_opt_checkpoint(dir, random_opt_weights(c, number(o, "seed", 1, UINT64_MAX)), d);
     std::printf("%s: %s, %s\n", dir.c_str(), c.describe().c_str(), dtype_name(d));
-  } catch (const Error& e) {
-    std::fprintf(stderr, "opt_random_checkpoint: %s\n", e.what());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "opt_random_checkpoint: %s\n", describe(e).c_str());
     return 1;
   }
   return 0;

@@ -40,7 +40,7 @@ out=$(cd "$out" && pwd)
 start=$SECONDS
 
 if [ $quick = 1 ]; then
-  kv_tokens=16,128 kv_reps=2 tier_seconds=4 tier_mib=256 any_build=--any-build ttft=(--quick --layers 2)
+  kv_tokens=16,128 kv_reps=2 tier_seconds=6 tier_mib=256 any_build=--any-build ttft=(--quick --layers 2)
 else
   kv_tokens=128,512,2048 kv_reps=3 tier_seconds=10 tier_mib=1024 any_build="" ttft=(--tokens 128,512,1024 --reps 1)
 fi
@@ -69,19 +69,32 @@ echo "== 4. A shared pool in use, seen from outside: a prefill server holds it, 
 tag=$$-$RANDOM
 sock=/tmp/cxlpool-demo-$tag.sock
 dev=shm:cxlpool-demo-$tag
+if [ -e "$sock" ] || [ -L "$sock" ] || [ -e "/dev/shm/cxlpool-demo-$tag" ]; then
+  echo "demo.sh: $sock or /dev/shm/cxlpool-demo-$tag exists already: not ours, left alone" >&2
+  exit 1
+fi
 log=$(mktemp)
 prefill=""
+# The prefill server removes its socket and pool itself; only if it had to be killed are they
+# removed here, and only once it had listened (so they are its own, not a name found taken).
+listening=0
 cleanup() {
-  [ -n "$prefill" ] && kill "$prefill" 2>/dev/null && wait "$prefill" 2>/dev/null
-  rm -f "$log" "$sock"
-  [ -e "/dev/shm/cxlpool-demo-$tag" ] && "$build/tools/cxlpool-pool" rm "$dev" > /dev/null 2>&1
+  set +e
+  if [ -n "$prefill" ]; then
+    kill "$prefill" 2> /dev/null && wait "$prefill" 2> /dev/null
+    if [ $listening = 1 ]; then
+      [ -S "$sock" ] && rm -f "$sock"
+      "$build/tools/cxlpool-pool" rm "$dev" > /dev/null 2>&1
+    fi
+  fi
+  rm -f "$log"
   return 0
 }
 trap cleanup EXIT
 "$build/examples/kv_prefill_server" "$sock" "$dev" 2 > "$log" 2>&1 &
 prefill=$!
 for _ in $(seq 600); do
-  [ -S "$sock" ] && break
+  [ -S "$sock" ] && { listening=1; break; }
   kill -0 "$prefill" 2>/dev/null || { cat "$log"; echo "demo.sh: the prefill server ended before it listened" >&2; exit 1; }
   sleep 0.1
 done

@@ -29,7 +29,7 @@ struct TensorInfo {
 
 class SafetensorsFile {
  public:
-  // Opens, maps and validates path; throws engine::Error naming it.
+  // Opens path and validates its header; throws engine::Error naming it.
   explicit SafetensorsFile(const std::string& path);
   ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
@@ -44,8 +44,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  const unsigned char* map_ = nullptr;
-  size_t map_bytes_ = 0;
+  int fd_ = -1;
   uint64_t data_start_ = 0;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 // The safetensors reader and the OPT checkpoint loader against hand-made files: a good file
 // (fp32, fp16, bf16; metadata; unaligned data); truncated files; hostile header lengths (0,
-// beyond the file, 2^63, 2^64-1, above the 100 MB limit); malformed JSON of every kind; wrong
+// beyond the file, 2^63, 2^64-1, above the 16 MiB limit); a FIFO; a file that shrinks after it
+// was opened; malformed JSON of every kind; wrong
 // and unknown dtypes; shapes that disagree with their byte spans; offsets out of bounds,
 // overlapping, leaving holes; missing, misshapen and unexpected tensors; config.json values
 // this engine does not compute. Each is refused with a message naming the file, the tensor and
 // what is wrong; none crashes (the suite runs under ASan and UBSan too).
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -98,14 +102,30 @@ TEST_CASE("safetensors: truncated files and hostile header lengths", "[unit]") {
   refused(f.put(le64(uint64_t(1) << 63) + "{}"), {"header length 9223372036854775808", "beyond the file's end"});
   refused(f.put(le64(UINT64_MAX) + "{}"), {"header length 18446744073709551615", "beyond the file's end"});
   refused(f.put(le64(1000) + std::string(100, ' ')), {"header length 1000", "beyond the file's end (108 bytes)"});
-  // Above the 100 MB limit although the file is long enough: a sparse file of 100 MB + 16.
+  // Above the 16 MiB limit although the file is long enough: a sparse file of 16 MiB + 16.
   {
     const std::string p = f.dir.path() + "/huge.safetensors";
-    write_file(p, le64(100'000'001));
-    REQUIRE(truncate(p.c_str(), 100'000'016) == 0);
-    refused(p, {"exceeds the 100 MB limit"});
+    write_file(p, le64((16u << 20) + 1));
+    REQUIRE(truncate(p.c_str(), (16u << 20) + 16) == 0);
+    refused(p, {"exceeds the 16 MiB this reader accepts"});
   }
   refused(f.dir.path(), {"not a regular file"});
+  // A FIFO is refused at once, not waited on (no writer ever comes).
+  {
+    const std::string p = f.dir.path() + "/fifo.safetensors";
+    REQUIRE(mkfifo(p.c_str(), 0600) == 0);
+    refused(p, {"not a regular file"});
+  }
+  // A file cut short after it was opened: reading a tensor is an error, not a SIGBUS.
+  {
+    const float ones[1024] = {1.0f};
+    const std::string p =
+        f.put(safetensors_bytes({{"w", Dtype::kF16, {1024}, ones}, {"x", Dtype::kF32, {1024}, ones}}, {}));
+    SafetensorsFile s(p);
+    REQUIRE(truncate(p.c_str(), 200) == 0);
+    REQUIRE_THROWS_WITH(s.read_f32("w", {1024}), Contains("the file shrank while it was read"));
+    REQUIRE_THROWS_WITH(s.read_f32("x", {1024}), Contains("the file shrank while it was read"));
+  }
   refused(f.dir.path() + "/absent", {"cannot open"});
 }
 
