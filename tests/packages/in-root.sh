@@ -94,6 +94,12 @@ c++ -std=c++20 -Wall -Werror consumer/main.cpp -o build/pc/consumer_cpp $(pkg-co
 build/pc/consumer_c
 build/pc/consumer_cpp
 for src in examples/*.c examples/*.cpp; do
+  # The OPT examples link the inference engine (lib/engine), a static library of the source
+  # tree that is not packaged: only the examples of the public API are built here.
+  if grep -qE '#include "(engine/|opt_common\.hpp)' "$src"; then
+    echo "not packaged, skipped: $src (the inference engine's example)"
+    continue
+  fi
   exe=build/pc/$(basename "${src%.*}")
   case $src in
     *.c) cc -std=gnu11 -Wall "$src" -o "$exe" $(pkg-config --cflags --libs cxlpool) ;;  # (POSIX: fdopen, lstat)
