@@ -50,7 +50,9 @@ std::vector<int32_t> generate(OptModel& model, KvStore& kv, std::vector<float> l
   std::vector<int32_t> out;
   for (size_t i = 0; i < count; ++i) {
     out.push_back(greedy(logits));
-    if (i + 1 < count) logits = decode_step(model, kv, out.back());
+    if (i + 1 == count) break;
+    if (kv.tokens() >= model.config().max_positions) break;  // no position left for the next step
+    logits = decode_step(model, kv, out.back());
   }
   return out;
 }

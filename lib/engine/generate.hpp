@@ -29,7 +29,8 @@ std::vector<float> logits_of_last(OptModel& model, KvStore& kv, int32_t last_tok
 int32_t greedy(const std::vector<float>& logits);
 // One decode step: token goes at the end of the store; returns its logits.
 std::vector<float> decode_step(OptModel& model, KvStore& kv, int32_t token);
-// count greedy tokens from the logits of the store's last token.
+// count greedy tokens from the logits of the store's last token; fewer when the model's
+// positions run out first (the tokens made so far are kept).
 std::vector<int32_t> generate(OptModel& model, KvStore& kv, std::vector<float> logits, size_t count);
 
 }  // namespace cxlpool::engine

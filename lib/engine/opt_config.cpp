@@ -98,7 +98,7 @@ OptConfig read_opt_config(const std::string& path) {
     fail(path + ": activation_function is not \"relu\": not supported");
   if (const JsonValue* v = doc.find("word_embed_proj_dim")) {
     uint64_t x = 0;
-    if (!v->as_u64(&x) || x != c.hidden)
+    if (!v->as_u64(&x) || (c.hidden != 0 && x != c.hidden))  // (a hidden_size of 0 is named below)
       fail(path +
            ": word_embed_proj_dim differs from hidden_size (project_in/project_out, as opt-350m): not supported");
   }

@@ -85,7 +85,7 @@ LoadedCheckpoint load_opt_checkpoint(const std::string& path) {
   for (const auto& s : specs) expected.insert(s.name);
   for (const auto& [name, t] : file.tensors())
     if (!expected.count(name) && name != "lm_head.weight")
-      fail(out.model_file + ": unexpected tensor \"" + name + "\" for OPT (" + c.describe() +
+      fail(out.model_file + ": unexpected tensor \"" + shown(name) + "\" for OPT (" + c.describe() +
            (out.config_file.empty() ? ", inferred" : ", from " + out.config_file) + ")");
   OptWeights& w = out.weights;
   w.config = c;

@@ -132,7 +132,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
         }
         continue;
       }
-      const std::string where = path + ": tensor \"" + name + "\"";
+      const std::string where = path + ": tensor \"" + shown(name) + "\"";
       if (name.empty()) fail(path + ": a tensor has an empty name");
       if (!v.is_object()) fail(where + ": is " + JsonValue::kind_name(v.kind()) + ", not an object");
       for (const auto& [k, unused] : v.members())
@@ -187,7 +187,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     for (const auto& [begin, name] : by_begin) {
       const TensorInfo& t = tensors_.at(name);
       if (begin < covered)
-        fail(path + ": tensor \"" + name + "\" [" + std::to_string(begin) + ", " + std::to_string(t.end) +
+        fail(path + ": tensor \"" + shown(name) + "\" [" + std::to_string(begin) + ", " + std::to_string(t.end) +
              ") overlaps tensor \"" + previous + "\" (which ends at " + std::to_string(covered) + ")");
       if (begin > covered)
         fail(path + ": bytes [" + std::to_string(covered) + ", " + std::to_string(begin) +

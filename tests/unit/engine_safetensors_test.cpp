@@ -160,6 +160,17 @@ TEST_CASE("safetensors: tensor entries that lie", "[unit]") {
     return f.put(file_of("{\"w\":" + entry + "}", data));
   };
   refused(one(R"({"dtype":"F64","shape":[1],"data_offsets":[0,8]})"), {"tensor \"w\"", "dtype F64 is not supported"});
+  // A name with a newline and a terminal escape is shown escaped: the message stays one line.
+  {
+    const std::string p =
+        f.put(file_of(R"({"evil\n\u001b[31mFAKE":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", kTwo));
+    refused(p, {"tensor \"evil\\x0a\\x1b[31mFAKE\"", "unknown dtype"});
+    try {
+      SafetensorsFile s(p);
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find_first_of("\n\x1b") == std::string::npos);
+    }
+  }
   refused(one(R"({"dtype":"Q4","shape":[2],"data_offsets":[0,8]})"), {"unknown dtype \"Q4\""});
   refused(one(R"({"dtype":7,"shape":[2],"data_offsets":[0,8]})"), {"dtype is not a string"});
   refused(one(R"({"dtype":"F32","shape":[3],"data_offsets":[0,8]})"),

@@ -142,6 +142,15 @@ for ucx in modes:
           f"second request computed {c2} of {n2} tokens ({r2} reused)")
     print(log)
 
+# Generation past the model's 128 positions stops there and keeps what it made: a 100-token
+# prompt leaves room for 28 positions, so 29 tokens (the last one needs no position).
+long_prompt = " ".join(str(rng.randrange(97)) for _ in range(100))
+out = run([bin("opt_generate"), "--model", model, "--pool", f"shm:cxlpool-eng-long-{tag}", "--pool-mib", "64",
+           "--prompt", long_prompt, "--generate", "500"] + common)
+made = re.findall(r"^tokens: (.*)$", out, re.M)
+if len(made) != 1 or len(made[0].split()) != 29:
+    failures.append(f"--generate 500 past 128 positions: {made!r} (expected 29 tokens)")
+
 subprocess.run(["rm", "-rf", work])
 for f in failures:
     print("FAILED:", f)
