@@ -654,16 +654,6 @@ int Bench::run() {
   return bad ? 1 : 0;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t a = 0, b; a <= s.size(); a = b + 1) {
-    b = s.find(',', a);
-    if (b == std::string::npos) b = s.size();
-    out.push_back(s.substr(a, b - a));
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -679,20 +669,10 @@ int main(int argc, char** argv) {
     return consumer(argv[3], argv[6], std::strtoull(argv[7], nullptr, 10), flags, 3, 4, g);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // --any-build: the test suite runs the demo on its own (RelWithDebInfo) build; its figures
-  // are then labelled as not a benchmark's.
-  const bool any_build = argc > 1 && std::string(argv[1]) == "--any-build";
-  if (std::string(CXLPOOL_BENCH_BUILD_TYPE) != "Release") {
-    if (!any_build) {
-      std::fprintf(stderr, "kvcache_bench: built as %s; benchmarks need CMAKE_BUILD_TYPE=Release\n",
-                   CXLPOOL_BENCH_BUILD_TYPE);
-      return 2;
-    }
-    std::printf("kvcache_bench: built as %s, not Release: these figures are a smoke run, not a benchmark\n",
-                CXLPOOL_BENCH_BUILD_TYPE);
-  }
+  const int first = bench_options_start("kvcache_bench", CXLPOOL_BENCH_BUILD_TYPE, argc, argv);
+  if (first < 0) return 2;
   Options o;
-  for (int i = any_build ? 2 : 1; i < argc; ++i) {
+  for (int i = first; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) {
@@ -707,12 +687,12 @@ int main(int argc, char** argv) {
       o.tokens_per_block = uint32_t(std::atoi(next().c_str()));
     else if (a == "--tokens") {
       o.tokens.clear();
-      for (auto& t : split(next())) o.tokens.push_back(std::strtoull(t.c_str(), nullptr, 10));
+      for (auto& t : split_commas(next())) o.tokens.push_back(std::strtoull(t.c_str(), nullptr, 10));
     } else if (a == "--reuse") {
       o.reuse.clear();
-      for (auto& t : split(next())) o.reuse.push_back(std::atoi(t.c_str()));
+      for (auto& t : split_commas(next())) o.reuse.push_back(std::atoi(t.c_str()));
     } else if (a == "--paths")
-      o.paths = split(next());
+      o.paths = split_commas(next());
     else if (a == "--reps")
       o.reps = std::max(1, std::atoi(next().c_str()));
     else if (a == "--json")

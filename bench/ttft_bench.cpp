@@ -472,16 +472,6 @@ int run(const Options& o, const char* self) {
   return bad ? 1 : 0;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t a = 0, b; a <= s.size(); a = b + 1) {
-    b = s.find(',', a);
-    if (b == std::string::npos) b = s.size();
-    out.push_back(s.substr(a, b - a));
-  }
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -492,23 +482,13 @@ int main(int argc, char** argv) {
     o.layers = uint32_t(std::atoi(argv[8]));
     o.block_tokens = uint32_t(std::atoi(argv[9]));
     o.tokens.clear();
-    for (const auto& t : split(argv[10])) o.tokens.push_back(std::strtoull(t.c_str(), nullptr, 10));
+    for (const auto& t : split_commas(argv[10])) o.tokens.push_back(std::strtoull(t.c_str(), nullptr, 10));
     return decode_process(argv[2], argv[3], argv[4], argv[5], uint16_t(std::atoi(argv[6])), o);
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
-  // --any-build: the test suite runs the demo on its own (RelWithDebInfo) build; its figures
-  // are then labelled as not a benchmark's.
-  const bool any_build = argc > 1 && std::string(argv[1]) == "--any-build";
-  if (std::string(CXLPOOL_BENCH_BUILD_TYPE) != "Release") {
-    if (!any_build) {
-      std::fprintf(stderr, "ttft_bench: built as %s; benchmarks need CMAKE_BUILD_TYPE=Release\n",
-                   CXLPOOL_BENCH_BUILD_TYPE);
-      return 2;
-    }
-    std::printf("ttft_bench: built as %s, not Release: these figures are a smoke run, not a benchmark\n",
-                CXLPOOL_BENCH_BUILD_TYPE);
-  }
-  for (int i = any_build ? 2 : 1; i < argc; ++i) {
+  const int first = bench_options_start("ttft_bench", CXLPOOL_BENCH_BUILD_TYPE, argc, argv);
+  if (first < 0) return 2;
+  for (int i = first; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
       if (i + 1 >= argc) {
@@ -522,9 +502,9 @@ int main(int argc, char** argv) {
       o.reps = 1;
     } else if (a == "--tokens") {
       o.tokens.clear();
-      for (const auto& t : split(next())) o.tokens.push_back(std::strtoull(t.c_str(), nullptr, 10));
+      for (const auto& t : split_commas(next())) o.tokens.push_back(std::strtoull(t.c_str(), nullptr, 10));
     } else if (a == "--paths") {
-      o.paths = split(next());
+      o.paths = split_commas(next());
     } else if (a == "--reps") {
       o.reps = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--threads") {
