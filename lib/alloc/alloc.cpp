@@ -153,12 +153,14 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
 
 }  // namespace
 
-void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
-  // Fast path: a hint-less class-size request, the thread's heap ready, the class's route
-  // decided without the rule chain, a page with a free block.
-  if (__builtin_expect(device < 0 && hint == 0 && size <= kMaxClassSize, 1)) {
-    if (Heap* h = tls_heap(pool)) {
-      unsigned cls = size_to_class(size);
+void* pool_malloc(Pool* pool, size_t size) noexcept {
+  // Fast path: a class-size request, the thread's heap ready, the class's route decided
+  // without the rule chain, a page with a free block.
+  if (__builtin_expect(size <= kMaxClassSize, 1)) {
+    ThreadState* ts = tls_state;
+    const TlsEntry* e = ts ? &ts->heaps[pool->index] : nullptr;
+    if (Heap* h = e && e->generation == pool->generation ? e->heap : nullptr) {
+      const size_t cls = size_to_class(size);
       const ClassRoute& rt = pool->routes[cls];
       int di = -1;
       if (__builtin_expect(rt.kind == RouteKind::kFixed, 1))
@@ -168,12 +170,17 @@ void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
       else if (rt.kind == RouteKind::kPerPage)
         di = h->page_device[cls];
       if (di >= 0)
-        if (void* p = alloc_block(h, di, cls)) {
+        if (void* p = alloc_block<true>(h, di, unsigned(cls), ts, pool)) {
           h->counters[di].allocs[cls].add(1);
           return p;
         }
     }
   }
+  return pool_malloc_slow(pool, size, 0, -1);
+}
+
+void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
+  if (device < 0 && hint == 0) return pool_malloc(pool, size);
   return pool_malloc_slow(pool, size, hint, device);
 }
 
@@ -207,10 +214,15 @@ inline bool free_in(SegmentHeader* hdr, void* p) noexcept {
 
 }  // namespace
 
-bool free_any(void* p) noexcept {
+namespace {
+// Out of line, so the registers it needs are not saved on free_last's path.
+[[gnu::noinline]] bool free_looked_up(void* p) noexcept {
   SegmentHeader* hdr = pagemap_lookup(p);
   return hdr && free_in(hdr, p);
 }
+}  // namespace
+
+bool free_any(void* p) noexcept { return free_last(p) || free_looked_up(p); }
 
 bool free_any_reentrant(void* p) noexcept {
   SegmentHeader* hdr = pagemap_lookup(p);

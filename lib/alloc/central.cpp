@@ -52,7 +52,7 @@ void nonlocal_free(Segment* seg, void* p, Heap* me, Page* pg, uint64_t* word, ui
         return;
       }
       if (now.pg->owner.load(std::memory_order_relaxed) == c.heap) {
-        local_free(seg, now, c.heap);
+        local_free(seg, now, c.heap, seg->device);
         return;
       }
     }

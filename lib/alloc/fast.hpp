@@ -14,9 +14,27 @@ struct TlsEntry {
   Heap* heap;
   uint32_t generation;
 };
+
+// Where the thread's last block from malloc's fast path lives, so that freeing it (the
+// commonest free: a temporary) skips the lookup chain free() otherwise walks (page map root and
+// leaf, segment, slice, class reciprocal, the thread's heap). A cache, nothing more: a free
+// uses it only while the page is still the heap's (owner check), the heap still the thread's
+// for that pool, and the pool alive (registry generation), and then runs the same owner free,
+// double-free checks included. A heap gains pages only in refill(), which clears it, so a
+// page the heap owns now has been its own since the block was handed out: its class and the
+// block's bit are as recorded. Clearing it is always safe.
+struct LastBlock {
+  void* ptr = nullptr;
+  Page* pg = nullptr;
+  uint32_t idx = 0;  // the block's index in its page
+  uint32_t pool = 0, generation = 0;
+  uint8_t device = 0, cls = 0;  // the page's (counters are found without loading it)
+};
+
 // One initial-exec TLS pointer per thread (no __tls_get_addr call on the hot path) to a
 // block holding the thread's heap of every pool, mapped on the thread's first allocation.
 struct ThreadState {
+  LastBlock last;
   TlsEntry heaps[kMaxPools];
 };
 // constinit: no dynamic initialisation, so no TLS wrapper call on the hot path.
@@ -53,8 +71,35 @@ inline constexpr auto kInlineBitmap = [] {
   return r;
 }();
 
-// A block of class cls from the heap's current page on device di, or nullptr.
-inline void* alloc_block(Heap* h, int di, unsigned cls) noexcept {
+// The segment holding a page descriptor: arithmetic, no load (Segment is not standard layout,
+// but its layout is fixed: no virtual functions, one base).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+inline Segment* segment_of(Page* pg) noexcept {
+  return reinterpret_cast<Segment*>(reinterpret_cast<char*>(pg - pg->first_slice) - offsetof(Segment, pages));
+}
+#pragma GCC diagnostic pop
+
+inline void remember(ThreadState* ts, const Pool* pool, Page* pg, uint32_t idx, int di, unsigned cls,
+                     void* p) noexcept {
+  LastBlock& m = ts->last;
+  m.pg = pg;
+  m.idx = idx;
+  m.device = uint8_t(di);
+  m.cls = uint8_t(cls);
+  m.pool = pool->index;
+  m.generation = pool->generation;
+  // A signal handler that frees through the interposer never uses this (it takes the
+  // lock-free path), but the pointer is still written last.
+  std::atomic_signal_fence(std::memory_order_release);
+  m.ptr = p;
+}
+
+// A block of class cls from the heap's current page on device di, or nullptr. With ts (the
+// calling thread's own heap, on malloc's fast path), the block is remembered in ts->last.
+template <bool kRemember = false>
+inline void* alloc_block(Heap* h, int di, unsigned cls, ThreadState* ts = nullptr,
+                         const Pool* pool = nullptr) noexcept {
   Page* pg = h->head[di][cls];
   if (__builtin_expect(pg != nullptr, 1)) {
     uint32_t c = pg->cursor;
@@ -71,11 +116,13 @@ inline void* alloc_block(Heap* h, int di, unsigned cls) noexcept {
         __atomic_store_n(freed_word(pg, c), 0, __ATOMIC_RELEASE);
       }
       if (__builtin_expect(w != 0, 1)) {
-        unsigned bit = unsigned(__builtin_ctzll(w));
-        uintptr_t p = pg->start + ((uintptr_t(c) << 6) + bit) * pg->block_size;
-        if (__builtin_expect(p + pg->block_size <= pg->commit_end, 1)) {
+        const uintptr_t idx = (uintptr_t(c) << 6) + uintptr_t(__builtin_ctzll(w));
+        const uintptr_t bsize = pg->block_size;
+        uintptr_t p = pg->start + idx * bsize;
+        if (__builtin_expect(p + bsize <= pg->commit_end, 1)) {
           store_bits(free_word(pg, c), w & (w - 1));
           ++pg->used;
+          if constexpr (kRemember) remember(ts, pool, pg, uint32_t(idx), di, cls, reinterpret_cast<void*>(p));
           return reinterpret_cast<void*>(p);
         }
       }
@@ -124,7 +171,7 @@ inline BlockRef locate_block(Segment* seg, uintptr_t a) noexcept {
 // next fold (page.cpp) returns it, and meets there any free of it by another thread that
 // raced this one unseen (the owner's store here is not fenced, so neither side is sure to see
 // the other's bit in time).
-inline void local_free(Segment* seg, const BlockRef& b, Heap* me) noexcept {
+inline void local_free(Segment* seg, const BlockRef& b, Heap* me, unsigned device) noexcept {
   const uint64_t now = b.word[0], freed = b.word[1];
   // Free already (here, or by another thread: its bit waits in the remote bitmap): a double
   // free, counted and ignored.
@@ -139,9 +186,33 @@ inline void local_free(Segment* seg, const BlockRef& b, Heap* me) noexcept {
   // Counter addresses come from the segment header and the class table, never from the page
   // descriptor: otherwise every free's counter update would wait for that free's page miss,
   // and the next free for it (store forwarding), serializing the misses.
-  me->counters[seg->device].frees[b.cls].add(1);
-  if (__builtin_expect(--b.pg->used == 0 || b.pg->state.load(std::memory_order_relaxed) == kFull, 0))
+  me->counters[device].frees[b.cls].add(1);
+  // A page that empties is retired unless it is the heap's current one for its class (and
+  // then the follow-up is only needed for its large-class rule under an RLIMIT_AS).
+  const uint32_t used = --b.pg->used;
+  if (__builtin_expect((used == 0 && (me->head[device][b.cls] != b.pg || kClassSizes[b.cls] > kSliceSize / 8)) ||
+                           b.pg->state.load(std::memory_order_relaxed) == kFull,
+                       0))
     local_free_followup(me, b.pg);
+}
+
+// The free of the thread's last block from malloc's fast path, when it still is what
+// ts->last says (see LastBlock); false sends the caller down the lookup chain.
+inline bool free_last(void* p) noexcept {
+  ThreadState* ts = tls_state;
+  if (__builtin_expect(!ts || ts->last.ptr != p, 0)) return false;
+  const LastBlock m = ts->last;
+  const TlsEntry e = ts->heaps[m.pool];
+  if (__builtin_expect(!e.heap || e.generation != m.generation || g_registry[m.pool].generation != m.generation, 0))
+    return false;
+  Page* pg = m.pg;
+  if (__builtin_expect(pg->owner.load(std::memory_order_relaxed) != e.heap, 0)) return false;
+  ts->last.ptr = nullptr;
+  const uint32_t w = m.idx >> 6;
+  local_free(segment_of(pg),
+             BlockRef{pg, free_word(pg, w), w, uint64_t(1) << (m.idx & 63), pg->first_slice, m.cls, true}, e.heap,
+             m.device);
+  return true;
 }
 
 // The free fast path: kept small so it inlines into cxlpool_free and many frees fit the
@@ -157,7 +228,7 @@ inline void free_small(Segment* seg, void* p) noexcept {
     nonlocal_free(seg, p, me, b.pg, b.word, b.w, b.bit);
     return;
   }
-  local_free(seg, b, me);
+  local_free(seg, b, me, seg->device);
 }
 
 }  // namespace cxlpool::detail::alloc

@@ -164,6 +164,9 @@ void abandon_heap(Heap* h) noexcept {
 }
 
 Page* refill(Heap* h, int di, unsigned cls) noexcept {
+  // The heap may gain a page below (adopted or new, of another class than a page it once had
+  // there): the thread's last block must not be taken for one of it (LastBlock).
+  if (ThreadState* ts = tls_state) ts->last.ptr = nullptr;
   Page*& head = h->head[di][cls];
   Page*& tail = h->tail[di][cls];
   while (Page* pg = head) {

@@ -135,7 +135,8 @@ void configure_from_environment();
 
 // The malloc contract: NULL with errno = ENOMEM on failure; hint: CXLPOOL_HINT_* bits;
 // device >= 0 overrides the policy for this call.
-void* pool_malloc(Pool* pool, size_t size, uint32_t hint = 0, int device = -1) noexcept;
+void* pool_malloc(Pool* pool, size_t size) noexcept;
+void* pool_malloc(Pool* pool, size_t size, uint32_t hint, int device) noexcept;
 void* pool_aligned(Pool* pool, size_t alignment, size_t size, uint32_t hint = 0, int device = -1) noexcept;
 void* pool_realloc(Pool* pool, void* p, size_t size) noexcept;
 // Frees a block of any pool. Returns false (and does nothing) for pointers outside every

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -309,6 +310,137 @@ TEST_CASE("interior, foreign and double frees never release a block, in every or
   int on_stack = 0;
   cxlpool_free(&on_stack);  // foreign: not ours, nothing happens
   cxlpool_pool_destroy(pool);
+}
+
+// A thread's last block from malloc's fast path is freed without the lookup chain (the
+// allocator remembers where it lives). The memory is only a cache: each case below leaves it
+// pointing at a block that is no longer what it was, and the free must then be judged as if
+// it went the long way.
+TEST_CASE("the free of a thread's last block is judged like any other once the block changed", "[unit]") {
+  Topo t("mf:backing=shm,size=256M");
+  // Past the warm-up (a thread's first blocks of a class come from the shared heaps), so the
+  // next block is from the thread's own page, the path that remembers it.
+  auto own_page_block = [](cxlpool_pool_t* pool, size_t n) {
+    std::vector<void*> warm;
+    for (int i = 0; i < 300; ++i) warm.push_back(cxlpool_malloc(pool, n));
+    for (void* w : warm) cxlpool_free(w);
+    return static_cast<unsigned char*>(cxlpool_malloc(pool, n));
+  };
+
+  // p, the thread's last block (the second of its page), is freed by another thread with the
+  // page's first; the page empties, is trimmed, and is carved again for blocks of another
+  // class, the first of which now holds p's address inside it. A late second free of p is an
+  // interior pointer then: ignored, and the new blocks (the second among them, whose bit p's
+  // old index names) stay live. The new blocks are aligned allocations, which never pass
+  // malloc's fast path: nothing replaces p as the thread's last block meanwhile.
+  auto recarved = [&](bool same_thread) {
+    cxlpool_pool_t* pool = t.pool("mf", "bind:mf");
+    std::vector<void*> warm, others;
+    unsigned char *first = nullptr, *p = nullptr;
+    size_t covering = 0;
+    uint64_t ignored_before = 0, ignored_after = 0;
+    auto aligned_3k = [&] { return static_cast<unsigned char*>(cxlpool_aligned_alloc(pool, 1024, 3072)); };
+    auto carve_over_p = [&] {
+      for (int i = 0; i < 4000 && !covering; ++i) {
+        unsigned char* q = aligned_3k();
+        if (!q) return;
+        others.push_back(q);
+        if (q < p && p < q + 3072) covering = others.size();
+      }
+      for (int i = 0; i < 4; ++i) others.push_back(aligned_3k());  // its neighbours
+    };
+    std::thread owner([&] {
+      for (int i = 0; i < 32; ++i) warm.push_back(cxlpool_malloc(pool, 64));  // the warm-up
+      first = static_cast<unsigned char*>(cxlpool_malloc(pool, 64));          // its own page
+      p = static_cast<unsigned char*>(cxlpool_malloc(pool, 64));
+      if (!first || !p) return;
+      // The thread's warm-up of the new class now, so that what it carves later is its own.
+      if (same_thread)
+        for (int i = 0; i < 32; ++i) warm.push_back(aligned_3k());
+      std::thread([&] {
+        cxlpool_free(p);
+        cxlpool_free(first);
+      }).join();
+      uint64_t released = 0;
+      if (cxlpool_pool_trim(pool, &released) != CXLPOOL_OK) return;  // folds, retires the page
+      if (same_thread)
+        carve_over_p();
+      else
+        std::thread(carve_over_p).join();
+      ignored_before = stats(pool).double_frees + stats(pool).invalid_frees;
+      cxlpool_free(p);
+      ignored_after = stats(pool).double_frees + stats(pool).invalid_frees;
+    });
+    owner.join();
+    REQUIRE(p);
+    REQUIRE(covering);  // the premise: a new block holds p's address
+    CHECK(p == first + 64);
+    CHECK(ignored_after == ignored_before + 1);
+    for (void* q : others) CHECK(cxlpool_usable_size(q) >= 3072);
+    std::vector<void*> more;
+    for (int i = 0; i < 300; ++i) {
+      void* m = aligned_3k();
+      CHECK(std::find(others.begin(), others.end(), m) == others.end());
+      more.push_back(m);
+    }
+    for (void* m : more) cxlpool_free(m);
+    for (void* q : others) cxlpool_free(q);
+    for (void* w : warm) cxlpool_free(w);
+    cxlpool_pool_destroy(pool);
+  };
+  SECTION("freed elsewhere, its page carved again by another thread") { recarved(false); }
+  SECTION("freed elsewhere, its page carved again by its own thread") { recarved(true); }
+
+  SECTION("its pool destroyed and another made in the same registry slot") {
+    cxlpool_pool_t* first = t.pool("mf", "bind:mf");
+    cxlpool_pool_t* second = nullptr;
+    bool ran = false;
+    std::thread worker([&] {
+      unsigned char* p = own_page_block(first, 64);
+      if (!p) return;
+      std::thread([&] { cxlpool_pool_destroy(first); }).join();
+      std::thread([&] { second = t.pool("mf", "bind:mf"); }).join();
+      // This thread's first block of the new pool comes from a shared heap: its last block
+      // is still p, of a pool that no longer exists.
+      void* q = second ? cxlpool_malloc(second, 64) : nullptr;
+      if (!q) return;
+      ran = true;
+      const cxlpool_stats_t before = stats(second);
+      cxlpool_free(p);
+      const cxlpool_stats_t after = stats(second);
+      CHECK(after.frees == before.frees);
+      CHECK(after.allocated_bytes == before.allocated_bytes);
+      // p's address may hold the new pool's blocks now: none of them is handed out twice.
+      std::vector<void*> blocks{q};
+      for (int i = 0; i < 2000; ++i) blocks.push_back(cxlpool_malloc(second, 64));
+      std::sort(blocks.begin(), blocks.end());
+      CHECK(std::adjacent_find(blocks.begin(), blocks.end()) == blocks.end());
+      for (void* b : blocks) cxlpool_free(b);
+    });
+    worker.join();
+    CHECK(ran);
+    cxlpool_pool_destroy(second);
+  }
+
+  SECTION("freed twice by its thread, with another thread's free between") {
+    cxlpool_pool_t* pool = t.pool("mf", "bind:mf");
+    std::thread([&] {
+      unsigned char* p = own_page_block(pool, 200);
+      CHECK(p);
+      if (!p) return;
+      const uint64_t doubles = stats(pool).double_frees;
+      cxlpool_free(p);
+      std::thread([&] { cxlpool_free(p); }).join();
+      cxlpool_free(p);
+      CHECK(stats(pool).double_frees == doubles + 2);
+      void* a = cxlpool_malloc(pool, 200);
+      void* b = cxlpool_malloc(pool, 200);
+      CHECK(a != b);
+      cxlpool_free(a);
+      cxlpool_free(b);
+    }).join();
+    cxlpool_pool_destroy(pool);
+  }
 }
 
 TEST_CASE("freed memory returns to the device when the program goes idle, and all of it on trim", "[unit][slow]") {
