@@ -5,12 +5,14 @@
 // that copies page by page (mmap 4 KiB, copy, mremap over the old page). Sizes 64 KiB, 2 MiB,
 // 4 MiB. bench/run_rebind_bench.py prints the table and ratios. Also what a move checks under its
 // fence (os/io_pins.hpp), against the process's descriptors and threads: io_uring registered
-// buffers and reads in flight. Refuses a non-Release build.
+// buffers and reads in flight. And what commits on both devices wait while a 1 GiB move runs
+// (commit_during_move). Refuses a non-Release build.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -33,11 +35,11 @@ using cxlpool::detail::Sharing;
 
 constexpr size_t kMiB = size_t(1) << 20;
 
-std::unique_ptr<Device> make(const std::string& kind) {
+std::unique_ptr<Device> make(const std::string& kind, size_t capacity = 256 * kMiB) {
   static int counter = 0;
   BackingSpec spec;
   spec.device_name = kind + std::to_string(++counter);
-  spec.capacity = 256 * kMiB;
+  spec.capacity = capacity;
   if (kind == "numa") {
     spec.kind = CXLPOOL_BACKING_NUMA;
     spec.numa_node = 0;
@@ -151,6 +153,76 @@ void BM_io_pins(benchmark::State& state, bool rings) {
   for (int fd : fds) close(fd);
 }
 
+// What other users of the two devices wait while a move runs: one thread moves a reservation
+// of range(0) bytes, all committed, between two devices (a staged copy: shm to memfd and
+// back); one thread per device commits and decommits 64 KiB of another reservation of its
+// own in a loop meanwhile. Counters: the commits' p50, p99 and longest latency (us) while the
+// move ran, and the move's own time.
+void BM_commit_during_move(benchmark::State& state) {
+  const size_t size = size_t(state.range(0)), chunk = 64 << 10;
+  auto one = make("shm", size + 256 * kMiB), two = make("memfd", size + 256 * kMiB);
+  void* base = nullptr;
+  if (one->reserve(size, 2 * kMiB, 0, Sharing::kPrivate, 1, &base, nullptr) ||
+      one->commit(base, size, true, 1, nullptr)) {
+    state.SkipWithError("reserve/commit failed");
+    return;
+  }
+  std::memset(base, 7, size);
+  void* side[2] = {};
+  for (int i = 0; i < 2; ++i)
+    if ((i ? two : one)->reserve(64 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 2, &side[i], nullptr)) {
+      state.SkipWithError("reserve failed");
+      return;
+    }
+  Device* from = one.get();
+  Device* to = two.get();
+  std::vector<double> waits;
+  double longest = 0, move_s = 0;
+  for (auto _ : state) {
+    std::atomic<bool> moving{true};
+    std::vector<double> lat[2];
+    std::vector<std::thread> users;
+    for (int i = 0; i < 2; ++i)
+      users.emplace_back([&, i] {
+        Device* d = i ? two.get() : one.get();
+        for (size_t off = 0; moving.load(std::memory_order_relaxed); off = (off + chunk) % (64 * kMiB)) {
+          char* at = static_cast<char*>(side[i]) + off;
+          const auto t0 = std::chrono::steady_clock::now();
+          if (d->commit(at, chunk, false, 2, nullptr) != CXLPOOL_OK) break;
+          lat[i].push_back(seconds_since(t0) * 1e6);
+          d->decommit(at, chunk, 2, nullptr);
+        }
+      });
+    const auto t0 = std::chrono::steady_clock::now();
+    const cxlpool_status_t st = from->move_reservation(base, *to, nullptr, nullptr);
+    const double took = seconds_since(t0);
+    moving = false;
+    for (auto& u : users) u.join();
+    if (st != CXLPOOL_OK) {
+      state.SkipWithError("move failed");
+      break;
+    }
+    state.SetIterationTime(took);
+    move_s += took;
+    for (auto& l : lat)
+      for (double us : l) {
+        waits.push_back(us);
+        longest = std::max(longest, us);
+      }
+    std::swap(from, to);
+  }
+  std::sort(waits.begin(), waits.end());
+  auto pct = [&](double q) { return waits.empty() ? 0.0 : waits[size_t(q * double(waits.size() - 1))]; };
+  state.counters["commit_p50_us"] = pct(0.5);
+  state.counters["commit_p99_us"] = pct(0.99);
+  state.counters["commit_max_us"] = longest;
+  state.counters["commits"] = double(waits.size());
+  state.counters["move_ms"] = state.iterations() ? move_s * 1e3 / double(state.iterations()) : 0;
+  from->release(base, 1, nullptr);
+  one->release(side[0], 2, nullptr);
+  two->release(side[1], 2, nullptr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,6 +242,11 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("io_pins/registered_buffers", BM_io_pins, true)->Args({fds, 0});
   for (int64_t threads : {int64_t(0), int64_t(100), int64_t(1000)})
     benchmark::RegisterBenchmark("io_pins/reads_in_flight", BM_io_pins, false)->Args({0, threads});
+  benchmark::RegisterBenchmark("commit_during_move", BM_commit_during_move)
+      ->Arg(int64_t(1024 * kMiB))
+      ->Iterations(4)
+      ->UseManualTime()
+      ->Unit(benchmark::kMillisecond);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

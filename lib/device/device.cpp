@@ -105,7 +105,8 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
 }
 
 Device::~Device() {
-  for (auto& [a, r] : reservations_) os::prim::unmap(reinterpret_cast<void*>(r.addr), r.span);
+  for (auto& [a, r] : reservations_)
+    if (!r.arriving) os::prim::unmap(reinterpret_cast<void*>(r.addr), r.span);
 }
 
 bool Device::mapped_shared(const Reservation& r) const {
@@ -122,6 +123,15 @@ Device::Reservation* Device::find(const void* addr, size_t len) noexcept {
   Reservation& r = it->second;
   if (a >= r.addr && a - r.addr < r.size && len <= r.size - (a - r.addr)) return &r;
   return nullptr;
+}
+
+bool Device::wait_unless_moving(std::unique_lock<std::mutex>& lock, const void* addr) noexcept {
+  for (;;) {
+    const Reservation* r = find_const(addr);
+    if (!r) return false;
+    if (!r->leaving && !r->arriving) return true;
+    moved_.wait(lock);
+  }
 }
 
 const Device::Reservation* Device::find_const(const void* addr) const noexcept {
@@ -344,7 +354,8 @@ Device::Reservation* Device::range_of(const void* addr, size_t len, const char* 
 
 cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int client, DeviceError* err) noexcept {
   auto a = reinterpret_cast<uintptr_t>(addr);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_unless_moving(lock, addr);
   cxlpool_status_t status = CXLPOOL_OK;
   Reservation* r = range_of(addr, len, "commit", err, &status);
   if (!r) return status;
@@ -402,7 +413,8 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
 
 cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceError* err) noexcept {
   auto a = reinterpret_cast<uintptr_t>(addr);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_unless_moving(lock, addr);
   cxlpool_status_t status = CXLPOOL_OK;
   Reservation* r = range_of(addr, len, "decommit", err, &status);
   if (!r) return status;
@@ -436,7 +448,8 @@ cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceErro
 }
 
 cxlpool_status_t Device::release(void* addr, int client, DeviceError* err) noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  wait_unless_moving(lock, addr);
   auto it = reservations_.find(reinterpret_cast<uintptr_t>(addr));
   if (it == reservations_.end()) return device_failure(err, CXLPOOL_E_NOT_FOUND, 0, "release");
   Reservation r = it->second;
@@ -490,7 +503,7 @@ int Device::shared_fd() {
 size_t Device::reservations_of(int client) const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t n = 0;
-  for (auto& [a, r] : reservations_) n += r.client == client;
+  for (auto& [a, r] : reservations_) n += r.client == client && !r.arriving;
   return n;
 }
 
@@ -501,7 +514,9 @@ uint64_t Device::reserved_bytes() const {
 
 size_t Device::reservation_count() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return reservations_.size();
+  size_t n = 0;
+  for (auto& [a, r] : reservations_) n += !r.arriving;
+  return n;
 }
 
 std::string Device::describe(const char* op, const void* addr, size_t len, const DeviceError& err) const {
@@ -632,6 +647,8 @@ IntervalSet Device::committed_in(const Reservation& r) const {
 
 bool Device::child_after_fork(char* message, size_t message_size) noexcept {
   forked_child_ = true;
+  // Threads that waited on it in the parent do not exist here.
+  new (&moved_) std::condition_variable();
   claim_.reset();  // the name stays the parent's; what the child maps from here is its own
   // One fresh storage per storage the parent keeps (their offsets would collide in one),
   // or private anonymous memory when none can be opened.

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -141,6 +142,9 @@ class Device {
   // INVALID_ARGUMENT (to's page size does not divide the reservation); CAPACITY (to is full:
   // ledger, offsets, a full filesystem, or a NUMA node without room: undone); NO_MEMORY
   // (address space); OS (e.g. EFAULT: a hole unmapped in the range; nothing changed).
+  // Neither device's lock is held while the bytes move: the target's capacity is taken first
+  // (both ledgers count the bytes until the move ends), and commit, decommit and release of the
+  // range itself wait for the move; every other operation on either device goes on.
   struct MoveReport {
     uint64_t bytes = 0;            // committed bytes moved
     bool by_kernel = false;        // migrated in place (NUMA to NUMA)
@@ -161,12 +165,26 @@ class Device {
   // Human-readable account of a failed operation, naming the device.
   std::string describe(const char* op, const void* addr, size_t len, const DeviceError& err) const;
 
+  // Moves run their copy without either device's lock (rebind.cpp); fork() waits for moves in
+  // flight before it locks any device (registry.cpp): these take and drop the process's move
+  // lock (shared by moves, exclusive for fork).
+  // Called by every move once its bytes are about to move, with no device lock held (tests
+  // use it to show that; nullptr: none).
+  using MoveHook = void (*)(void* ctx);
+  static void set_move_hook(MoveHook hook, void* ctx) noexcept;
+  static void lock_moves_for_fork() noexcept;
+  static void unlock_moves_after_fork() noexcept;
+  static void reset_moves_lock_in_child() noexcept;
+
   // fork(): prepare locks the device; parent/child unlock. In the child, before unlocking,
   // child_after_fork() gives every private copy-mode range its own copy and retires storages
   // the parent keeps using. Returns false (with a message) when the copy failed.
   void lock_for_fork() { mu_.lock(); }
   void unlock_after_fork() { mu_.unlock(); }
-  void reset_lock_in_child() noexcept { new (&mu_) std::mutex(); }
+  void reset_lock_in_child() noexcept {
+    new (&mu_) std::mutex();
+    new (&moved_) std::condition_variable();
+  }
   bool child_after_fork(char* message, size_t message_size) noexcept;
   // True when fork() must wait for a child's copy (private copy-mode memory is committed).
   bool fork_needs_copy() const noexcept;
@@ -190,7 +208,13 @@ class Device {
     bool inherited = false;  // a shared range a fork child inherited: the parent's memory too
     int client = 0;
     int64_t vmas = 0;  // mappings the reservation holds (see VmaUse)
+    // A move in flight (rebind.cpp): the source's entry is leaving, the target's is arriving
+    // (not the target's yet: skipped by its counts). Operations on the range wait for the move.
+    bool leaving = false, arriving = false;
   };
+  // Waits, mu_ held in lock, until the reservation holding addr is not moving; false when none
+  // holds it any more.
+  bool wait_unless_moving(std::unique_lock<std::mutex>& lock, const void* addr) noexcept;
   // How many mappings r gains (negative: loses) when the storage offsets [lo, hi) inside it
   // become committed (read-write) or not (inaccessible); mu_ held.
   int64_t vma_delta(const Reservation& r, uint64_t lo, uint64_t hi, bool to_committed) const noexcept;
@@ -214,6 +238,7 @@ class Device {
   ForkMode fork_mode_ = ForkMode::kCopyOnWrite;
   std::unique_ptr<DeviceClaim> claim_;
   mutable std::mutex mu_;
+  std::condition_variable moved_;             // a move in which this device took part ended (mu_)
   std::shared_ptr<Storage> private_storage_;  // private ranges
   std::shared_ptr<Storage> shared_storage_;   // shared ranges; lazily opened
   std::map<uintptr_t, Reservation> reservations_;

@@ -4,11 +4,14 @@
 // every other pair copies into a staging mapping of the target's storage while writers are
 // fenced (os/write_fence.hpp: a kernel-mode userfaultfd, or no copy at all), then swaps the
 // mapping in with one mremap, the program's page protections kept. Bookkeeping (reservation,
-// committed offsets, ledgers) moves with the bytes, under both devices' locks.
+// committed offsets, ledgers) moves with the bytes, under both devices' locks; the bytes
+// themselves move with neither held.
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include "device/device.hpp"
@@ -57,6 +60,8 @@ struct AsyncSignalsHeld {
   AsyncSignalsHeld() noexcept { os::prim::block_async_signals(saved); }
   ~AsyncSignalsHeld() { os::prim::restore_signals(saved); }
 };
+
+constexpr uint64_t kPopulatePiece = uint64_t(16) << 20;
 
 const char* io_pins_refusal(const io_pins::Result& r) noexcept {
   return r.verdict == io_pins::Verdict::kOverlap
@@ -129,7 +134,11 @@ cxlpool_status_t Device::staged_copy(const Reservation& r, const std::vector<Run
       if (int e = dst.reserve_room(stage + run.lo, new_offset + run.lo, run.hi - run.lo))
         return drop_staging(e == ENOSPC || e == EDQUOT || e == EFBIG || e == ENOMEM ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS,
                             e, "move: fallocate(target)");
-    int e = os::prim::populate_write(stage + run.lo, run.hi - run.lo);
+    // In pieces: one call holds the process's mmap lock for reading throughout, and every
+    // mprotect and mmap of the program (and every commit) waits behind it.
+    int e = 0;
+    for (uint64_t at = run.lo; at < run.hi && !e; at += kPopulatePiece)
+      e = os::prim::populate_write(stage + at, std::min<uint64_t>(kPopulatePiece, run.hi - at));
     if (e && e != EINVAL)  // EINVAL: a kernel before 5.14, the copy faults them in
       return drop_staging(e == ENOMEM || e == EFAULT ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e,
                           "move: madvise(POPULATE_WRITE)");
@@ -215,14 +224,43 @@ bool Device::copy_fenceable() const {
   return spec_.kind != CXLPOOL_BACKING_DEVDAX;
 }
 
+namespace {
+// Shared by every move for its whole length, exclusive for fork() (registry.cpp): a fork never
+// sees a move half done, and never waits for one while it holds a device's lock (the move's
+// last step takes both devices' locks).
+std::shared_mutex g_moves;
+std::atomic<Device::MoveHook> g_move_hook{nullptr};
+std::atomic<void*> g_move_hook_ctx{nullptr};
+}  // namespace
+
+void Device::set_move_hook(MoveHook hook, void* ctx) noexcept {
+  g_move_hook_ctx.store(ctx);
+  g_move_hook.store(hook);
+}
+
+void Device::lock_moves_for_fork() noexcept { g_moves.lock(); }
+void Device::unlock_moves_after_fork() noexcept { g_moves.unlock(); }
+void Device::reset_moves_lock_in_child() noexcept { new (&g_moves) std::shared_mutex(); }
+
+// Three steps: under both devices' locks the move is checked and the target's room taken (its
+// ledger, offsets and table entry); then the bytes move with no device lock held, the range
+// marked as moving on both sides (its own commits, decommits and releases wait; nothing else
+// does); then, under both locks again, the bookkeeping moves or the first step is undone.
 cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* report, DeviceError* err) noexcept {
   MoveReport local;
   MoveReport& out = report ? *report : local;
   out = MoveReport{};
   if (&to == this) return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "move to the same device");
-  std::scoped_lock lock(mu_, to.mu_);
-  auto it = reservations_.find(reinterpret_cast<uintptr_t>(addr));
+  std::shared_lock<std::shared_mutex> moving(g_moves);
+  std::unique_lock<std::mutex> lock_from(mu_, std::defer_lock), lock_to(to.mu_, std::defer_lock);
+  std::lock(lock_from, lock_to);
+  const uintptr_t key = reinterpret_cast<uintptr_t>(addr);
+  auto it = reservations_.find(key);
   if (it == reservations_.end()) return device_failure(err, CXLPOOL_E_NOT_FOUND, 0, "move");
+  // Another thread moves it now (its caller should have excluded that): not waited for here,
+  // as that move ends under both locks.
+  if (it->second.leaving || it->second.arriving || to.reservations_.count(key))
+    return device_failure(err, CXLPOOL_E_BUSY, 0, "move: the range is moving already");
   Reservation r = it->second;
   if (r.sharing == Sharing::kShared || r.inherited || !r.owns_range)
     return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "move of shared memory");
@@ -244,7 +282,8 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
     return device_failure(err, CXLPOOL_E_CAPACITY, 0, "move: target capacity");
   std::shared_ptr<Storage> dst;
   if (cxlpool_status_t s = to.storage_for(Sharing::kPrivate, dst, err)) return s;
-  Storage& src = *r.storage;
+  std::shared_ptr<Storage> src_storage = r.storage;
+  Storage& src = *src_storage;
 
   const bool by_kernel = src.anonymous() && dst->anonymous() && dst->numa_node() >= 0;
   // A copy holds a staging mapping as split as the reservation until the swap.
@@ -259,26 +298,33 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
     if (e == ENOSPC) return device_failure(err, CXLPOOL_E_CAPACITY, 0, "move: target offsets");
     if (e) return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "move: target offsets");
   }
-  auto give_back = [&] {
-    if (!dst->anonymous()) dst->give_back_range(new_offset, r.size);
-  };
   Reservation moved = r;
   moved.storage = dst;
   moved.offset = new_offset;
+  moved.arriving = true;
   // The target's table gets its entry first (the one step that allocates), so that nothing
-  // after the bytes moved can fail; failures before that point take it out again.
+  // after the bytes moved can fail.
   try {
     to.reservations_.emplace(moved.addr, moved);
   } catch (...) {
-    give_back();
+    if (!dst->anonymous()) dst->give_back_range(new_offset, r.size);
     return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "move: reservation table");
   }
-  auto undo_entry = [&] { to.reservations_.erase(moved.addr); };
+  // The bytes count on the target from now: no commit there takes the room they need.
+  to.account(*dst, bytes, 0, r.client);
+  it->second.leaving = true;
+  const bool target_shared_mapping = to.mapped_shared(moved);
+  const bool source_shared_mapping = mapped_shared(r);
+  lock_to.unlock();
+  lock_from.unlock();
+
+  // The bytes move, no device lock held.
+  if (MoveHook hook = g_move_hook.load()) hook(g_move_hook_ctx.load());
+  cxlpool_status_t st = CXLPOOL_OK;
   if (by_kernel) {
     // NUMA to NUMA: the kernel moves the pages in place and the policy follows.
     size_t left = 0;
-    int e = os::prim::move_to_node(addr, r.size, dst->numa_node(), &left);
-    if (e) {
+    if (int e = os::prim::move_to_node(addr, r.size, dst->numa_node(), &left)) {
       // A full target (ENOMEM) is found after the kernel moved what fitted and bound the range
       // there: the pages and the source's policy go back, so that nothing is counted on the
       // wrong device and later faults do not land on (or OOM-kill for) the full node.
@@ -287,42 +333,53 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
         os::prim::move_to_node(addr, r.size, src.numa_node(), &back);
       else
         os::prim::clear_policy(addr, r.size);
-      undo_entry();
-      return device_failure(err, e == ENOMEM ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e, "mbind(MPOL_MF_MOVE)");
+      st = device_failure(err, e == ENOMEM ? CXLPOOL_E_CAPACITY : CXLPOOL_E_OS, e, "mbind(MPOL_MF_MOVE)");
+    } else {
+      out.by_kernel = true;
+      out.pages_left_behind = left;
     }
-    out.by_kernel = true;
-    out.pages_left_behind = left;
   } else {
-    if (cxlpool_status_t st = staged_copy(r, runs, *dst, new_offset, to.mapped_shared(moved), to_ps, err)) {
-      undo_entry();
-      give_back();
-      return st;
-    }
+    st = staged_copy(r, runs, *dst, new_offset, target_shared_mapping, to_ps, err);
     // The source's memory: anonymous and private pages went with the old mapping; pages of a
     // shared file mapping stay in the file until punched out.
-    if (!src.anonymous() && mapped_shared(r) && caps_.decommit_frees_memory && src.valid_fd() >= 0)
+    if (st == CXLPOOL_OK && !src.anonymous() && source_shared_mapping && caps_.decommit_frees_memory &&
+        src.valid_fd() >= 0)
       for (const Run& run : runs) os::prim::punch_hole(src.fd(), r.offset + run.lo, run.hi - run.lo);
   }
 
-  // Bookkeeping: the reservation, its committed offsets and its bytes now belong to to.
-  uint64_t removed = 0;
-  try {
-    for (const Run& run : runs) {
-      removed += src.committed.erase(r.offset + run.lo, r.offset + run.hi);
-      dst->committed.insert(moved.offset + run.lo, moved.offset + run.hi);
+  std::lock(lock_from, lock_to);
+  auto arrived = to.reservations_.find(key);
+  auto left_here = reservations_.find(key);
+  if (st != CXLPOOL_OK) {
+    to.reservations_.erase(arrived);
+    to.account(*dst, 0, bytes, r.client);
+    if (!dst->anonymous()) dst->give_back_range(new_offset, r.size);
+    left_here->second.leaving = false;
+  } else {
+    // Bookkeeping: the reservation, its committed offsets and its bytes now belong to to.
+    uint64_t removed = 0;
+    try {
+      for (const Run& run : runs) {
+        removed += src.committed.erase(r.offset + run.lo, r.offset + run.hi);
+        dst->committed.insert(moved.offset + run.lo, moved.offset + run.hi);
+      }
+    } catch (...) {
+      // Out of host memory for the interval tables: the bytes moved; a later decommit of this
+      // range may under-count on the target (never counts anything twice).
     }
-  } catch (...) {
-    // Out of host memory for the interval tables: the bytes moved; a later decommit of this
-    // range may under-count on the target (never counts anything twice).
+    account(src, 0, removed, r.client);
+    if (!src.anonymous()) src.give_back_range(r.offset, r.size);
+    reserved_bytes_ -= r.size;
+    to.reserved_bytes_ += r.size;
+    arrived->second.arriving = false;
+    reservations_.erase(left_here);
+    out.bytes = bytes;
   }
-  account(src, 0, removed, r.client);
-  to.account(*dst, bytes, 0, r.client);
-  if (!src.anonymous()) src.give_back_range(r.offset, r.size);
-  reserved_bytes_ -= r.size;
-  to.reserved_bytes_ += r.size;
-  reservations_.erase(it);
-  out.bytes = bytes;
-  return CXLPOOL_OK;
+  lock_to.unlock();
+  lock_from.unlock();
+  moved_.notify_all();
+  to.moved_.notify_all();
+  return st;
 }
 
 }  // namespace cxlpool::detail

@@ -241,6 +241,70 @@ TEST_CASE("refused moves leave memory, ledgers and tables as they were", "[rebin
   REQUIRE(a->release(shared, 2, nullptr) == CXLPOOL_OK);
 }
 
+// While the bytes of a move are copied, neither device is locked: other reservations of both
+// commit and decommit, and the moving range's own operations wait for the move and then find
+// it where it ended. The hook runs in the middle of each move; what it starts on another thread
+// must finish before the move does (a lock held would keep it waiting until after).
+TEST_CASE("while a move copies, both devices serve other reservations; the range's own calls wait", "[rebind]") {
+  REQUIRE_COPIES_FENCED();
+  auto a = make("shm", 64 * kMiB), b = make("memfd", 64 * kMiB);
+  void *base = nullptr, *side_a = nullptr, *side_b = nullptr;
+  REQUIRE(a->reserve(8 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 2, &base, nullptr) == CXLPOOL_OK);
+  REQUIRE(a->commit(base, 8 * kMiB, false, 2, nullptr) == CXLPOOL_OK);
+  fill(static_cast<unsigned char*>(base), 8 * kMiB, 5);
+  REQUIRE(a->reserve(2 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 3, &side_a, nullptr) == CXLPOOL_OK);
+  REQUIRE(b->reserve(2 * kMiB, 2 * kMiB, 0, Sharing::kPrivate, 3, &side_b, nullptr) == CXLPOOL_OK);
+  struct Probe {
+    Device *a, *b;
+    void *side_a, *side_b, *base;
+    std::atomic<bool> ok{false}, done{false};
+    bool served_during_move = false;
+    std::atomic<cxlpool_status_t> own{CXLPOOL_OK};
+    std::thread other, own_call;
+  } probe{a.get(), b.get(), side_a, side_b, base};
+  Device::set_move_hook(
+      [](void* ctx) {
+        auto* pr = static_cast<Probe*>(ctx);
+        pr->other = std::thread([pr] {
+          bool ok = true;
+          for (auto [d, at] : {std::pair{pr->a, pr->side_a}, {pr->b, pr->side_b}}) {
+            ok &= d->commit(at, 64 << 10, true, 3, nullptr) == CXLPOOL_OK;
+            static_cast<char*>(at)[0] = 1;
+            ok &= d->decommit(at, 64 << 10, 3, nullptr) == CXLPOOL_OK;
+          }
+          // The moving range is still a's until the move ends.
+          ok &= pr->a->reservation_count() == 2 && pr->b->reservation_count() == 1;
+          pr->ok = ok;
+          pr->done = true;
+        });
+        // Long enough for any machine; a lock held by the move would keep it waiting until
+        // the move ends, which is after this returns.
+        for (int i = 0; i < 6000 && !pr->done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        pr->served_during_move = pr->done;
+        // A decommit of the moving range itself, on the device it is leaving: it waits for the
+        // move, and then the range is b's.
+        pr->own_call = std::thread([pr] { pr->own = pr->a->decommit(pr->base, 2 * kMiB, 2, nullptr); });
+      },
+      &probe);
+  cxlpool::detail::DeviceError err{};
+  const cxlpool_status_t moved = a->move_reservation(base, *b, nullptr, &err);
+  Device::set_move_hook(nullptr, nullptr);
+  probe.other.join();
+  probe.own_call.join();
+  REQUIRE(moved == CXLPOOL_OK);
+  CHECK(probe.served_during_move);
+  CHECK(probe.ok);
+  CHECK(probe.own == CXLPOOL_E_NOT_FOUND);
+  CHECK(holds(static_cast<unsigned char*>(base), 8 * kMiB, 5));
+  CHECK(a->committed() == 0);
+  CHECK(b->committed() == 8 * kMiB);
+  CHECK(a->reservation_count() == 1);
+  CHECK(b->reservation_count() == 2);
+  REQUIRE(b->release(base, 2, nullptr) == CXLPOOL_OK);
+  REQUIRE(a->release(side_a, 3, nullptr) == CXLPOOL_OK);
+  REQUIRE(b->release(side_b, 3, nullptr) == CXLPOOL_OK);
+}
+
 TEST_CASE("a fault outside every trap reaches the program's handler, or kills as it would have", "[rebind]") {
   void* guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   REQUIRE(guard != MAP_FAILED);
