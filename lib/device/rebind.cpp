@@ -62,6 +62,7 @@ struct AsyncSignalsHeld {
 };
 
 constexpr uint64_t kPopulatePiece = uint64_t(16) << 20;
+constexpr unsigned kBusyRetries = 7;  // 1 + 2 + ... + 64 ms of waiting at most
 
 const char* io_pins_refusal(const io_pins::Result& r) noexcept {
   return r.verdict == io_pins::Verdict::kOverlap
@@ -339,7 +340,16 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
       out.pages_left_behind = left;
     }
   } else {
-    st = staged_copy(r, runs, *dst, new_offset, target_shared_mapping, to_ps, err);
+    // A thread that stayed on a CPU through every look under the fence (a busy machine) may
+    // be inside a read into the range: "not now", not "never". Asked again a few times, with
+    // no lock held, before the move is given up.
+    DeviceError mine;
+    DeviceError* e = err ? err : &mine;
+    for (unsigned attempt = 0;; ++attempt) {
+      st = staged_copy(r, runs, *dst, new_offset, target_shared_mapping, to_ps, e);
+      if (st != CXLPOOL_E_NOT_SUPPORTED || e->os_errno != EAGAIN || attempt == kBusyRetries) break;
+      os::prim::sleep_ms(1u << attempt);
+    }
     // The source's memory: anonymous and private pages went with the old mapping; pages of a
     // shared file mapping stay in the file until punched out.
     if (st == CXLPOOL_OK && !src.anonymous() && source_shared_mapping && caps_.decommit_frees_memory &&

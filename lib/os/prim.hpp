@@ -98,6 +98,8 @@ void unmap_page(void* page) noexcept;
 // wake every waiter.
 void futex_wait(const uint32_t* word, uint32_t expected, int timeout_ms) noexcept;
 void futex_wake(uint32_t* word) noexcept;
+// Sleeps ms milliseconds (signals do not cut it short).
+void sleep_ms(unsigned ms) noexcept;
 // Whether child pid has exited (or does not exist), without reaping it.
 bool child_gone(int pid) noexcept;
 // Blocks every signal on the calling thread; the old mask goes to *saved (sigset_t storage).

@@ -282,6 +282,12 @@ void* map_shared_page() noexcept {
 
 void unmap_page(void* page) noexcept { munmap(page, system_page()); }
 
+void sleep_ms(unsigned ms) noexcept {
+  timespec ts{time_t(ms / 1000), long(ms % 1000) * 1'000'000};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
 void futex_wait(const uint32_t* word, uint32_t expected, int timeout_ms) noexcept {
   struct timespec ts {
     time_t(timeout_ms / 1000), long(timeout_ms % 1000) * 1000000L
