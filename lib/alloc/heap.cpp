@@ -214,8 +214,11 @@ void abandon_heap(Heap* h) noexcept {
           list_push(d.abandoned[c], pg);
         }
       }
-      h->tail[di][c] = nullptr;
-      h->full_dirty[di][c].store(0, std::memory_order_relaxed);
+      // Written only where set: a thread touches the rows of the classes it used, and the
+      // rest of its heap stays zero pages that hold no memory (new_thread_heap).
+      if (h->tail[di][c]) h->tail[di][c] = nullptr;
+      if (h->full_dirty[di][c].load(std::memory_order_relaxed))
+        h->full_dirty[di][c].store(0, std::memory_order_relaxed);
     }
   }
   {
