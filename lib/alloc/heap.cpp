@@ -6,6 +6,8 @@
 #include <pthread.h>
 
 #include <cstring>
+#include <new>
+#include <type_traits>
 
 #include "alloc/fast.hpp"
 #include "common/intrusive_list.hpp"
@@ -19,6 +21,33 @@ namespace {
 pthread_key_t g_exit_key;
 std::once_flag g_exit_key_once;
 
+// Thread states of exited threads, for the next threads: a thread's start and exit would
+// otherwise map and unmap one each, and every mmap/munmap takes the process's address-space
+// lock for writing, stalling the page faults of all the other threads meanwhile. A slot is
+// taken with one exchange, so no lock is held across fork().
+constexpr int kSpareThreadStates = 128;
+std::atomic<ThreadState*> g_spare_states[kSpareThreadStates];
+
+ThreadState* new_thread_state() noexcept {
+  for (auto& slot : g_spare_states)
+    if (slot.load(std::memory_order_relaxed))
+      if (ThreadState* ts = slot.exchange(nullptr, std::memory_order_acquire)) {
+        *ts = ThreadState{};
+        return ts;
+      }
+  return meta_new<ThreadState>();
+}
+
+void delete_thread_state(ThreadState* ts) noexcept {
+  for (auto& slot : g_spare_states) {
+    ThreadState* expected = nullptr;
+    if (!slot.load(std::memory_order_relaxed) &&
+        slot.compare_exchange_strong(expected, ts, std::memory_order_release, std::memory_order_relaxed))
+      return;
+  }
+  meta_delete(ts);
+}
+
 void thread_exit(void*) {
   ThreadState* ts = tls_state;
   if (!ts) return;
@@ -26,14 +55,24 @@ void thread_exit(void*) {
   // back (under a device's lock) must go to the interposer's internal heap, not to a pool.
   enter_internal_scope();
   {
-    std::lock_guard<std::mutex> lock(g_registry_mu);
-    for (int i = 0; i < kMaxPools; ++i) {
-      TlsEntry& e = ts->heaps[i];
-      if (e.heap && g_registry[i].pool && g_registry[i].generation == e.generation) abandon_heap(e.heap);
+    // No pool is destroyed meanwhile (its heaps with it), and the registry's lock is held only
+    // to read which of the thread's heaps are still current: a storm of exiting threads
+    // abandoning their heaps one at a time under that lock kept them (stacks, heaps, pages)
+    // alive while the program started more.
+    PoolsAlive alive;
+    Heap* current[kMaxPools];
+    int n = 0;
+    {
+      std::lock_guard<std::mutex> lock(g_registry_mu);
+      for (int i = 0; i < kMaxPools; ++i) {
+        const TlsEntry& e = ts->heaps[i];
+        if (e.heap && g_registry[i].pool && g_registry[i].generation == e.generation) current[n++] = e.heap;
+      }
     }
+    for (int i = 0; i < n; ++i) abandon_heap(current[i]);
   }
   tls_state = nullptr;
-  meta_delete(ts);
+  delete_thread_state(ts);
   leave_internal_scope();
 }
 
@@ -72,6 +111,31 @@ Page* adopt(Heap* h, int di, unsigned cls) noexcept {
   return found;
 }
 
+// A thread's heap in fresh zero pages, left untouched: a thread uses the rows of the devices
+// and classes it allocates from (a few KiB of the ~36), and with hundreds of threads alive
+// the rest, written with zeros by a constructor, was megabytes of resident memory. Only when
+// a Heap's default state is all zero bytes (its central index aside), checked once.
+Heap* new_thread_heap() noexcept {
+  static const bool zero_default = [] {
+    void* probe = os::try_map_metadata(sizeof(Heap));
+    if (!probe) return false;
+    Heap* t = new (probe) Heap();
+    t->central = 0;
+    bool zero = true;
+    for (size_t i = 0; i < sizeof(Heap); ++i) zero &= static_cast<const unsigned char*>(probe)[i] == 0;
+    t->~Heap();
+    os::unmap(probe, sizeof(Heap));
+    return zero;
+  }();
+  static_assert(std::is_aggregate_v<Heap>, "a Heap can begin its life in zero pages");
+  if (!zero_default) return meta_new<Heap>();
+  void* p = os::try_map_metadata(sizeof(Heap));
+  if (!p) return nullptr;
+  Heap* h = std::launder(static_cast<Heap*>(p));
+  h->central = -1;
+  return h;
+}
+
 }  // namespace
 
 // A heap's empty pages on device di go back to their segments (its current pages included,
@@ -95,13 +159,11 @@ Heap* heap_slow(Pool* pool) noexcept {
   Heap* h = nullptr;
   {
     std::lock_guard<std::mutex> lock(pool->heaps_mu);
-    for (Heap* x = pool->heaps; x; x = x->next_in_pool)
-      if (!x->live) {
-        h = x;
-        break;
-      }
-    if (!h) {
-      h = meta_new<Heap>();
+    if ((h = pool->free_heaps)) {
+      pool->free_heaps = h->next_free;
+      h->next_free = nullptr;
+    } else {
+      h = new_thread_heap();
       if (!h) return nullptr;
       h->pool = pool;
       h->next_in_pool = pool->heaps;
@@ -112,10 +174,12 @@ Heap* heap_slow(Pool* pool) noexcept {
     std::memset(h->warm, 0, sizeof h->warm);  // a new thread starts on the central heaps
   }
   if (!tls_state) {
-    tls_state = meta_new<ThreadState>();
+    tls_state = new_thread_state();
     if (!tls_state) {
       std::lock_guard<std::mutex> lock(pool->heaps_mu);
       h->live = false;
+      h->next_free = pool->free_heaps;
+      pool->free_heaps = h;
       return nullptr;
     }
   }
@@ -150,13 +214,20 @@ void abandon_heap(Heap* h) noexcept {
           list_push(d.abandoned[c], pg);
         }
       }
-      h->tail[di][c] = nullptr;
-      h->full_dirty[di][c].store(0, std::memory_order_relaxed);
+      // Written only where set: a thread touches the rows of the classes it used, and the
+      // rest of its heap stays zero pages that hold no memory (new_thread_heap).
+      if (h->tail[di][c]) h->tail[di][c] = nullptr;
+      if (h->full_dirty[di][c].load(std::memory_order_relaxed))
+        h->full_dirty[di][c].store(0, std::memory_order_relaxed);
     }
   }
   {
     std::lock_guard<std::mutex> lock(pool->heaps_mu);
-    h->live = false;
+    if (h->live) {  // a fork child may abandon the heap of a thread that was exiting
+      h->live = false;
+      h->next_free = pool->free_heaps;
+      pool->free_heaps = h;
+    }
   }
   // Blocks other threads freed into these pages are folded in by a purge pass, which also
   // retires the pages that became empty.

@@ -161,6 +161,7 @@ struct alignas(64) Heap {
   bool live = false;    // pool heaps_mu
   int8_t central = -1;  // a central heap's index in Pool::central (its lock guards it); -1: a thread's
   Heap* next_in_pool = nullptr;
+  Heap* next_free = nullptr;  // Pool::free_heaps (heaps_mu)
   Page* head[kMaxDevices][kNumClasses] = {};
   Page* tail[kMaxDevices][kNumClasses] = {};
   Page* full[kMaxDevices][kNumClasses] = {};
@@ -215,7 +216,8 @@ class Pool {
   std::vector<uint8_t> interleave_sequence;  // per-page interleave: device per counter step
   std::atomic<uint64_t> interleave_counter{0};
   std::mutex heaps_mu;
-  Heap* heaps = nullptr;  // every heap ever created (reused after thread exit), central ones too
+  Heap* heaps = nullptr;       // every heap ever created (reused after thread exit), central ones too
+  Heap* free_heaps = nullptr;  // heaps of exited threads, for the next thread (heaps_mu)
   // Heaps shared by all threads for their first blocks of each class: each under its lock,
   // made on first use. Lock order: a central heap's lock before any PoolDevice::mu.
   struct Central {

@@ -20,7 +20,8 @@
 #   bad-free         F: interior-pointer and double frees never hand a block out twice
 #   thread-storm     K: 500 and 2,000 threads under cxlpool-run (default devices and a 2 GiB far
 #                    device): every thread starts, no NULL malloc, output identical to glibc; with
-#                    every thread's blocks live at once, peak RSS <= 3 x glibc's
+#                    every thread's blocks live at once, peak RSS <= 3 x glibc's; 2,000 threads
+#                    alive at once with one small block each, <= 2.75 x glibc's
 #   user-files       I: CXLPOOL_STATS, CXLPOOL_CONFIG and file: devices never follow another
 #                    user's symlink nor write another user's file; one line says why
 #   main-exit        J: a program whose main thread calls pthread_exit ends when its last thread
@@ -948,17 +949,21 @@ def mode_thread_storm():
                   f"{ours.elapsed:.1f} s); glibc: {plain.out.strip()}")
             if rss_bound:
                 mine, base = peak_of(ours), peak_of(plain)
-                check(mine is not None and base is not None and mine <= 3 * base,
-                      f"{label} [{where}]: peak RSS {mine} KiB <= 3 x glibc's {base} KiB "
+                check(mine is not None and base is not None and mine <= rss_bound * base,
+                      f"{label} [{where}]: peak RSS {mine} KiB <= {rss_bound} x glibc's {base} KiB "
                       f"({(mine or 0) / max(base or 1, 1):.2f}x)")
 
     policies = ((None, None), far)
     # Every thread's blocks live at once: the peak is the same on a slow and a fast machine.
-    storm("500 threads together, blocks to 256 KiB", ["500", "2000", "18", "--together"], policies, True)
+    storm("500 threads together, blocks to 256 KiB", ["500", "2000", "18", "--together"], policies, 3)
+    # 2,000 threads alive at once with one small block each: the peak is then their stacks and
+    # what each costs the allocator (its heap, its thread state), the part that grows with the
+    # number of threads (5 of each heap's 9 pages written at exit made it 3.3x glibc's; 2.4x now).
+    storm("2000 threads together, one small block each", ["2000", "1", "4", "--together"], policies, 2.75)
     # Short-lived threads racing (how many overlap depends on the machine, so no RSS bound):
     # blocks to 64 KiB keep even all 2,000 live at once well inside the 2 GiB device.
-    storm("2000 threads, blocks to 64 KiB", ["2000", "500", "16"], policies, False)
-    storm("500 threads, blocks to 256 KiB", ["500", "2000", "18"], policies, False)
+    storm("2000 threads, blocks to 64 KiB", ["2000", "500", "16"], policies, None)
+    storm("500 threads, blocks to 256 KiB", ["500", "2000", "18"], policies, None)
 
 
 def mode_nproc():
