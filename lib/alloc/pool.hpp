@@ -238,8 +238,8 @@ void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept
 // both.
 void set_thread_start_deferred(bool deferred) noexcept;
 
-// pthread_atfork handlers (installed by the C ABI and by the interposer, never both for one
-// copy of the allocator): prepare takes every allocator and device lock in the order written
+// The allocator's fork hooks (called by lib/lifecycle's one pthread_atfork registration, in
+// the order written there): prepare takes every allocator and device lock in the order written
 // at the top of fork.cpp; parent and child release them; the child first gets its own copy of
 // private memory that the kernel does not copy-on-write, and its inherited shared pools
 // become read/write views it cannot allocate from.

@@ -7,10 +7,11 @@
 
 #include "alloc/pool.hpp"
 #include "capi/capi_guard.hpp"
-#include "capi/fork_handlers.hpp"
 #include "capi/handles.hpp"
 #include "common/parse.hpp"
 #include "cxlpool/alloc.h"
+#include "stats/publisher.hpp"
+#include "tiering/engine.hpp"
 
 using namespace cxlpool::detail;
 namespace A = cxlpool::detail::alloc;
@@ -33,7 +34,6 @@ std::string g_default_error;
 
 void create_default_pool() {
   g_default_status = guarded([] {
-    install_fork_handlers();
     A::configure_from_environment();
     tiering::start_from_environment();  // before the pool, so that its regions are 4 MiB units
     stats::start_from_environment();
@@ -121,7 +121,6 @@ cxlpool_status_t cxlpool_pool_create(const cxlpool_topology_t* topology, const c
                                      cxlpool_pool_t** out) {
   return guarded([&] {
     require(topology && out, "cxlpool_pool_create", "topology or out is NULL");
-    install_fork_handlers();
     tiering::start_from_environment();
     stats::start_from_environment();
     A::PoolOptions o;

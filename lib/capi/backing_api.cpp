@@ -6,7 +6,6 @@
 
 #include "alloc/pool.hpp"
 #include "capi/capi_guard.hpp"
-#include "capi/fork_handlers.hpp"
 #include "capi/handles.hpp"
 #include "cxlpool/backing.h"
 #include "device/registry.hpp"
@@ -48,7 +47,6 @@ cxlpool_status_t cxlpool_backing_open(const cxlpool_topology_t* topology, size_t
     auto& ts = topology->model.targets;
     if (index >= ts.size())
       fail(CXLPOOL_E_NOT_FOUND, "cxlpool_backing_open: target index " + std::to_string(index) + " out of range");
-    install_fork_handlers();
     auto b = std::make_unique<cxlpool_backing>();
     b->device = registry::acquire(ts[index].backing);
     b->client = take_client();

@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: MIT
-// C ABI: status strings, last error, source names, version.
+// C ABI: status strings, last error, source names, version; and the library's load.
 #include "capi/capi_guard.hpp"
-#include "capi/fork_handlers.hpp"
 #include "common/names.hpp"
 #include "cxlpool/common.h"
+#include "lifecycle/lifecycle.hpp"
 
 using namespace cxlpool::detail;
 
 namespace {
-// Registered when the library is loaded, before a program registers handlers of its own, so
-// that a fork child gets its own copy of private memory before anything else runs in it.
-__attribute__((constructor)) void register_fork_handlers() { cxlpool::detail::install_fork_handlers(); }
+// libcxlpool.so's one load-time constructor: the fork handlers are registered when the library
+// is loaded, before a program registers handlers of its own, so that a fork child gets its own
+// copy of private memory before anything else runs in it (lib/lifecycle/lifecycle.cpp).
+[[gnu::constructor]] void on_load() { lifecycle::init(); }
 }  // namespace
 
 extern "C" {

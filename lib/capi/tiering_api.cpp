@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "capi/capi_guard.hpp"
-#include "capi/fork_handlers.hpp"
 #include "config/options.hpp"
 #include "cxlpool/tiering.h"
 #include "tiering/engine.hpp"
@@ -15,7 +14,6 @@ extern "C" {
 
 cxlpool_status_t cxlpool_tiering_start(const char* config) {
   return guarded([&] {
-    install_fork_handlers();
     const char* text = config ? config : option_value(Option::kTiering);
     tiering::start(tiering::parse_config(text ? text : "", config ? "cxlpool_tiering_start" : "CXLPOOL_TIERING"));
   });

@@ -149,9 +149,11 @@ void unlink_path(const std::string& path, const PathIdentity& expected, const st
 void random_bytes(void* out, size_t len);
 uint64_t realtime_ns() noexcept;
 // How many times this process image has been forked into a child: 0 in the original process,
-// bumped in every child (a pthread_atfork child handler, registered once at library load).
+// one more in every child (count_fork_in_child, from lib/lifecycle's fork child handler).
 // Cheaper than getpid() on every call to notice "I am a forked child".
 uint64_t fork_generation() noexcept;
+// In a fork child, before anything else runs there: fork_generation() moves on.
+void count_fork_in_child() noexcept;
 uint64_t monotonic_ns() noexcept;
 // Identity of this boot (hash of /proc/sys/kernel/random/boot_id; 0 when unreadable) and of
 // the calling process's pid namespace (inode of /proc/self/ns/pid; 0 when unreadable).

@@ -236,7 +236,17 @@ void on_main_thread_exit(void*) {
   if (g_live.load() > 0) start_watcher();
 }
 
-void in_fork_child() {
+}  // namespace
+
+void watch_main_thread() noexcept {
+  // Loaded by dlopen on another thread: the main thread's leaving is not seen (documented).
+  if (g_key_made || thread_id() != ::getpid()) return;
+  if (pthread_key_create(&g_key, on_main_thread_exit) != 0) return;
+  g_key_made = true;
+  pthread_setspecific(g_key, &g_key);
+}
+
+void own_threads_after_fork_child() noexcept {
   // The child's one thread is its main thread now; none of ours came along.
   g_live.store(0);
   g_main_left.store(false);
@@ -244,17 +254,6 @@ void in_fork_child() {
   g_watcher_started.store(false);
   if (g_key_made && unsigned(g_key) < kKeysWithoutAllocation) pthread_setspecific(g_key, &g_key);
 }
-
-[[gnu::constructor]] void watch_main_thread() {
-  // Loaded by dlopen on another thread: the main thread's leaving is not seen (documented).
-  if (thread_id() != ::getpid()) return;
-  if (pthread_key_create(&g_key, on_main_thread_exit) != 0) return;
-  g_key_made = true;
-  pthread_setspecific(g_key, &g_key);
-  pthread_atfork(nullptr, nullptr, in_fork_child);
-}
-
-}  // namespace
 
 OwnThread::OwnThread(const char* name) noexcept {
   ::prctl(PR_SET_NAME, name, 0, 0, 0);

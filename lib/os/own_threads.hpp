@@ -30,4 +30,12 @@ class OwnThread {
 // watcher's test; for tests). False whenever /proc cannot tell.
 bool only_own_threads_remain() noexcept;
 
+// At library load (lib/lifecycle's init), on the main thread: from now on its leaving through
+// pthread_exit is seen (a thread-specific key whose destructor only the main thread has a value
+// for). On another thread (a dlopen there), and on later calls, nothing.
+void watch_main_thread() noexcept;
+// In a fork child (lib/lifecycle's child handler, before anything can start a thread there):
+// none of cxlpool's threads came along, and the forking thread is the child's main thread.
+void own_threads_after_fork_child() noexcept;
+
 }  // namespace cxlpool::os

@@ -3,7 +3,6 @@
 // exists without following symlinks, shared mappings; the identity of processes is in
 // process_life.cpp.
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -230,11 +229,10 @@ void random_bytes(void* out, size_t len) {
 
 namespace {
 std::atomic<uint64_t> g_fork_generation{0};
-void bump_fork_generation() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
-[[gnu::constructor]] void register_fork_generation() { pthread_atfork(nullptr, nullptr, bump_fork_generation); }
 }  // namespace
 
 uint64_t fork_generation() noexcept { return g_fork_generation.load(std::memory_order_relaxed); }
+void count_fork_in_child() noexcept { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
 
 uint64_t realtime_ns() noexcept {
   struct timespec ts {};

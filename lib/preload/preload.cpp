@@ -6,7 +6,7 @@
 //  - never call dlsym: pointers cxlpool does not know go to glibc's __libc_* entry points;
 //  - never abort, exit or hang on configuration: a bad setting prints one line (write(2))
 //    and the process runs with default placement (or plain glibc if even that fails);
-//  - fork handlers hold every allocator lock across fork().
+//  - fork handlers (lib/lifecycle) hold every allocator lock across fork().
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -22,6 +22,7 @@
 #include "alloc/pool.hpp"
 #include "common/error.hpp"
 #include "config/options.hpp"
+#include "lifecycle/lifecycle.hpp"
 #include "os/prim.hpp"
 #include "os/safe_path.hpp"
 #include "preload/internal_heap.hpp"
@@ -155,62 +156,34 @@ void print_stats() {
     write_stats(g_stats_fd);
 }
 
-// The handlers run as "inside cxlpool": what they allocate (a fork child opening storage for
-// its copy) must come from the internal heap, never from the pools whose locks they hold.
-// fork() from a signal handler that interrupted cxlpool on this thread cannot take the locks
-// the interrupted code holds: like glibc, which takes no malloc lock then, prepare takes none
-// and the child re-creates them. Per thread: handlers on two threads may fork at once, and
-// one fork's parent handler must not take the other's answer (it would skip its own unlocks,
-// or unlock locks another thread holds).
-thread_local bool g_reentrant_fork __attribute__((tls_model("initial-exec"))) = false;
-void atfork_prepare() {
-  if (tls_busy > 0) {
-    g_reentrant_fork = true;
-    return;
-  }
-  Busy busy;
-  pthread_mutex_lock(&g_init_mu);
-  cxlpool::detail::tiering::fork_prepare();
-  cxlpool::detail::stats::fork_prepare();
-  A::fork_prepare();
-  internal_lock();
-}
-void atfork_parent() {
-  if (g_reentrant_fork) {
-    g_reentrant_fork = false;
-    return;
-  }
-  Busy busy;
-  internal_unlock();
-  A::fork_parent();
-  cxlpool::detail::stats::fork_parent();
-  cxlpool::detail::tiering::fork_parent();
-  pthread_mutex_unlock(&g_init_mu);
-}
-void atfork_child() {
-  if (g_reentrant_fork) {
-    g_reentrant_fork = false;
-    Busy busy;
-    internal_reset_lock();
-    g_init_mu = PTHREAD_MUTEX_INITIALIZER;
-    A::fork_child_after_reentrant_fork();
-    cxlpool::detail::stats::after_fork_child();
-    cxlpool::detail::tiering::after_fork_child();
-    return;
-  }
-  Busy busy;
-  internal_unlock();
-  A::fork_child();
-  cxlpool::detail::stats::after_fork_child();
-  cxlpool::detail::tiering::after_fork_child();
-  pthread_mutex_unlock(&g_init_mu);
+// The interposer's part of the fork handlers (lib/lifecycle/lifecycle.cpp has the order): the
+// handlers run as "inside cxlpool", so what they allocate (a fork child opening storage for its
+// copy) comes from the internal heap, never from the pools whose locks they hold; the init lock
+// is outermost, the internal heap's innermost; and a fork from a signal handler that
+// interrupted cxlpool on this thread (tls_busy) takes no lock, as glibc takes no malloc lock
+// then, and the child starts with fresh ones.
+bool inside_cxlpool() noexcept { return tls_busy > 0; }
+void lock_init() noexcept { pthread_mutex_lock(&g_init_mu); }
+void unlock_init() noexcept { pthread_mutex_unlock(&g_init_mu); }
+void reset_init() noexcept { g_init_mu = PTHREAD_MUTEX_INITIALIZER; }
+constexpr cxlpool::detail::lifecycle::InterposerHooks kLifecycle{
+    .inside = inside_cxlpool,
+    .enter = enter_internal,
+    .leave = leave_internal,
+    .init = {.take = lock_init, .release = unlock_init, .reset = reset_init},
+    .heap = {.take = internal_lock, .release = internal_unlock, .reset = internal_reset_lock}};
+
+// The fork handlers are registered as early as the interposer can: its first malloc-family
+// call, or this constructor when nothing allocated before it. Other libraries' prepare
+// handlers (which may allocate) then run before ours takes the allocator's locks, and their
+// child handlers after ours released them (lib/lifecycle/lifecycle.cpp, "Across libraries").
+void start_lifecycle() noexcept {
+  Busy busy;  // what registering allocates is internal
+  cxlpool::detail::lifecycle::init(&kLifecycle);
 }
 
-// Registered before main (this library is loaded first), so the child's handler runs before
-// any handler a program or library registers later: nothing runs in the child before it has
-// its own copy of the heap.
-__attribute__((constructor)) void register_fork_handlers() {
-  pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+__attribute__((constructor)) void on_load() {
+  start_lifecycle();
   uintptr_t lo = 0, hi = 0;
   if (cxlpool::os::prim::loader_range(&lo, &hi) == 0) {
     g_loader_lo = lo;
@@ -298,6 +271,7 @@ void initialise() noexcept {
 }
 
 void ensure_initialised() {
+  start_lifecycle();
   pthread_mutex_lock(&g_init_mu);
   if (g_state.load(std::memory_order_acquire) == kUninit) initialise();
   pthread_mutex_unlock(&g_init_mu);

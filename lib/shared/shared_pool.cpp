@@ -17,6 +17,7 @@
 #include "os/os.hpp"
 #include "os/own_threads.hpp"
 #include "os/prim.hpp"
+#include "shared/fork_quiesce.hpp"
 
 namespace cxlpool::detail::shared {
 
@@ -30,33 +31,6 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 // fully set up and removed before it is torn down; lookups take the lock shared.
 std::shared_mutex g_open_mu;
 std::vector<SharedPool*> g_open;
-
-// fork() never happens in the middle of a heartbeat pass: a pass may allocate (recovery) and
-// take locks, and a child must not inherit an allocator lock held by a thread it does not have.
-// (Two atomics rather than a lock held across fork(): nothing needs re-initialising in the
-// child, and the handshake is plain Dekker: the forker raises the flag and then waits for the
-// passes to drain; a pass counts itself in and then looks at the flag.)
-std::atomic<bool> g_forking{false};
-std::atomic<int> g_passes{0};
-void fork_prepare() {
-  g_forking.store(true);
-  while (g_passes.load() != 0) std::this_thread::yield();
-}
-void fork_done() { g_forking.store(false); }
-[[gnu::constructor]] void register_fork_quiesce() { pthread_atfork(fork_prepare, fork_done, fork_done); }
-struct NoForkDuringPass {
-  NoForkDuringPass() {
-    for (;;) {
-      while (g_forking.load()) std::this_thread::yield();
-      g_passes.fetch_add(1);
-      if (!g_forking.load()) return;
-      g_passes.fetch_sub(1);
-    }
-  }
-  ~NoForkDuringPass() { g_passes.fetch_sub(1); }
-  NoForkDuringPass(const NoForkDuringPass&) = delete;
-  NoForkDuringPass& operator=(const NoForkDuringPass&) = delete;
-};
 
 std::string pool_what(const std::string& device) { return "shared pool \"" + device + "\""; }
 

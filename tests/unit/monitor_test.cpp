@@ -999,7 +999,7 @@ TEST_CASE(
   pid_t child = fork();
   if (child == 0) {
     alarm(20);
-    sample_after_fork_child();  // what the C API's and the interposer's atfork handlers call
+    sample_after_fork_child();  // what lib/lifecycle's fork child handler calls (through tiering)
     if (protections(m.p + m.len / 2, m.len / 2) != std::string(pages / 2, 'w')) _exit(4);
     for (size_t i = m.len / 2; i < m.len; i += kPage) m.p[i] = 2;
     std::string w;
