@@ -4,6 +4,7 @@
 // owner-thread free. Everything slower is out of line in the other files.
 #pragma once
 
+#include <algorithm>
 #include <array>
 
 #include "alloc/internal.hpp"
@@ -95,6 +96,12 @@ inline void remember(ThreadState* ts, const Pool* pool, Page* pg, uint32_t idx, 
   m.ptr = p;
 }
 
+inline constexpr auto kLastWord = [] {
+  std::array<uint32_t, kNumClasses> r{};
+  for (unsigned c = 0; c < kNumClasses; ++c) r[c] = (kInlineBitmap[c] ? kInlineWords : kBitmapWords) - 1;
+  return r;
+}();
+
 // A block of class cls from the heap's current page on device di, or nullptr. With ts (the
 // calling thread's own heap, on malloc's fast path), the block is remembered in ts->last.
 template <bool kRemember = false>
@@ -158,7 +165,10 @@ inline BlockRef locate_block(Segment* seg, uintptr_t a) noexcept {
   const Segment::SliceInfo si = seg->slice[(a - seg->base) >> kSliceShift];
   const uintptr_t start = seg->base + (uintptr_t(si.slot) << kSliceShift);
   const uint32_t idx = uint32_t(((a - start) * kReciprocals[si.cls]) >> kReciprocalShift);
-  const uint32_t w = idx >> 6;
+  // A pointer into a slice that holds no page (its entry names slot 0, or a page that was
+  // there) can give any index: the word is kept inside the bitmap it would be read from, and
+  // such a pointer is never valid below.
+  const uint32_t w = std::min(idx >> 6, kLastWord[si.cls]);
   Page* pg = &seg->pages[si.slot];
   uint64_t* word = kInlineBitmap[si.cls] ? &pg->inline_bits[2 * size_t(w)] : &seg->local_bits[si.slot][2 * size_t(w)];
   // Only the first byte of a live block frees it.
