@@ -213,13 +213,22 @@ r = stat("--json", t.pid)
 check(t.ready and r.returncode == 3, f"CXLPOOL_STAT_PAGE=0: exit 3 ({r.returncode})")
 t.finish()
 
-# A fork child (no exec) has no page of its own and does not show its parent's.
+# A fork child (no exec) has no page of its own and does not show its parent's. The child
+# names itself once fork() has returned in it (its fork handlers have run by then); the
+# parent's fork() may return long before the child runs on a busy machine.
 pidfile = f"/tmp/cxlpool-stat-test-{os.getpid()}.child"
-t = Target(extra="pid=os.fork()\nif pid==0:\n  import time; os.closerange(0,3); time.sleep(30); os._exit(0)\n"
-                 f"open({pidfile!r},'w').write(str(pid))",
+t = Target(extra="pid=os.fork()\nif pid==0:\n"
+                 f"  open({pidfile!r}+'.tmp','w').write(str(os.getpid())); os.rename({pidfile!r}+'.tmp',{pidfile!r})\n"
+                 "  import time; os.closerange(0,3); time.sleep(30); os._exit(0)\n",
            run_args=far_policy, env_extra={"CXLPOOL_STAT_INTERVAL_MS": "50"})
-child = int(open(pidfile).read()) if t.ready else 0
-os.unlink(pidfile)
+child = 0
+for _ in range(600):  # a hang guard only: the child names itself as soon as it runs
+    if not t.ready or os.path.exists(pidfile):
+        break
+    time.sleep(0.1)
+if t.ready and os.path.exists(pidfile):
+    child = int(open(pidfile).read())
+    os.unlink(pidfile)
 r = stat("--json", child)
 check(child > 0 and r.returncode == 3, f"a fork child: exit 3, no page ({r.returncode}, {r.stderr.strip()})")
 check(stat("--json", t.pid).returncode == 0, "its parent still has its page")
