@@ -357,14 +357,27 @@ void* purger_main(void*) {
   return nullptr;
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+// g++ 12's ASan and TSan keep their allocators' locks out of fork(): in the child of a
+// multi-threaded process a new thread's first allocation (from an empty cache) can wait for
+// ever on a lock a thread of the parent held. Sanitized builds purge inline in fork children.
+constexpr bool kNoThreadsInForkChildren = true;
+#else
+constexpr bool kNoThreadsInForkChildren = false;
+#endif
 }  // namespace
 
-void set_thread_start_deferred(bool deferred) noexcept { tl_start_deferred = deferred; }
+bool set_thread_start_deferred(bool deferred) noexcept {
+  const bool was = tl_start_deferred;
+  tl_start_deferred = deferred;
+  return was;
+}
 
 void purge_soon(Pool*, PoolDevice&) noexcept {
   if (g_purge_delay_ns.load(std::memory_order_relaxed) == 0) return;  // purged at retirement
   g_purge_requested.store(true, std::memory_order_release);
   if (tl_start_deferred) return;
+  if (kNoThreadsInForkChildren && os::fork_generation() > 0) return;
   if (g_purger_running.load(std::memory_order_acquire) || g_purger_running.exchange(true)) return;
   // Under a tight RLIMIT_NPROC the purger could hold the program's last thread: then memory is
   // purged only inline, when pages are released after the delay (docs/allocator.md).

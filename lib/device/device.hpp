@@ -166,15 +166,11 @@ class Device {
   std::string describe(const char* op, const void* addr, size_t len, const DeviceError& err) const;
 
   // Moves run their copy without either device's lock (rebind.cpp); fork() waits for moves in
-  // flight before it locks any device (registry.cpp): these take and drop the process's move
-  // lock (shared by moves, exclusive for fork).
+  // flight before it locks any device (move_gate.hpp).
   // Called by every move once its bytes are about to move, with no device lock held (tests
   // use it to show that; nullptr: none).
   using MoveHook = void (*)(void* ctx);
   static void set_move_hook(MoveHook hook, void* ctx) noexcept;
-  static void lock_moves_for_fork() noexcept;
-  static void unlock_moves_after_fork() noexcept;
-  static void reset_moves_lock_in_child() noexcept;
 
   // fork(): prepare locks the device; parent/child unlock. In the child, before unlocking,
   // child_after_fork() gives every private copy-mode range its own copy and retires storages

@@ -11,10 +11,10 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
-#include <shared_mutex>
 #include <vector>
 
 #include "device/device.hpp"
+#include "device/move_gate.hpp"
 #include "os/io_pins.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
@@ -226,10 +226,6 @@ bool Device::copy_fenceable() const {
 }
 
 namespace {
-// Shared by every move for its whole length, exclusive for fork() (registry.cpp): a fork never
-// sees a move half done, and never waits for one while it holds a device's lock (the move's
-// last step takes both devices' locks).
-std::shared_mutex g_moves;
 std::atomic<Device::MoveHook> g_move_hook{nullptr};
 std::atomic<void*> g_move_hook_ctx{nullptr};
 }  // namespace
@@ -238,10 +234,6 @@ void Device::set_move_hook(MoveHook hook, void* ctx) noexcept {
   g_move_hook_ctx.store(ctx);
   g_move_hook.store(hook);
 }
-
-void Device::lock_moves_for_fork() noexcept { g_moves.lock(); }
-void Device::unlock_moves_after_fork() noexcept { g_moves.unlock(); }
-void Device::reset_moves_lock_in_child() noexcept { new (&g_moves) std::shared_mutex(); }
 
 // Three steps: under both devices' locks the move is checked and the target's room taken (its
 // ledger, offsets and table entry); then the bytes move with no device lock held, the range
@@ -252,7 +244,7 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
   MoveReport& out = report ? *report : local;
   out = MoveReport{};
   if (&to == this) return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "move to the same device");
-  std::shared_lock<std::shared_mutex> moving(g_moves);
+  move_gate::Scope moving;  // fork() waits for this move (move_gate.hpp)
   std::unique_lock<std::mutex> lock_from(mu_, std::defer_lock), lock_to(to.mu_, std::defer_lock);
   std::lock(lock_from, lock_to);
   const uintptr_t key = reinterpret_cast<uintptr_t>(addr);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "device/move_gate.hpp"
 #include "os/prim.hpp"
 #include "os/write_fence.hpp"
 
@@ -79,7 +80,7 @@ std::shared_ptr<Device> acquire(const BackingSpec& spec) {
 void fork_prepare() noexcept {
   // Moves in flight end first: the last step of a move takes two devices' locks, so fork must
   // not hold one of them while it waits.
-  Device::lock_moves_for_fork();
+  move_gate::close_for_fork();
   g_mu.lock();
   bool copy = false;
   if (g_devices)
@@ -126,7 +127,7 @@ void fork_parent() noexcept {
     g_wait_for_child = false;
   }
   g_mu.unlock();
-  Device::unlock_moves_after_fork();
+  move_gate::open_in_parent();
 }
 
 void fork_child() noexcept {
@@ -158,13 +159,11 @@ void fork_child() noexcept {
   if (g_devices)
     for (auto it = g_devices->rbegin(); it != g_devices->rend(); ++it) it->device->unlock_after_fork();
   g_mu.unlock();
-  // A reader-writer lock held for writing is not unlocked from the child (glibc keys the writer
-  // by thread id, which fork changed): no move runs in the child, so it starts afresh.
-  Device::reset_moves_lock_in_child();
+  move_gate::open_in_child();
 }
 
 void reset_locks_in_child() noexcept {
-  Device::reset_moves_lock_in_child();
+  move_gate::reset_in_child();
   new (&g_mu) std::mutex();
   g_sync = nullptr;  // the parent's page: this child waits on nothing there
   g_wait_for_child = false;

@@ -10,8 +10,11 @@ namespace cxlpool::detail::shared {
 // passes in flight have ended when it returns (they may need locks prepare takes later, so
 // they are waited for before, never while, those are held).
 void fork_quiesce() noexcept;
-// The fork's parent and child handlers, last: passes may run again.
+// The fork's parent handler, last: passes may run again once no other thread forks.
 void fork_resume() noexcept;
+// The child's, last: no pass and no fork of the parent's other threads is in the child, so it
+// starts with none (also after a fork whose prepare took nothing).
+void fork_resume_in_child() noexcept;
 
 // Held by the watch thread around each pass: waits while a fork is being prepared, then keeps
 // fork() out until the pass ends.

@@ -746,6 +746,22 @@ class NsObserver {
 
  private:
   [[noreturn]] static void serve(const std::string& device, int cmd, int out) {
+    // The nested participants come from a launcher forked now, while this process is one
+    // thread: a fork from the observer once it has the pool open (and its threads) could give
+    // the child a lock of the sanitizer's allocator held by a thread the child does not have.
+    int lcmd[2], lout[2];
+    if (pipe(lcmd) != 0 || pipe(lout) != 0) _exit(6);
+    const pid_t launcher = fork();
+    if (launcher < 0) _exit(6);
+    if (launcher == 0) {
+      close(lcmd[1]);
+      close(lout[0]);
+      close(cmd);
+      close(out);
+      launch(device, lcmd[0], lout[1]);
+    }
+    close(lcmd[0]);
+    close(lout[1]);
     char status = 1;
     cxlpool_shared_pool_t* pool = nullptr;
     if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
@@ -754,38 +770,14 @@ class NsObserver {
       status = 0;
     if (write(out, &status, 1) != 1 || status != 0) _exit(2);
     char c = 0;
-    pid_t nested_outer = -1, nested = -1;  // the nested namespace's waiter and its first process
     while (read(cmd, &c, 1) == 1 && c != 'q') {
       if (c == 'n') {
         uint64_t ino = 0;
-        int up[2];
-        if (pipe(up) != 0) _exit(6);
-        nested_outer = fork();
-        if (nested_outer == 0) {
-          if (unshare(CLONE_NEWPID) != 0) _exit(20);
-          const pid_t inner = fork();
-          if (inner == 0) {
-            cxlpool_shared_pool_t* mine = nullptr;
-            void* b = nullptr;
-            struct stat st {};
-            if (cxlpool_shared_pool_open(device.c_str(), nullptr, &mine) != CXLPOOL_OK ||
-                cxlpool_shared_alloc(mine, 256, &b) != CXLPOOL_OK || stat("/proc/self/ns/pid", &st) != 0)
-              _exit(2);
-            const uint64_t mine_ino = st.st_ino;
-            if (write(up[1], &mine_ino, sizeof mine_ino) != sizeof mine_ino) _exit(3);
-            for (;;) pause();
-          }
-          if (write(up[1], &inner, sizeof inner) != sizeof inner) _exit(21);
-          _exit(wait_exit(inner));
-        }
-        close(up[1]);
-        if (read(up[0], &nested, sizeof nested) != sizeof nested || read(up[0], &ino, sizeof ino) != sizeof ino)
-          ino = 0;
-        close(up[0]);
+        if (write(lcmd[1], &c, 1) != 1 || read(lout[0], &ino, sizeof ino) != sizeof ino) ino = 0;
         if (write(out, &ino, sizeof ino) != sizeof ino) _exit(3);
       } else if (c == 't' || c == 'k') {
-        char done = nested > 0 && kill(nested, c == 't' ? SIGSTOP : SIGKILL) == 0;
-        if (c == 'k' && done) done = wait_exit(nested_outer) == 128 + SIGKILL;
+        char done = 0;
+        if (write(lcmd[1], &c, 1) != 1 || read(lout[0], &done, 1) != 1) done = 0;
         if (write(out, &done, 1) != 1) _exit(3);
       } else if (c == 'r') {
         cxlpool_shared_info_t i{};
@@ -799,7 +791,59 @@ class NsObserver {
         if (write(out, &len, sizeof len) != sizeof len || write(out, s.data(), len) != ssize_t(len)) _exit(4);
       }
     }
+    close(lcmd[1]);  // the launcher ends
+    wait_exit(launcher);
     _exit(cxlpool_shared_pool_close(pool) == CXLPOOL_OK ? 0 : 5);
+  }
+  // In the observer's namespace: 'n' starts a participant as the first process of a namespace
+  // below it and answers that namespace's inode (0: failed); 't' stops it, 'k' kills and reaps
+  // it, answering 1 when done.
+  [[noreturn]] static void launch(const std::string& device, int cmd, int out) {
+    char c = 0;
+    pid_t nested_outer = -1, nested = -1;  // the nested namespace's waiter and its first process
+    while (read(cmd, &c, 1) == 1) {
+      if (c == 'n') {
+        uint64_t ino = 0;
+        int pids[2], inos[2];  // two pipes: the two writers race
+        if (pipe(pids) != 0 || pipe(inos) != 0) _exit(6);
+        nested_outer = fork();
+        if (nested_outer == 0) {
+          close(pids[0]);
+          close(inos[0]);
+          if (unshare(CLONE_NEWPID) != 0) _exit(20);
+          const pid_t inner = fork();
+          if (inner == 0) {
+            close(pids[1]);
+            cxlpool_shared_pool_t* mine = nullptr;
+            void* b = nullptr;
+            struct stat st {};
+            if (cxlpool_shared_pool_open(device.c_str(), nullptr, &mine) != CXLPOOL_OK ||
+                cxlpool_shared_alloc(mine, 256, &b) != CXLPOOL_OK || stat("/proc/self/ns/pid", &st) != 0)
+              _exit(2);
+            const uint64_t mine_ino = st.st_ino;
+            if (write(inos[1], &mine_ino, sizeof mine_ino) != sizeof mine_ino) _exit(3);
+            for (;;) pause();
+          }
+          close(inos[1]);
+          if (write(pids[1], &inner, sizeof inner) != sizeof inner) _exit(21);
+          _exit(wait_exit(inner));
+        }
+        close(pids[1]);
+        close(inos[1]);
+        if (nested_outer < 0 || read(pids[0], &nested, sizeof nested) != sizeof nested ||
+            read(inos[0], &ino, sizeof ino) != sizeof ino)
+          ino = 0;
+        close(pids[0]);
+        close(inos[0]);
+        if (write(out, &ino, sizeof ino) != sizeof ino) _exit(3);
+      } else if (c == 't' || c == 'k') {
+        char done = nested > 0 && kill(nested, c == 't' ? SIGSTOP : SIGKILL) == 0;
+        if (c == 'k' && done) done = wait_exit(nested_outer) == 128 + SIGKILL;
+        if (write(out, &done, 1) != 1) _exit(3);
+      }
+    }
+    if (nested > 0) kill(nested, SIGKILL);
+    _exit(0);
   }
   pid_t pid_ = -1;
   int cmd_ = -1, out_ = -1;
