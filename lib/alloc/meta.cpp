@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Metadata memory: segment descriptors come from chunks advised for transparent huge pages
-// (the descriptors of a large heap then share few TLB entries); freed descriptors are reused,
+// once the heap is large (its descriptors then share few TLB entries; the first two chunks,
+// which small heaps use a few pages of, are advised against them); freed descriptors are reused,
 // as are huge span descriptors (from small chunks), which are never unmapped.
 // Chunks start at 2 MiB and double up to 32 MiB; under an RLIMIT_AS they start at 4
 // descriptors, are at most 1/64 of what the limit leaves and are not over-reserved for
@@ -37,7 +38,10 @@ class SegmentArena {
         void* raw = os::try_map_metadata(chunk + kHuge);
         if (!raw) return nullptr;
         uintptr_t aligned = (reinterpret_cast<uintptr_t>(raw) + kHuge - 1) & ~(kHuge - 1);
-        os::advise_hugepages(reinterpret_cast<void*>(aligned), chunk);
+        // Huge pages only once the heap is large: a 2 MiB page is resident as a whole at the
+        // first descriptor's first touch, where a small heap's descriptors use a few 4 KiB
+        // pages each (a process with one segment paid 2 MiB of RSS for it).
+        os::prim::advise_thp(reinterpret_cast<void*>(aligned), chunk, chunk >= kHugeFrom);
         next_ = reinterpret_cast<char*>(aligned);
       }
       left_ = chunk;
@@ -60,6 +64,8 @@ class SegmentArena {
  private:
   static constexpr size_t kSlot = (sizeof(Segment) + 4095) & ~size_t(4095);
   static constexpr size_t kMaxChunk = size_t(32) << 20;  // 16 huge pages
+  // The third chunk on (8 MiB, past 54 descriptors: heaps above about 200 MiB).
+  static constexpr size_t kHugeFrom = size_t(8) << 20;
   std::mutex mu_;
   void* free_ = nullptr;
   char* next_ = nullptr;

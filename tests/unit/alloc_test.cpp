@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "capi_topology.hpp"
@@ -438,4 +440,41 @@ TEST_CASE("pool creation errors name the problem", "[unit]") {
   cxlpool_pool_params_set_devices(p, "node0,node0");
   CHECK(cxlpool_pool_create(fx.topo, p, &out) == CXLPOOL_E_INVALID_ARGUMENT);
   cxlpool_pool_params_destroy(p);
+}
+
+namespace {
+long resident_kib() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return -1;
+  const int n = std::fscanf(f, "%ld %ld", &pages, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * (sysconf(_SC_PAGESIZE) / 1024) : -1;
+}
+std::string thp_mode() {
+  FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (!f) return "never";
+  char line[128] = {};
+  const bool got = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  const std::string s = got ? line : "";
+  return s.find("[never]") != std::string::npos || s.empty() ? "never" : "on";
+}
+}  // namespace
+
+TEST_CASE("a pool's first small block costs the process kilobytes, not a huge page of descriptors", "[unit]") {
+  // With transparent huge pages on, memory advised for them is resident 2 MiB at a time from
+  // its first touch; a small heap's segment descriptors must not be.
+  if (thp_mode() == "never") CXLPOOL_SKIP("transparent huge pages are off: nothing here could be a huge page");
+  cxlpool_test::CapiTopology topo("n0:backing=numa:0,size=256M");
+  cxlpool_pool_t* pool = topo.pool("n0", "bind:n0");
+  const long before = resident_kib();
+  void* p = cxlpool_malloc(pool, 64);
+  REQUIRE(p);
+  std::memset(p, 1, 64);
+  const long after = resident_kib();
+  INFO("resident before " << before << " KiB, after " << after << " KiB");
+  REQUIRE(before > 0);
+  CHECK(after - before < 1024);
+  cxlpool_free(p);
 }
