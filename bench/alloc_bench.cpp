@@ -216,12 +216,19 @@ void BM_large_64K_4M(benchmark::State& state) {
 // One thread of threads_short / threads_long.
 struct StormThread {
   std::atomic<int64_t>* nulls;
+  std::atomic<int>* alive;  // threads inside storm_thread now
+  std::atomic<int>* peak_alive;
   pthread_barrier_t* all_done;  // null: short-lived
   uint64_t seed;
 };
 
 void* storm_thread(void* arg) {
   auto* t = static_cast<StormThread*>(arg);
+  // How many threads overlap is what a short-lived storm's peak RSS follows.
+  const int now = t->alive->fetch_add(1, std::memory_order_relaxed) + 1;
+  for (int peak = t->peak_alive->load(std::memory_order_relaxed);
+       now > peak && !t->peak_alive->compare_exchange_weak(peak, now, std::memory_order_relaxed);) {
+  }
   uint64_t s = t->seed;
   auto next = [&s] {
     s ^= s << 13;
@@ -245,12 +252,14 @@ void* storm_thread(void* arg) {
   for (void* p : slot)
     if (p) g.release(p);
   t->nulls->fetch_add(nulls, std::memory_order_relaxed);
+  t->alive->fetch_sub(1, std::memory_order_relaxed);
   return nullptr;
 }
 
 void storm(benchmark::State& state, bool together) {
   const auto n = size_t(state.range(0));
   std::atomic<int64_t> nulls{0};
+  std::atomic<int> alive{0}, peak_alive{0};
   int64_t failed_starts = 0;
   std::vector<pthread_t> tids(n);
   std::vector<StormThread> args(n);
@@ -262,7 +271,7 @@ void storm(benchmark::State& state, bool together) {
     pthread_barrier_init(&all_done, nullptr, unsigned(n));
     size_t started = 0;
     for (size_t i = 0; i < n; ++i) {
-      args[i] = {&nulls, together ? &all_done : nullptr, 0x9E3779B97F4A7C15ull * (i + 1)};
+      args[i] = {&nulls, &alive, &peak_alive, together ? &all_done : nullptr, 0x9E3779B97F4A7C15ull * (i + 1)};
       if (pthread_create(&tids[started], &attr, storm_thread, &args[i]) == 0) ++started;
     }
     // A thread that could not start would leave the others at the barrier for ever.
@@ -279,6 +288,7 @@ void storm(benchmark::State& state, bool together) {
   state.SetItemsProcessed(int64_t(state.iterations() * n * 1000));
   state.counters["null_mallocs"] = double(nulls.load());
   state.counters["failed_thread_starts"] = double(failed_starts);
+  state.counters["peak_threads_alive"] = double(peak_alive.load());
   state.counters["process_peak_rss_mib"] = double(ru.ru_maxrss) / 1024.0;
 }
 

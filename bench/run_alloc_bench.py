@@ -102,6 +102,7 @@ def run_threads(binary, labels):
                     "peak_rss_kib": doc["peak_rss_kib"],
                     "null_mallocs": int(b.get("null_mallocs", 0)),
                     "failed_thread_starts": int(b.get("failed_thread_starts", 0)),
+                    "peak_threads_alive": int(b.get("peak_threads_alive", 0)),
                 }
     return rows
 
@@ -131,6 +132,12 @@ def print_threads(rows, labels):
             mine = rows["cxlpool-near"][key]["peak_rss_kib"]
             vals = [rows[p][key]["peak_rss_kib"] for p in peers]
             print(key.ljust(12) + "".join(f"{mine / v:11.2f}" for v in vals) + f"{mine / min(vals):11.2f}")
+    # A short-lived storm's peak RSS follows how many threads overlap, not how many were made.
+    print("\nshort-lived rows: most threads alive at once")
+    print("row".ljust(12) + "".join(l.rjust(14) for l in labels))
+    for n in THREAD_COUNTS:
+        key = f"short/{n}"
+        print(key.ljust(12) + "".join(str(rows[l][key]["peak_threads_alive"]).rjust(14) for l in labels))
 
 
 def plot(png, order, ns, labels, trows):
