@@ -57,15 +57,9 @@ void fork_child() noexcept {
   unlock_pools();
   reset_pools_alive_in_child();
   purger_reset_after_fork();
-  // The heaps abandoned below ask for a purge; the purger starts at the child's next free that
-  // asks, not here: a thread started inside fork() waits on any lock a sanitizer's runtime
-  // (which keeps no fork handlers for it) left held by a thread of the parent, and a child that
-  // only execs needs no thread at all.
-  const bool was_deferred = set_thread_start_deferred(true);
-  struct Restore {
-    bool was;
-    ~Restore() { set_thread_start_deferred(was); }
-  } restore{was_deferred};
+  // The heaps abandoned below ask for a purge, and the purger starts here: what the parent's
+  // other threads had freed is this child's private copy once the parent purges its own, and a
+  // child that only allocates would never ask again (segment.cpp: not under g++'s sanitizers).
   std::lock_guard<std::mutex> lock(g_registry_mu);
   for (auto& e : g_registry) {
     Pool* pool = e.pool;

@@ -24,9 +24,9 @@
 //
 // Why this order:
 //  0  first in the child: whatever runs after it sees the child as a child (a shared pool
-//     asked whether it is a fork child), and a thread of ours that starts later (the purger,
-//     which the pages row 5 gives back ask for, starts at the child's next free, never inside
-//     fork()) is counted after the count of our threads is reset, not wiped by it.
+//     asked whether it is a fork child), and a thread of ours that a later row may start (the
+//     purger, when the pages row 5 gives back ask for a purge) is counted after the count of
+//     our threads is reset, not wiped by it.
 //  1  before any lock: a watch pass allocates and takes pool locks, so it must be waited for
 //     while no lock is held (waiting with row 5's locks held would wait for ever).
 //  2  the interposer's initialisation holds its lock while it makes its pool, which takes every

@@ -3,7 +3,6 @@
 // one (validated before anything is written), joining a slot, the heartbeat thread, leaving.
 #include "shared/shared_pool.hpp"
 
-#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -611,11 +610,7 @@ void SharedPool::abandon_in_fork_child() {
 
 void SharedPool::start_beat_thread() {
   // A small stack: the thread only compares the device's identity, stores one word and waits.
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, size_t(256) << 10);
-  const int err = pthread_create(&beat_thread_, &attr, &SharedPool::beat_entry, this);
-  pthread_attr_destroy(&attr);
+  const int err = os::prim::start_thread(&SharedPool::beat_entry, this, size_t(256) << 10, false, &beat_thread_);
   if (err != 0)  // no thread to be had: a resource, not a bug
     fail(CXLPOOL_E_NO_MEMORY, what_ + ": cannot start the heartbeat thread (" + std::strerror(err) +
                                   "; RLIMIT_NPROC, threads-max or memory)");
@@ -664,25 +659,33 @@ void SharedPool::beat_main() {
 }
 
 void SharedPool::start_watch_thread() {
-  try {
-    watch_thread_ = std::make_unique<std::thread>([this] {
-      os::OwnThread mark("cxlpool/watch");
-      os::prim::block_async_signals(nullptr);
-      std::unique_lock<std::mutex> lock(hb_mu_);
-      while (!hb_stop_) {
-        lock.unlock();
-        try {
-          NoForkDuringPass no_fork;
-          watch_pass();
-        } catch (...) {  // a failed pass is retried at the next period
-        }
-        lock.lock();
-        hb_cv_.wait_for(lock, std::chrono::nanoseconds(heartbeat_ns_), [this] { return hb_stop_; });
-      }
-    });
-  } catch (const std::system_error& e) {
+  // 1 MiB of stack (address space, mostly untouched) where a default thread would take 8 MiB
+  // of a program's RLIMIT_AS: a pass recovers participants and allocates, but does not recurse.
+  const int err = os::prim::start_thread(&SharedPool::watch_entry, this, size_t(1) << 20, false, &watch_thread_);
+  if (err != 0)
     fail(CXLPOOL_E_NO_MEMORY,
-         what_ + ": cannot start the watch thread (" + e.code().message() + "; RLIMIT_NPROC, threads-max or memory)");
+         what_ + ": cannot start the watch thread (" + std::strerror(err) + "; RLIMIT_NPROC, threads-max or memory)");
+  watch_started_ = true;
+}
+
+void* SharedPool::watch_entry(void* self) {
+  static_cast<SharedPool*>(self)->watch_main();
+  return nullptr;
+}
+
+void SharedPool::watch_main() {
+  os::OwnThread mark("cxlpool/watch");
+  os::prim::block_async_signals(nullptr);
+  std::unique_lock<std::mutex> lock(hb_mu_);
+  while (!hb_stop_) {
+    lock.unlock();
+    try {
+      NoForkDuringPass no_fork;
+      watch_pass();
+    } catch (...) {  // a failed pass is retried at the next period
+    }
+    lock.lock();
+    hb_cv_.wait_for(lock, std::chrono::nanoseconds(heartbeat_ns_), [this] { return hb_stop_; });
   }
 }
 
@@ -697,12 +700,9 @@ void SharedPool::stop_watch_thread() {
     hb_stop_ = true;
   }
   hb_cv_.notify_all();
-  if (watch_thread_) {
-    if (!in_fork_child())  // a forked child has neither thread: forget them
-      watch_thread_->join();
-    else
-      (void)watch_thread_.release();
-    watch_thread_.reset();
+  if (watch_started_) {
+    if (!in_fork_child()) os::prim::join_thread(watch_thread_);  // a forked child has neither thread
+    watch_started_ = false;
   }
 }
 
@@ -713,7 +713,7 @@ void SharedPool::stop_beat_thread() {
   }
   beat_cv_.notify_all();
   if (beat_started_) {
-    if (!in_fork_child()) pthread_join(beat_thread_, nullptr);
+    if (!in_fork_child()) os::prim::join_thread(beat_thread_);
     beat_started_ = false;
   }
 }

@@ -5,8 +5,6 @@
 // speeds things up; the truth is in the device (layout.hpp) and recovery rebuilds from it.
 #pragma once
 
-#include <pthread.h>
-
 #include <array>
 #include <atomic>
 #include <condition_variable>
@@ -176,6 +174,8 @@ class SharedPool {
   void stop_watch_thread();
   void stop_beat_thread();
   static void* beat_entry(void* self);
+  static void* watch_entry(void* self);
+  void watch_main();
   void beat_main();
   void watch_pass();
   void ensure_usable(bool holding_mu = false);  // fork child, left, failed, evicted, self-fencing
@@ -400,8 +400,9 @@ class SharedPool {
   // gives the extent back, and drops stale lines when it takes one (coherence NONE).
   void extent_lines_handover(uint64_t first, uint32_t count);
 
-  std::unique_ptr<std::thread> watch_thread_;  // leaked, not destroyed, in a forked child
-  pthread_t beat_thread_{};
+  unsigned long watch_thread_ = 0;  // os::prim::start_thread's ids; never joined in a fork child
+  bool watch_started_ = false;
+  unsigned long beat_thread_ = 0;
   bool beat_started_ = false;
   std::atomic<bool> beat_go_{false};  // joined: beat
   std::atomic<bool> beat_stop_{false};

@@ -925,6 +925,20 @@ def mode_idle_rss():
               f"= {2 * floor + 64 * 1024} KiB, reached {waited} ms after the last free")
 
 
+def mode_fork_child_rss():
+    """A fork child that frees nothing still gives back what the parent's other threads had
+    freed: the parent purges its copy of those pages, so the child's copy is its own (private
+    memory a pre-fork server's every worker would keep). Polled, at most 60 s: the claim is that
+    it comes back, not how fast."""
+    require_preload()
+    prog = exe("process_fork_child_rss")
+    for policy, devices in ((None, None), ("bind:far", "cxl0:backing=memfd,size=1G")):
+        label = f"cxlpool-run --policy {policy or '(default bind:near)'}"
+        r = run(cxl([prog, "48"], policy, devices), timeout=180)
+        check(r.returncode == 0 and "child_end_kib" in r.out and "cxlpool:" not in r.err,
+              f"{label}: fork child after 3 threads freed 144 MiB: {r.out.strip()} ({r.describe()}) {head(r.err, 3)}")
+
+
 # ---- K: many threads -------------------------------------------------------------------------------
 def mode_thread_storm():
     require_preload()
@@ -1349,6 +1363,7 @@ MODES = {
     "ulimit-room": mode_ulimit_room,
     "fifo-config": mode_fifo_config,
     "idle-rss": mode_idle_rss,
+    "fork-child-rss": mode_fork_child_rss,
     "bad-free": mode_bad_free,
     "thread-storm": mode_thread_storm,
     "nproc": mode_nproc,

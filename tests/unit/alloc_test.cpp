@@ -475,6 +475,13 @@ TEST_CASE("a pool's first small block costs the process kilobytes, not a huge pa
   const long after = resident_kib();
   INFO("resident before " << before << " KiB, after " << after << " KiB");
   REQUIRE(before > 0);
-  CHECK(after - before < 1024);
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer's shadow of what the first malloc touches counts too (about 1.2 MiB); a huge
+  // page of descriptors would still be 2 MiB on its own.
+  constexpr long kBound = 2000;
+#else
+  constexpr long kBound = 1024;
+#endif
+  CHECK(after - before < kBound);
   cxlpool_free(p);
 }
