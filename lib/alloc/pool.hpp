@@ -235,8 +235,8 @@ void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept
 // the next free that may start it does). The interposer sets it around frees that come from
 // the dynamic loader: glibc frees a thread's TLS under its stack-cache lock (pthread_join, a
 // detached thread's end) and dlclose frees under the loader's lock, and pthread_create takes
-// both. A fork child's handlers set it too (alloc/fork.cpp). Returns the previous setting.
-bool set_thread_start_deferred(bool deferred) noexcept;
+// both.
+void set_thread_start_deferred(bool deferred) noexcept;
 
 // The allocator's fork hooks (called by lib/lifecycle's one pthread_atfork registration, in
 // the order written there): prepare takes every allocator and device lock in the order written

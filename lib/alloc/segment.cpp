@@ -367,11 +367,7 @@ constexpr bool kNoThreadsInForkChildren = false;
 #endif
 }  // namespace
 
-bool set_thread_start_deferred(bool deferred) noexcept {
-  const bool was = tl_start_deferred;
-  tl_start_deferred = deferred;
-  return was;
-}
+void set_thread_start_deferred(bool deferred) noexcept { tl_start_deferred = deferred; }
 
 void purge_soon(Pool*, PoolDevice&) noexcept {
   if (g_purge_delay_ns.load(std::memory_order_relaxed) == 0) return;  // purged at retirement
