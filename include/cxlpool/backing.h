@@ -20,7 +20,7 @@ typedef struct cxlpool_backing_caps {
   int decommit_frees_memory; /* decommit returns physical memory (devdax: 0) */
   int numa_node;             /* node the memory is bound to, or -1 */
   size_t page_size;          /* granule of reserve/commit/decommit (4 KiB, 2 MiB, ...) */
-  uint64_t capacity_bytes;   /* committed bytes may not exceed this */
+  uint64_t capacity_bytes;   /* committed bytes may not exceed this (now: it can change, device.h) */
   uint64_t reserved[6];
 } cxlpool_backing_caps_t;
 

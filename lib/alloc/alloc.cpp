@@ -166,7 +166,10 @@ void* pool_malloc(Pool* pool, size_t size) noexcept {
       if (__builtin_expect(rt.kind == RouteKind::kFixed, 1))
         di = size >= rt.split ? rt.above : rt.below;
       else if (rt.kind == RouteKind::kSpill)
-        di = rt.watched->load(std::memory_order_relaxed) >= rt.limit ? rt.above : rt.below;
+        di = spill_full(rt.watched->load(std::memory_order_relaxed), rt.capacity->load(std::memory_order_relaxed),
+                        rt.pct)
+                 ? rt.above
+                 : rt.below;
       else if (rt.kind == RouteKind::kPerPage)
         di = h->page_device[cls];
       if (di >= 0)

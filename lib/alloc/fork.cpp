@@ -57,6 +57,7 @@ void fork_child() noexcept {
   unlock_pools();
   reset_pools_alive_in_child();
   purger_reset_after_fork();
+  elastic_reset_after_fork();
   // The heaps abandoned below ask for a purge, and the purger starts here: what the parent's
   // other threads had freed is this child's private copy once the parent purges its own, and a
   // child that only allocates would never ask again (segment.cpp: not under g++'s sanitizers).

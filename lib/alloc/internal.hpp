@@ -123,5 +123,9 @@ extern RegistryEntry g_registry[kMaxPools];
 
 // ---- fork.cpp ------------------------------------------------------------------------------------
 void purger_reset_after_fork() noexcept;
+// ---- elastic.cpp ---------------------------------------------------------------------------------
+// A capacity change the parent had running is not the child's (its thread is not here; the
+// device cancelled the withdrawal): the lock that serialises them is fresh.
+void elastic_reset_after_fork() noexcept;
 
 }  // namespace cxlpool::detail::alloc

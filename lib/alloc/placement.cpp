@@ -28,7 +28,7 @@ int next_ratio(Pool* pool, const Rule& r) noexcept {
 
 bool spilling(Pool* pool, const Rule& r) noexcept {
   const PoolDevice& near = pool->dev[r.devices[0]];
-  return near.device->committed() * 100 >= uint64_t(r.watermark_pct) * near.capacity;
+  return spill_full(near.device->committed(), near.device->capacity(), r.watermark_pct);
 }
 
 }  // namespace
@@ -60,8 +60,9 @@ void compile_routes(Pool* pool) {
         route.below = uint8_t(r.devices[0]);
         route.above = uint8_t(r.devices[1]);
         const PoolDevice& near = pool->dev[r.devices[0]];
-        route.limit = (near.capacity / 100) * r.watermark_pct + (near.capacity % 100) * r.watermark_pct / 100;
+        route.pct = uint8_t(r.watermark_pct);
         route.watched = &near.device->ledger().committed;
+        route.capacity = &near.device->ledger().capacity;
       } else if (!split && (r.kind == RuleKind::kRatio || r.kind == RuleKind::kInterleave)) {
         route.kind = RouteKind::kPerPage;
       }

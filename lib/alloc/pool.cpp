@@ -78,7 +78,6 @@ Pool* pool_create(const Topology& topo, const PoolOptions& options) {
   for (int i = 0; i < pool->ndev; ++i) {
     PoolDevice& d = pool->dev[i];
     d.device = registry::acquire(topo.targets[d.target].backing);
-    d.capacity = d.device->caps().capacity_bytes;
     d.page_size = d.device->caps().page_size;
     d.coarse = d.page_size > kSliceSize;
     if (d.page_size > kSegmentSize || (d.page_size & (d.page_size - 1)))

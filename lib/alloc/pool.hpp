@@ -43,6 +43,9 @@ struct DeviceStats {
   uint64_t device_committed_bytes = 0;  // committed on the device by every pool and backing
   uint64_t double_frees = 0;            // frees of blocks already free: ignored
   uint64_t invalid_frees = 0;           // frees of pointers that start no block: ignored
+  uint64_t capacity_changes = 0;        // extents added and withdrawn (elastic capacity)
+  uint64_t capacity_refusals = 0;       // withdrawals refused (BUSY)
+  uint64_t evacuated_bytes = 0;         // moved off the device by withdrawals
 };
 
 // Every DeviceStats figure with its description: the one list pool_stats_json, the stats page
@@ -84,6 +87,16 @@ inline constexpr DeviceStatField kDeviceStatFields[] = {
     {{"invalid_frees", MetricKind::kCounter, "events", "frees of pointers that start no block (ignored)"},
      &DeviceStats::invalid_frees,
      false},
+    {{"capacity_changes", MetricKind::kCounter, "events", "extents added to or withdrawn from the device"},
+     &DeviceStats::capacity_changes,
+     true},
+    {{"capacity_refusals", MetricKind::kCounter, "events",
+      "withdrawals refused: something in the range could not move"},
+     &DeviceStats::capacity_refusals,
+     true},
+    {{"evacuated_bytes", MetricKind::kCounter, "bytes", "committed bytes moved off the device by withdrawals"},
+     &DeviceStats::evacuated_bytes,
+     true},
 };
 
 // One device of the process (a Device is shared by every pool on its target) with the sum of
@@ -237,6 +250,33 @@ void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept
 // detached thread's end) and dlclose frees under the loader's lock, and pthread_create takes
 // both.
 void set_thread_start_deferred(bool deferred) noexcept;
+
+// ---- Elastic capacity (elastic.cpp; docs/devices.md) ---------------------------------------
+// The capacity of a device open in this process changes while its pools allocate. Growing is
+// immediate. Withdrawing an extent gives back the pools' free memory first, then moves what
+// they hold in the extent, or past the new capacity, under the same addresses: to other
+// offsets of the device where the pages are private anonymous memory (no bytes move),
+// otherwise to another device of the unit's pool in the order its policy names them. What
+// cannot move (a pool with one device or shared memory, a raw backing's range, a move the
+// program's use of the range refuses) makes it BUSY, with a message naming it; the extent
+// then stays online, and units that had moved stay where they went.
+struct CapacityReport {
+  uint64_t capacity_before = 0, capacity_after = 0;
+  uint64_t trimmed_bytes = 0;                         // free memory of the pools given back first
+  uint64_t relocated = 0;                             // reservations given other offsets of the device (no bytes moved)
+  uint64_t evacuated_units = 0, evacuated_bytes = 0;  // moved to other devices of their pools
+};
+// Statuses: OK; NOT_FOUND (no device of that name open here); INVALID_ARGUMENT (not
+// page-aligned, not online / already online, below 4 MiB); CAPACITY (past a devdax device's
+// end); BUSY (something in the range cannot move, or another withdrawal is running); OS.
+cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uint64_t length, CapacityReport* report,
+                                   std::string* message) noexcept;
+cxlpool_status_t device_withdraw_extent(const std::string& name, uint64_t offset, uint64_t length,
+                                        CapacityReport* report, std::string* message) noexcept;
+// Sets the capacity: grows into holes of the offset space first, then past its end; shrinks
+// by withdrawing from the top (the offsets handed out last).
+cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, CapacityReport* report,
+                               std::string* message) noexcept;
 
 // The allocator's fork hooks (called by lib/lifecycle's one pthread_atfork registration, in
 // the order written there): prepare takes every allocator and device lock in the order written

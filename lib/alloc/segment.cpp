@@ -139,7 +139,7 @@ namespace {
 long new_region(Pool* pool, PoolDevice& d) noexcept {
   size_t want = std::min(kRegionSegments, region_segments());
   if (d.device->caps().kind != CXLPOOL_BACKING_NUMA) {
-    uint64_t cap = d.capacity, reserved = d.device->reserved_bytes();
+    uint64_t cap = d.device->capacity(), reserved = d.device->reserved_bytes();
     uint64_t left = (cap - std::min(cap, reserved)) / kSegmentSize;
     want = std::min<size_t>(want, std::max<uint64_t>(1, cap / 8 / kSegmentSize));
     want = std::max<size_t>(1, std::min<size_t>(want, left));

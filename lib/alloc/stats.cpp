@@ -57,8 +57,12 @@ DeviceStats pool_device_stats(const Pool* pool, int di) noexcept {
   s.active_bytes = d.active.load(std::memory_order_relaxed);
   s.resident_bytes = d.resident.load(std::memory_order_relaxed);
   s.peak_resident_bytes = d.peak_resident.load(std::memory_order_relaxed);
-  s.capacity_bytes = d.capacity;
+  s.capacity_bytes = d.device->capacity();
   s.device_committed_bytes = d.device->committed();
+  const ElasticCounters& e = d.device->ledger().elastic;
+  s.capacity_changes = e.grows.load(std::memory_order_relaxed) + e.shrinks.load(std::memory_order_relaxed);
+  s.capacity_refusals = e.refusals.load(std::memory_order_relaxed);
+  s.evacuated_bytes = e.evacuated_bytes.load(std::memory_order_relaxed);
   return s;
 }
 

@@ -177,7 +177,6 @@ struct PoolDevice {
   std::string name;
   size_t target = 0;
   int tier = 0;
-  uint64_t capacity = 0;
   uint64_t read_bandwidth = 0;
   // Pages larger than a slice (device-DAX at 2 MiB): whole segments are committed at once and
   // stay committed until the segment is freed (device-DAX memory is not returned anyway).

@@ -82,6 +82,7 @@ std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy
   s->placement_in_storage_ = spec.kind == CXLPOOL_BACKING_FILE && os::fd_needs_shared_mapping(s->fd_);
   s->hugetlbfs_ = spec.kind == CXLPOOL_BACKING_FILE && os::fd_on_hugetlbfs(s->fd_);
   s->room_limited_ = spec.kind == CXLPOOL_BACKING_SHM || spec.kind == CXLPOOL_BACKING_FILE;
+  s->resizable_ = spec.kind != CXLPOOL_BACKING_DEVDAX || fork_copy;
   // Where the file has a policy of its own (a tmpfs mounted with mpol=), its private pages
   // are placed by it, as the kernel places a private copy-on-write copy of a tmpfs page.
   if (!s->hugetlbfs_ && (spec.kind != CXLPOOL_BACKING_DEVDAX || fork_copy))
@@ -180,10 +181,53 @@ bool Storage::take_exact(uint64_t offset, size_t size) noexcept {
 
 void Storage::give_back_range(uint64_t offset, size_t size) noexcept {
   try {
-    free_.insert(offset, offset + size);
+    if (withheld_.empty() || !withheld_.covered(offset, offset + size)) {
+      free_.insert(offset, offset + size);
+      return;
+    }
+    withheld_.for_each_gap(offset, offset + size, [&](uint64_t lo, uint64_t hi) { free_.insert(lo, hi); });
   } catch (...) {
     // Out of host memory for one map node: the range is lost to this process, nothing else.
   }
+}
+
+bool Storage::withhold(uint64_t lo, uint64_t hi) noexcept {
+  try {
+    withheld_.insert(lo, hi);
+    free_.erase(lo, hi);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void Storage::restore(uint64_t lo, uint64_t hi, const IntervalSet& in_use) noexcept {
+  try {
+    withheld_.erase(lo, hi);
+    in_use.for_each_gap(lo, hi, [&](uint64_t a, uint64_t b) { free_.insert(a, b); });
+  } catch (...) {
+  }
+}
+
+int Storage::grow_to(uint64_t size) noexcept {
+  if (size <= size_) return 0;
+  if (resizable()) {
+    if (int e = check_identity()) return e;
+    if (int e = os::prim::truncate_fd(fd_, size)) return e;
+  }
+  size_ = size;
+  return 0;
+}
+
+int Storage::drop_range(uint64_t lo, uint64_t hi, uint64_t new_end) noexcept {
+  if (!resizable() || check_identity() != 0) return 0;  // device-DAX keeps its memory; a lost fd is not ours
+  int e = os::prim::punch_hole(fd_, lo, hi - lo);
+  if (e == EOPNOTSUPP) e = 0;  // the truncation below frees a range at the end anyway
+  if (hi >= size_ && new_end < size_) {
+    if (int t = os::prim::truncate_fd(fd_, new_end)) return t;
+    size_ = new_end;
+  }
+  return e;
 }
 
 }  // namespace cxlpool::detail

@@ -61,11 +61,27 @@ class Storage {
   // Private pages of this storage must be faulted in at commit to be had at all (hugetlbfs:
   // a huge page missing at fault time is SIGBUS).
   bool private_needs_populate() const { return hugetlbfs_; }
+  // Private pages are anonymous memory (storage.hpp's map): their offsets here are bookkeeping
+  // only, so a private range can take other offsets without its bytes moving.
+  bool private_anonymous() const { return fd_ < 0 || !hugetlbfs_; }
+  // A descriptor of a file cxlpool created and may resize (not a device-DAX node).
+  bool resizable() const { return fd_ >= 0 && resizable_; }
 
   // First-fit allocation of offsets (fd storage). Returns 0, or ENOSPC with the largest free
   // range in *largest.
   int take_range(size_t size, size_t alignment, uint64_t* offset, uint64_t* largest) noexcept;
+  // Offsets withheld (elastic capacity: a withdrawn extent) are never given back here.
   void give_back_range(uint64_t offset, size_t size) noexcept;
+  // Elastic capacity: withholds [lo, hi) from the offset allocator (what is free there stops
+  // being handed out; what is in use stays until given back, then stays withheld).
+  bool withhold(uint64_t lo, uint64_t hi) noexcept;
+  // Undoes withhold for [lo, hi) except `in_use` (offsets reservations still hold).
+  void restore(uint64_t lo, uint64_t hi, const IntervalSet& in_use) noexcept;
+  // The file grows to size (resizable storages; others only note the size). 0 or an errno.
+  int grow_to(uint64_t size) noexcept;
+  // Frees the memory of [lo, hi) (withheld, held by no reservation): file pages punched out;
+  // when hi is the file's end, the file is shortened to new_end. 0 or an errno.
+  int drop_range(uint64_t lo, uint64_t hi, uint64_t new_end) noexcept;
   // Marks [offset, offset+size) as taken (a fork child's copy keeps its offsets); false
   // without host memory for it.
   bool take_exact(uint64_t offset, size_t size) noexcept;
@@ -93,9 +109,11 @@ class Storage {
   bool retired_ = false;
   bool hugetlbfs_ = false;
   bool room_limited_ = false;   // a file or /dev/shm: its filesystem can fill up
+  bool resizable_ = false;      // a file or memfd cxlpool made (not device-DAX)
   os::prim::MemPolicy policy_;  // the file's memory policy, for its private (anonymous) pages
   std::string description_;     // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
   IntervalSet free_;            // free offset ranges
+  IntervalSet withheld_;        // offsets of withdrawn extents (elastic capacity)
 };
 
 }  // namespace cxlpool::detail

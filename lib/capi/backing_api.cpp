@@ -69,6 +69,7 @@ cxlpool_status_t cxlpool_backing_get_caps(const cxlpool_backing_t* backing, cxlp
   return guarded([&] {
     require(backing && out, "cxlpool_backing_get_caps", "backing or out is NULL");
     *out = backing->device->caps();
+    out->capacity_bytes = backing->device->capacity();  // now: it changes (device.h)
   });
 }
 
@@ -77,7 +78,7 @@ cxlpool_status_t cxlpool_backing_get_usage(const cxlpool_backing_t* backing, cxl
     require(backing && out, "cxlpool_backing_get_usage", "backing or out is NULL");
     const Device& d = *backing->device;
     cxlpool_backing_usage_t u{};
-    u.capacity_bytes = d.caps().capacity_bytes;
+    u.capacity_bytes = d.capacity();
     u.reserved_bytes = d.reserved_bytes();
     u.committed_bytes = d.committed();
     u.peak_committed_bytes = d.ledger().peak.load(std::memory_order_relaxed);

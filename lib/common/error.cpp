@@ -11,7 +11,7 @@ namespace {
 struct LastError {
   cxlpool_status_t status = CXLPOOL_OK;
   int os_errno = 0;
-  char message[512] = "";
+  char message[1024] = "";
 };
 thread_local LastError tls_last_error;
 }  // namespace

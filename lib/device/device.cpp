@@ -101,7 +101,11 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
   if (spec_.kind == CXLPOOL_BACKING_DEVDAX) shared_storage_ = private_storage_;  // one device, one offset space
   caps_ = describe_backing(spec_);
   fork_mode_ = effective_fork_mode(spec_, private_storage_->placement_in_storage());
-  ledger_.capacity = caps_.capacity_bytes;
+  ledger_.capacity.store(caps_.capacity_bytes, std::memory_order_relaxed);
+  online_.insert(0, caps_.capacity_bytes);
+  space_ = caps_.capacity_bytes;
+  // A devdax device cannot hold more than its size; a file or memfd can grow.
+  max_space_ = spec_.kind == CXLPOOL_BACKING_DEVDAX ? caps_.capacity_bytes : uint64_t(1) << 50;
 }
 
 Device::~Device() {
@@ -162,6 +166,11 @@ cxlpool_status_t Device::storage_for(Sharing sharing, std::shared_ptr<Storage>& 
     // closed our descriptor. Device-DAX cannot be duplicated: a child's memory is a memfd.
     bool fresh_copy = forked_child_ && spec_.kind == CXLPOOL_BACKING_DEVDAX;
     slot = Storage::create(spec_, fresh_copy);
+    if (int e = conform(*slot)) {
+      std::snprintf(tls_message, sizeof tls_message, "device '%s': sizing its fresh storage: %s",
+                    spec_.device_name.c_str(), std::strerror(e));
+      return device_failure(err, status_of_errno(e), e, "opening storage");
+    }
     if (spec_.kind == CXLPOOL_BACKING_DEVDAX && forked_child_) {
       // One memfd for both sharing modes in the child, as the device had one offset space.
       private_storage_ = slot;
@@ -308,9 +317,11 @@ cxlpool_status_t Device::map_range(uint64_t offset, size_t size, int client, voi
   if (size == 0 || offset % ps) return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "map");
   if (spec_.kind == CXLPOOL_BACKING_NUMA) return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "map");
   size = (size + ps - 1) / ps * ps;
-  if (offset > caps_.capacity_bytes || caps_.capacity_bytes - offset < size)
-    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "map past the end", caps_.capacity_bytes);
   std::lock_guard<std::mutex> lock(mu_);
+  // Only online offsets: past the end, or in an extent withdrawn or being withdrawn, is none.
+  if (offset > space_ || space_ - offset < size || online_.covered(offset, offset + size) != size ||
+      (withdrawing_.hi > offset && offset + size > withdrawing_.lo))
+    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "map past the end", capacity());
   std::shared_ptr<Storage> st;
   if (cxlpool_status_t s = storage_for(Sharing::kShared, st, err)) return s;
   void* addr = nullptr;
@@ -362,8 +373,7 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
   Storage& st = *r->storage;
   uint64_t off = r->offset + (a - r->addr);
   uint64_t added = len - st.committed.covered(off, off + len);
-  if (committed() + added > ledger_.capacity)
-    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "capacity", committed());
+  if (committed() + added > capacity()) return device_failure(err, CXLPOOL_E_CAPACITY, 0, "capacity", committed());
   const int64_t vmas = vma_delta(*r, off, off + len, true);
   if (int e = os::prim::protect(addr, len, true)) return device_failure(err, status_of_errno(e), e, "mprotect(RW)");
   // Bytes that live in the storage (shared mappings of a file or /dev/shm) get their room now,
@@ -521,6 +531,13 @@ size_t Device::reservation_count() const {
 
 std::string Device::describe(const char* op, const void* addr, size_t len, const DeviceError& err) const {
   std::string where = std::string(op) + "(" + hex(addr) + ", " + std::to_string(len) + "): device '" + name() + "'";
+  // Capacity changes say what was wrong in their own words (the call names it).
+  if (std::strncmp(err.call, "withdraw", 8) == 0 || std::strncmp(err.call, "add extent", 10) == 0) {
+    std::string text = where + ": " + err.call;
+    if (err.status == CXLPOOL_E_CAPACITY) text += " (" + format_bytes(err.detail) + ")";
+    if (err.os_errno) text += std::string(": ") + std::strerror(err.os_errno);
+    return text;
+  }
   switch (err.status) {
     case CXLPOOL_E_INVALID_ARGUMENT:
       return where + " needs a non-empty range aligned to its page size " + std::to_string(caps_.page_size) +
@@ -530,12 +547,13 @@ std::string Device::describe(const char* op, const void* addr, size_t len, const
     case CXLPOOL_E_CAPACITY:
       if (std::strcmp(err.call, "device range") == 0)
         return where + ": no free device range of that size (largest free: " + format_bytes(err.detail) + " of " +
-               format_bytes(caps_.capacity_bytes) + ")";
+               format_bytes(capacity()) + ")";
       if (std::strcmp(err.call, "capacity") == 0)
         return where + ": committing it would exceed the capacity (" + format_bytes(err.detail) + " of " +
-               format_bytes(caps_.capacity_bytes) + " committed)";
+               format_bytes(capacity()) + " committed)";
       if (std::strcmp(err.call, "map past the end") == 0)
-        return where + ": range extends past the capacity " + std::to_string(caps_.capacity_bytes);
+        return where + ": range is not online device capacity (past the end, or an extent withdrawn): capacity " +
+               std::to_string(capacity());
       if (std::strcmp(err.call, "VMA budget") == 0)
         return where + ": moving it needs a staging mapping past cxlpool's mapping budget of " +
                std::to_string(err.detail) + " (half of vm.max_map_count)";
@@ -647,6 +665,8 @@ IntervalSet Device::committed_in(const Reservation& r) const {
 
 bool Device::child_after_fork(char* message, size_t message_size) noexcept {
   forked_child_ = true;
+  // A withdrawal the parent had in progress: its thread is not here to end it.
+  if (withdrawing_.hi > withdrawing_.lo) cancel_withdraw_locked();
   // Threads that waited on it in the parent do not exist here.
   new (&moved_) std::condition_variable();
   claim_.reset();  // the name stays the parent's; what the child maps from here is its own
@@ -667,7 +687,10 @@ bool Device::child_after_fork(char* message, size_t message_size) noexcept {
     if (!target) {
       try {
         target = Storage::create(spec_, /*fork_copy=*/true);
+        if (conform(*target)) target.reset();  // the file cannot take the device's length
       } catch (const std::exception&) {
+      }
+      if (!target) {
         if (!anon) anon = Storage::anonymous_copy();  // no descriptor, no space: DRAM
         target = anon;
       }

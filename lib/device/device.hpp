@@ -82,11 +82,23 @@ bool vma_room_for(int64_t more) noexcept;
 // Sets the budget (tests; a value <= 0 restores half of vm.max_map_count).
 void set_vma_budget(int64_t budget) noexcept;
 
+// What elastic capacity did on a device (elastic.cpp and the allocator's evacuation).
+struct ElasticCounters {
+  std::atomic<uint64_t> grows{0};                                // extents added
+  std::atomic<uint64_t> shrinks{0};                              // withdrawals finished
+  std::atomic<uint64_t> refusals{0};                             // withdrawals given up (BUSY): the range stayed
+  std::atomic<uint64_t> relocated{0};                            // reservations given offsets outside a withdrawn range
+  std::atomic<uint64_t> evacuated_units{0}, evacuated_bytes{0};  // moved to another device
+};
+
 struct Ledger {
-  uint64_t capacity = 0;
+  // The device's capacity now: read here and nowhere else (Device::capacity()), changed only
+  // by the elastic operations (elastic.cpp).
+  std::atomic<uint64_t> capacity{0};
   std::atomic<uint64_t> committed{0};
   std::atomic<uint64_t> peak{0};
   std::atomic<uint64_t> by_client[kMaxLedgerClients] = {};
+  ElasticCounters elastic;
 };
 
 class Device {
@@ -108,6 +120,46 @@ class Device {
   Ledger& ledger() { return ledger_; }
   const Ledger& ledger() const { return ledger_; }
   uint64_t committed() const { return ledger_.committed.load(std::memory_order_relaxed); }
+  uint64_t capacity() const noexcept { return ledger_.capacity.load(std::memory_order_relaxed); }
+
+  // ---- Elastic capacity (elastic.cpp; docs/devices.md) ------------------------------------
+  // A device has an offset space [0, space) of which the online extents are its capacity
+  // (numa devices: the same arithmetic, no storage behind the offsets). Extents are added at
+  // once; taking one away is a withdrawal: begin, evacuate what the allocator can move, end.
+  struct Extent {
+    uint64_t lo, hi;
+  };
+  std::vector<Extent> online_extents() const;
+  // End of the offset space (the length of the device's files).
+  uint64_t space() const;
+  // Adds [lo, hi) (page-aligned, not online, no withdrawal of it in progress) to the capacity;
+  // files grow to hi. Statuses: OK; INVALID_ARGUMENT; CAPACITY (past the end of a devdax
+  // device); OS (the file could not grow).
+  cxlpool_status_t add_extent(uint64_t lo, uint64_t hi, DeviceError* err) noexcept;
+  // Starts taking the online [lo, hi) away: the capacity drops by its size now (commits past
+  // it are CAPACITY), its free offsets are withheld, and reservations in it whose pages are
+  // private anonymous memory (their offsets are bookkeeping only) get offsets elsewhere when
+  // there is room. What still holds part of it is listed by occupants(). One withdrawal at a
+  // time. Statuses: OK; INVALID_ARGUMENT (not page-aligned or not online); BUSY (another
+  // withdrawal in progress).
+  cxlpool_status_t begin_withdraw(uint64_t lo, uint64_t hi, DeviceError* err) noexcept;
+  struct Occupant {
+    uintptr_t addr = 0;  // the reservation
+    size_t size = 0;
+    uint64_t lo = 0, hi = 0;  // the offsets it holds in the withdrawal
+    int client = 0;
+    bool shared = false;  // shared with forked children or other processes (never moves)
+    bool mapped = false;  // a range mapped with map_range (a raw backing's view): never moves
+  };
+  // The reservations still holding part of the withdrawal in progress (none when none is).
+  std::vector<Occupant> occupants() const;
+  // Ends the withdrawal. finish: needs no occupant and no more committed than the capacity
+  // (BUSY otherwise, and nothing changes: end it again, or cancel); then the range's memory is
+  // freed (file pages punched out; a file that the range ended is shortened). !finish: the
+  // range is online again.
+  cxlpool_status_t end_withdraw(bool finish, DeviceError* err) noexcept;
+  // Counts n evacuated units of bytes (the allocator's evacuation).
+  void note_evacuated(uint64_t units, uint64_t bytes) noexcept;
 
   // Reserves size bytes (rounded up to the page size) of the device at an address aligned
   // to alignment; span > size reserves that much address space of which only the first
@@ -227,6 +279,18 @@ class Device {
   int copy_to_anonymous(Reservation& r, const std::shared_ptr<Storage>& anon) noexcept;
   // The committed offsets of r's storage inside r.
   IntervalSet committed_in(const Reservation& r) const;
+  // Gives a fresh storage the offset space of the device (elastic.cpp): its file as long as
+  // the space, offsets outside the online extents withheld. 0 or an errno.
+  int conform(Storage& s) noexcept;
+  // The offsets of the withdrawal in progress that r holds, as [*lo, *hi); false if none.
+  bool holds_withdrawn(const Reservation& r, uint64_t* lo, uint64_t* hi) const noexcept;
+  // Gives r offsets outside the withdrawal (pages that are private anonymous memory only).
+  bool relocate_bookkeeping(Reservation& r) noexcept;
+  // Puts the withdrawal in progress back online (mu_ held).
+  void cancel_withdraw_locked() noexcept;
+  // The storages whose offsets a withdrawal applies to: the device's own, and any other that
+  // a reservation still uses (mu_ held).
+  std::vector<std::shared_ptr<Storage>> offset_storages() const;
 
   BackingSpec requested_;
   BackingSpec spec_;
@@ -240,6 +304,11 @@ class Device {
   std::map<uintptr_t, Reservation> reservations_;
   uint64_t reserved_bytes_ = 0;
   bool forked_child_ = false;
+  IntervalSet online_;                                 // the offsets that are capacity (mu_)
+  uint64_t space_ = 0;                                 // end of the offset space (mu_)
+  uint64_t max_space_ = 0;                             // how far it can grow: a devdax device's size; files: unbounded
+  Extent withdrawing_{0, 0};                           // the withdrawal in progress; empty when none (mu_)
+  std::vector<std::shared_ptr<Storage>> withheld_in_;  // storages it withholds offsets of (mu_)
   Ledger ledger_;
 };
 

@@ -271,7 +271,7 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
   } catch (...) {
     return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "move: committed ranges");
   }
-  if (to.committed() + bytes > to.ledger_.capacity)
+  if (to.committed() + bytes > to.capacity())
     return device_failure(err, CXLPOOL_E_CAPACITY, 0, "move: target capacity");
   std::shared_ptr<Storage> dst;
   if (cxlpool_status_t s = to.storage_for(Sharing::kPrivate, dst, err)) return s;

@@ -75,6 +75,21 @@ std::shared_ptr<Device> acquire(const BackingSpec& spec) {
   return d;
 }
 
+std::shared_ptr<Device> find(const std::string& name, size_t* matches) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::shared_ptr<Device> found;
+  size_t n = 0;
+  if (g_devices)
+    for (Entry& e : *g_devices)
+      if (e.device->name() == name)
+        if (auto live = e.weak.lock()) {
+          ++n;
+          if (!found) found = std::move(live);
+        }
+  if (matches) *matches = n;
+  return found;
+}
+
 // Lock order: the registry lock, then each device in registry order (alloc/fork.cpp takes
 // its own locks before these).
 void fork_prepare() noexcept {

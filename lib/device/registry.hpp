@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "device/device.hpp"
 
@@ -14,6 +15,11 @@ namespace cxlpool::detail::registry {
 // The open Device for spec, opening it on first use. A named device already open in this
 // process under a different configuration is CXLPOOL_E_BUSY. Throws Failure.
 std::shared_ptr<Device> acquire(const BackingSpec& spec);
+
+// The open Device named name (a topology target's name), or nullptr when none is open in this
+// process; *matches (when given) counts the open devices of that name (two topologies may
+// each have opened a target of one name: then the name alone is ambiguous).
+std::shared_ptr<Device> find(const std::string& name, size_t* matches = nullptr);
 
 // fork() handlers, called by the allocator's handlers in its lock order (alloc/fork.cpp).
 void fork_prepare() noexcept;

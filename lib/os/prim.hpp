@@ -52,6 +52,8 @@ int clear_policy(void* addr, size_t size) noexcept;
 int move_mapping(void* from, size_t size, void* to) noexcept;
 // Frees [offset, offset+size) of a file (fallocate PUNCH_HOLE, size kept).
 int punch_hole(int fd, uint64_t offset, size_t size) noexcept;
+// Sets a file's length (ftruncate). 0 or an errno.
+int truncate_fd(int fd, uint64_t size) noexcept;
 // Allocates [offset, offset+size) of a file (fallocate, size kept): the filesystem's room for
 // it is taken now, so that writes through a shared mapping cannot fault for lack of it later.
 // ENOSPC or EDQUOT when there is not enough (ext4 keeps what it allocated before it ran out:

@@ -206,6 +206,13 @@ int punch_hole(int fd, uint64_t offset, size_t size) noexcept {
   return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(size)) == 0 ? 0 : errno;
 }
 
+int truncate_fd(int fd, uint64_t size) noexcept {
+  for (;;) {
+    if (ftruncate(fd, off_t(size)) == 0) return 0;
+    if (errno != EINTR) return errno;
+  }
+}
+
 int allocate_range(int fd, uint64_t offset, size_t size) noexcept {
   for (;;) {
     if (fallocate(fd, FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(size)) == 0) return 0;

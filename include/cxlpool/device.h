@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/* cxlpool device C ABI: the elastic capacity of the devices this process has open (the ones
+ * its pools and backings use). Capacity grows at once; a withdrawal first gives back the
+ * pools' free memory, then moves what they hold in the withdrawn range under the same
+ * addresses, and only then frees the range; what cannot move makes it BUSY (docs/devices.md). */
+#ifndef CXLPOOL_DEVICE_H
+#define CXLPOOL_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cxlpool/common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What one capacity change did. */
+typedef struct cxlpool_capacity_report {
+  uint64_t capacity_before;
+  uint64_t capacity_after;
+  uint64_t trimmed_bytes;   /* free memory of the pools given back first */
+  uint64_t relocated;       /* reservations given other offsets of the device (no bytes moved) */
+  uint64_t evacuated_units; /* regions and large blocks moved to other devices of their pools */
+  uint64_t evacuated_bytes; /* their committed bytes */
+  uint64_t reserved[4];
+} cxlpool_capacity_report_t;
+
+/* A device's capacity now, and what elastic capacity has done on it since it was opened. */
+typedef struct cxlpool_device_capacity {
+  uint64_t capacity_bytes;  /* the online extents' bytes */
+  uint64_t committed_bytes; /* committed by every pool and backing of this process */
+  uint64_t space_bytes;     /* end of the device's offset space (its files' length) */
+  uint64_t extents;         /* online extents */
+  uint64_t grows;           /* extents added */
+  uint64_t shrinks;         /* withdrawals finished */
+  uint64_t refusals;        /* withdrawals given up (BUSY) */
+  uint64_t relocated;       /* reservations given other offsets */
+  uint64_t evacuated_units;
+  uint64_t evacuated_bytes;
+  uint64_t reserved[6];
+} cxlpool_device_capacity_t;
+
+/* device: a target name (e.g. "cxl0") of a device open in this process; NOT_FOUND otherwise.
+ * report may be NULL. */
+CXLPOOL_API cxlpool_status_t cxlpool_device_get_capacity(const char* device, cxlpool_device_capacity_t* out);
+/* The online extents as [offset, end) pairs: pairs[2i], pairs[2i+1] for i < min(*count, max). */
+CXLPOOL_API cxlpool_status_t cxlpool_device_get_extents(const char* device, uint64_t* pairs, size_t max, size_t* count);
+/* Sets the capacity (a multiple of the page size, at least 4 MiB): grows into withdrawn
+ * extents first, then past the end of the offset space (files grow; a devdax device cannot
+ * grow past its size: CAPACITY); shrinks by withdrawing from the top of the offset space.
+ * Statuses: OK, INVALID_ARGUMENT, NOT_FOUND, CAPACITY, BUSY (the last error names what could
+ * not move; capacity_after says how far it got), NO_MEMORY, OS. */
+CXLPOOL_API cxlpool_status_t cxlpool_device_resize(const char* device, uint64_t capacity,
+                                                   cxlpool_capacity_report_t* report);
+/* Adds [offset, offset+length) of the offset space (page-aligned, not online) to the capacity. */
+CXLPOOL_API cxlpool_status_t cxlpool_device_add_extent(const char* device, uint64_t offset, uint64_t length,
+                                                       cxlpool_capacity_report_t* report);
+/* Withdraws the online [offset, offset+length): see the top of this file. */
+CXLPOOL_API cxlpool_status_t cxlpool_device_withdraw_extent(const char* device, uint64_t offset, uint64_t length,
+                                                            cxlpool_capacity_report_t* report);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,382 @@
+// SPDX-License-Identifier: MIT
+// Elastic capacity, the allocator's half (pool.hpp; the device's half is device/elastic.cpp):
+// a device open in this process grows at once (every pool's routes, spill watermarks and
+// region sizes read its capacity where they use it), and shrinks by withdrawing an extent:
+// free memory of the pools goes back first, then what the pools hold in the extent or past
+// the new capacity moves under the same addresses to another device of its pool (move_unit),
+// and only then is the extent's memory freed. Nothing is lost: what cannot move makes the
+// withdrawal BUSY, naming it, and the extent comes back.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <mutex>
+#include <vector>
+
+#include "alloc/internal.hpp"
+#include "common/error.hpp"
+#include "common/parse.hpp"
+#include "device/registry.hpp"
+
+namespace cxlpool::detail::alloc {
+
+namespace {
+
+// One capacity change at a time in the process: a withdrawal's evacuation must not race
+// another's on the same pools.
+std::mutex g_elastic_mu;
+
+std::string format_hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
+}
+
+int index_on(const Pool* pool, const Device* dev) noexcept {
+  for (int i = 0; i < pool->ndev; ++i)
+    if (pool->dev[i].device.get() == dev) return i;
+  return -1;
+}
+
+// Gives back the free memory of every pool on dev: it needs no move. Bytes given back.
+uint64_t trim_pools_on(const Device& dev) noexcept {
+  const uint64_t before = dev.committed();
+  {
+    std::lock_guard<std::mutex> registry(g_registry_mu);
+    for (const RegistryEntry& e : g_registry)
+      if (e.pool && !e.pool->detached && index_on(e.pool, &dev) >= 0) pool_trim(e.pool);
+  }
+  const uint64_t after = dev.committed();
+  return before > after ? before - after : 0;
+}
+
+// A unit of some pool whose bytes are on the device being shrunk.
+struct Candidate {
+  UnitRef ref;
+  uint64_t committed = 0;
+  size_t size = 0;
+  bool in_range = false;   // holds part of the withdrawn extent
+  bool can_move = false;   // a private pool of two devices or more
+  int order[kMaxDevices];  // targets to try, in the pool's policy order
+  int ntargets = 0;
+  char pool_name[48] = {};
+  char why[96] = {};  // why it cannot move, when it cannot
+};
+
+// The pool's devices in the order its policy names them, then the rest in pool order
+// (nearest tier first), without `skip`.
+int policy_order(const Pool* pool, int skip, int* out) noexcept {
+  int n = 0;
+  auto add = [&](int d) {
+    if (d < 0 || d >= pool->ndev || d == skip) return;
+    for (int i = 0; i < n; ++i)
+      if (out[i] == d) return;
+    out[n++] = d;
+  };
+  for (const Rule& r : pool->policy.rules) {
+    for (int d : r.devices) add(d);
+    for (int d : r.fallback) add(d);
+  }
+  for (int d = 0; d < pool->ndev; ++d) add(d);
+  return n;
+}
+
+void list_units(const Device& dev, const std::vector<Device::Occupant>& occupants, std::vector<Candidate>* out) {
+  auto in_range = [&](uintptr_t base) {
+    for (const auto& o : occupants)
+      if (o.addr == base) return true;
+    return false;
+  };
+  std::lock_guard<std::mutex> registry(g_registry_mu);
+  for (const RegistryEntry& e : g_registry) {
+    Pool* pool = e.pool;
+    if (!pool) continue;
+    const int here = index_on(pool, &dev);
+    if (here < 0) continue;
+    const bool can_move = !pool->detached && pool->sharing == Sharing::kPrivate && pool->ndev >= 2;
+    for (int di = 0; di < pool->ndev; ++di) {
+      PoolDevice& d = pool->dev[di];
+      std::lock_guard<std::mutex> lock(d.mu);
+      auto add = [&](uintptr_t base, uint64_t serial, int resident, size_t size, uint64_t committed) {
+        if (resident != here) return;
+        Candidate c;
+        c.ref = {pool->index, pool->generation, base, serial, di};
+        c.committed = committed;
+        c.size = size;
+        c.in_range = in_range(base);
+        c.can_move = can_move;
+        c.ntargets = policy_order(pool, here, c.order);
+        std::snprintf(c.pool_name, sizeof c.pool_name, "%s", pool->name.c_str());
+        if (!can_move)
+          std::snprintf(c.why, sizeof c.why, "%s",
+                        pool->detached || pool->sharing != Sharing::kPrivate
+                            ? "its memory is shared with forked children"
+                            : "the pool has no other device");
+        out->push_back(c);
+      };
+      for (const Region& r : d.regions)
+        if (r.segments) {
+          uint64_t committed = 0;
+          for (size_t s = 0; s < r.segments; ++s) {
+            if (!(r.used >> s & 1)) continue;
+            SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(r.base + s * kSegmentSize));
+            if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool)
+              committed += uint64_t(__builtin_popcountll(static_cast<Segment*>(hdr)->committed_slices)) << kSliceShift;
+          }
+          add(r.base, r.serial, r.resident, r.segments * kSegmentSize, committed);
+        }
+      for (HugeSpan* list : {d.huge_live, d.huge_cache})
+        for (HugeSpan* s = list; s; s = s->next) add(s->base, s->serial, s->resident, s->block, s->committed);
+    }
+  }
+}
+
+struct Outcome {
+  uint64_t units = 0, bytes = 0;
+  std::string first_refusal;  // why the first unit that had to move did not
+};
+
+// Moves units off dev: every unit in the withdrawn extent, then (largest first) as many as it
+// takes to bring the committed bytes within the capacity.
+void evacuate(Device& dev, Outcome* out) {
+  for (int pass = 0; pass < 3; ++pass) {
+    const std::vector<Device::Occupant> occupants = dev.occupants();
+    uint64_t excess = dev.committed() > dev.capacity() ? dev.committed() - dev.capacity() : 0;
+    if (occupants.empty() && excess == 0) return;
+    std::vector<Candidate> units;
+    list_units(dev, occupants, &units);
+    std::stable_sort(units.begin(), units.end(), [](const Candidate& a, const Candidate& b) {
+      return a.in_range != b.in_range ? a.in_range : a.committed > b.committed;
+    });
+    bool moved_any = false;
+    for (const Candidate& c : units) {
+      if (!c.in_range && excess == 0) continue;
+      if (!c.in_range && c.committed == 0) continue;  // frees nothing
+      auto refuse = [&](const std::string& why) {
+        if (out->first_refusal.empty())
+          out->first_refusal = "a unit of pool '" + std::string(c.pool_name) + "' at " + format_hex(c.ref.base) + " (" +
+                               format_bytes(c.committed) + " committed) " + why;
+      };
+      if (!c.can_move) {
+        refuse(std::string("cannot move: ") + c.why);
+        continue;
+      }
+      cxlpool_status_t last = CXLPOOL_E_CAPACITY;
+      std::string message = "no other device of the pool has room for it";
+      for (int i = 0; i < c.ntargets; ++i) {
+        UnitMove um;
+        std::string why;
+        last = move_unit(c.ref, c.order[i], &um, &why);
+        if (last == CXLPOOL_OK) {
+          ++out->units;
+          out->bytes += um.bytes;
+          dev.note_evacuated(1, um.bytes);
+          excess -= std::min(excess, um.bytes);
+          moved_any = true;
+          break;
+        }
+        if (last == CXLPOOL_E_NOT_FOUND) break;  // freed meanwhile: nothing to move
+        message = why;
+      }
+      if (last != CXLPOOL_OK && last != CXLPOOL_E_NOT_FOUND) refuse("could not move: " + message);
+    }
+    if (!moved_any) return;
+  }
+}
+
+// What still holds the withdrawal, for the BUSY message: first why the allocator could not
+// move it, then what is left, by kind.
+std::string holders(const Device& dev, const Outcome& o) {
+  std::string why = o.first_refusal;
+  struct Kind {
+    const char* what;
+    uint64_t bytes = 0, count = 0;
+  } kinds[] = {{"pools' memory"},
+               {"raw backings' reservations (cxlpool_backing_reserve)"},
+               {"memory shared with other processes or forked children"},
+               {"raw backings' mappings of device ranges"}};
+  for (const Device::Occupant& occ : dev.occupants()) {
+    Kind& k = occ.mapped ? kinds[3] : occ.shared ? kinds[2] : occ.client >= kFirstRawClient ? kinds[1] : kinds[0];
+    k.bytes += occ.hi - occ.lo;
+    ++k.count;
+  }
+  for (const Kind& k : kinds)
+    if (k.count) {
+      if (!why.empty()) why += "; ";
+      why += format_bytes(k.bytes) + " of the range held by " + std::to_string(k.count) + " reservation" +
+             (k.count > 1 ? "s" : "") + " of " + k.what;
+    }
+  if (dev.committed() > dev.capacity()) {
+    if (!why.empty()) why += "; ";
+    why += format_bytes(dev.committed()) + " committed, " + format_bytes(dev.committed() - dev.capacity()) +
+           " more than the capacity would be";
+  }
+  return why;
+}
+
+void say(std::string* message, const std::string& text) noexcept {
+  if (!message) return;
+  try {
+    *message = text;
+  } catch (...) {
+  }
+}
+
+cxlpool_status_t withdraw_locked(Device& dev, uint64_t lo, uint64_t hi, CapacityReport* report, std::string* message) {
+  report->trimmed_bytes += trim_pools_on(dev);
+  DeviceError err;
+  if (cxlpool_status_t s = dev.begin_withdraw(lo, hi, &err)) {
+    say(message, dev.describe("withdraw", reinterpret_cast<void*>(lo), hi - lo, err));
+    return s;
+  }
+  Outcome o;
+  evacuate(dev, &o);
+  report->evacuated_units += o.units;
+  report->evacuated_bytes += o.bytes;
+  cxlpool_status_t s = dev.end_withdraw(true, &err);
+  if (s == CXLPOOL_E_BUSY) {
+    say(message, "device '" + dev.name() + "': cannot withdraw " + format_bytes(hi - lo) + " at offset " +
+                     format_hex(lo) + "; the extent stays online" +
+                     (o.units ? " (" + std::to_string(o.units) + " units that moved stay where they went)" : "") +
+                     ": " + holders(dev, o));
+    dev.end_withdraw(false, nullptr);
+    return s;
+  }
+  if (s != CXLPOOL_OK) say(message, dev.describe("withdraw", reinterpret_cast<void*>(lo), hi - lo, err));
+  return s;
+}
+
+std::shared_ptr<Device> open_device(const std::string& name, std::string* message, cxlpool_status_t* status) {
+  *status = CXLPOOL_E_NOT_FOUND;
+  size_t matches = 0;
+  std::shared_ptr<Device> dev = registry::find(name, &matches);
+  if (!dev)
+    say(message, "device '" + name +
+                     "' is not open in this process (capacity changes apply to the devices its "
+                     "pools and backings use)");
+  if (matches > 1) {
+    say(message, "device '" + name + "': " + std::to_string(matches) +
+                     " open devices have that name (targets of different topologies); close all but one");
+    *status = CXLPOOL_E_BUSY;
+    return nullptr;
+  }
+  return dev;
+}
+
+template <class F>
+cxlpool_status_t guarded(std::string* message, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const Failure& e) {
+    say(message, e.what());
+    return e.status();
+  } catch (const std::bad_alloc&) {
+    say(message, "out of memory");
+    return CXLPOOL_E_NO_MEMORY;
+  } catch (const std::exception& e) {
+    say(message, e.what());
+    return CXLPOOL_E_INTERNAL;
+  }
+}
+
+}  // namespace
+
+void elastic_reset_after_fork() noexcept { new (&g_elastic_mu) std::mutex(); }
+
+cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uint64_t length, CapacityReport* report,
+                                   std::string* message) noexcept {
+  return guarded(message, [&] {
+    CapacityReport local;
+    CapacityReport& r = report ? *report : local;
+    r = CapacityReport{};
+    cxlpool_status_t missing = CXLPOOL_OK;
+    std::shared_ptr<Device> dev = open_device(name, message, &missing);
+    if (!dev) return missing;
+    std::lock_guard<std::mutex> serial(g_elastic_mu);
+    r.capacity_before = dev->capacity();
+    DeviceError err;
+    cxlpool_status_t s = length && offset + length > offset
+                             ? dev->add_extent(offset, offset + length, &err)
+                             : device_failure(&err, CXLPOOL_E_INVALID_ARGUMENT, 0, "add extent: range");
+    if (s) say(message, dev->describe("add extent", reinterpret_cast<void*>(offset), length, err));
+    r.capacity_after = dev->capacity();
+    return s;
+  });
+}
+
+cxlpool_status_t device_withdraw_extent(const std::string& name, uint64_t offset, uint64_t length,
+                                        CapacityReport* report, std::string* message) noexcept {
+  return guarded(message, [&] {
+    CapacityReport local;
+    CapacityReport& r = report ? *report : local;
+    r = CapacityReport{};
+    cxlpool_status_t missing = CXLPOOL_OK;
+    std::shared_ptr<Device> dev = open_device(name, message, &missing);
+    if (!dev) return missing;
+    std::lock_guard<std::mutex> serial(g_elastic_mu);
+    r.capacity_before = dev->capacity();
+    const uint64_t relocated = dev->ledger().elastic.relocated.load();
+    cxlpool_status_t s = length && offset + length > offset
+                             ? withdraw_locked(*dev, offset, offset + length, &r, message)
+                             : CXLPOOL_E_INVALID_ARGUMENT;
+    if (s == CXLPOOL_E_INVALID_ARGUMENT && !length) say(message, "withdraw: an empty extent");
+    r.relocated = dev->ledger().elastic.relocated.load() - relocated;
+    r.capacity_after = dev->capacity();
+    return s;
+  });
+}
+
+cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, CapacityReport* report,
+                               std::string* message) noexcept {
+  return guarded(message, [&] {
+    CapacityReport local;
+    CapacityReport& r = report ? *report : local;
+    r = CapacityReport{};
+    cxlpool_status_t missing = CXLPOOL_OK;
+    std::shared_ptr<Device> dev = open_device(name, message, &missing);
+    if (!dev) return missing;
+    std::lock_guard<std::mutex> serial(g_elastic_mu);
+    const uint64_t ps = dev->caps().page_size;
+    r.capacity_before = r.capacity_after = dev->capacity();
+    if (capacity % ps || capacity < kMinDeviceBytes) {
+      say(message, "device '" + name + "': a capacity must be a multiple of its page size (" + format_bytes(ps) +
+                       ") and at least " + format_bytes(kMinDeviceBytes) + "; " + std::to_string(capacity) + " is not");
+      return CXLPOOL_E_INVALID_ARGUMENT;
+    }
+    const uint64_t relocated = dev->ledger().elastic.relocated.load();
+    cxlpool_status_t s = CXLPOOL_OK;
+    DeviceError err;
+    if (capacity > r.capacity_before) {
+      // Holes of the offset space first (extents withdrawn before), then past its end.
+      uint64_t want = capacity - r.capacity_before, at = 0;
+      std::vector<Device::Extent> online = dev->online_extents();
+      online.push_back({dev->space(), dev->space()});
+      for (const Device::Extent& e : online) {
+        if (!want) break;
+        const uint64_t hole_end = e.lo == e.hi ? at + want : e.lo;
+        if (hole_end > at) {
+          const uint64_t take = std::min(want, hole_end - at);
+          if ((s = dev->add_extent(at, at + take, &err))) {
+            say(message, dev->describe("grow", reinterpret_cast<void*>(at), take, err));
+            break;
+          }
+          want -= take;
+        }
+        at = e.hi;
+      }
+    } else {
+      // From the top: the offsets the first-fit allocator handed out last.
+      while (s == CXLPOOL_OK && dev->capacity() > capacity) {
+        std::vector<Device::Extent> online = dev->online_extents();
+        if (online.empty()) break;
+        const Device::Extent top = online.back();
+        const uint64_t take = std::min(dev->capacity() - capacity, top.hi - top.lo);
+        s = withdraw_locked(*dev, top.hi - take, top.hi, &r, message);
+      }
+    }
+    r.relocated = dev->ledger().elastic.relocated.load() - relocated;
+    r.capacity_after = dev->capacity();
+    return s;
+  });
+}
+
+}  // namespace cxlpool::detail::alloc

@@ -1,0 +1,113 @@
+// SPDX-License-Identifier: MIT
+// C ABI for the elastic capacity of open devices (cxlpool/device.h): argument checks around
+// the allocator's capacity changes (alloc/elastic.cpp), which move the pools' memory out of a
+// withdrawn range before the device frees it.
+#include <string>
+
+#include "alloc/pool.hpp"
+#include "capi/capi_guard.hpp"
+#include "cxlpool/device.h"
+#include "device/registry.hpp"
+
+using namespace cxlpool::detail;
+
+namespace {
+
+std::shared_ptr<Device> open_device(const char* device, const char* function) {
+  require(device && *device, function, "device is NULL or empty");
+  size_t matches = 0;
+  std::shared_ptr<Device> d = registry::find(device, &matches);
+  if (matches > 1)
+    fail(CXLPOOL_E_BUSY, std::string(function) + ": " + std::to_string(matches) + " open devices are named '" + device +
+                             "' (targets of different topologies); close all but one");
+  if (!d)
+    fail(CXLPOOL_E_NOT_FOUND, std::string(function) + ": device '" + device +
+                                  "' is not open in this process (only the devices of its pools and backings are)");
+  return d;
+}
+
+void to_public(const alloc::CapacityReport& r, cxlpool_capacity_report_t* out) {
+  if (!out) return;
+  *out = cxlpool_capacity_report_t{};
+  out->capacity_before = r.capacity_before;
+  out->capacity_after = r.capacity_after;
+  out->trimmed_bytes = r.trimmed_bytes;
+  out->relocated = r.relocated;
+  out->evacuated_units = r.evacuated_units;
+  out->evacuated_bytes = r.evacuated_bytes;
+}
+
+template <class F>
+cxlpool_status_t change(const char* device, const char* function, cxlpool_capacity_report_t* report, F&& op) {
+  return guarded([&] {
+    require(device && *device, function, "device is NULL or empty");
+    alloc::CapacityReport r;
+    std::string message;
+    cxlpool_status_t s = op(std::string(device), &r, &message);
+    to_public(r, report);
+    if (s != CXLPOOL_OK) fail(s, std::string(function) + ": " + message);
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+cxlpool_status_t cxlpool_device_get_capacity(const char* device, cxlpool_device_capacity_t* out) {
+  return guarded([&] {
+    require(out != nullptr, "cxlpool_device_get_capacity", "out is NULL");
+    std::shared_ptr<Device> d = open_device(device, "cxlpool_device_get_capacity");
+    const ElasticCounters& e = d->ledger().elastic;
+    cxlpool_device_capacity_t c{};
+    c.capacity_bytes = d->capacity();
+    c.committed_bytes = d->committed();
+    c.space_bytes = d->space();
+    c.extents = d->online_extents().size();
+    c.grows = e.grows.load();
+    c.shrinks = e.shrinks.load();
+    c.refusals = e.refusals.load();
+    c.relocated = e.relocated.load();
+    c.evacuated_units = e.evacuated_units.load();
+    c.evacuated_bytes = e.evacuated_bytes.load();
+    *out = c;
+  });
+}
+
+cxlpool_status_t cxlpool_device_get_extents(const char* device, uint64_t* pairs, size_t max, size_t* count) {
+  return guarded([&] {
+    require(count != nullptr && (pairs || max == 0), "cxlpool_device_get_extents",
+            "count is NULL, or pairs is NULL with max > 0");
+    std::shared_ptr<Device> d = open_device(device, "cxlpool_device_get_extents");
+    std::vector<Device::Extent> online = d->online_extents();
+    for (size_t i = 0; i < online.size() && i < max; ++i) {
+      pairs[2 * i] = online[i].lo;
+      pairs[2 * i + 1] = online[i].hi;
+    }
+    *count = online.size();
+  });
+}
+
+cxlpool_status_t cxlpool_device_resize(const char* device, uint64_t capacity, cxlpool_capacity_report_t* report) {
+  return change(device, "cxlpool_device_resize", report,
+                [&](const std::string& name, alloc::CapacityReport* r, std::string* m) {
+                  return alloc::device_resize(name, capacity, r, m);
+                });
+}
+
+cxlpool_status_t cxlpool_device_add_extent(const char* device, uint64_t offset, uint64_t length,
+                                           cxlpool_capacity_report_t* report) {
+  return change(device, "cxlpool_device_add_extent", report,
+                [&](const std::string& name, alloc::CapacityReport* r, std::string* m) {
+                  return alloc::device_add_extent(name, offset, length, r, m);
+                });
+}
+
+cxlpool_status_t cxlpool_device_withdraw_extent(const char* device, uint64_t offset, uint64_t length,
+                                                cxlpool_capacity_report_t* report) {
+  return change(device, "cxlpool_device_withdraw_extent", report,
+                [&](const std::string& name, alloc::CapacityReport* r, std::string* m) {
+                  return alloc::device_withdraw_extent(name, offset, length, r, m);
+                });
+}
+
+}  // extern "C"

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: MIT
+// Elastic capacity of one device (device.hpp, docs/devices.md): extents of its offset space
+// added while pools allocate from it, and withdrawn in three steps: begin (capacity drops,
+// free offsets are withheld, bookkeeping-only ranges take other offsets), the allocator's
+// evacuation of what still holds the range (alloc/elastic.cpp), end (the range's memory is
+// freed, or the range comes back). Everything here runs under the device's lock.
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
+#include "device/device.hpp"
+#include "os/prim.hpp"
+
+namespace cxlpool::detail {
+
+namespace {
+
+cxlpool_status_t status_of(int e) noexcept {
+  return e == ENOSPC || e == EDQUOT || e == EFBIG ? CXLPOOL_E_CAPACITY
+         : e == ENOMEM                            ? CXLPOOL_E_NO_MEMORY
+         : e == EACCES || e == EPERM              ? CXLPOOL_E_PERMISSION
+                                                  : CXLPOOL_E_OS;
+}
+
+bool overlaps(uint64_t a_lo, uint64_t a_hi, uint64_t b_lo, uint64_t b_hi) noexcept {
+  return a_lo < b_hi && b_lo < a_hi;
+}
+
+}  // namespace
+
+std::vector<Device::Extent> Device::online_extents() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Extent> out;
+  online_.for_each([&](uint64_t lo, uint64_t hi) { out.push_back({lo, hi}); });
+  return out;
+}
+
+uint64_t Device::space() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return space_;
+}
+
+std::vector<std::shared_ptr<Storage>> Device::offset_storages() const {
+  std::vector<std::shared_ptr<Storage>> out;
+  auto add = [&](const std::shared_ptr<Storage>& s) {
+    if (s && !s->anonymous() && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  };
+  add(private_storage_);
+  add(shared_storage_);
+  for (auto& [a, r] : reservations_) add(r.storage);
+  return out;
+}
+
+int Device::conform(Storage& s) noexcept {
+  if (s.anonymous()) return 0;
+  if (int e = s.grow_to(space_)) return e;
+  bool ok = true;
+  online_.for_each_gap(0, std::max<uint64_t>(space_, s.size()),
+                       [&](uint64_t lo, uint64_t hi) { ok &= s.withhold(lo, hi); });
+  if (withdrawing_.hi > withdrawing_.lo) {
+    ok &= s.withhold(withdrawing_.lo, withdrawing_.hi);
+    try {
+      bool listed = false;
+      for (auto& held : withheld_in_) listed |= held.get() == &s;
+      for (auto* slot : {&private_storage_, &shared_storage_})
+        if (!listed && slot->get() == &s) {
+          withheld_in_.push_back(*slot);
+          listed = true;
+        }
+    } catch (...) {
+      ok = false;
+    }
+  }
+  return ok ? 0 : ENOMEM;
+}
+
+cxlpool_status_t Device::add_extent(uint64_t lo, uint64_t hi, DeviceError* err) noexcept {
+  const size_t ps = caps_.page_size;
+  if (hi <= lo || lo % ps || hi % ps) return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "add extent: range");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (online_.covered(lo, hi) || overlaps(lo, hi, withdrawing_.lo, withdrawing_.hi))
+    return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "add extent: online already");
+  if (hi > max_space_)
+    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "add extent: past the device's end", max_space_);
+  // Every file can hold the extent before any of it is handed out.
+  std::vector<std::shared_ptr<Storage>> storages;
+  try {
+    storages = offset_storages();
+  } catch (...) {
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "add extent: storages");
+  }
+  for (auto& st : storages)
+    if (!st->retired())
+      if (int e = st->grow_to(hi)) return device_failure(err, status_of(e), e, "add extent: ftruncate");
+  try {
+    online_.insert(lo, hi);
+  } catch (...) {
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "add extent: extent table");
+  }
+  const IntervalSet none;
+  for (auto& st : storages)
+    if (!st->retired()) st->restore(lo, hi, none);
+  space_ = std::max(space_, hi);
+  ledger_.capacity.fetch_add(hi - lo, std::memory_order_relaxed);
+  ledger_.elastic.grows.fetch_add(1, std::memory_order_relaxed);
+  return CXLPOOL_OK;
+}
+
+bool Device::holds_withdrawn(const Reservation& r, uint64_t* lo, uint64_t* hi) const noexcept {
+  if (withdrawing_.hi <= withdrawing_.lo || r.arriving || r.storage->anonymous()) return false;
+  if (!overlaps(r.offset, r.offset + r.size, withdrawing_.lo, withdrawing_.hi)) return false;
+  *lo = std::max(r.offset, withdrawing_.lo);
+  *hi = std::min(r.offset + r.size, withdrawing_.hi);
+  return true;
+}
+
+bool Device::relocate_bookkeeping(Reservation& r) noexcept {
+  if (r.sharing != Sharing::kPrivate || !r.owns_range || r.leaving || r.arriving || mapped_shared(r) ||
+      !r.storage->private_anonymous() || r.storage->retired())
+    return false;
+  Storage& st = *r.storage;
+  const size_t align = r.size >= (size_t(2) << 20) ? size_t(2) << 20 : 0;  // as Device::reserve
+  uint64_t off = 0, largest = 0;
+  if (st.take_range(r.size, align, &off, &largest)) return false;
+  try {
+    IntervalSet moved;
+    committed_in(r).for_each(
+        [&](uint64_t lo, uint64_t hi) { moved.insert(off + (lo - r.offset), off + (hi - r.offset)); });
+    moved.for_each([&](uint64_t lo, uint64_t hi) { st.committed.insert(lo, hi); });
+    st.committed.erase(r.offset, r.offset + r.size);
+  } catch (...) {
+    // Out of host memory for the interval tables: the range keeps its offsets (an occupant).
+    st.give_back_range(off, r.size);
+    return false;
+  }
+  st.give_back_range(r.offset, r.size);
+  r.offset = off;
+  return true;
+}
+
+cxlpool_status_t Device::begin_withdraw(uint64_t lo, uint64_t hi, DeviceError* err) noexcept {
+  const size_t ps = caps_.page_size;
+  if (hi <= lo || lo % ps || hi % ps) return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "withdraw: range");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (withdrawing_.hi > withdrawing_.lo)
+    return device_failure(err, CXLPOOL_E_BUSY, 0, "withdraw: another withdrawal is in progress");
+  if (online_.covered(lo, hi) != hi - lo)
+    return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "withdraw: not online");
+  try {
+    withheld_in_ = offset_storages();
+  } catch (...) {
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "withdraw: storages");
+  }
+  withdrawing_ = {lo, hi};
+  ledger_.capacity.fetch_sub(hi - lo, std::memory_order_relaxed);
+  for (auto& st : withheld_in_)
+    if (!st->withhold(lo, hi)) {
+      cancel_withdraw_locked();  // gives back exactly what no reservation holds
+      return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "withdraw: offset table");
+    }
+  for (auto& [a, r] : reservations_) {
+    uint64_t l = 0, h = 0;
+    if (holds_withdrawn(r, &l, &h) && relocate_bookkeeping(r))
+      ledger_.elastic.relocated.fetch_add(1, std::memory_order_relaxed);
+  }
+  return CXLPOOL_OK;
+}
+
+std::vector<Device::Occupant> Device::occupants() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Occupant> out;
+  for (auto& [a, r] : reservations_) {
+    Occupant o;
+    if (!holds_withdrawn(r, &o.lo, &o.hi)) continue;
+    o.addr = r.addr;
+    o.size = r.size;
+    o.client = r.client;
+    o.shared = r.sharing == Sharing::kShared || r.inherited;
+    o.mapped = !r.owns_range;
+    out.push_back(o);
+  }
+  return out;
+}
+
+void Device::cancel_withdraw_locked() noexcept {
+  const uint64_t lo = withdrawing_.lo, hi = withdrawing_.hi;
+  for (auto& st : withheld_in_) {
+    IntervalSet in_use;
+    try {
+      for (auto& [a, r] : reservations_)
+        if (r.storage == st && r.owns_range && overlaps(r.offset, r.offset + r.size, lo, hi))
+          in_use.insert(std::max(r.offset, lo), std::min(r.offset + r.size, hi));
+    } catch (...) {
+      continue;  // out of host memory: those offsets stay withheld, nothing is handed out twice
+    }
+    st->restore(lo, hi, in_use);
+  }
+  withheld_in_.clear();
+  withdrawing_ = {0, 0};
+  ledger_.capacity.fetch_add(hi - lo, std::memory_order_relaxed);
+}
+
+cxlpool_status_t Device::end_withdraw(bool finish, DeviceError* err) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t lo = withdrawing_.lo, hi = withdrawing_.hi;
+  if (hi <= lo) return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "withdraw: none in progress");
+  if (!finish) {
+    cancel_withdraw_locked();
+    ledger_.elastic.refusals.fetch_add(1, std::memory_order_relaxed);
+    return CXLPOOL_OK;
+  }
+  uint64_t held = 0;
+  for (auto& [a, r] : reservations_) {
+    uint64_t l = 0, h = 0;
+    held += holds_withdrawn(r, &l, &h);
+  }
+  if (held) return device_failure(err, CXLPOOL_E_BUSY, 0, "withdraw: reservations hold part of the range", held);
+  if (committed() > capacity())
+    return device_failure(err, CXLPOOL_E_BUSY, 0, "withdraw: committed above the capacity", committed());
+  try {
+    online_.erase(lo, hi);
+  } catch (...) {
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "withdraw: extent table");
+  }
+  uint64_t end = 0;
+  online_.for_each([&](uint64_t, uint64_t h) { end = h; });
+  int first_error = 0;
+  for (auto& st : withheld_in_)
+    if (!st->retired())  // a fork child's view of its parent's storage is the parent's to free
+      if (int e = st->drop_range(lo, hi, end); e && !first_error) first_error = e;
+  if (hi >= space_) space_ = end;
+  withheld_in_.clear();
+  withdrawing_ = {0, 0};
+  ledger_.elastic.shrinks.fetch_add(1, std::memory_order_relaxed);
+  // The range is gone either way; a file whose pages could not be punched out keeps them
+  // until the device closes (said, not hidden).
+  if (first_error) return device_failure(err, CXLPOOL_E_OS, first_error, "withdraw: fallocate(PUNCH_HOLE)");
+  return CXLPOOL_OK;
+}
+
+void Device::note_evacuated(uint64_t units, uint64_t bytes) noexcept {
+  ledger_.elastic.evacuated_units.fetch_add(units, std::memory_order_relaxed);
+  ledger_.elastic.evacuated_bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+}  // namespace cxlpool::detail

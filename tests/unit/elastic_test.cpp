@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: MIT
+// Elastic capacity through the public C API (cxlpool/device.h): a device grows and shrinks
+// while pools hold memory on it. Live blocks keep their bytes and addresses, ledgers stay
+// exact, the withdrawn range's memory is really freed, spill follows the capacity both ways,
+// and what cannot move makes a withdrawal BUSY, naming it, with nothing changed.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "capi_topology.hpp"
+#include "cxlpool/cxlpool.h"
+#include "test_support.hpp"
+
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+struct Topo : cxlpool_test::CapiTopology {
+  explicit Topo(const std::string& devices)
+      : CapiTopology(devices, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE) {}
+};
+
+// Moves between devices that copy need a write fence that holds system calls: a userfaultfd
+// that handles kernel faults (root, vm.unprivileged_userfaultfd=1, or /dev/userfaultfd open to
+// the user). Without one a withdrawal that must move is BUSY.
+bool copies_fenced() {
+  int fd = int(syscall(SYS_userfaultfd, O_CLOEXEC));
+  if (fd < 0) fd = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
+struct Block {
+  unsigned char* p;
+  size_t n;
+  unsigned seed;
+};
+
+void fill(const Block& b) {
+  for (size_t i = 0; i < b.n; i += 256) b.p[i] = static_cast<unsigned char>(b.seed + i / 256);
+  b.p[b.n - 1] = static_cast<unsigned char>(b.seed);
+}
+bool intact(const Block& b) {
+  for (size_t i = 0; i < b.n; i += 256)
+    if (b.p[i] != static_cast<unsigned char>(b.seed + i / 256)) return false;
+  return b.p[b.n - 1] == static_cast<unsigned char>(b.seed);
+}
+
+// Blocks of 1 KiB to 8 MiB (small classes, multi-slice pages, huge spans) until the pool's
+// device `dev` holds about `bytes`.
+std::vector<Block> allocate_until(cxlpool_pool_t* pool, int dev, uint64_t bytes) {
+  std::vector<Block> out;
+  const size_t sizes[] = {1000, 4096, 30000, 200000, 900000, 3 * kMiB, 8 * kMiB};
+  for (unsigned i = 0;; ++i) {
+    cxlpool_stats_t s{};
+    REQUIRE(cxlpool_pool_get_stats(pool, dev, &s) == CXLPOOL_OK);
+    if (s.resident_bytes >= bytes) return out;
+    Block b{static_cast<unsigned char*>(cxlpool_malloc(pool, sizes[i % 7])), sizes[i % 7], i};
+    REQUIRE(b.p != nullptr);
+    fill(b);
+    out.push_back(b);
+  }
+}
+
+bool all_intact(const std::vector<Block>& blocks) {
+  for (const Block& b : blocks)
+    if (!intact(b)) return false;
+  return true;
+}
+
+// Destroys the pool however the test ends: a pool left open keeps its devices open, and a
+// later test's device of the same name would then be ambiguous.
+struct PoolGuard {
+  cxlpool_pool_t* pool;
+  ~PoolGuard() { cxlpool_pool_destroy(pool); }
+};
+
+std::string device_of(const void* p) {
+  cxlpool_ptr_info_t info{};
+  REQUIRE(cxlpool_ptr_info(p, &info) == CXLPOOL_OK);
+  return info.device_name;
+}
+
+cxlpool_device_capacity_t capacity_of(const char* device) {
+  cxlpool_device_capacity_t c{};
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_device_get_capacity(device, &c) == CXLPOOL_OK);
+  return c;
+}
+
+cxlpool_stats_t stats_of(cxlpool_pool_t* pool, int dev) {
+  cxlpool_stats_t s{};
+  REQUIRE(cxlpool_pool_get_stats(pool, dev, &s) == CXLPOOL_OK);
+  return s;
+}
+
+// Where the next block of 64 KiB of pool goes (the block stays allocated).
+std::string next_block_device(cxlpool_pool_t* pool, std::vector<void*>* keep) {
+  void* p = cxlpool_malloc(pool, 64 * 1024);
+  REQUIRE(p != nullptr);
+  keep->push_back(p);
+  return device_of(p);
+}
+
+// The length and allocated bytes of a device's unnamed files: those whose /proc/self/fd link
+// starts with prefix (O_TMPFILE files show as "dir/#inode (deleted)", memfds as
+// "/memfd:cxlpool:NAME (deleted)").
+struct FileUse {
+  uint64_t size = 0, allocated = 0;
+  int files = 0;
+};
+FileUse files_in(const std::string& prefix) {
+  FileUse u;
+  DIR* d = opendir("/proc/self/fd");
+  REQUIRE(d != nullptr);
+  while (dirent* e = readdir(d)) {
+    char link[4096];
+    std::string path = std::string("/proc/self/fd/") + e->d_name;
+    ssize_t n = readlink(path.c_str(), link, sizeof link - 1);
+    if (n <= 0) continue;
+    link[n] = 0;
+    if (std::strncmp(link, prefix.c_str(), prefix.size()) != 0) continue;
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) continue;
+    u.size = std::max<uint64_t>(u.size, uint64_t(st.st_size));
+    u.allocated += uint64_t(st.st_blocks) * 512;
+    ++u.files;
+  }
+  closedir(d);
+  return u;
+}
+
+}  // namespace
+
+TEST_CASE("a device grows while a pool spills: new capacity is used at once", "[unit]") {
+  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "spill:near=fast,far=slow,watermark=50%");
+  PoolGuard guard{pool};
+  std::vector<void*> keep;
+  // Fill near to its watermark: the next blocks spill.
+  std::vector<Block> blocks = allocate_until(pool, 0, 40 * kMiB);
+  CHECK(next_block_device(pool, &keep) == "slow");
+  cxlpool_capacity_report_t r{};
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_device_resize("fast", 256 * kMiB, &r) == CXLPOOL_OK);
+  CHECK(r.capacity_before == 64 * kMiB);
+  CHECK(r.capacity_after == 256 * kMiB);
+  CHECK(capacity_of("fast").capacity_bytes == 256 * kMiB);
+  CHECK(capacity_of("fast").grows >= 1);
+  CHECK(stats_of(pool, 0).capacity_bytes == 256 * kMiB);
+  CHECK(next_block_device(pool, &keep) == "fast");  // below the watermark again
+  // The new capacity is usable, not only counted: fill it past the old capacity.
+  std::vector<Block> more = allocate_until(pool, 0, 120 * kMiB);
+  CHECK(stats_of(pool, 0).resident_bytes >= 120 * kMiB);
+  CHECK(all_intact(blocks));
+  CHECK(all_intact(more));
+  for (void* p : keep) cxlpool_free(p);
+  for (const Block& b : blocks) cxlpool_free(b.p);
+  for (const Block& b : more) cxlpool_free(b.p);
+}
+
+TEST_CASE(
+    "a pool at 70% of a device that shrinks by half: bytes intact at the same addresses, ledgers exact, "
+    "the range freed, spill follows both ways",
+    "[unit]") {
+  // fork=copy keeps a private range's bytes in the device's file, so that what the withdrawn
+  // range held is visible as the file's allocated blocks.
+  for (const char* mode : {"", ",fork=copy"}) {
+    DYNAMIC_SECTION("near device" << mode) {
+      // Private memory of a file device is anonymous memory; with fork=copy its bytes live
+      // in the file, which must be shmem to be moved (a fence covers it: docs/devices.md).
+      const bool in_file = *mode != 0;
+      Topo t(std::string(in_file ? "fast:backing=shm" : "fast:backing=file:$DIR/fast") + ",size=256M,latency=90ns" +
+             mode + ";slow:backing=shm,size=1G,latency=400ns");
+      const std::string dir = in_file ? "/memfd:cxlpool:fast " : t.dir.path() + "/#";
+      cxlpool_pool_t* pool = t.pool("fast,slow", "spill:near=fast,far=slow,watermark=95%");
+      PoolGuard guard{pool};
+      std::vector<Block> blocks = allocate_until(pool, 0, 180 * kMiB);
+      for (const Block& b : blocks) REQUIRE(device_of(b.p) == "fast");
+      cxlpool_capacity_report_t r{};
+      const cxlpool_status_t st = cxlpool_device_resize("fast", 128 * kMiB, &r);
+      const std::string message = st ? cxlpool_last_error_message() : "";
+      INFO(message);
+      CHECK(all_intact(blocks));
+      if (!copies_fenced()) {
+        // Nothing can be copied to another device here: BUSY, saying why, nothing lost.
+        CHECK(st == CXLPOOL_E_BUSY);
+        CHECK(message.find("write fence") != std::string::npos);
+        CHECK(capacity_of("fast").capacity_bytes == 256 * kMiB);
+        CHECK(capacity_of("fast").refusals >= 1);
+        continue;
+      }
+      REQUIRE(st == CXLPOOL_OK);
+      CHECK(r.capacity_before == 256 * kMiB);
+      CHECK(r.capacity_after == 128 * kMiB);
+      CHECK(r.evacuated_units > 0);
+      CHECK(r.evacuated_bytes >= 180 * kMiB - 128 * kMiB);
+      const cxlpool_device_capacity_t fast = capacity_of("fast");
+      CHECK(fast.capacity_bytes == 128 * kMiB);
+      CHECK(fast.space_bytes == 128 * kMiB);
+      CHECK(fast.committed_bytes <= 128 * kMiB);
+      CHECK(fast.shrinks >= 1);
+      CHECK(fast.evacuated_bytes == r.evacuated_bytes);
+      // Every block where it was, with its bytes; some of them now on far.
+      size_t on_far = 0;
+      for (const Block& b : blocks) on_far += device_of(b.p) == "slow";
+      CHECK(on_far > 0);
+      // Ledgers: the pool is the only user of both devices.
+      for (int d : {0, 1}) {
+        const cxlpool_stats_t s = stats_of(pool, d);
+        CHECK(s.resident_bytes == s.device_committed_bytes);
+      }
+      CHECK(stats_of(pool, 0).capacity_bytes == 128 * kMiB);
+      // The withdrawn range is gone from the file: shorter, and no more allocated than committed.
+      const FileUse files = files_in(dir);
+      CHECK(files.files >= 1);
+      CHECK(files.size == 128 * kMiB);
+      CHECK(files.allocated <= fast.committed_bytes);
+      // Spill reads the new capacity: once fast is at 95% of 128 MiB (or has no room left in
+      // its offsets), new blocks go to slow.
+      std::vector<void*> keep;
+      bool spilled = false;
+      for (int i = 0; i < 4096 && !spilled; ++i) spilled = next_block_device(pool, &keep) == "slow";
+      CHECK(spilled);
+      CHECK(capacity_of("fast").committed_bytes <= 128 * kMiB);
+      // Grown back: spill comes back to fast.
+      REQUIRE(cxlpool_device_resize("fast", 256 * kMiB, &r) == CXLPOOL_OK);
+      CHECK(capacity_of("fast").capacity_bytes == 256 * kMiB);
+      CHECK(files_in(dir).size == 256 * kMiB);
+      CHECK(next_block_device(pool, &keep) == "fast");
+      CHECK(all_intact(blocks));
+      for (void* p : keep) cxlpool_free(p);
+      for (const Block& b : blocks) cxlpool_free(b.p);
+    }
+  }
+}
+
+TEST_CASE("withdrawing the offsets a pool's private memory holds moves bookkeeping, not bytes", "[unit]") {
+  // A single-device pool: nothing can go to another device, and nothing needs to. Its
+  // regions sit at the lowest offsets (first fit); withdrawing those gives them others.
+  Topo t("dev:backing=shm,size=256M");
+  cxlpool_pool_t* pool = t.pool("dev", "bind:dev");
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 60 * kMiB);
+  cxlpool_capacity_report_t r{};
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_device_withdraw_extent("dev", 0, 64 * kMiB, &r) == CXLPOOL_OK);
+  CHECK(r.relocated > 0);
+  CHECK(r.evacuated_units == 0);
+  CHECK(r.capacity_after == 192 * kMiB);
+  CHECK(all_intact(blocks));
+  uint64_t pairs[8];
+  size_t n = 0;
+  REQUIRE(cxlpool_device_get_extents("dev", pairs, 4, &n) == CXLPOOL_OK);
+  REQUIRE(n == 1);
+  CHECK(pairs[0] == 64 * kMiB);
+  CHECK(pairs[1] == 256 * kMiB);
+  // Still a working pool: it allocates, frees and fills what is left.
+  std::vector<Block> more = allocate_until(pool, 0, 150 * kMiB);
+  CHECK(all_intact(more));
+  CHECK(capacity_of("dev").committed_bytes <= 192 * kMiB);
+  // The extent comes back as it was.
+  REQUIRE(cxlpool_device_add_extent("dev", 0, 64 * kMiB, &r) == CXLPOOL_OK);
+  CHECK(capacity_of("dev").capacity_bytes == 256 * kMiB);
+  REQUIRE(cxlpool_device_get_extents("dev", pairs, 4, &n) == CXLPOOL_OK);
+  CHECK(n == 1);
+  for (const Block& b : blocks) cxlpool_free(b.p);
+  for (const Block& b : more) cxlpool_free(b.p);
+}
+
+TEST_CASE("a withdrawal that cannot move what it holds is BUSY, names it, and changes nothing", "[unit]") {
+  Topo t("dev:backing=shm,size=256M;other:backing=shm,size=256M");
+  SECTION("a pool with one device, past the new capacity") {
+    cxlpool_pool_t* pool = t.pool("dev", "bind:dev");
+    PoolGuard guard{pool};
+    std::vector<Block> blocks = allocate_until(pool, 0, 200 * kMiB);
+    cxlpool_capacity_report_t r{};
+    CHECK(cxlpool_device_resize("dev", 128 * kMiB, &r) == CXLPOOL_E_BUSY);
+    const std::string message = cxlpool_last_error_message();
+    INFO(message);
+    CHECK(message.find("device 'dev'") != std::string::npos);
+    CHECK(message.find("the pool has no other device") != std::string::npos);
+    CHECK(message.find("a unit of pool '") != std::string::npos);
+    CHECK(message.find("stays online") != std::string::npos);
+    CHECK(r.capacity_after == 256 * kMiB);
+    CHECK(capacity_of("dev").capacity_bytes == 256 * kMiB);
+    CHECK(capacity_of("dev").refusals == 1);
+    CHECK(all_intact(blocks));
+    // The capacity is whole again: the pool uses more than the withdrawal would have left.
+    std::vector<Block> more = allocate_until(pool, 0, 220 * kMiB);
+    CHECK(all_intact(more));
+    for (const Block& b : blocks) cxlpool_free(b.p);
+    for (const Block& b : more) cxlpool_free(b.p);
+  }
+  SECTION("a raw backing's shared range") {
+    size_t index = 0;
+    REQUIRE(cxlpool_topology_find_target(t.topo, "dev", &index) == CXLPOOL_OK);
+    cxlpool_backing_t* b = nullptr;
+    REQUIRE(cxlpool_backing_open(t.topo, index, &b) == CXLPOOL_OK);
+    void* p = nullptr;
+    REQUIRE(cxlpool_backing_reserve(b, 8 * kMiB, 0, &p) == CXLPOOL_OK);
+    REQUIRE(cxlpool_backing_commit(b, p, 8 * kMiB, 0) == CXLPOOL_OK);
+    std::memset(p, 0x5a, 8 * kMiB);
+    uint64_t off = 0;
+    REQUIRE(cxlpool_backing_offset_of(b, p, &off) == CXLPOOL_OK);
+    CHECK(cxlpool_device_withdraw_extent("dev", off, 8 * kMiB, nullptr) == CXLPOOL_E_BUSY);
+    const std::string message = cxlpool_last_error_message();
+    INFO(message);
+    CHECK(message.find("shared with other processes") != std::string::npos);
+    CHECK(static_cast<unsigned char*>(p)[8 * kMiB - 1] == 0x5a);
+    cxlpool_backing_caps_t caps{};
+    REQUIRE(cxlpool_backing_get_caps(b, &caps) == CXLPOOL_OK);
+    CHECK(caps.capacity_bytes == 256 * kMiB);
+    // A raw backing's mapping of a withdrawn range is refused.
+    REQUIRE(cxlpool_device_withdraw_extent("dev", 128 * kMiB, 64 * kMiB, nullptr) == CXLPOOL_OK);
+    void* m = nullptr;
+    CHECK(cxlpool_backing_map(b, 150 * kMiB, 4 * kMiB, &m) == CXLPOOL_E_CAPACITY);
+    REQUIRE(cxlpool_backing_get_caps(b, &caps) == CXLPOOL_OK);
+    CHECK(caps.capacity_bytes == 192 * kMiB);
+    REQUIRE(cxlpool_backing_release(b, p) == CXLPOOL_OK);
+    REQUIRE(cxlpool_backing_close(b) == CXLPOOL_OK);
+  }
+}
+
+TEST_CASE("capacity changes refuse bad arguments with a clear error", "[unit]") {
+  Topo t("dev:backing=shm,size=64M");
+  cxlpool_pool_t* pool = t.pool("dev", "bind:dev");
+  PoolGuard guard{pool};
+  void* p = cxlpool_malloc(pool, 100);
+  REQUIRE(p != nullptr);
+  CHECK(cxlpool_device_resize("nosuch", 64 * kMiB, nullptr) == CXLPOOL_E_NOT_FOUND);
+  CHECK(std::string(cxlpool_last_error_message()).find("not open in this process") != std::string::npos);
+  CHECK(cxlpool_device_resize(nullptr, 64 * kMiB, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_device_resize("dev", 64 * kMiB + 1, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_device_resize("dev", kMiB, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_device_withdraw_extent("dev", 4096, 0, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_device_withdraw_extent("dev", 100, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_device_withdraw_extent("dev", 64 * kMiB, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(std::string(cxlpool_last_error_message()).find("not online") != std::string::npos);
+  CHECK(cxlpool_device_withdraw_extent("dev", UINT64_MAX - 4095, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_device_add_extent("dev", 0, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(std::string(cxlpool_last_error_message()).find("online already") != std::string::npos);
+  CHECK(cxlpool_device_add_extent("dev", UINT64_MAX - 4095, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);  // wraps
+  CHECK(cxlpool_device_add_extent("dev", uint64_t(1) << 51, 4096, nullptr) == CXLPOOL_E_CAPACITY);
+  CHECK(cxlpool_device_resize("dev", 64 * kMiB, nullptr) == CXLPOOL_OK);  // no change
+  CHECK(capacity_of("dev").capacity_bytes == 64 * kMiB);
+  cxlpool_free(p);
+}
