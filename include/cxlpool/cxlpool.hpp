@@ -526,6 +526,42 @@ inline std::vector<int> query_nodes(const void* addr, size_t pages) {
   return out;
 }
 
+// ---- Elastic capacity (cxlpool/device.h) -------------------------------------------------
+
+// Capacity of a device open in this process (docs/devices.md).
+// Each call throws cxlpool::Error on failure (BUSY names what could not move).
+namespace device {
+inline cxlpool_device_capacity_t capacity(const std::string& name) {
+  cxlpool_device_capacity_t c{};
+  detail::check(cxlpool_device_get_capacity(name.c_str(), &c));
+  return c;
+}
+inline std::vector<std::pair<uint64_t, uint64_t>> extents(const std::string& name) {
+  size_t n = 0;
+  detail::check(cxlpool_device_get_extents(name.c_str(), nullptr, 0, &n));
+  std::vector<uint64_t> pairs(2 * n + 2);
+  detail::check(cxlpool_device_get_extents(name.c_str(), pairs.data(), n + 1, &n));
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  for (size_t i = 0; i < n && 2 * i + 1 < pairs.size(); ++i) out.emplace_back(pairs[2 * i], pairs[2 * i + 1]);
+  return out;
+}
+inline cxlpool_capacity_report_t resize(const std::string& name, uint64_t bytes) {
+  cxlpool_capacity_report_t r{};
+  detail::check(cxlpool_device_resize(name.c_str(), bytes, &r));
+  return r;
+}
+inline cxlpool_capacity_report_t add_extent(const std::string& name, uint64_t offset, uint64_t length) {
+  cxlpool_capacity_report_t r{};
+  detail::check(cxlpool_device_add_extent(name.c_str(), offset, length, &r));
+  return r;
+}
+inline cxlpool_capacity_report_t withdraw_extent(const std::string& name, uint64_t offset, uint64_t length) {
+  cxlpool_capacity_report_t r{};
+  detail::check(cxlpool_device_withdraw_extent(name.c_str(), offset, length, &r));
+  return r;
+}
+}  // namespace device
+
 // ---- KV cache (cxlpool/kvcache.h) ----------------------------------------------------------
 
 // A model's KV geometry with its sizes; kv_preset("opt-6.7b", 16) for known models.

@@ -92,6 +92,27 @@ TEST_CASE("STL allocator, stats, trim, errors", "[unit]") {
   CHECK(moved.stats().resident_bytes == before - released);
 }
 
+TEST_CASE("elastic capacity from C++", "[unit]") {
+  auto topo = topology();
+  auto pool = cxlpool::Pool::create(topo, {"cxlA", "bind:cxlA"});
+  void* p = pool.allocate(1000);
+  CHECK(cxlpool::device::capacity("cxlA").capacity_bytes == 256u << 20);
+  cxlpool_capacity_report_t r = cxlpool::device::resize("cxlA", 512u << 20);
+  CHECK(r.capacity_after == 512u << 20);
+  r = cxlpool::device::withdraw_extent("cxlA", 256u << 20, 128u << 20);
+  CHECK(r.capacity_after == 384u << 20);
+  const auto extents = cxlpool::device::extents("cxlA");
+  REQUIRE(extents.size() == 2);
+  CHECK(extents[1] == std::pair<uint64_t, uint64_t>(384u << 20, 512u << 20));
+  try {
+    cxlpool::device::resize("nosuch", 64u << 20);
+    FAIL("accepted");
+  } catch (const cxlpool::Error& e) {
+    CHECK(e.status() == CXLPOOL_E_NOT_FOUND);
+  }
+  cxlpool::Pool::deallocate(p);
+}
+
 TEST_CASE("the default pool from C++", "[unit]") {
   auto def = cxlpool::Pool::default_pool();
   void* p = def.allocate(100);

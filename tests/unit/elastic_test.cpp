@@ -7,10 +7,13 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "capi_topology.hpp"
@@ -352,4 +355,67 @@ TEST_CASE("capacity changes refuse bad arguments with a clear error", "[unit]") 
   CHECK(cxlpool_device_resize("dev", 64 * kMiB, nullptr) == CXLPOOL_OK);  // no change
   CHECK(capacity_of("dev").capacity_bytes == 64 * kMiB);
   cxlpool_free(p);
+}
+
+TEST_CASE("fork during capacity changes: the child gets a whole device and can change it itself", "[unit]") {
+  // One thread withdraws and adds back an extent the pool's memory holds (offsets relocated,
+  // no bytes moved: no fence needed) while the main thread forks. Each child checks its
+  // blocks, that its capacity is the sum of its extents (a withdrawal the parent had running
+  // is not half-done in the child), and changes the capacity itself.
+  Topo t("dev:backing=shm,size=256M");
+  cxlpool_pool_t* pool = t.pool("dev", "bind:dev");
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 60 * kMiB);
+  std::atomic<bool> stop{false};
+  std::atomic<int> changes{0};
+  std::thread flapper([&] {
+    while (!stop.load()) {
+      if (cxlpool_device_withdraw_extent("dev", 0, 64 * kMiB, nullptr) == CXLPOOL_OK &&
+          cxlpool_device_add_extent("dev", 0, 64 * kMiB, nullptr) == CXLPOOL_OK)
+        changes.fetch_add(1);
+    }
+  });
+  int children = 0, good = 0;
+  for (; children < 150 || changes.load() < 20; ++children) {
+    if (children > 2000) break;
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      alarm(60);
+      int code = 0;
+      if (!all_intact(blocks)) code |= 1;
+      cxlpool_device_capacity_t c{};
+      uint64_t pairs[16], sum = 0;
+      size_t n = 0;
+      if (cxlpool_device_get_capacity("dev", &c) != CXLPOOL_OK ||
+          cxlpool_device_get_extents("dev", pairs, 8, &n) != CXLPOOL_OK || n > 8)
+        code |= 2;
+      for (size_t i = 0; i < n && i < 8; ++i) sum += pairs[2 * i + 1] - pairs[2 * i];
+      // Before or after one of the parent's whole changes, never inside one.
+      const bool whole = c.capacity_bytes == 256 * kMiB;
+      if (sum != c.capacity_bytes || (!whole && c.capacity_bytes != 192 * kMiB)) code |= 4;
+      if ((whole ? cxlpool_device_withdraw_extent("dev", 0, 64 * kMiB, nullptr)
+                 : cxlpool_device_add_extent("dev", 0, 64 * kMiB, nullptr)) != CXLPOOL_OK)
+        code |= 8;
+      if (!all_intact(blocks)) code |= 16;
+      void* p = cxlpool_malloc(pool, 100000);
+      if (!p) code |= 32;
+      cxlpool_free(p);
+      _exit(code);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    INFO("child " << children << " status " << status);
+    CHECK(WIFEXITED(status));
+    if (WIFEXITED(status)) {
+      CHECK(WEXITSTATUS(status) == 0);
+      good += WEXITSTATUS(status) == 0;
+    }
+  }
+  stop = true;
+  flapper.join();
+  CHECK(good == children);
+  CHECK(changes.load() >= 20);
+  CHECK(all_intact(blocks));
+  for (const Block& b : blocks) cxlpool_free(b.p);
 }
