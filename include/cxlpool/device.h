@@ -23,7 +23,9 @@ typedef struct cxlpool_capacity_report {
   uint64_t relocated;       /* reservations given other offsets of the device (no bytes moved) */
   uint64_t evacuated_units; /* regions and large blocks moved to other devices of their pools */
   uint64_t evacuated_bytes; /* their committed bytes */
-  uint64_t reserved[4];
+  uint64_t returned_units;  /* growth: units that withdrawals had moved off the device, back home */
+  uint64_t returned_bytes;
+  uint64_t reserved[2];
 } cxlpool_capacity_report_t;
 
 /* A device's capacity now, and what elastic capacity has done on it since it was opened. */

@@ -7,6 +7,8 @@
 // and only then is the extent's memory freed. Nothing is lost: what cannot move makes the
 // withdrawal BUSY, naming it, and the extent comes back.
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <cinttypes>
 #include <cstdio>
 #include <mutex>
@@ -24,6 +26,31 @@ namespace {
 // One capacity change at a time in the process: a withdrawal's evacuation must not race
 // another's on the same pools.
 std::mutex g_elastic_mu;
+
+std::atomic<OutsideMoveBegin> g_outside_begin{nullptr};
+std::atomic<OutsideMoveEnd> g_outside_end{nullptr};
+
+// Units a withdrawal moved off their home device (g_elastic_mu): when the device grows again
+// they go home, so that the policy's placement holds again (bind:DEV means DEV).
+struct Evacuated {
+  const Device* home_device;  // compared, never dereferenced
+  UnitRef ref;
+};
+std::vector<Evacuated>* g_evacuated = nullptr;
+
+// move_unit for moves outside the tiering engine: a running engine's monitors stop watching
+// the unit while it moves (set_outside_moves).
+cxlpool_status_t move_outside(const UnitRef& ref, int to, UnitMove* um, std::string* why) noexcept {
+  UnitHook hook = nullptr;
+  void* ctx = nullptr;
+  const OutsideMoveBegin begin = g_outside_begin.load(std::memory_order_acquire);
+  const bool engine = begin && begin(&hook, &ctx);
+  const cxlpool_status_t s = move_unit(ref, to, um, why, hook, ctx);
+  if (engine) g_outside_end.load(std::memory_order_acquire)();
+  return s;
+}
+
+bool has_room(const Device& d, uint64_t bytes) noexcept { return d.committed() + bytes <= d.capacity(); }
 
 std::string format_hex(uint64_t v) {
   char buf[24];
@@ -57,7 +84,9 @@ struct Candidate {
   bool in_range = false;   // holds part of the withdrawn extent
   bool can_move = false;   // a private pool of two devices or more
   int order[kMaxDevices];  // targets to try, in the pool's policy order
+  const Device* target[kMaxDevices] = {};  // their devices (alive: PoolsAlive is held)
   int ntargets = 0;
+  int here = 0;  // the pool's index of the device being withdrawn from
   char pool_name[48] = {};
   char why[96] = {};  // why it cannot move, when it cannot
 };
@@ -105,6 +134,8 @@ void list_units(const Device& dev, const std::vector<Device::Occupant>& occupant
         c.in_range = in_range(base);
         c.can_move = can_move;
         c.ntargets = policy_order(pool, here, c.order);
+        for (int i = 0; i < c.ntargets; ++i) c.target[i] = pool->dev[c.order[i]].device.get();
+        c.here = here;
         std::snprintf(c.pool_name, sizeof c.pool_name, "%s", pool->name.c_str());
         if (!can_move)
           std::snprintf(c.why, sizeof c.why, "%s",
@@ -135,26 +166,63 @@ struct Outcome {
   std::string first_refusal;  // why the first unit that had to move did not
 };
 
+std::string unit_text(const Candidate& c) {
+  return "a unit of pool '" + std::string(c.pool_name) + "' at " + format_hex(c.ref.base) + " (" +
+         format_bytes(c.committed) + " committed)";
+}
+
+// Before anything moves: a withdrawal that cannot succeed (what must leave cannot, or the
+// devices it could go to have too little room) is refused with nothing moved.
+bool doomed(const Device& dev, const std::vector<Candidate>& units, uint64_t excess, Outcome* out) {
+  uint64_t must = 0, movable = 0;
+  std::vector<const Device*> targets;
+  for (const Candidate& c : units) {
+    if (c.in_range && !c.can_move) {
+      out->first_refusal = unit_text(c) + " cannot move: " + c.why;
+      return true;
+    }
+    if (!c.can_move) continue;
+    if (c.in_range) must += c.committed;
+    movable += c.committed;
+    for (int i = 0; i < c.ntargets; ++i)
+      if (c.target[i] != &dev && std::find(targets.begin(), targets.end(), c.target[i]) == targets.end())
+        targets.push_back(c.target[i]);
+  }
+  if (movable < excess) {
+    out->first_refusal = format_bytes(excess) + " must leave the device and only " + format_bytes(movable) +
+                         " of the pools' memory there can move (pools with one device or shared memory stay)";
+    return true;
+  }
+  must = std::max(must, excess);
+  uint64_t room = 0;
+  for (const Device* t : targets) room += t->capacity() > t->committed() ? t->capacity() - t->committed() : 0;
+  if (room < must) {
+    out->first_refusal = format_bytes(must) + " must leave the device and the pools' other devices have room for " +
+                         format_bytes(room);
+    return true;
+  }
+  return false;
+}
+
 // Moves units off dev: every unit in the withdrawn extent, then (largest first) as many as it
 // takes to bring the committed bytes within the capacity.
 void evacuate(Device& dev, Outcome* out) {
+  PoolsAlive alive;  // the candidates' pools (and so their devices) stay until the moves end
   for (int pass = 0; pass < 3; ++pass) {
     const std::vector<Device::Occupant> occupants = dev.occupants();
     uint64_t excess = dev.committed() > dev.capacity() ? dev.committed() - dev.capacity() : 0;
     if (occupants.empty() && excess == 0) return;
     std::vector<Candidate> units;
     list_units(dev, occupants, &units);
+    if (pass == 0 && doomed(dev, units, excess, out)) return;
     std::stable_sort(units.begin(), units.end(), [](const Candidate& a, const Candidate& b) {
       return a.in_range != b.in_range ? a.in_range : a.committed > b.committed;
     });
     bool moved_any = false;
     for (const Candidate& c : units) {
-      if (!c.in_range && excess == 0) continue;
-      if (!c.in_range && c.committed == 0) continue;  // frees nothing
+      if (!c.in_range && (excess == 0 || c.committed == 0)) continue;  // nothing to gain
       auto refuse = [&](const std::string& why) {
-        if (out->first_refusal.empty())
-          out->first_refusal = "a unit of pool '" + std::string(c.pool_name) + "' at " + format_hex(c.ref.base) + " (" +
-                               format_bytes(c.committed) + " committed) " + why;
+        if (out->first_refusal.empty()) out->first_refusal = unit_text(c) + " " + why;
       };
       if (!c.can_move) {
         refuse(std::string("cannot move: ") + c.why);
@@ -163,15 +231,22 @@ void evacuate(Device& dev, Outcome* out) {
       cxlpool_status_t last = CXLPOOL_E_CAPACITY;
       std::string message = "no other device of the pool has room for it";
       for (int i = 0; i < c.ntargets; ++i) {
+        if (!has_room(*c.target[i], c.committed)) continue;  // skipped, not tried
         UnitMove um;
         std::string why;
-        last = move_unit(c.ref, c.order[i], &um, &why);
+        last = move_outside(c.ref, c.order[i], &um, &why);
         if (last == CXLPOOL_OK) {
           ++out->units;
           out->bytes += um.bytes;
           dev.note_evacuated(1, um.bytes);
           excess -= std::min(excess, um.bytes);
           moved_any = true;
+          try {
+            if (!g_evacuated) g_evacuated = new std::vector<Evacuated>();
+            g_evacuated->push_back({&dev, c.ref});
+          } catch (...) {
+            // Out of host memory for the note: the unit stays where it went when the device grows.
+          }
           break;
         }
         if (last == CXLPOOL_E_NOT_FOUND) break;  // freed meanwhile: nothing to move
@@ -181,6 +256,37 @@ void evacuate(Device& dev, Outcome* out) {
     }
     if (!moved_any) return;
   }
+}
+
+// After dev grew: units a withdrawal had moved off it go home while it has room for them.
+void return_home(Device& dev, CapacityReport* report) {
+  if (!g_evacuated) return;
+  PoolsAlive alive;
+  std::vector<Evacuated> keep;
+  for (const Evacuated& e : *g_evacuated) {
+    if (e.home_device != &dev) {
+      keep.push_back(e);
+      continue;
+    }
+    Unit u;
+    struct Ctx {
+      Unit* u;
+    } ctx{&u};
+    const bool alive_unit = with_unit(e.ref, [](void* p, const Unit& unit) { *static_cast<Ctx*>(p)->u = unit; }, &ctx);
+    if (!alive_unit || u.resident == u.home) continue;  // freed, or home already
+    if (!has_room(dev, u.committed)) {
+      keep.push_back(e);  // the next growth may have room
+      continue;
+    }
+    UnitMove um;
+    if (move_outside(e.ref, u.home, &um, nullptr) == CXLPOOL_OK) {
+      ++report->returned_units;
+      report->returned_bytes += um.bytes;
+    } else {
+      keep.push_back(e);
+    }
+  }
+  g_evacuated->swap(keep);
 }
 
 // What still holds the withdrawal, for the BUSY message: first why the allocator could not
@@ -221,11 +327,45 @@ void say(std::string* message, const std::string& text) noexcept {
   }
 }
 
+// The words for a failed extent operation of the device layer.
+std::string extent_failure(const Device& dev, const char* op, uint64_t lo, uint64_t len, const DeviceError& err) {
+  std::string text = "device '" + dev.name() + "': " + op + " of " + format_bytes(len) + " at offset " + format_hex(lo) +
+                     ": ";
+  const std::string call = err.call;
+  if (call.find("not online") != std::string::npos)
+    text += "the range is not all online capacity (cxlpool_device_get_extents lists what is)";
+  else if (call.find("online already") != std::string::npos)
+    text += "part of the range is online already, or being withdrawn";
+  else if (call.find("past the device's end") != std::string::npos)
+    text += "the device ends at " + format_bytes(err.detail) + " (a devdax device cannot grow past its size)";
+  else if (call.find("another withdrawal") != std::string::npos)
+    text += "another withdrawal is in progress";
+  else
+    text += call + (err.os_errno ? std::string(": ") + std::strerror(err.os_errno) : std::string());
+  return text;
+}
+
+// Argument checks every extent operation shares: the words the caller gets.
+cxlpool_status_t check_extent(const Device& dev, const char* op, uint64_t offset, uint64_t length, std::string* message) {
+  const uint64_t ps = dev.caps().page_size;
+  std::string why;
+  if (length == 0)
+    why = "an empty extent (length 0)";
+  else if (offset + length < offset)
+    why = "offset + length wraps around";
+  else if (offset % ps || length % ps)
+    why = "offset and length must be multiples of the device's page size (" + format_bytes(ps) + ")";
+  if (why.empty()) return CXLPOOL_OK;
+  say(message, "device '" + dev.name() + "': " + op + " of " + std::to_string(length) + " bytes at offset " +
+                   format_hex(offset) + ": " + why);
+  return CXLPOOL_E_INVALID_ARGUMENT;
+}
+
 cxlpool_status_t withdraw_locked(Device& dev, uint64_t lo, uint64_t hi, CapacityReport* report, std::string* message) {
   report->trimmed_bytes += trim_pools_on(dev);
   DeviceError err;
   if (cxlpool_status_t s = dev.begin_withdraw(lo, hi, &err)) {
-    say(message, dev.describe("withdraw", reinterpret_cast<void*>(lo), hi - lo, err));
+    say(message, extent_failure(dev, "withdraw", lo, hi - lo, err));
     return s;
   }
   Outcome o;
@@ -241,7 +381,7 @@ cxlpool_status_t withdraw_locked(Device& dev, uint64_t lo, uint64_t hi, Capacity
     dev.end_withdraw(false, nullptr);
     return s;
   }
-  if (s != CXLPOOL_OK) say(message, dev.describe("withdraw", reinterpret_cast<void*>(lo), hi - lo, err));
+  if (s != CXLPOOL_OK) say(message, extent_failure(dev, "withdraw", lo, hi - lo, err));
   return s;
 }
 
@@ -282,6 +422,11 @@ cxlpool_status_t guarded(std::string* message, F&& f) noexcept {
 
 void elastic_reset_after_fork() noexcept { new (&g_elastic_mu) std::mutex(); }
 
+void set_outside_moves(OutsideMoveBegin begin, OutsideMoveEnd end) noexcept {
+  g_outside_end.store(end, std::memory_order_release);
+  g_outside_begin.store(begin, std::memory_order_release);
+}
+
 cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uint64_t length, CapacityReport* report,
                                    std::string* message) noexcept {
   return guarded(message, [&] {
@@ -293,11 +438,13 @@ cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uin
     if (!dev) return missing;
     std::lock_guard<std::mutex> serial(g_elastic_mu);
     r.capacity_before = dev->capacity();
+    if (cxlpool_status_t bad = check_extent(*dev, "add", offset, length, message)) return bad;
     DeviceError err;
-    cxlpool_status_t s = length && offset + length > offset
-                             ? dev->add_extent(offset, offset + length, &err)
-                             : device_failure(&err, CXLPOOL_E_INVALID_ARGUMENT, 0, "add extent: range");
-    if (s) say(message, dev->describe("add extent", reinterpret_cast<void*>(offset), length, err));
+    cxlpool_status_t s = dev->add_extent(offset, offset + length, &err);
+    if (s)
+      say(message, extent_failure(*dev, "add", offset, length, err));
+    else
+      return_home(*dev, &r);
     r.capacity_after = dev->capacity();
     return s;
   });
@@ -315,10 +462,8 @@ cxlpool_status_t device_withdraw_extent(const std::string& name, uint64_t offset
     std::lock_guard<std::mutex> serial(g_elastic_mu);
     r.capacity_before = dev->capacity();
     const uint64_t relocated = dev->ledger().elastic.relocated.load();
-    cxlpool_status_t s = length && offset + length > offset
-                             ? withdraw_locked(*dev, offset, offset + length, &r, message)
-                             : CXLPOOL_E_INVALID_ARGUMENT;
-    if (s == CXLPOOL_E_INVALID_ARGUMENT && !length) say(message, "withdraw: an empty extent");
+    if (cxlpool_status_t bad = check_extent(*dev, "withdraw", offset, length, message)) return bad;
+    cxlpool_status_t s = withdraw_locked(*dev, offset, offset + length, &r, message);
     r.relocated = dev->ledger().elastic.relocated.load() - relocated;
     r.capacity_after = dev->capacity();
     return s;
@@ -356,13 +501,14 @@ cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, Capac
         if (hole_end > at) {
           const uint64_t take = std::min(want, hole_end - at);
           if ((s = dev->add_extent(at, at + take, &err))) {
-            say(message, dev->describe("grow", reinterpret_cast<void*>(at), take, err));
+            say(message, extent_failure(*dev, "grow", at, take, err));
             break;
           }
           want -= take;
         }
         at = e.hi;
       }
+      if (s == CXLPOOL_OK) return_home(*dev, &r);
     } else {
       // From the top: the offsets the first-fit allocator handed out last.
       while (s == CXLPOOL_OK && dev->capacity() > capacity) {

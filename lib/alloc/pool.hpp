@@ -231,6 +231,14 @@ struct UnitMove {
 using UnitHook = void (*)(void* ctx, const Unit& unit, bool after, cxlpool_status_t status);
 cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::string* message, UnitHook hook = nullptr,
                            void* hook_ctx = nullptr) noexcept;
+// Moves made outside the tiering engine (a withdrawal's evacuation: elastic.cpp) while it
+// runs: its monitors arm units in ways a move would refuse as the program's (a userfaultfd,
+// pages made PROT_NONE), so they must stop watching a unit while it moves, as for its own
+// moves. begin returns true with the hook to pass to move_unit and keeps the engine alive until
+// end; false when no engine runs. Installed by the engine (one pair per process).
+using OutsideMoveBegin = bool (*)(UnitHook* hook, void** ctx) noexcept;
+using OutsideMoveEnd = void (*)() noexcept;
+void set_outside_moves(OutsideMoveBegin begin, OutsideMoveEnd end) noexcept;
 // The Device behind a pool device (shared by every pool on its target) and its declared read
 // bandwidth (MB/s, 0 when unknown).
 const Device& pool_device_of(const Pool* pool, int device) noexcept;
@@ -259,12 +267,16 @@ void set_thread_start_deferred(bool deferred) noexcept;
 // otherwise to another device of the unit's pool in the order its policy names them. What
 // cannot move (a pool with one device or shared memory, a raw backing's range, a move the
 // program's use of the range refuses) makes it BUSY, with a message naming it; the extent
-// then stays online, and units that had moved stay where they went.
+// then stays online, and units that had moved stay where they went. A withdrawal that cannot
+// succeed (what must leave cannot move, or the pools' other devices lack the room) is refused
+// before anything moves. When the device grows again, the units withdrawals moved off it go
+// home while it has room for them (a bind policy places on its device again).
 struct CapacityReport {
   uint64_t capacity_before = 0, capacity_after = 0;
   uint64_t trimmed_bytes = 0;                         // free memory of the pools given back first
   uint64_t relocated = 0;                             // reservations given other offsets of the device (no bytes moved)
   uint64_t evacuated_units = 0, evacuated_bytes = 0;  // moved to other devices of their pools
+  uint64_t returned_units = 0, returned_bytes = 0;    // moved back home after the device grew
 };
 // Statuses: OK; NOT_FOUND (no device of that name open here); INVALID_ARGUMENT (not
 // page-aligned, not online / already online, below 4 MiB); CAPACITY (past a devdax device's

@@ -10,6 +10,7 @@
 #include "capi/handles.hpp"
 #include "common/parse.hpp"
 #include "cxlpool/alloc.h"
+#include "stats/control.hpp"
 #include "stats/publisher.hpp"
 #include "tiering/engine.hpp"
 
@@ -39,6 +40,7 @@ void create_default_pool() {
     stats::start_from_environment();
     Topology topo = discover(DiscoverOptions{});
     g_default_pool = A::pool_create_from_environment(topo, "default");
+    control::start_from_environment();  // after the pool: a request finds its devices open
   });
   if (g_default_status != CXLPOOL_OK) g_default_error = last_error().message;
 }
@@ -123,6 +125,7 @@ cxlpool_status_t cxlpool_pool_create(const cxlpool_topology_t* topology, const c
     require(topology && out, "cxlpool_pool_create", "topology or out is NULL");
     tiering::start_from_environment();
     stats::start_from_environment();
+    control::start_from_environment();
     A::PoolOptions o;
     if (params) {
       o.policy = params->policy;

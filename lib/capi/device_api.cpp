@@ -35,6 +35,8 @@ void to_public(const alloc::CapacityReport& r, cxlpool_capacity_report_t* out) {
   out->relocated = r.relocated;
   out->evacuated_units = r.evacuated_units;
   out->evacuated_bytes = r.evacuated_bytes;
+  out->returned_units = r.returned_units;
+  out->returned_bytes = r.returned_bytes;
 }
 
 template <class F>

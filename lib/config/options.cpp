@@ -20,6 +20,8 @@ constexpr OptionInfo kOptions[] = {
      "the per-process stats page cxlpool-stat reads: 1 (default) or 0 (none) (docs/stats.md)"},
     {Option::kStatInterval, "CXLPOOL_STAT_INTERVAL_MS",
      "how often the stats page is refreshed, milliseconds 10..60000 (default 1000)"},
+    {Option::kControl, "CXLPOOL_CONTROL",
+     "1: a control socket lets cxlpool-capacity change this process's device capacity (default 0; docs/devices.md)"},
 };
 static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");
 }  // namespace

@@ -14,6 +14,7 @@ enum class Option {
   kTiering,       // CXLPOOL_TIERING
   kStatPage,      // CXLPOOL_STAT_PAGE
   kStatInterval,  // CXLPOOL_STAT_INTERVAL_MS
+  kControl,       // CXLPOOL_CONTROL
   kCount
 };
 

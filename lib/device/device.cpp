@@ -551,6 +551,10 @@ std::string Device::describe(const char* op, const void* addr, size_t len, const
       if (std::strcmp(err.call, "capacity") == 0)
         return where + ": committing it would exceed the capacity (" + format_bytes(err.detail) + " of " +
                format_bytes(capacity()) + " committed)";
+      if (std::strcmp(err.call, "move: target capacity") == 0)
+        return where + ": the target device has no room for its committed bytes (its capacity is taken)";
+      if (std::strcmp(err.call, "move: target offsets") == 0)
+        return where + ": the target device has no free device range of that size";
       if (std::strcmp(err.call, "map past the end") == 0)
         return where + ": range is not online device capacity (past the end, or an extent withdrawn): capacity " +
                std::to_string(capacity());

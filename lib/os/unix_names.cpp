@@ -9,6 +9,7 @@
 #include <linux/rtnetlink.h>
 #include <linux/sock_diag.h>
 #include <linux/unix_diag.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -19,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "os/prim.hpp"
@@ -245,6 +247,66 @@ int listen_abstract_name(const std::string& name) {
     return -1;
   }
   return prim::move_fd_high(fd);
+}
+
+int accept_peer(int listen_fd, uid_t* uid, pid_t* pid) {
+  int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) return -1;
+  ucred who{};
+  socklen_t len = sizeof who;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &who, &len) != 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  *uid = who.uid;
+  *pid = who.pid;
+  return prim::move_fd_high(fd);
+}
+
+bool read_line(int fd, std::string* out, size_t cap, int timeout_ms) {
+  out->clear();
+  timespec start{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const long spent = long(now.tv_sec - start.tv_sec) * 1000 + (now.tv_nsec - start.tv_nsec) / 1000000;
+    if (spent >= timeout_ms) {
+      errno = ETIMEDOUT;
+      return false;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int r = poll(&p, 1, int(timeout_ms - spent));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) return false;
+    if (r == 0) continue;  // the deadline is checked above
+    char buf[512];
+    const ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return !out->empty();  // EOF ends the line
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] == '\n') return true;
+      if (out->size() + 1 >= cap) {
+        errno = EMSGSIZE;
+        return false;
+      }
+      out->push_back(buf[i]);
+    }
+  }
+}
+
+int send_all(int fd, const std::string& text) {
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = send(fd, text.data() + done, text.size() - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    done += size_t(n);
+  }
+  return 0;
 }
 
 AbstractNameOwner abstract_name_owner(const std::string& name) {

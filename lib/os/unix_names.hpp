@@ -16,6 +16,15 @@ namespace cxlpool::os {
 // (EADDRINUSE: the name is bound).
 int listen_abstract_name(const std::string& name);
 
+// Accepts one connection on a listening socket (close-on-exec, moved high); *uid and *pid are
+// the peer's as the kernel recorded them at connect (SO_PEERCRED). -1 with errno.
+int accept_peer(int listen_fd, uid_t* uid, pid_t* pid);
+// Reads one line (up to a newline, EOF or cap bytes) into *out, waiting at most timeout_ms in
+// all. false with errno (ETIMEDOUT: no whole line in time; EMSGSIZE: longer than cap).
+bool read_line(int fd, std::string* out, size_t cap, int timeout_ms);
+// Writes all of text to a socket; a peer that left is EPIPE, never SIGPIPE. 0 or an errno.
+int send_all(int fd, const std::string& text);
+
 // Who has a stream socket bound to an abstract name, as far as the kernel tells this process.
 struct AbstractNameOwner {
   bool bound = false;      // a stream socket is bound to the name

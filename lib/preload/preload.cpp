@@ -26,6 +26,7 @@
 #include "os/prim.hpp"
 #include "os/safe_path.hpp"
 #include "preload/internal_heap.hpp"
+#include "stats/control.hpp"
 #include "stats/publisher.hpp"
 #include "tiering/engine.hpp"
 #include "topology/model.hpp"
@@ -257,6 +258,11 @@ void initialise() noexcept {
     cxlpool::detail::stats::start_from_environment();  // the page cxlpool-stat reads
   } catch (const std::exception& e) {
     say("cxlpool: %s; no stats page", e.what());
+  }
+  try {
+    cxlpool::detail::control::start_from_environment();  // what cxlpool-capacity talks to
+  } catch (const std::exception& e) {
+    say("cxlpool: %s; no control socket", e.what());
   }
   if (const char* stats = option_value(Option::kStats))
     if (*stats && std::strcmp(stats, "0") != 0) {

@@ -5,6 +5,8 @@
 // lock that fork() handlers take: a sanitizer's fork() takes its allocator's lock before ours.
 #include "stats/publisher.hpp"
 
+#include "stats/control.hpp"
+
 #include <pthread.h>
 
 #include <algorithm>
@@ -322,6 +324,7 @@ void fork_parent() noexcept {
 }
 
 void after_fork_child() noexcept {
+  control::after_fork_child();
   g_state_mu = PTHREAD_MUTEX_INITIALIZER;
   g_wake = PTHREAD_COND_INITIALIZER;
   new (&g_write_mu) std::mutex();

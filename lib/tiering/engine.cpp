@@ -702,7 +702,24 @@ bool g_env_done = false;
 
 }  // namespace
 
+namespace {
+// A withdrawal's moves (alloc/elastic.cpp) while the engine runs: its monitors stop watching
+// the unit while it moves, as for pin(); the engine stays until the move is done.
+bool outside_move_begin(alloc::UnitHook* hook, void** ctx) noexcept {
+  g_engine_mu.lock();
+  if (!g_engine) {
+    g_engine_mu.unlock();
+    return false;
+  }
+  *hook = Engine::monitor_hook;
+  *ctx = g_engine;
+  return true;
+}
+void outside_move_end() noexcept { g_engine_mu.unlock(); }
+}  // namespace
+
 void start(const Config& c) {
+  alloc::set_outside_moves(outside_move_begin, outside_move_end);
   std::lock_guard<std::mutex> lock(g_engine_mu);
   if (g_engine) {
     if (describe(g_engine->config()) == describe(c)) return;

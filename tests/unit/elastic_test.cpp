@@ -357,7 +357,7 @@ TEST_CASE("capacity changes refuse bad arguments with a clear error", "[unit]") 
   CHECK(cxlpool_device_withdraw_extent("dev", 4096, 0, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
   CHECK(cxlpool_device_withdraw_extent("dev", 100, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
   CHECK(cxlpool_device_withdraw_extent("dev", 64 * kMiB, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
-  CHECK(std::string(cxlpool_last_error_message()).find("not online") != std::string::npos);
+  CHECK(std::string(cxlpool_last_error_message()).find("not all online") != std::string::npos);
   CHECK(cxlpool_device_withdraw_extent("dev", UINT64_MAX - 4095, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
   CHECK(cxlpool_device_add_extent("dev", 0, 4096, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
   CHECK(std::string(cxlpool_last_error_message()).find("online already") != std::string::npos);
@@ -428,5 +428,90 @@ TEST_CASE("fork during capacity changes: the child gets a whole device and can c
   CHECK(good == children);
   CHECK(changes.load() >= 20);
   CHECK(all_intact(blocks));
+  for (const Block& b : blocks) cxlpool_free(b.p);
+}
+
+namespace {
+// The tiering engine's counter `key` from its statistics JSON.
+uint64_t tiering_counter(const char* key) {
+  char* json = nullptr;
+  REQUIRE(cxlpool_tiering_stats_json(&json) == CXLPOOL_OK);
+  const std::string text = json;
+  cxlpool_string_free(json);
+  const size_t at = text.find(std::string("\"") + key + "\": ");
+  return at == std::string::npos ? 0 : std::strtoull(text.c_str() + at + std::strlen(key) + 4, nullptr, 10);
+}
+}  // namespace
+
+TEST_CASE("a withdrawal while the tiering engine watches the units: its monitors stand aside", "[unit]") {
+  if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
+  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  REQUIRE(cxlpool_tiering_start("interval=20ms") == CXLPOOL_OK);
+  struct Stop {
+    ~Stop() { cxlpool_tiering_stop(); }
+  } stop;
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 40 * kMiB);
+  // The engine has collected from its monitors at least twice: they are armed on the units.
+  const uint64_t scans = tiering_counter("scans");
+  for (int i = 0; i < 100000 && tiering_counter("scans") < scans + 2; ++i) usleep(1000);
+  REQUIRE(tiering_counter("scans") >= scans + 2);
+  cxlpool_capacity_report_t r{};
+  const cxlpool_status_t st = cxlpool_device_resize("fast", 16 * kMiB, &r);
+  INFO(cxlpool_last_error_message());
+  CHECK(st == CXLPOOL_OK);
+  CHECK(r.evacuated_units > 0);
+  CHECK(all_intact(blocks));
+  for (const Block& b : blocks) cxlpool_free(b.p);
+}
+
+TEST_CASE("a withdrawal the other devices have no room for is refused before anything moves", "[unit]") {
+  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=16M,latency=400ns");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 48 * kMiB);
+  const uint64_t slow_before = capacity_of("slow").committed_bytes;
+  cxlpool_capacity_report_t r{};
+  CHECK(cxlpool_device_resize("fast", 16 * kMiB, &r) == CXLPOOL_E_BUSY);
+  const std::string message = cxlpool_last_error_message();
+  INFO(message);
+  CHECK(message.find("have room for") != std::string::npos);
+  CHECK(message.find("Success") == std::string::npos);
+  CHECK(r.evacuated_units == 0);
+  CHECK(capacity_of("slow").committed_bytes == slow_before);
+  CHECK(capacity_of("fast").capacity_bytes == 64 * kMiB);
+  for (const Block& b : blocks) CHECK(device_of(b.p) == "fast");
+  CHECK(all_intact(blocks));
+  for (const Block& b : blocks) cxlpool_free(b.p);
+}
+
+TEST_CASE("units a withdrawal moved go home when the device grows again", "[unit]") {
+  if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
+  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 40 * kMiB);
+  cxlpool_capacity_report_t r{};
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_device_resize("fast", 8 * kMiB, &r) == CXLPOOL_OK);
+  REQUIRE(r.evacuated_units > 0);
+  size_t away = 0;
+  for (const Block& b : blocks) away += device_of(b.p) == "slow";
+  CHECK(away > 0);
+  REQUIRE(cxlpool_device_resize("fast", 64 * kMiB, &r) == CXLPOOL_OK);
+  CHECK(r.returned_units > 0);
+  CHECK(r.returned_bytes > 0);
+  for (const Block& b : blocks) CHECK(device_of(b.p) == "fast");
+  CHECK(all_intact(blocks));
+  // bind:fast places on fast again, small and large.
+  std::vector<void*> keep;
+  for (size_t n : {1000ul, 8ul << 20}) {
+    void* p = cxlpool_malloc(pool, n);
+    REQUIRE(p != nullptr);
+    keep.push_back(p);
+    CHECK(device_of(p) == "fast");
+  }
+  for (void* p : keep) cxlpool_free(p);
   for (const Block& b : blocks) cxlpool_free(b.p);
 }

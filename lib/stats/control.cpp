@@ -1,0 +1,187 @@
+// SPDX-License-Identifier: MIT
+// The control socket (control.hpp): its thread, the peer check, and the request grammar over
+// the allocator's elastic capacity (alloc/elastic.cpp).
+#include "stats/control.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include "alloc/pool.hpp"
+#include "common/error.hpp"
+#include "common/names.hpp"
+#include "common/parse.hpp"
+#include "config/options.hpp"
+#include "device/registry.hpp"
+#include "os/prim.hpp"
+#include "os/thread.hpp"
+#include "os/unix_names.hpp"
+
+namespace cxlpool::detail::control {
+
+namespace {
+
+constexpr size_t kControlStack = size_t(256) << 10;  // a withdrawal's moves run here
+constexpr size_t kMaxRequest = 1024;
+constexpr int kRequestTimeoutMs = 5000;
+
+int g_listen = -1;
+bool g_env_done = false;
+os::Thread* g_thread = nullptr;  // never joined: it serves for the life of the process
+
+std::string failure(cxlpool_status_t s, const std::string& message) {
+  const std::string name = status_name(s);  // "CXLPOOL_E_BUSY: ..."
+  std::string text = "ERR " + name.substr(0, name.find(':')) + "\nmessage=";
+  for (char c : message) text.push_back(c == '\n' ? ' ' : c);  // one line
+  return text + "\n";
+}
+
+std::vector<std::string> words(const std::string& line) {
+  std::vector<std::string> out;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+std::string report_text(const alloc::CapacityReport& r) {
+  return "capacity_before=" + std::to_string(r.capacity_before) + "\ncapacity_after=" +
+         std::to_string(r.capacity_after) + "\ntrimmed_bytes=" + std::to_string(r.trimmed_bytes) +
+         "\nrelocated=" + std::to_string(r.relocated) + "\nevacuated_units=" + std::to_string(r.evacuated_units) +
+         "\nevacuated_bytes=" + std::to_string(r.evacuated_bytes) + "\nreturned_units=" +
+         std::to_string(r.returned_units) + "\nreturned_bytes=" + std::to_string(r.returned_bytes) + "\n";
+}
+
+std::string show(const std::string& name) {
+  size_t matches = 0;
+  std::shared_ptr<Device> d = registry::find(name, &matches);
+  if (!d) return failure(CXLPOOL_E_NOT_FOUND, "device '" + name + "' is not open in this process");
+  if (matches > 1) return failure(CXLPOOL_E_BUSY, "device '" + name + "': " + std::to_string(matches) + " open devices have that name");
+  const ElasticCounters& e = d->ledger().elastic;
+  std::string text = "OK\ndevice=" + name + "\ncapacity=" + std::to_string(d->capacity()) +
+                     "\ncommitted=" + std::to_string(d->committed()) + "\nspace=" + std::to_string(d->space()) +
+                     "\nextents=";
+  bool first = true;
+  for (const Device::Extent& x : d->online_extents()) {
+    text += (first ? "" : ",") + std::to_string(x.lo) + "-" + std::to_string(x.hi);
+    first = false;
+  }
+  text += "\ngrows=" + std::to_string(e.grows.load()) + "\nshrinks=" + std::to_string(e.shrinks.load()) +
+          "\nrefusals=" + std::to_string(e.refusals.load()) + "\nrelocated=" + std::to_string(e.relocated.load()) +
+          "\nevacuated_units=" + std::to_string(e.evacuated_units.load()) +
+          "\nevacuated_bytes=" + std::to_string(e.evacuated_bytes.load()) + "\n";
+  return text;
+}
+
+void serve() {
+  os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
+  alloc::enter_internal_scope();            // under the interposer: our allocations are its own
+  const uid_t me = geteuid();
+  for (;;) {
+    uid_t uid = 0;
+    pid_t pid = 0;
+    const int fd = os::accept_peer(g_listen, &uid, &pid);
+    if (fd < 0) {
+      if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK) return;  // the socket is gone
+      os::prim::sleep_ms(errno == EINTR || errno == ECONNABORTED ? 0 : 100);  // EMFILE and such: later
+      continue;
+    }
+    std::string reply;
+    if (uid != me && uid != 0) {
+      reply = failure(CXLPOOL_E_PERMISSION, "uid " + std::to_string(uid) + " may not control a process of uid " +
+                                                std::to_string(me) + " (only its own user and root)");
+    } else {
+      std::string line;
+      if (os::read_line(fd, &line, kMaxRequest, kRequestTimeoutMs))
+        reply = handle(line);
+      else
+        reply = failure(CXLPOOL_E_INVALID_ARGUMENT, errno == EMSGSIZE ? "request longer than 1024 bytes"
+                                                                      : "no request line within 5 s");
+    }
+    os::send_all(fd, reply);
+    os::prim::close_fd(fd);
+  }
+}
+
+}  // namespace
+
+std::string socket_name(long pid) { return "cxlpool-control." + std::to_string(pid); }
+
+std::string handle(const std::string& request) {
+  try {
+    const std::vector<std::string> w = words(request);
+    if (w.empty()) return failure(CXLPOOL_E_INVALID_ARGUMENT, "empty request (show, resize, add, withdraw)");
+    auto size_at = [&](size_t i, uint64_t* out) {
+      auto v = parse_size(w[i]);
+      if (!v) return false;
+      *out = *v;
+      return true;
+    };
+    alloc::CapacityReport r;
+    std::string message;
+    cxlpool_status_t s = CXLPOOL_OK;
+    if (w[0] == "show" && w.size() == 2) return show(w[1]);
+    if (w[0] == "resize" && w.size() == 3) {
+      uint64_t bytes = 0;
+      if (!size_at(2, &bytes)) return failure(CXLPOOL_E_INVALID_ARGUMENT, "resize: bad size '" + w[2] + "'");
+      s = alloc::device_resize(w[1], bytes, &r, &message);
+    } else if ((w[0] == "add" || w[0] == "withdraw") && w.size() == 4) {
+      uint64_t offset = 0, length = 0;
+      if (!size_at(2, &offset) || !size_at(3, &length))
+        return failure(CXLPOOL_E_INVALID_ARGUMENT, w[0] + ": bad offset or length '" + w[2] + " " + w[3] + "'");
+      s = w[0] == "add" ? alloc::device_add_extent(w[1], offset, length, &r, &message)
+                        : alloc::device_withdraw_extent(w[1], offset, length, &r, &message);
+    } else {
+      return failure(CXLPOOL_E_INVALID_ARGUMENT, "unknown request '" + request.substr(0, 80) +
+                                                     "' (show DEVICE | resize DEVICE SIZE | add DEVICE OFFSET LENGTH | "
+                                                     "withdraw DEVICE OFFSET LENGTH)");
+    }
+    if (s != CXLPOOL_OK) return failure(s, message) + report_text(r);
+    return "OK\n" + report_text(r);
+  } catch (const std::exception& e) {
+    return failure(CXLPOOL_E_NO_MEMORY, e.what());
+  }
+}
+
+void start_from_environment() {
+  static std::mutex once;
+  std::lock_guard<std::mutex> lock(once);
+  if (g_env_done) return;
+  g_env_done = true;
+  const char* v = option_value(Option::kControl);
+  if (!v) return;
+  const std::string_view t = trim(v);
+  if (t == "0") return;
+  if (t != "1") fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_CONTROL: bad value '") + v + "' (expected 1 or 0)");
+  const std::string name = socket_name(long(getpid()));
+  g_listen = os::listen_abstract_name(name);
+  if (g_listen < 0) {
+    const std::string line = "cxlpool: no control socket for this process (CXLPOOL_CONTROL=1): binding @" + name +
+                             ": " + std::strerror(errno) + "\n";
+    os::prim::write_stderr(line.c_str());
+    return;
+  }
+  try {
+    auto thread = std::make_unique<os::Thread>();
+    thread->start(serve, kControlStack, "control: the control socket's thread", "cxlpool/control");
+    g_thread = thread.release();
+  } catch (const std::exception& e) {
+    os::prim::close_fd(g_listen);
+    g_listen = -1;
+    const std::string line = std::string("cxlpool: no control socket for this process: ") + e.what() + "\n";
+    os::prim::write_stderr(line.c_str());
+  }
+}
+
+void after_fork_child() noexcept {
+  if (g_listen >= 0) os::prim::close_fd(g_listen);
+  g_listen = -1;
+  g_thread = nullptr;  // not in the child
+}
+
+}  // namespace cxlpool::detail::control
