@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The tiering engine (engine.hpp): the thread, the unit table with heat, hints and pins, the
-// hot/cold policy and its moves, counters and the JSON view.
+// byte budget, each step's snapshot for the planner (planner.hpp) and its moves handed to the
+// mover (mover.hpp), pin(), counters and the JSON view.
 #include "tiering/engine.hpp"
 
 #include <algorithm>

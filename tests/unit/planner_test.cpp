@@ -82,7 +82,7 @@ using Pairs = std::vector<std::pair<size_t, int>>;
 
 }  // namespace
 
-TEST_CASE("a hot unit on a slow device moves to the fast device; lukewarm and empty ones stay", "[unit]") {
+TEST_CASE("a hot unit on a slow device moves to the fast device, lukewarm and empty ones stay", "[unit]") {
   World w;
   const int fast = w.device(100 * kMiB), slow = w.device(1024 * kMiB);
   const int p = w.pool({{fast, 0}, {slow, 1}});
@@ -144,7 +144,7 @@ TEST_CASE("a demoted unit goes home when that is slower, else to the fastest slo
   }
 }
 
-TEST_CASE("pinned units are never planned by heat; one off its tier goes to its tier", "[unit]") {
+TEST_CASE("pinned units are never planned by heat, and one off its tier goes to its tier", "[unit]") {
   World w;
   const int fast = w.device(100 * kMiB), slow = w.device(1024 * kMiB);
   const int p = w.pool({{fast, 0}, {slow, 1}});
@@ -158,7 +158,7 @@ TEST_CASE("pinned units are never planned by heat; one off its tier goes to its 
   CHECK(pairs(planner::plan(w.in)) == Pairs{{off_tier, 0}});
 }
 
-TEST_CASE("the budget limits the bytes moved in a step, hottest first; the rest is deferred", "[unit]") {
+TEST_CASE("the budget limits the bytes moved in a step, hottest first, and defers the rest", "[unit]") {
   World w;
   const int fast = w.device(100 * kMiB), slow = w.device(1024 * kMiB);
   const int p = w.pool({{fast, 0}, {slow, 1}});
@@ -200,7 +200,7 @@ TEST_CASE("a full target is skipped: no promotion past the high mark without a c
   }
 }
 
-TEST_CASE("of a pool's fast devices the one with most room is used; a device full by offsets makes room once",
+TEST_CASE("of a pool's fast devices the one with most room is used, and one full by offsets makes room once",
           "[unit]") {
   World w;
   const int a = w.device(100 * kMiB, 50 * kMiB), b = w.device(100 * kMiB, 10 * kMiB), slow = w.device(1024 * kMiB);
@@ -233,7 +233,7 @@ TEST_CASE("NUMA to NUMA is the kernel's while it tiers memory under kernel=respe
   CHECK(pairs(planner::plan(w.in)) == Pairs{{on_file, 0}});
 }
 
-TEST_CASE("with a fake clock: a moved unit stays min_residence; a refused one backs off, doubling", "[unit]") {
+TEST_CASE("with a fake clock: a moved unit stays min_residence, a refused one backs off, doubling", "[unit]") {
   World w;
   const int fast = w.device(100 * kMiB), slow = w.device(1024 * kMiB);
   const int p = w.pool({{fast, 0}, {slow, 1}});
@@ -276,7 +276,7 @@ TEST_CASE("with a fake clock: a moved unit stays min_residence; a refused one ba
   }
 }
 
-TEST_CASE("ties keep the units' order; fast devices are visited in device order; the plan is repeatable", "[unit]") {
+TEST_CASE("ties keep the units' order, fast devices are visited in device order, the plan is repeatable", "[unit]") {
   World w;
   const int fast2 = w.device(100 * kMiB), fast1 = w.device(100 * kMiB), slow = w.device(1024 * kMiB);
   const int p2 = w.pool({{fast2, 0}, {slow, 1}});
