@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The tiering engine (engine.hpp): the thread, the unit table with heat, hints and pins, the
-// hot/cold policy and its moves, counters and the JSON view.
+// byte budget, each step's snapshot for the planner (planner.hpp) and its moves handed to the
+// mover (mover.hpp), pin(), counters and the JSON view.
 #include "tiering/engine.hpp"
 
 #include <algorithm>
@@ -19,9 +20,12 @@
 #include "os/prim.hpp"
 #include "os/thread.hpp"
 #include "os/write_fence.hpp"
+#include "tiering/capacity.hpp"
 #include "tiering/counters.hpp"
 #include "tiering/monitor.hpp"
 #include "tiering/monitor_sample.hpp"
+#include "tiering/mover.hpp"
+#include "tiering/planner.hpp"
 
 namespace cxlpool::detail::tiering {
 
@@ -391,57 +395,9 @@ class Engine final : public HeatSink {
     counters().heat_window_ns.set(window_ns_);
   }
 
-  // ---- policy: hot units up, cold units down ---------------------------------------------
-  struct Fast {
-    int di = -1;
-    int tier = 0;
-  };
-  // The pool's fastest device with the most room.
-  static Fast fastest(alloc::Pool* pool) {
-    Fast f;
-    uint64_t best_room = 0;
-    for (int di = 0; di < alloc::pool_device_count(pool); ++di) {
-      const Device& d = alloc::pool_device_of(pool, di);
-      uint64_t cap = d.ledger().capacity, used = d.committed();
-      uint64_t room = cap > used ? cap - used : 0;
-      int t = tier_of(pool, di);
-      if (f.di < 0 || t < f.tier || (t == f.tier && room > best_room)) {
-        f = {di, t};
-        best_room = room;
-      }
-    }
-    return f;
-  }
-  // Where a demoted unit goes: its home when that is slower, else the next slower device
-  // with room.
-  int demotion_target(const State& s, int fast_tier) const {
-    if (tier_of(s.pool, s.home) > fast_tier) return s.home;
-    int best = -1;
-    for (int di = 0; di < alloc::pool_device_count(s.pool); ++di) {
-      int t = tier_of(s.pool, di);
-      if (t <= fast_tier) continue;
-      const Device& d = alloc::pool_device_of(s.pool, di);
-      if (d.committed() + s.committed > d.ledger().capacity) continue;
-      if (best < 0 || t < tier_of(s.pool, best)) best = di;
-    }
-    return best;
-  }
-  uint64_t high_mark(const Device& d) const { return d.ledger().capacity / 100 * cfg_.high_percent; }
-  uint64_t low_mark(const Device& d) const { return d.ledger().capacity / 100 * cfg_.low_percent; }
-
-  bool kernel_owns(const State& s, int to) const {
-    if (cfg_.kernel == KernelMode::kOwn || !kernel_tiers_) return false;
-    return alloc::pool_device_of(s.pool, s.resident).caps().kind == CXLPOOL_BACKING_NUMA &&
-           alloc::pool_device_of(s.pool, to).caps().kind == CXLPOOL_BACKING_NUMA;
-  }
-
   // The standard error of a unit's heat: of an exponentially weighted mean whose terms weigh
   // `weight` each, from their weighted variance.
   static double noise(const State& s) { return std::sqrt(s.spread * s.weight / (2 - s.weight)); }
-
-  bool settled(const State& s, uint64_t now) const {
-    return (s.moved_at && now - s.moved_at < cfg_.min_residence_ns) || now < s.refused_until;
-  }
 
   // Which fence the process can have, and why not (write_fence.hpp): once at start, again
   // while it is unknown (a passing shortage of descriptors or memory).
@@ -458,166 +414,89 @@ class Engine final : public HeatSink {
     counters().write_fence_mode.set(uint64_t(p.mode));
   }
 
-  // Whether moving s to `to` copies its bytes (one end is fd-backed) and so needs a write
-  // fence; NUMA to NUMA the kernel migrates the pages in place.
-  static bool copies(const State& s, int to) {
-    return !(alloc::pool_device_of(s.pool, s.resident).caps().kernel_migratable &&
-             alloc::pool_device_of(s.pool, to).caps().kernel_migratable);
-  }
-  // Whether a copying move of s to `to` can be fenced: a kernel-mode fence, and memory it
-  // covers at both ends (the target's too: a unit moved where no fence covers it could never
-  // come back).
-  bool fenceable(const State& s, int to) {
-    if (fence_.mode != os::write_fence::Mode::kKernel) return false;
-    auto covered = [&](const Device& d) {
-      auto it = fenceable_.find(&d);
-      if (it == fenceable_.end()) {
-        bool yes = false;
-        try {
-          yes = d.copy_fenceable();
-        } catch (...) {
-        }
-        it = fenceable_.emplace(&d, yes).first;
+  // ---- policy (planner.hpp) and moves (mover.hpp) -----------------------------------------
+  // The planner's moves, carried out by the mover on the engine's units.
+  class StepMover final : public planner::Executor {
+   public:
+    StepMover(Engine& e, os::write_fence::Mode fence_mode) : e_(e), fence_(fence_mode) {}
+    planner::Outcome execute(const planner::Move& m) override {
+      State& s = e_.units_[m.unit];
+      MoveResult r = move_unit_to(s, m.to, MoveOptions{&fence_, true, move_hook, &e_});
+      if (r.status == CXLPOOL_OK) {
+        s.resident = m.to;
+      } else if (r.attempted) {
+        std::lock_guard<std::mutex> lock(e_.view_mu_);
+        e_.last_error_ = std::move(r.why);
       }
-      return it->second;
-    };
-    return covered(alloc::pool_device_of(s.pool, s.resident)) && covered(alloc::pool_device_of(s.pool, to));
-  }
+      return planner::Outcome{r.status, r.attempted, r.bytes};
+    }
 
-  // Backs a unit off after a refused move: 1 s (or min_residence), doubling, at most a minute.
-  void back_off(State& s, uint64_t now) const {
-    const uint64_t base = std::max<uint64_t>(cfg_.min_residence_ns, 1'000'000'000);
-    s.refused_until = now + std::min<uint64_t>(base << std::min(s.refusals, 6u), 60'000'000'000);
-    ++s.refusals;
-  }
+   private:
+    Engine& e_;
+    FenceCheck fence_;
+  };
 
-  // Moves s to device `to`: OK, or why not (BUSY: the budget is spent; NOT_SUPPORTED: the
-  // kernel's, or a copy without a write fence; the move's own status).
-  cxlpool_status_t move(State& s, int to, uint64_t now) {
-    Counters& c = counters();
-    if (s.committed > tokens_) {
-      c.budget_deferred.add(1);
-      return CXLPOOL_E_BUSY;
+  // The planner's view of the units: their pools, and every device of those pools with its
+  // room now, listed by address (the order fast devices are visited in).
+  planner::Input planner_input(uint64_t now) const {
+    planner::Input in;
+    in.policy.hot = cfg_.hot;
+    in.policy.cold = cfg_.cold;
+    in.policy.hysteresis = cfg_.hysteresis;
+    in.policy.promote = cfg_.promote;
+    in.policy.demote = cfg_.demote;
+    in.policy.min_residence_ns = cfg_.min_residence_ns;
+    in.policy.kernel_moves_numa = cfg_.kernel != KernelMode::kOwn && kernel_tiers_;
+    in.tokens = tokens_;
+    in.now = now;
+    std::vector<const alloc::Pool*> pool_list;
+    std::map<const alloc::Pool*, int> pool_index;
+    std::map<const Device*, int> devices;
+    for (const State& s : units_)
+      if (pool_index.emplace(s.pool, int(pool_list.size())).second) pool_list.push_back(s.pool);
+    for (const alloc::Pool* pool : pool_list)
+      for (int di = 0; di < alloc::pool_device_count(pool); ++di) devices.emplace(&alloc::pool_device_of(pool, di), 0);
+    for (auto& [d, index] : devices) {
+      index = int(in.devices.size());
+      in.devices.push_back({room_of(*d, cfg_.high_percent, cfg_.low_percent), d->caps().kind == CXLPOOL_BACKING_NUMA});
     }
-    if (kernel_owns(s, to)) return CXLPOOL_E_NOT_SUPPORTED;
-    if (copies(s, to) && !fenceable(s, to)) {
-      // Not attempted: the copy would need a fence that holds the program's system calls.
-      c.moves_skipped_fence.add(1);
-      back_off(s, now);
-      return CXLPOOL_E_NOT_SUPPORTED;
+    for (const alloc::Pool* pool : pool_list) {
+      planner::Pool p;
+      for (int di = 0; di < alloc::pool_device_count(pool); ++di)
+        p.devices.push_back({devices[&alloc::pool_device_of(pool, di)], tier_of(pool, di)});
+      in.pools.push_back(std::move(p));
     }
-    const bool promote = tier_of(s.pool, to) < tier_of(s.pool, s.resident);
-    alloc::UnitMove result;
-    std::string why;
-    uint64_t t0 = os::monotonic_ns();
-    cxlpool_status_t st = alloc::move_unit(s.ref, to, &result, &why, move_hook, this);
-    c.move_ns.add(os::monotonic_ns() - t0);
-    c.moves.add(1);
-    if (st != CXLPOOL_OK) {
-      c.move_failures.add(1);
-      if (st == CXLPOOL_E_NOT_SUPPORTED) {
-        back_off(s, now);  // refused before any page was copied: no migration failed
-      } else {
-        c.pgmigrate_fail.add(s.committed / kPage);
-      }
-      s.moved_at = now;  // not retried before min_residence (the promote loop retries once after making room)
-      std::lock_guard<std::mutex> lock(view_mu_);
-      last_error_ = why;
-      return st;
+    in.units.reserve(units_.size());
+    for (const State& s : units_) {
+      planner::Unit u;
+      u.pool = pool_index[s.pool];
+      u.home = s.home;
+      u.resident = s.resident;
+      u.committed = s.committed;
+      u.pin = s.pin;
+      u.heat = s.heat;
+      u.noise = noise(s);
+      u.moved_at = s.moved_at;
+      u.refused_until = s.refused_until;
+      u.refusals = s.refusals;
+      in.units.push_back(u);
     }
-    s.moved_at = now;
-    s.refusals = 0;
-    spent_ += result.bytes;
-    tokens_ -= std::min(tokens_, result.bytes);
-    s.resident = to;
-    (promote ? c.pgpromote_success : c.pgdemote_success).add(result.bytes / kPage);
-    (promote ? c.promote_bytes : c.demote_bytes).add(result.bytes);
-    return CXLPOOL_OK;
+    return in;
   }
 
   void plan_and_move() {
-    const uint64_t now = os::monotonic_ns();
-    spent_ = 0;
-    fenceable_.clear();  // devices come and go with pools
-    // Pinned units that are not on their tier (a pin made while their device was full).
-    for (State& s : units_) {
-      if (s.pin < 0 || tier_of(s.pool, s.resident) == s.pin || settled(s, now)) continue;
-      for (int di = 0; di < alloc::pool_device_count(s.pool); ++di)
-        if (tier_of(s.pool, di) == s.pin) {
-          (void)move(s, di, now);
-          break;
-        }
+    planner::Input in = planner_input(os::monotonic_ns());
+    StepMover mover(*this, fence_.mode);
+    const planner::Summary sum = planner::run(in, mover);
+    for (size_t i = 0; i < units_.size(); ++i) {
+      units_[i].moved_at = in.units[i].moved_at;
+      units_[i].refused_until = in.units[i].refused_until;
+      units_[i].refusals = in.units[i].refusals;
     }
-    // Per fast device: the units that may use it, hottest first, and its coldest residents.
-    std::map<const Device*, std::pair<std::vector<State*>, std::vector<State*>>> by_fast;
-    for (State& s : units_) {
-      if (s.pin >= 0 || settled(s, now)) continue;
-      Fast f = fastest(s.pool);
-      if (f.di < 0) continue;
-      const Device* fd = &alloc::pool_device_of(s.pool, f.di);
-      auto& [up, down] = by_fast[fd];
-      if (tier_of(s.pool, s.resident) == f.tier)
-        down.push_back(&s);
-      else if (s.heat >= cfg_.hot && s.committed)
-        up.push_back(&s);
-    }
-    for (auto& [fd, lists] : by_fast) {
-      std::vector<State*>& up = lists.first;
-      std::vector<State*>& down = lists.second;
-      std::sort(up.begin(), up.end(), [](const State* a, const State* b) { return a->heat > b->heat; });
-      std::sort(down.begin(), down.end(), [](const State* a, const State* b) { return a->heat < b->heat; });
-      size_t victim = 0;
-      // Demotes the coldest resident below `below` (and, making room for candidate c, one whose
-      // heat is clearly below c's: by more than 4 times their estimates' combined noise,
-      // since the hottest candidate and the coldest resident are the extremes of many).
-      auto demote_one = [&](double below, const State* c) {
-        while (victim < down.size()) {
-          State& v = *down[victim++];
-          if (v.heat >= below || !v.committed) continue;
-          if (c) {
-            const double nc = noise(*c), nv = noise(v);
-            if (c->heat - v.heat <= 4 * std::sqrt(nc * nc + nv * nv)) continue;
-          }
-          int to = demotion_target(v, tier_of(v.pool, v.resident));
-          if (to >= 0 && move(v, to, now) == CXLPOOL_OK) return true;
-          if (tokens_ == 0) return false;
-        }
-        return false;
-      };
-      // Above the high watermark: cold residents go down until below the low one.
-      if (cfg_.demote)
-        while (fd->committed() > high_mark(*fd) && tokens_ > 0) {
-          const uint64_t before = fd->committed();
-          if (!demote_one(cfg_.cold, nullptr) || fd->committed() >= before) break;
-          if (fd->committed() <= low_mark(*fd)) break;
-        }
-      if (!cfg_.promote) continue;
-      for (State* c : up) {
-        if (tokens_ == 0) {
-          counters().budget_deferred.add(1);
-          break;
-        }
-        // Room for it, making room by demoting a resident this many times colder if needed.
-        // A resident is displaced only if it is `hysteresis` times colder and colder by at
-        // least the hot threshold itself: sampled heat is noisy, and units of one uniform
-        // workload must not swap places on noise.
-        const double displace_below = std::min(c->heat / cfg_.hysteresis, c->heat - cfg_.hot);
-        while (fd->committed() + c->committed > high_mark(*fd)) {
-          if (!cfg_.demote || !demote_one(displace_below, c)) break;
-        }
-        if (fd->committed() + c->committed > high_mark(*fd)) continue;
-        Fast f = fastest(c->pool);
-        if (f.di < 0 || &alloc::pool_device_of(c->pool, f.di) != fd) continue;
-        // A device can be full before its watermark says so (its offsets are fragmented):
-        // make room the same way, once.
-        if (move(*c, f.di, now) == CXLPOOL_E_CAPACITY && cfg_.demote && demote_one(displace_below, c)) {
-          c->moved_at = 0;
-          (void)move(*c, f.di, now);
-        }
-      }
-    }
+    tokens_ = in.tokens;
+    counters().budget_deferred.add(sum.budget_deferred);
     std::lock_guard<std::mutex> lock(view_mu_);
-    max_interval_bytes_ = std::max(max_interval_bytes_, spent_);
+    max_interval_bytes_ = std::max(max_interval_bytes_, sum.spent);
   }
 
   void set_budget() {
@@ -680,14 +559,13 @@ class Engine final : public HeatSink {
   std::vector<std::unique_ptr<Monitor>> monitors_;
   std::vector<State> units_;  // engine thread only
   uint64_t window_ns_ = 0;    // engine thread only
-  uint64_t spent_ = 0, tokens_ = 0;
+  uint64_t tokens_ = 0;       // engine thread only: the budget's bucket
   int numa_balancing_ = 0;
   bool kernel_tiers_ = false;
   std::string kernel_reason_;
   os::write_fence::Probe fence_;  // written under view_mu_ (read by the engine thread without it)
   std::string fence_reason_;
-  std::map<const Device*, bool> fenceable_;  // engine thread only, per step: Device::copy_fenceable()
-  std::mutex view_mu_;                       // what json() reads
+  std::mutex view_mu_;  // what json() reads
   uint64_t budget_per_interval_ = 0, max_interval_bytes_ = 0, window_view_ = 0;
   std::string budget_source_, last_error_;
   std::mutex mu_;
@@ -805,6 +683,25 @@ cxlpool_status_t hint_access(const void* p, size_t len, uint32_t weight, std::st
   return CXLPOOL_OK;
 }
 
+namespace {
+
+// A pool as the planner sees it, for pin()'s choice of device: its devices' tiers and room now.
+struct PoolView {
+  planner::Pool pool;
+  std::vector<planner::Device> devices;
+};
+PoolView pool_view(const alloc::Pool* pool) {
+  PoolView v;
+  for (int di = 0; di < alloc::pool_device_count(pool); ++di) {
+    const Device& d = alloc::pool_device_of(pool, di);
+    v.devices.push_back({room_of(d), d.caps().kind == CXLPOOL_BACKING_NUMA});
+    v.pool.devices.push_back({di, tier_of(pool, di)});
+  }
+  return v;
+}
+
+}  // namespace
+
 void pin(const void* p, size_t len, int tier) {
   if (!p || !len) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: p is NULL or len is 0");
   if (tier < -1 || tier >= kMaxTiers)
@@ -833,45 +730,21 @@ void pin(const void* p, size_t len, int tier) {
     if (next <= at) break;
     at = next;
   }
-  for (const alloc::Unit& u : units) {
-    if (tier < 0) continue;
-    int to = -1;
-    for (int di = 0; di < alloc::pool_device_count(u.pool); ++di)
-      if (tier_of(u.pool, di) == tier) {
-        const Device& d = alloc::pool_device_of(u.pool, di);
-        if (to < 0 || d.committed() + u.committed <= d.ledger().capacity) to = di;
-        if (d.committed() + u.committed <= d.ledger().capacity) break;
-      }
-    if (to < 0)
+  for (const alloc::Unit& u : units)
+    if (tier >= 0 && planner::first_of_tier(pool_view(u.pool).pool, tier) < 0)
       fail(CXLPOOL_E_NOT_SUPPORTED,
            "cxlpool_pin: pool '" + alloc::pool_name(u.pool) + "' has no device of tier " + std::to_string(tier));
-  }
   for (const alloc::Unit& u : units) {
     if (tier >= 0 && tier_of(u.pool, u.resident) != tier) {
-      int to = -1;
-      for (int di = 0; di < alloc::pool_device_count(u.pool) && to < 0; ++di)
-        if (tier_of(u.pool, di) == tier) {
-          const Device& d = alloc::pool_device_of(u.pool, di);
-          if (d.committed() + u.committed <= d.ledger().capacity) to = di;
-        }
+      const PoolView view = pool_view(u.pool);  // room now: earlier units of the range moved
+      const int to = planner::first_of_tier_with_room(view.pool, view.devices, tier, u.committed);
       if (to < 0)
         fail(CXLPOOL_E_CAPACITY, "cxlpool_pin: no device of tier " + std::to_string(tier) + " in pool '" +
                                      alloc::pool_name(u.pool) + "' has room for " + std::to_string(u.committed) +
                                      " more bytes");
-      alloc::UnitMove result;
-      std::string why;
-      cxlpool_status_t st =
-          alloc::move_unit(u.ref, to, &result, &why, g_engine ? Engine::monitor_hook : nullptr, g_engine);
-      Counters& c = counters();
-      c.moves.add(1);
-      if (st != CXLPOOL_OK) {
-        c.move_failures.add(1);
-        if (st != CXLPOOL_E_NOT_SUPPORTED) c.pgmigrate_fail.add(u.committed / kPage);
-        fail(st, "cxlpool_pin: " + why);
-      }
-      const bool promote = tier_of(u.pool, to) < tier_of(u.pool, u.resident);
-      (promote ? c.pgpromote_success : c.pgdemote_success).add(result.bytes / kPage);
-      (promote ? c.promote_bytes : c.demote_bytes).add(result.bytes);
+      MoveResult r =
+          move_unit_to(u, to, MoveOptions{nullptr, false, g_engine ? Engine::monitor_hook : nullptr, g_engine});
+      if (r.status != CXLPOOL_OK) fail(r.status, "cxlpool_pin: " + r.why);
     }
     std::lock_guard<std::mutex> lock(g_pins_mu);
     if (tier < 0)
