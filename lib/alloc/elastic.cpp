@@ -8,9 +8,9 @@
 // withdrawal BUSY, naming it, and the extent comes back.
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -81,9 +81,9 @@ struct Candidate {
   UnitRef ref;
   uint64_t committed = 0;
   size_t size = 0;
-  bool in_range = false;   // holds part of the withdrawn extent
-  bool can_move = false;   // a private pool of two devices or more
-  int order[kMaxDevices];  // targets to try, in the pool's policy order
+  bool in_range = false;                   // holds part of the withdrawn extent
+  bool can_move = false;                   // a private pool of two devices or more
+  int order[kMaxDevices];                  // targets to try, in the pool's policy order
   const Device* target[kMaxDevices] = {};  // their devices (alive: PoolsAlive is held)
   int ntargets = 0;
   int here = 0;  // the pool's index of the device being withdrawn from
@@ -197,8 +197,8 @@ bool doomed(const Device& dev, const std::vector<Candidate>& units, uint64_t exc
   uint64_t room = 0;
   for (const Device* t : targets) room += t->capacity() > t->committed() ? t->capacity() - t->committed() : 0;
   if (room < must) {
-    out->first_refusal = format_bytes(must) + " must leave the device and the pools' other devices have room for " +
-                         format_bytes(room);
+    out->first_refusal =
+        format_bytes(must) + " must leave the device and the pools' other devices have room for " + format_bytes(room);
     return true;
   }
   return false;
@@ -272,7 +272,8 @@ void return_home(Device& dev, CapacityReport* report) {
     struct Ctx {
       Unit* u;
     } ctx{&u};
-    const bool alive_unit = with_unit(e.ref, [](void* p, const Unit& unit) { *static_cast<Ctx*>(p)->u = unit; }, &ctx);
+    const bool alive_unit = with_unit(
+        e.ref, [](void* p, const Unit& unit) { *static_cast<Ctx*>(p)->u = unit; }, &ctx);
     if (!alive_unit || u.resident == u.home) continue;  // freed, or home already
     if (!has_room(dev, u.committed)) {
       keep.push_back(e);  // the next growth may have room
@@ -329,8 +330,8 @@ void say(std::string* message, const std::string& text) noexcept {
 
 // The words for a failed extent operation of the device layer.
 std::string extent_failure(const Device& dev, const char* op, uint64_t lo, uint64_t len, const DeviceError& err) {
-  std::string text = "device '" + dev.name() + "': " + op + " of " + format_bytes(len) + " at offset " + format_hex(lo) +
-                     ": ";
+  std::string text =
+      "device '" + dev.name() + "': " + op + " of " + format_bytes(len) + " at offset " + format_hex(lo) + ": ";
   const std::string call = err.call;
   if (call.find("not online") != std::string::npos)
     text += "the range is not all online capacity (cxlpool_device_get_extents lists what is)";
@@ -346,7 +347,8 @@ std::string extent_failure(const Device& dev, const char* op, uint64_t lo, uint6
 }
 
 // Argument checks every extent operation shares: the words the caller gets.
-cxlpool_status_t check_extent(const Device& dev, const char* op, uint64_t offset, uint64_t length, std::string* message) {
+cxlpool_status_t check_extent(const Device& dev, const char* op, uint64_t offset, uint64_t length,
+                              std::string* message) {
   const uint64_t ps = dev.caps().page_size;
   std::string why;
   if (length == 0)

@@ -50,18 +50,21 @@ std::vector<std::string> words(const std::string& line) {
 }
 
 std::string report_text(const alloc::CapacityReport& r) {
-  return "capacity_before=" + std::to_string(r.capacity_before) + "\ncapacity_after=" +
-         std::to_string(r.capacity_after) + "\ntrimmed_bytes=" + std::to_string(r.trimmed_bytes) +
+  return "capacity_before=" + std::to_string(r.capacity_before) +
+         "\ncapacity_after=" + std::to_string(r.capacity_after) + "\ntrimmed_bytes=" + std::to_string(r.trimmed_bytes) +
          "\nrelocated=" + std::to_string(r.relocated) + "\nevacuated_units=" + std::to_string(r.evacuated_units) +
-         "\nevacuated_bytes=" + std::to_string(r.evacuated_bytes) + "\nreturned_units=" +
-         std::to_string(r.returned_units) + "\nreturned_bytes=" + std::to_string(r.returned_bytes) + "\n";
+         "\nevacuated_bytes=" + std::to_string(r.evacuated_bytes) +
+         "\nreturned_units=" + std::to_string(r.returned_units) +
+         "\nreturned_bytes=" + std::to_string(r.returned_bytes) + "\n";
 }
 
 std::string show(const std::string& name) {
   size_t matches = 0;
   std::shared_ptr<Device> d = registry::find(name, &matches);
   if (!d) return failure(CXLPOOL_E_NOT_FOUND, "device '" + name + "' is not open in this process");
-  if (matches > 1) return failure(CXLPOOL_E_BUSY, "device '" + name + "': " + std::to_string(matches) + " open devices have that name");
+  if (matches > 1)
+    return failure(CXLPOOL_E_BUSY,
+                   "device '" + name + "': " + std::to_string(matches) + " open devices have that name");
   const ElasticCounters& e = d->ledger().elastic;
   std::string text = "OK\ndevice=" + name + "\ncapacity=" + std::to_string(d->capacity()) +
                      "\ncommitted=" + std::to_string(d->committed()) + "\nspace=" + std::to_string(d->space()) +
@@ -80,14 +83,14 @@ std::string show(const std::string& name) {
 
 void serve() {
   os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
-  alloc::enter_internal_scope();            // under the interposer: our allocations are its own
+  alloc::enter_internal_scope();           // under the interposer: our allocations are its own
   const uid_t me = geteuid();
   for (;;) {
     uid_t uid = 0;
     pid_t pid = 0;
     const int fd = os::accept_peer(g_listen, &uid, &pid);
     if (fd < 0) {
-      if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK) return;  // the socket is gone
+      if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK) return;     // the socket is gone
       os::prim::sleep_ms(errno == EINTR || errno == ECONNABORTED ? 0 : 100);  // EMFILE and such: later
       continue;
     }
@@ -100,8 +103,8 @@ void serve() {
       if (os::read_line(fd, &line, kMaxRequest, kRequestTimeoutMs))
         reply = handle(line);
       else
-        reply = failure(CXLPOOL_E_INVALID_ARGUMENT, errno == EMSGSIZE ? "request longer than 1024 bytes"
-                                                                      : "no request line within 5 s");
+        reply = failure(CXLPOOL_E_INVALID_ARGUMENT,
+                        errno == EMSGSIZE ? "request longer than 1024 bytes" : "no request line within 5 s");
     }
     os::send_all(fd, reply);
     os::prim::close_fd(fd);

@@ -5,8 +5,6 @@
 // lock that fork() handlers take: a sanitizer's fork() takes its allocator's lock before ours.
 #include "stats/publisher.hpp"
 
-#include "stats/control.hpp"
-
 #include <pthread.h>
 
 #include <algorithm>
@@ -26,6 +24,7 @@
 #include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/thread.hpp"
+#include "stats/control.hpp"
 #include "stats/layout.hpp"
 #include "stats/schema.hpp"
 #include "tiering/counters.hpp"

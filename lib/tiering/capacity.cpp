@@ -6,7 +6,7 @@
 
 namespace cxlpool::detail::tiering {
 
-uint64_t capacity_of(const Device& d) noexcept { return d.ledger().capacity; }
+uint64_t capacity_of(const Device& d) noexcept { return d.capacity(); }
 
 Room room_of(const Device& d, unsigned high_percent, unsigned low_percent) noexcept {
   return make_room(capacity_of(d), d.committed(), high_percent, low_percent);

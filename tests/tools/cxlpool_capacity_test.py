@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# cxlpool-capacity end to end: unmodified programs under cxlpool-run with CXLPOOL_CONTROL=1 keep
+# running, and print exactly what they print without cxlpool, while an outside tool shrinks
+# and grows the device holding their memory 20 times: python3 holding 200 MiB (large and small
+# objects), and sort with half its input read when the capacity flaps. Also: exit codes and
+# words for no control socket (a plain program, a fork child, no such process), an unknown
+# device, bad arguments; a shrink nothing can make room for is refused (exit 2) and the
+# program goes on.
+import os
+import subprocess
+import sys
+import tempfile
+
+capacity_tool, run_tool = sys.argv[1], sys.argv[2]
+PY = "/usr/bin/python3"
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    print(("ok    " if cond else "FAIL  ") + what, flush=True)
+    if not cond:
+        failures += 1
+
+
+def tool(*args):
+    r = subprocess.run([capacity_tool, *map(str, args)], capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+def fields(text):
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def fenced():
+    # Moves that copy need a userfaultfd that handles kernel faults (docs/devices.md).
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(323, os.O_CLOEXEC)  # userfaultfd(2) on x86_64
+    if fd >= 0:
+        os.close(fd)
+        return True
+    try:
+        os.close(os.open("/dev/userfaultfd", os.O_RDWR | os.O_CLOEXEC))
+        return True
+    except OSError:
+        return False
+
+
+FENCED = fenced()
+ENV = dict(os.environ, CXLPOOL_CONTROL="1", CXLPOOL_POLICY="bind:cxl0", CXLPOOL_STAT_PAGE="0")
+for k in ("CXLPOOL_DEVICES", "CXLPOOL_CONFIG", "CXLPOOL_TIERING"):
+    ENV.pop(k, None)
+
+
+def flap(pid, times, small):
+    """Shrinks cxl0 of pid to `small` and grows it back, `times` times; returns (done, refused)."""
+    code, out, err = tool(pid, "show", "cxl0")
+    check(code == 0, f"show cxl0 of {pid}: exit {code} ({err.strip()})")
+    if code != 0:
+        return 0, 0
+    full = int(fields(out)["capacity"])
+    done = refused = 0
+    for _ in range(times):
+        code, out, err = tool(pid, "resize", "cxl0", small)
+        if code == 2:
+            refused += 1
+            check("write fence" in out or "write fence" in err, f"a refused shrink says why: {out.strip()[-160:]}")
+            continue
+        check(code == 0, f"resize cxl0 {small}: exit {code} ({err.strip()} {out.strip()[-200:]})")
+        code, out, err = tool(pid, "resize", "cxl0", full)
+        check(code == 0, f"resize cxl0 back to {full}: exit {code} ({err.strip()})")
+        done += 1
+    code, out, _ = tool(pid, "show", "cxl0")
+    f = fields(out)
+    check(code == 0 and int(f["capacity"]) == full, f"cxl0 whole again: {f.get('capacity')} of {full}")
+    return done, refused
+
+
+HOLDER = r"""
+import hashlib, sys
+big = [bytes([i % 251]) * ((1 << 20) + 4096 * (i % 7)) for i in range(200)]
+small = {("k%d" % i): ("v%d" % (i * 7919)) * (1 + i % 5) for i in range(200000)}
+print("ready", flush=True)
+sys.stdin.readline()
+h = hashlib.sha256()
+for b in big:
+    h.update(b)
+for k in sorted(small):
+    h.update(k.encode() + small[k].encode())
+print(h.hexdigest(), flush=True)
+"""
+
+
+def run_holder(under_cxlpool, times):
+    cmd = ([run_tool, "--"] if under_cxlpool else []) + [PY, "-c", HOLDER]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=ENV if under_cxlpool else None)
+    ready = p.stdout.readline().strip()
+    check(ready == "ready", f"python3 holds its 200 MiB{' under cxlpool-run' if under_cxlpool else ''} ({ready!r})")
+    done = refused = 0
+    if under_cxlpool:
+        done, refused = flap(p.pid, times, "64M")
+    out, err = p.communicate("go\n", timeout=300)
+    check(p.returncode == 0, f"python3 exit {p.returncode} ({err.strip()[-300:]})")
+    return out.strip(), done, refused
+
+
+expected, _, _ = run_holder(False, 0)
+got, done, refused = run_holder(True, 20)
+check(got == expected and len(expected) == 64, f"python3 printed the same digest after {done} shrinks and growths")
+if FENCED:
+    check(done == 20, f"every shrink to 64M moved the program's memory out and back ({done} of 20)")
+else:
+    check(done + refused == 20, f"without a write fence the shrinks were refused, saying why ({refused} of 20)")
+
+# sort: half its input read (in its buffers) when the capacity flaps.
+with tempfile.TemporaryDirectory() as tmp:
+    import random
+    rnd = random.Random(7)
+    lines = ["%016x %s\n" % (rnd.getrandbits(64), "x" * rnd.randrange(0, 200)) for _ in range(400000)]
+    half = len(lines) // 2
+    env = dict(ENV, LC_ALL="C")
+    p = subprocess.Popen([run_tool, "--", "sort", "-S", "256M"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    p.stdin.write("".join(lines[:half]))
+    p.stdin.flush()
+    # sort has read what it was given once its memory holds it: wait for the pool to hold 20 MiB.
+    held = 0
+    for _ in range(3000):
+        code, out, _ = tool(p.pid, "show", "cxl0")
+        held = int(fields(out).get("committed", 0)) if code == 0 else 0
+        if held >= 20 << 20:
+            break
+        subprocess.run(["sleep", "0.01"])
+    check(held >= 20 << 20, f"sort holds its input in cxl0 ({held >> 20} MiB)")
+    done, refused = flap(p.pid, 20, "16M")
+    out, err = p.communicate("".join(lines[half:]), timeout=300)
+    check(p.returncode == 0, f"sort exit {p.returncode} ({err.strip()[-300:]})")
+    check(out == "".join(sorted(lines)), f"sort's output is the sorted input after {done} shrinks and growths")
+
+# Refusals and errors.
+p = subprocess.Popen([run_tool, "--", PY, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     stderr=subprocess.PIPE, text=True, env=dict(ENV, CXLPOOL_POLICY="bind:cxl0"))
+p.stdout.readline()
+code, out, err = tool(p.pid, "show", "nosuch")
+check(code == 1 and "CXLPOOL_E_NOT_FOUND" in err and "not open" in out, f"an unknown device: exit {code} ({out.strip()})")
+code, out, err = tool(p.pid, "resize", "cxl0", "1000")
+check(code == 1 and "CXLPOOL_E_INVALID_ARGUMENT" in err, f"a bad size: exit {code} ({out.strip()[:120]})")
+code, out, err = tool(p.pid, "withdraw", "cxl0", "0", "4K")
+check(code in (0, 2), f"withdrawing the first page: exit {code} ({out.strip()[-160:]})")
+withdrawn = code == 0
+code, out, err = tool(p.pid, "add", "cxl0", "0", "4K")
+check(code == (0 if withdrawn else 1), f"adding it back: exit {code} ({out.strip()[-120:]})")
+p.communicate("go\n", timeout=300)
+check(p.returncode == 0, f"the program finished normally ({p.returncode})")
+
+plain = subprocess.Popen([PY, "-c", "import sys; print('ready', flush=True); sys.stdin.readline()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+plain.stdout.readline()
+code, out, err = tool(plain.pid, "show", "cxl0")
+check(code == 3 and "CXLPOOL_CONTROL=1" in err, f"a program without a control socket: exit {code} ({err.strip()})")
+plain.communicate("go\n")
+forker = subprocess.Popen(
+    [run_tool, "--", PY, "-c",
+     "import os, sys\npid = os.fork()\nif pid == 0:\n    sys.stdin.readline(); os._exit(0)\n"
+     "print(pid, flush=True)\nsys.stdin.readline()\nos.waitpid(pid, 0)\n"],
+    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+child = int(forker.stdout.readline())
+code, out, err = tool(child, "show", "cxl0")
+check(code == 3, f"a fork child does not answer on its parent's socket: exit {code} ({err.strip()})")
+code, out, err = tool(forker.pid, "show", "cxl0")
+check(code == 0, f"its parent still does: exit {code}")
+forker.communicate("go\ngo\n", timeout=60)
+code, out, err = tool(2**22 + 12345, "show", "cxl0")
+check(code == 3, f"no such process: exit {code}")
+for args in [[], ["abc", "show", "cxl0"], ["1", "frob", "cxl0"], ["1", "resize", "cxl0"], ["1", "show", "a b"]]:
+    code, out, err = tool(*args)
+    check(code == 1, f"bad arguments {args}: exit {code}")
+
+print(f"cxlpool-capacity: {failures} failure(s)")
+sys.exit(1 if failures else 0)
