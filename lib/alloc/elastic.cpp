@@ -150,8 +150,10 @@ void list_units(const Device& dev, const std::vector<Device::Occupant>& occupant
           for (size_t s = 0; s < r.segments; ++s) {
             if (!(r.used >> s & 1)) continue;
             SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(r.base + s * kSegmentSize));
-            if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool)
-              committed += uint64_t(__builtin_popcountll(static_cast<Segment*>(hdr)->committed_slices)) << kSliceShift;
+            if (!hdr || hdr->kind != ArenaKind::kHeapSmall || hdr->pool != pool) continue;
+            const uint64_t slices = static_cast<Segment*>(hdr)->committed_slices;
+            // Coarse devices (pages above a slice) commit whole segments (as residency.cpp counts).
+            committed += d.coarse && slices ? kSegmentSize : uint64_t(__builtin_popcountll(slices)) << kSliceShift;
           }
           add(r.base, r.serial, r.resident, r.segments * kSegmentSize, committed);
         }
@@ -173,7 +175,10 @@ std::string unit_text(const Candidate& c) {
 
 // Before anything moves: a withdrawal that cannot succeed (what must leave cannot, or the
 // devices it could go to have too little room) is refused with nothing moved.
-bool doomed(const Device& dev, const std::vector<Candidate>& units, uint64_t excess, Outcome* out) {
+bool doomed(const Device& dev, const std::vector<Device::Occupant>& occupants, const std::vector<Candidate>& units,
+            uint64_t excess, Outcome* out) {
+  for (const Device::Occupant& o : occupants)
+    if (o.shared || o.mapped || o.client >= kFirstRawClient) return true;  // never moves (holders() says which)
   uint64_t must = 0, movable = 0;
   std::vector<const Device*> targets;
   for (const Candidate& c : units) {
@@ -214,7 +219,7 @@ void evacuate(Device& dev, Outcome* out) {
     if (occupants.empty() && excess == 0) return;
     std::vector<Candidate> units;
     list_units(dev, occupants, &units);
-    if (pass == 0 && doomed(dev, units, excess, out)) return;
+    if (pass == 0 && doomed(dev, occupants, units, excess, out)) return;
     std::stable_sort(units.begin(), units.end(), [](const Candidate& a, const Candidate& b) {
       return a.in_range != b.in_range ? a.in_range : a.committed > b.committed;
     });

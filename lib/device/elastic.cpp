@@ -55,6 +55,10 @@ std::vector<std::shared_ptr<Storage>> Device::offset_storages() const {
 int Device::conform(Storage& s) noexcept {
   if (s.anonymous()) return 0;
   if (int e = s.grow_to(space_)) return e;
+  // Its offsets are the online extents (it was made with the capacity at open), less the
+  // withdrawal in progress.
+  const IntervalSet none;
+  online_.for_each([&](uint64_t lo, uint64_t hi) { s.restore(lo, hi, none); });
   bool ok = true;
   online_.for_each_gap(0, std::max<uint64_t>(space_, s.size()),
                        [&](uint64_t lo, uint64_t hi) { ok &= s.withhold(lo, hi); });

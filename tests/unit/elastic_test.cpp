@@ -515,3 +515,28 @@ TEST_CASE("units a withdrawal moved go home when the device grows again", "[unit
   for (void* p : keep) cxlpool_free(p);
   for (const Block& b : blocks) cxlpool_free(b.p);
 }
+
+TEST_CASE("storage opened after a capacity change has the device's offsets", "[unit]") {
+  // The shared storage of a raw backing opens on its first reservation: after a growth and a
+  // withdrawal it must hand out the grown offsets and none of the withdrawn ones.
+  Topo t("dev:backing=shm,size=64M");
+  cxlpool_pool_t* pool = t.pool("dev", "bind:dev");
+  PoolGuard guard{pool};
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_device_resize("dev", 256 * kMiB, nullptr) == CXLPOOL_OK);
+  REQUIRE(cxlpool_device_withdraw_extent("dev", 0, 32 * kMiB, nullptr) == CXLPOOL_OK);
+  size_t index = 0;
+  REQUIRE(cxlpool_topology_find_target(t.topo, "dev", &index) == CXLPOOL_OK);
+  cxlpool_backing_t* b = nullptr;
+  REQUIRE(cxlpool_backing_open(t.topo, index, &b) == CXLPOOL_OK);
+  void* p = nullptr;
+  REQUIRE(cxlpool_backing_reserve(b, 200 * kMiB, 0, &p) == CXLPOOL_OK);
+  uint64_t off = 0;
+  REQUIRE(cxlpool_backing_offset_of(b, p, &off) == CXLPOOL_OK);
+  CHECK(off >= 32 * kMiB);
+  CHECK(off + 200 * kMiB <= 256 * kMiB);
+  REQUIRE(cxlpool_backing_commit(b, p, 200 * kMiB, 0) == CXLPOOL_OK);
+  std::memset(p, 1, 200 * kMiB);
+  REQUIRE(cxlpool_backing_release(b, p) == CXLPOOL_OK);
+  REQUIRE(cxlpool_backing_close(b) == CXLPOOL_OK);
+}
