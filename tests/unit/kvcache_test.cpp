@@ -261,7 +261,7 @@ TEST_CASE("arena: blocks, prefix sharing, reference counts and sealing", "[kvcac
   CHECK(g.block(1)[0] == ((31 + 1) & 0xff));
 }
 
-TEST_CASE("arena: idle blocks go from the near pool to the far one and out; held ones never", "[kvcache]") {
+TEST_CASE("arena: idle blocks go from the near pool to the far one and out, held ones never", "[kvcache]") {
   ShmPool near("near"), far("far");
   Arena arena({near.pool, far.pool}, 4, 4);
   // 8 sealed single-block sequences, each let go after use: every new block goes near, the
@@ -351,7 +351,7 @@ TEST_CASE("arena: a hit in the far pool moves nearer when there is room", "[kvca
   CHECK(arena.stats().promotions == 1);
 }
 
-TEST_CASE("handoff: a second participant reads the blocks in place; bad handles are refused", "[kvcache]") {
+TEST_CASE("handoff: a second participant reads the blocks in place, bad handles are refused", "[kvcache]") {
   ShmPool pool("handoff");
   cxlpool_shared_pool_t* consumer = pool.open_again();
   Arena arena({pool.pool});
@@ -518,7 +518,7 @@ TEST_CASE("handoff across processes under CPU hogs: 1,000 sequences of random si
   CHECK(st.prefix_hits > 0);
 }
 
-TEST_CASE("handoff: a consumer killed while it holds a view; the producer reclaims everything", "[kvcache]") {
+TEST_CASE("handoff: a consumer killed while it holds a view, the producer reclaims everything", "[kvcache]") {
   ShmPool pool("kill");
   const uint64_t before = pool_info(pool.pool).bytes_in_use;
   cxlpool_kv_handle_t h{};

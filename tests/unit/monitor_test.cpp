@@ -543,7 +543,7 @@ TEST_CASE("pagemap_scan: reservations with PROT_NONE parts, and THP", "[unit][mo
   munmap(raw, tlen + 2 * kMiB);
 }
 
-TEST_CASE("pagemap_scan: a mapping replaced by mremap is re-armed; unwatched memory is left as it was",
+TEST_CASE("pagemap_scan: a mapping replaced by mremap is re-armed, unwatched memory is left as it was",
           "[unit][monitor]") {
   std::string why;
   auto mon = make_monitor("pagemap_scan", &why);
@@ -790,7 +790,7 @@ TEST_CASE("sample: never changes a PROT_NONE or decommitted page, and takes the 
   munmap(p, len);
 }
 
-TEST_CASE("sample: foreign faults reach the program's handler; read-only pages are never armed", "[unit][monitor]") {
+TEST_CASE("sample: foreign faults reach the program's handler, read-only pages are never armed", "[unit][monitor]") {
   struct sigaction ours {
   }, saved{};
   ours.sa_handler = program_handler;

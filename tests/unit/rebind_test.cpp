@@ -245,7 +245,7 @@ TEST_CASE("refused moves leave memory, ledgers and tables as they were", "[rebin
 // commit and decommit, and the moving range's own operations wait for the move and then find
 // it where it ended. The hook runs in the middle of each move; what it starts on another thread
 // must finish before the move does (a lock held would keep it waiting until after).
-TEST_CASE("while a move copies, both devices serve other reservations; the range's own calls wait", "[rebind]") {
+TEST_CASE("while a move copies, both devices serve other reservations, the range's own calls wait", "[rebind]") {
   REQUIRE_COPIES_FENCED();
   auto a = make("shm", 64 * kMiB), b = make("memfd", 64 * kMiB);
   void *base = nullptr, *side_a = nullptr, *side_b = nullptr;

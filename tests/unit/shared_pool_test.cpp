@@ -234,7 +234,7 @@ TEST_CASE("names that exist, belong to others or are not pools are refused and l
   CHECK((st.st_mode & 0777) == 0600);
 }
 
-TEST_CASE("blocks of every class and whole extents; capacity runs out cleanly and comes back", "[shared]") {
+TEST_CASE("blocks of every class and whole extents, capacity runs out cleanly and comes back", "[shared]") {
   ShmPool a("blocks", 32u << 20);
   std::vector<std::pair<void*, size_t>> blocks;
   std::mt19937 rng(7);
@@ -606,7 +606,7 @@ TEST_CASE("a participant killed with SIGKILL is recovered: its blocks freed, the
   CHECK(eventually([&] { return check(a.device, 0).blocks_in_use == 0; }));
 }
 
-TEST_CASE("the checker finds dead participants and leaks; repair recovers them", "[shared]") {
+TEST_CASE("the checker finds dead participants and leaks, repair recovers them", "[shared]") {
   ShmPool a("check");
   cxlpool_shared_pool_close(a.pool);  // nobody alive: the checker's own view only
   a.pool = nullptr;

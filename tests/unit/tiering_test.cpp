@@ -647,7 +647,7 @@ TEST_CASE("a fork child of a process sampling with the engine starts clean", "[t
   cxlpool_pool_destroy(pool);
 }
 
-TEST_CASE("pins count their bytes and moves; a unit larger than an interval's budget still moves", "[tiering]") {
+TEST_CASE("pins count their bytes and moves, a unit larger than an interval's budget still moves", "[tiering]") {
   REQUIRE_COPIES_FENCED();
   Topo t("fast:backing=shm,size=256M,tier=0;slow:backing=shm,size=512M,tier=1");
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
