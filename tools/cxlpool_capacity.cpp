@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: MIT
 // cxlpool-capacity: changes the capacity of a device in a running cxlpool program from
 // outside, through the program's control socket (CXLPOOL_CONTROL=1; lib/stats/control.hpp):
-// one request, one reply. The socket's name is only a name: the tool checks with the kernel
-// (SO_PEERCRED) that the process listening on it is the one asked for.
+// one request, one reply. The socket is found through the program's own descriptors
+// (/proc/PID/fd, then its name in /proc/net/unix), never by a name someone could bind first,
+// and after connecting the kernel (SO_PEERCRED) must say that its listener is that process's
+// pid and user.
+#include <dirent.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -12,6 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -29,9 +37,10 @@ const char kUsage[] =
     "SIZE, OFFSET, LENGTH: bytes with an optional K, M, G or T suffix.\n"
     "Prints the program's reply as key=value lines.\n"
     "Exit: 0 done; 1 bad arguments or the program refused the request; 2 busy (something in\n"
-    "the range could not move); 3 no control socket for PID, or it is not PID's.\n"
-    "  --help     this text\n"
-    "  --version  the version\n";
+    "the range could not move); 3 no control socket for PID, it is not PID's, or no reply in time.\n"
+    "  --timeout SECONDS  how long to wait for the reply (default 300: a withdrawal moves memory)\n"
+    "  --help             this text\n"
+    "  --version          the version\n";
 
 [[noreturn]] void usage_error(const char* why) {
   std::fprintf(stderr, "cxlpool-capacity: %s\n%s", why, kUsage);
@@ -41,6 +50,44 @@ const char kUsage[] =
 [[noreturn]] void no_socket(long pid, const std::string& why) {
   std::fprintf(stderr, "cxlpool-capacity: process %ld: %s\n", pid, why.c_str());
   std::exit(3);
+}
+
+// The abstract name (without the leading NUL) of the listening control socket among pid's
+// descriptors; exits 3 when there is none.
+std::string find_socket(long pid) {
+  const std::string fds = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = opendir(fds.c_str());
+  if (!d)
+    no_socket(pid, errno == ENOENT ? std::string("no such process")
+                                   : "cannot read " + fds + " (" + std::strerror(errno) +
+                                         "): only its user and root may change its capacity");
+  std::set<unsigned long> inodes;
+  while (dirent* e = readdir(d)) {
+    char link[64];
+    const ssize_t n = readlinkat(dirfd(d), e->d_name, link, sizeof link - 1);
+    if (n <= 0) continue;
+    link[n] = 0;
+    unsigned long ino = 0;
+    if (std::sscanf(link, "socket:[%lu]", &ino) == 1) inodes.insert(ino);
+  }
+  closedir(d);
+  // /proc/net/unix: Num RefCount Protocol Flags Type St Inode Path; listening: Flags 00010000.
+  std::ifstream table("/proc/net/unix");
+  const std::string prefix = "@cxlpool-control." + std::to_string(pid) + ".";
+  std::string line;
+  std::getline(table, line);
+  while (std::getline(table, line)) {
+    std::istringstream in(line);
+    std::string num, refs, proto, flags, type, st, path;
+    unsigned long ino = 0;
+    if (!(in >> num >> refs >> proto >> flags >> type >> st >> ino >> path)) continue;
+    if (path.compare(0, prefix.size(), prefix) != 0 || !inodes.count(ino)) continue;
+    if ((std::strtoul(flags.c_str(), nullptr, 16) & 0x10000) == 0) continue;  // not the listener
+    return path.substr(1);
+  }
+  no_socket(pid,
+            "no control socket among its descriptors: is it a cxlpool program started with "
+            "CXLPOOL_CONTROL=1, in this network namespace?");
 }
 
 }  // namespace
@@ -53,6 +100,14 @@ int main(int argc, char** argv) {
   if (argc >= 2 && !std::strcmp(argv[1], "--version")) {
     std::printf("cxlpool-capacity %s\n", CXLPOOL_VERSION);
     return 0;
+  }
+  long timeout_s = 300;
+  if (argc >= 3 && !std::strcmp(argv[1], "--timeout")) {
+    char* end = nullptr;
+    timeout_s = std::strtol(argv[2], &end, 10);
+    if (!end || *end || timeout_s <= 0 || timeout_s > 86400) usage_error("--timeout takes 1..86400 seconds");
+    argv += 2;
+    argc -= 2;
   }
   if (argc < 4) usage_error("a PID, a command and a DEVICE are needed");
   char* end = nullptr;
@@ -70,9 +125,15 @@ int main(int argc, char** argv) {
   }
   request += "\n";
 
+  const std::string name = find_socket(pid);
+  struct stat owner {};
+  if (stat(("/proc/" + std::to_string(pid)).c_str(), &owner) != 0)
+    no_socket(pid, std::string("it has exited (") + std::strerror(errno) + ")");
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) no_socket(pid, std::string("socket: ") + std::strerror(errno));
-  const std::string name = "cxlpool-control." + std::to_string(pid);
+  timeval tv{timeout_s, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path + 1, name.data(), name.size());  // abstract: a leading NUL
@@ -84,14 +145,16 @@ int main(int argc, char** argv) {
   socklen_t wlen = sizeof who;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &who, &wlen) != 0)
     no_socket(pid, std::string("SO_PEERCRED: ") + std::strerror(errno));
-  if (long(who.pid) != pid)
-    no_socket(pid, "the socket named for it is held by process " + std::to_string(who.pid) + " (uid " +
-                       std::to_string(who.uid) + "), not by it: nothing sent");
+  if (long(who.pid) != pid || who.uid != owner.st_uid)
+    no_socket(pid, "the socket is held by process " + std::to_string(who.pid) + " of uid " + std::to_string(who.uid) +
+                       ", not by it (uid " + std::to_string(owner.st_uid) + "): nothing sent");
   if (who.uid != geteuid() && geteuid() != 0)
     no_socket(pid, "it belongs to uid " + std::to_string(who.uid) + "; only its user and root may change it");
   for (size_t done = 0; done < request.size();) {
     const ssize_t n = send(fd, request.data() + done, request.size() - done, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      no_socket(pid, "it did not take the request within " + std::to_string(timeout_s) + " s (is it stopped?)");
     if (n < 0) no_socket(pid, std::string("send: ") + std::strerror(errno));
     done += size_t(n);
   }
@@ -101,6 +164,9 @@ int main(int argc, char** argv) {
   for (;;) {
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      no_socket(pid, "no reply within " + std::to_string(timeout_s) +
+                         " s (is it stopped? a request that was taken still runs there; --timeout waits longer)");
     if (n <= 0) break;
     reply.append(buf, size_t(n));
   }

@@ -444,7 +444,7 @@ cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uin
     std::shared_ptr<Device> dev = open_device(name, message, &missing);
     if (!dev) return missing;
     std::lock_guard<std::mutex> serial(g_elastic_mu);
-    r.capacity_before = dev->capacity();
+    r.capacity_before = r.capacity_after = dev->capacity();
     if (cxlpool_status_t bad = check_extent(*dev, "add", offset, length, message)) return bad;
     DeviceError err;
     cxlpool_status_t s = dev->add_extent(offset, offset + length, &err);
@@ -467,7 +467,7 @@ cxlpool_status_t device_withdraw_extent(const std::string& name, uint64_t offset
     std::shared_ptr<Device> dev = open_device(name, message, &missing);
     if (!dev) return missing;
     std::lock_guard<std::mutex> serial(g_elastic_mu);
-    r.capacity_before = dev->capacity();
+    r.capacity_before = r.capacity_after = dev->capacity();
     const uint64_t relocated = dev->ledger().elastic.relocated.load();
     if (cxlpool_status_t bad = check_extent(*dev, "withdraw", offset, length, message)) return bad;
     cxlpool_status_t s = withdraw_locked(*dev, offset, offset + length, &r, message);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -19,6 +20,7 @@
 #include "common/parse.hpp"
 #include "config/options.hpp"
 #include "device/registry.hpp"
+#include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/thread.hpp"
 #include "os/unix_names.hpp"
@@ -32,6 +34,7 @@ constexpr size_t kMaxRequest = 1024;
 constexpr int kRequestTimeoutMs = 5000;
 
 int g_listen = -1;
+os::prim::FileId g_listen_id{};  // the socket's identity: a program may close the number and reuse it
 bool g_env_done = false;
 os::Thread* g_thread = nullptr;  // never joined: it serves for the life of the process
 
@@ -86,16 +89,25 @@ void serve() {
   alloc::enter_internal_scope();           // under the interposer: our allocations are its own
   const uid_t me = geteuid();
   for (;;) {
+    // The number must still be our socket: a program that closed it may have reused it.
+    os::prim::FileId now{};
+    if (os::prim::file_id(g_listen, &now) != 0 || !(now == g_listen_id)) {
+      os::prim::write_stderr(
+          "cxlpool: the program closed the control socket's descriptor; cxlpool-capacity can no longer reach this "
+          "process\n");
+      return;
+    }
     uid_t uid = 0;
     pid_t pid = 0;
     const int fd = os::accept_peer(g_listen, &uid, &pid);
     if (fd < 0) {
-      if (errno == EBADF || errno == EINVAL || errno == ENOTSOCK) return;     // the socket is gone
       os::prim::sleep_ms(errno == EINTR || errno == ECONNABORTED ? 0 : 100);  // EMFILE and such: later
       continue;
     }
     std::string reply;
     if (uid != me && uid != 0) {
+      std::string ignored;  // read first: a reply over unread data is a reset the peer may never read
+      os::read_line(fd, &ignored, kMaxRequest, 1000);
       reply = failure(CXLPOOL_E_PERMISSION, "uid " + std::to_string(uid) + " may not control a process of uid " +
                                                 std::to_string(me) + " (only its own user and root)");
     } else {
@@ -113,7 +125,16 @@ void serve() {
 
 }  // namespace
 
-std::string socket_name(long pid) { return "cxlpool-control." + std::to_string(pid); }
+std::string socket_name(long pid) {
+  // A part nobody can guess: a name known in advance could be bound first by another user (the
+  // program would go without a socket), or stay bound by a process of another user after the
+  // pid passed to this program. The tool finds the name through the program's own descriptors.
+  uint64_t nonce = 0;
+  os::random_bytes(&nonce, sizeof nonce);
+  char tail[24];
+  std::snprintf(tail, sizeof tail, ".%016llx", static_cast<unsigned long long>(nonce));
+  return "cxlpool-control." + std::to_string(pid) + tail;
+}
 
 std::string handle(const std::string& request) {
   try {
@@ -163,6 +184,10 @@ void start_from_environment() {
   if (t != "1") fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_CONTROL: bad value '") + v + "' (expected 1 or 0)");
   const std::string name = socket_name(long(getpid()));
   g_listen = os::listen_abstract_name(name);
+  if (g_listen >= 0 && os::prim::file_id(g_listen, &g_listen_id) != 0) {
+    os::prim::close_fd(g_listen);
+    g_listen = -1;
+  }
   if (g_listen < 0) {
     const std::string line = "cxlpool: no control socket for this process (CXLPOOL_CONTROL=1): binding @" + name +
                              ": " + std::strerror(errno) + "\n";

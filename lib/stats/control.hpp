@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The control socket: how a tool outside the process (cxlpool-capacity) changes the capacity
 // of the devices the process has open while it runs. Opt-in (CXLPOOL_CONTROL=1): a thread
-// accepts connections on the abstract Unix socket "cxlpool-control.<pid>", serves only its own
+// accepts connections on the abstract Unix socket "cxlpool-control.<pid>.<random>" (found by the
+// tool through the process's descriptors, so no one can bind it first), serves only its own
 // user and root (the kernel's SO_PEERCRED, never a claim in the request), reads one request
 // line and writes one reply (docs/devices.md, "Control socket"). It lives beside the stats
 // page: both are the process's face to the tools.
@@ -11,7 +12,7 @@
 
 namespace cxlpool::detail::control {
 
-// The socket's abstract name for a process.
+// A fresh abstract socket name for a process: its pid and 64 random bits.
 std::string socket_name(long pid);
 
 // Reads CXLPOOL_CONTROL (unset or 0: nothing; 1: start) once per process. Throws

@@ -153,6 +153,19 @@ check(code in (0, 2), f"withdrawing the first page: exit {code} ({out.strip()[-1
 withdrawn = code == 0
 code, out, err = tool(p.pid, "add", "cxl0", "0", "4K")
 check(code == (0 if withdrawn else 1), f"adding it back: exit {code} ({out.strip()[-120:]})")
+# A socket named for the program but held by another process is never the one used.
+import socket
+squat = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+squat.bind(f"\0cxlpool-control.{p.pid}.0000000000000000")
+squat.listen(4)
+code, out, err = tool(p.pid, "show", "cxl0")
+check(code == 0 and "capacity=" in out, f"a squatter's socket named for the program is not used: exit {code} ({err.strip()})")
+squat.close()
+# A stopped program: the tool gives up after its timeout instead of waiting for ever.
+os.kill(p.pid, 19)  # SIGSTOP
+code, out, err = tool("--timeout", 2, p.pid, "show", "cxl0")
+os.kill(p.pid, 18)  # SIGCONT
+check(code == 3 and "no reply within 2 s" in err, f"a stopped program: exit {code} ({err.strip()})")
 p.communicate("go\n", timeout=300)
 check(p.returncode == 0, f"the program finished normally ({p.returncode})")
 
