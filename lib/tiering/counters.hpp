@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The tiering engine's counters, process-wide, named like the kernel's /proc/vmstat counters
 // where the meaning matches (pgpromote_success, pgdemote_*, pgmigrate_fail). Written by the
-// engine's thread (single writer, relaxed stores), read by anyone (the stats page, JSON).
+// engine's thread and by callers of cxlpool_pin and cxlpool_hint_access at once (atomic adds: no
+// update is lost), read by anyone (the stats page, JSON).
 #pragma once
 
 #include <atomic>
@@ -16,7 +17,7 @@ inline constexpr int kMaxTiers = 8;
 struct Counters {
   struct Value {
     std::atomic<uint64_t> v{0};
-    void add(uint64_t n) noexcept { v.store(v.load(std::memory_order_relaxed) + n, std::memory_order_relaxed); }
+    void add(uint64_t n) noexcept { v.fetch_add(n, std::memory_order_relaxed); }
     void set(uint64_t n) noexcept { v.store(n, std::memory_order_relaxed); }
     uint64_t get() const noexcept { return v.load(std::memory_order_relaxed); }
   };

@@ -670,7 +670,7 @@ cxlpool_status_t hint_access(const void* p, size_t len, uint32_t weight, std::st
                "cxlpool_hint_access: this memory does not move (its pool has one device, or is shared)");
   Counters& c = counters();
   std::lock_guard<std::mutex> lock(g_hints_mu);
-  c.hints.v.fetch_add(1, std::memory_order_relaxed);
+  c.hints.add(1);
   if (hint_queue().size() >= kMaxQueuedHints) {
     ++g_hints_dropped;
     return CXLPOOL_OK;  // advisory; counted
