@@ -392,23 +392,6 @@ cxlpool_status_t withdraw_locked(Device& dev, uint64_t lo, uint64_t hi, Capacity
   return s;
 }
 
-std::shared_ptr<Device> open_device(const std::string& name, std::string* message, cxlpool_status_t* status) {
-  *status = CXLPOOL_E_NOT_FOUND;
-  size_t matches = 0;
-  std::shared_ptr<Device> dev = registry::find(name, &matches);
-  if (!dev)
-    say(message, "device '" + name +
-                     "' is not open in this process (capacity changes apply to the devices its "
-                     "pools and backings use)");
-  if (matches > 1) {
-    say(message, "device '" + name + "': " + std::to_string(matches) +
-                     " open devices have that name (targets of different topologies); close all but one");
-    *status = CXLPOOL_E_BUSY;
-    return nullptr;
-  }
-  return dev;
-}
-
 template <class F>
 cxlpool_status_t guarded(std::string* message, F&& f) noexcept {
   try {
@@ -427,6 +410,23 @@ cxlpool_status_t guarded(std::string* message, F&& f) noexcept {
 
 }  // namespace
 
+std::shared_ptr<Device> find_device(const std::string& name, cxlpool_status_t* status, std::string* message) {
+  *status = CXLPOOL_E_NOT_FOUND;
+  size_t matches = 0;
+  std::shared_ptr<Device> dev = registry::find(name, &matches);
+  if (!dev)
+    say(message, "device '" + name +
+                     "' is not open in this process (capacity changes apply to the devices its "
+                     "pools and backings use)");
+  if (matches > 1) {
+    say(message, "device '" + name + "': " + std::to_string(matches) +
+                     " open devices have that name (targets of different topologies); close all but one");
+    *status = CXLPOOL_E_BUSY;
+    return nullptr;
+  }
+  return dev;
+}
+
 void elastic_reset_after_fork() noexcept { new (&g_elastic_mu) std::mutex(); }
 
 void set_outside_moves(OutsideMoveBegin begin, OutsideMoveEnd end) noexcept {
@@ -434,100 +434,94 @@ void set_outside_moves(OutsideMoveBegin begin, OutsideMoveEnd end) noexcept {
   g_outside_begin.store(begin, std::memory_order_release);
 }
 
-cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uint64_t length, CapacityReport* report,
-                                   std::string* message) noexcept {
+namespace {
+
+// One capacity change of the device named name: looked up, serialised with every other, its
+// report filled around body (which sees the report with capacity_before and capacity_after
+// set to the capacity now).
+template <class Body>
+cxlpool_status_t change(const std::string& name, CapacityReport* report, std::string* message, Body&& body) noexcept {
   return guarded(message, [&] {
     CapacityReport local;
     CapacityReport& r = report ? *report : local;
     r = CapacityReport{};
     cxlpool_status_t missing = CXLPOOL_OK;
-    std::shared_ptr<Device> dev = open_device(name, message, &missing);
+    std::shared_ptr<Device> dev = find_device(name, &missing, message);
     if (!dev) return missing;
     std::lock_guard<std::mutex> serial(g_elastic_mu);
     r.capacity_before = r.capacity_after = dev->capacity();
-    if (cxlpool_status_t bad = check_extent(*dev, "add", offset, length, message)) return bad;
-    DeviceError err;
-    cxlpool_status_t s = dev->add_extent(offset, offset + length, &err);
-    if (s)
-      say(message, extent_failure(*dev, "add", offset, length, err));
-    else
-      return_home(*dev, &r);
+    const uint64_t relocated = dev->ledger().elastic.relocated.load();
+    const cxlpool_status_t s = body(*dev, r);
+    r.relocated = dev->ledger().elastic.relocated.load() - relocated;
     r.capacity_after = dev->capacity();
+    return s;
+  });
+}
+
+}  // namespace
+
+cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uint64_t length, CapacityReport* report,
+                                   std::string* message) noexcept {
+  return change(name, report, message, [&](Device& dev, CapacityReport& r) {
+    if (cxlpool_status_t bad = check_extent(dev, "add", offset, length, message)) return bad;
+    DeviceError err;
+    cxlpool_status_t s = dev.add_extent(offset, offset + length, &err);
+    if (s)
+      say(message, extent_failure(dev, "add", offset, length, err));
+    else
+      return_home(dev, &r);
     return s;
   });
 }
 
 cxlpool_status_t device_withdraw_extent(const std::string& name, uint64_t offset, uint64_t length,
                                         CapacityReport* report, std::string* message) noexcept {
-  return guarded(message, [&] {
-    CapacityReport local;
-    CapacityReport& r = report ? *report : local;
-    r = CapacityReport{};
-    cxlpool_status_t missing = CXLPOOL_OK;
-    std::shared_ptr<Device> dev = open_device(name, message, &missing);
-    if (!dev) return missing;
-    std::lock_guard<std::mutex> serial(g_elastic_mu);
-    r.capacity_before = r.capacity_after = dev->capacity();
-    const uint64_t relocated = dev->ledger().elastic.relocated.load();
-    if (cxlpool_status_t bad = check_extent(*dev, "withdraw", offset, length, message)) return bad;
-    cxlpool_status_t s = withdraw_locked(*dev, offset, offset + length, &r, message);
-    r.relocated = dev->ledger().elastic.relocated.load() - relocated;
-    r.capacity_after = dev->capacity();
-    return s;
+  return change(name, report, message, [&](Device& dev, CapacityReport& r) {
+    if (cxlpool_status_t bad = check_extent(dev, "withdraw", offset, length, message)) return bad;
+    return withdraw_locked(dev, offset, offset + length, &r, message);
   });
 }
 
 cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, CapacityReport* report,
                                std::string* message) noexcept {
-  return guarded(message, [&] {
-    CapacityReport local;
-    CapacityReport& r = report ? *report : local;
-    r = CapacityReport{};
-    cxlpool_status_t missing = CXLPOOL_OK;
-    std::shared_ptr<Device> dev = open_device(name, message, &missing);
-    if (!dev) return missing;
-    std::lock_guard<std::mutex> serial(g_elastic_mu);
-    const uint64_t ps = dev->caps().page_size;
-    r.capacity_before = r.capacity_after = dev->capacity();
+  return change(name, report, message, [&](Device& dev, CapacityReport& r) {
+    const uint64_t ps = dev.caps().page_size;
     if (capacity % ps || capacity < kMinDeviceBytes) {
       say(message, "device '" + name + "': a capacity must be a multiple of its page size (" + format_bytes(ps) +
                        ") and at least " + format_bytes(kMinDeviceBytes) + "; " + std::to_string(capacity) + " is not");
       return CXLPOOL_E_INVALID_ARGUMENT;
     }
-    const uint64_t relocated = dev->ledger().elastic.relocated.load();
     cxlpool_status_t s = CXLPOOL_OK;
     DeviceError err;
     if (capacity > r.capacity_before) {
       // Holes of the offset space first (extents withdrawn before), then past its end.
       uint64_t want = capacity - r.capacity_before, at = 0;
-      std::vector<Device::Extent> online = dev->online_extents();
-      online.push_back({dev->space(), dev->space()});
+      std::vector<Device::Extent> online = dev.online_extents();
+      online.push_back({dev.space(), dev.space()});
       for (const Device::Extent& e : online) {
         if (!want) break;
         const uint64_t hole_end = e.lo == e.hi ? at + want : e.lo;
         if (hole_end > at) {
           const uint64_t take = std::min(want, hole_end - at);
-          if ((s = dev->add_extent(at, at + take, &err))) {
-            say(message, extent_failure(*dev, "grow", at, take, err));
+          if ((s = dev.add_extent(at, at + take, &err))) {
+            say(message, extent_failure(dev, "grow", at, take, err));
             break;
           }
           want -= take;
         }
         at = e.hi;
       }
-      if (s == CXLPOOL_OK) return_home(*dev, &r);
+      if (s == CXLPOOL_OK) return_home(dev, &r);
     } else {
       // From the top: the offsets the first-fit allocator handed out last.
-      while (s == CXLPOOL_OK && dev->capacity() > capacity) {
-        std::vector<Device::Extent> online = dev->online_extents();
+      while (s == CXLPOOL_OK && dev.capacity() > capacity) {
+        std::vector<Device::Extent> online = dev.online_extents();
         if (online.empty()) break;
         const Device::Extent top = online.back();
-        const uint64_t take = std::min(dev->capacity() - capacity, top.hi - top.lo);
-        s = withdraw_locked(*dev, top.hi - take, top.hi, &r, message);
+        const uint64_t take = std::min(dev.capacity() - capacity, top.hi - top.lo);
+        s = withdraw_locked(dev, top.hi - take, top.hi, &r, message);
       }
     }
-    r.relocated = dev->ledger().elastic.relocated.load() - relocated;
-    r.capacity_after = dev->capacity();
     return s;
   });
 }

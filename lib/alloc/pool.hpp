@@ -278,6 +278,9 @@ struct CapacityReport {
   uint64_t evacuated_units = 0, evacuated_bytes = 0;  // moved to other devices of their pools
   uint64_t returned_units = 0, returned_bytes = 0;    // moved back home after the device grew
 };
+// The open device named name (the registry's), or nullptr with *status NOT_FOUND (none open in
+// this process) or BUSY (two topologies opened a target of that name) and *message saying so.
+std::shared_ptr<Device> find_device(const std::string& name, cxlpool_status_t* status, std::string* message);
 // Statuses: OK; NOT_FOUND (no device of that name open here); INVALID_ARGUMENT (not
 // page-aligned, not online / already online, below 4 MiB); CAPACITY (past a devdax device's
 // end); BUSY (something in the range cannot move, or another withdrawal is running); OS.

@@ -7,7 +7,6 @@
 #include "alloc/pool.hpp"
 #include "capi/capi_guard.hpp"
 #include "cxlpool/device.h"
-#include "device/registry.hpp"
 
 using namespace cxlpool::detail;
 
@@ -15,14 +14,10 @@ namespace {
 
 std::shared_ptr<Device> open_device(const char* device, const char* function) {
   require(device && *device, function, "device is NULL or empty");
-  size_t matches = 0;
-  std::shared_ptr<Device> d = registry::find(device, &matches);
-  if (matches > 1)
-    fail(CXLPOOL_E_BUSY, std::string(function) + ": " + std::to_string(matches) + " open devices are named '" + device +
-                             "' (targets of different topologies); close all but one");
-  if (!d)
-    fail(CXLPOOL_E_NOT_FOUND, std::string(function) + ": device '" + device +
-                                  "' is not open in this process (only the devices of its pools and backings are)");
+  cxlpool_status_t status = CXLPOOL_OK;
+  std::string message;
+  std::shared_ptr<Device> d = alloc::find_device(device, &status, &message);
+  if (!d) fail(status, std::string(function) + ": " + message);
   return d;
 }
 

@@ -19,7 +19,6 @@
 #include "common/names.hpp"
 #include "common/parse.hpp"
 #include "config/options.hpp"
-#include "device/registry.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/thread.hpp"
@@ -62,12 +61,10 @@ std::string report_text(const alloc::CapacityReport& r) {
 }
 
 std::string show(const std::string& name) {
-  size_t matches = 0;
-  std::shared_ptr<Device> d = registry::find(name, &matches);
-  if (!d) return failure(CXLPOOL_E_NOT_FOUND, "device '" + name + "' is not open in this process");
-  if (matches > 1)
-    return failure(CXLPOOL_E_BUSY,
-                   "device '" + name + "': " + std::to_string(matches) + " open devices have that name");
+  cxlpool_status_t status = CXLPOOL_OK;
+  std::string message;
+  std::shared_ptr<Device> d = alloc::find_device(name, &status, &message);
+  if (!d) return failure(status, message);
   const ElasticCounters& e = d->ledger().elastic;
   std::string text = "OK\ndevice=" + name + "\ncapacity=" + std::to_string(d->capacity()) +
                      "\ncommitted=" + std::to_string(d->committed()) + "\nspace=" + std::to_string(d->space()) +

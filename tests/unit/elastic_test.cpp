@@ -85,6 +85,15 @@ struct PoolGuard {
   ~PoolGuard() { cxlpool_pool_destroy(pool); }
 };
 
+// A raw backing on the topology's target `name`.
+cxlpool_backing_t* open_backing(const Topo& t, const char* name) {
+  size_t index = 0;
+  REQUIRE(cxlpool_topology_find_target(t.topo, name, &index) == CXLPOOL_OK);
+  cxlpool_backing_t* b = nullptr;
+  REQUIRE(cxlpool_backing_open(t.topo, index, &b) == CXLPOOL_OK);
+  return b;
+}
+
 std::string device_of(const void* p) {
   cxlpool_ptr_info_t info{};
   REQUIRE(cxlpool_ptr_info(p, &info) == CXLPOOL_OK);
@@ -314,10 +323,7 @@ TEST_CASE("a withdrawal that cannot move what it holds is BUSY, names it, and ch
     for (const Block& b : more) cxlpool_free(b.p);
   }
   SECTION("a raw backing's shared range") {
-    size_t index = 0;
-    REQUIRE(cxlpool_topology_find_target(t.topo, "dev", &index) == CXLPOOL_OK);
-    cxlpool_backing_t* b = nullptr;
-    REQUIRE(cxlpool_backing_open(t.topo, index, &b) == CXLPOOL_OK);
+    cxlpool_backing_t* b = open_backing(t, "dev");
     void* p = nullptr;
     REQUIRE(cxlpool_backing_reserve(b, 8 * kMiB, 0, &p) == CXLPOOL_OK);
     REQUIRE(cxlpool_backing_commit(b, p, 8 * kMiB, 0) == CXLPOOL_OK);
@@ -525,10 +531,7 @@ TEST_CASE("storage opened after a capacity change has the device's offsets", "[u
   INFO(cxlpool_last_error_message());
   REQUIRE(cxlpool_device_resize("dev", 256 * kMiB, nullptr) == CXLPOOL_OK);
   REQUIRE(cxlpool_device_withdraw_extent("dev", 0, 32 * kMiB, nullptr) == CXLPOOL_OK);
-  size_t index = 0;
-  REQUIRE(cxlpool_topology_find_target(t.topo, "dev", &index) == CXLPOOL_OK);
-  cxlpool_backing_t* b = nullptr;
-  REQUIRE(cxlpool_backing_open(t.topo, index, &b) == CXLPOOL_OK);
+  cxlpool_backing_t* b = open_backing(t, "dev");
   void* p = nullptr;
   REQUIRE(cxlpool_backing_reserve(b, 200 * kMiB, 0, &p) == CXLPOOL_OK);
   uint64_t off = 0;
