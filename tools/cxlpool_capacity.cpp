@@ -12,6 +12,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -29,15 +31,22 @@ const char kUsage[] =
     "       cxlpool-capacity PID resize DEVICE SIZE\n"
     "       cxlpool-capacity PID add DEVICE OFFSET LENGTH\n"
     "       cxlpool-capacity PID withdraw DEVICE OFFSET LENGTH\n"
+    "       cxlpool-capacity PID offer DEVICE OFFSET LENGTH [OFFSET LENGTH ...]\n"
+    "       cxlpool-capacity PID release DEVICE OFFSET LENGTH [--deadline SECONDS] [--force]\n"
     "Changes the capacity of DEVICE (a target name, e.g. cxl0) in the running cxlpool program PID,\n"
     "which must have been started with CXLPOOL_CONTROL=1 and belong to your user (or you are\n"
     "root). A withdrawal first gives back the program's free memory on the device, then moves\n"
     "its live blocks out of the range under the same addresses; what cannot move makes it\n"
     "refuse (exit 2), naming it, with nothing lost (docs/devices.md).\n"
+    "offer and release are a Dynamic Capacity Device's events: the program accepts or rejects\n"
+    "each offered extent (a verdict line each); a release is a withdrawal tried again until\n"
+    "--deadline (default 0: once); with --force the extent then goes whatever holds it, and\n"
+    "what could not move loses its memory there (lost= lines; exit 4).\n"
     "SIZE, OFFSET, LENGTH: bytes with an optional K, M, G or T suffix.\n"
     "Prints the program's reply as key=value lines.\n"
     "Exit: 0 done; 1 bad arguments or the program refused the request; 2 busy (something in\n"
-    "the range could not move); 3 no control socket for PID, it is not PID's, or no reply in time.\n"
+    "the range could not move); 3 no control socket for PID, it is not PID's, or no reply in time;\n"
+    "4 a forced release took memory the program held (lost= lines say where).\n"
     "  --timeout SECONDS  how long to wait for the reply (default 300: a withdrawal moves memory)\n"
     "  --help             this text\n"
     "  --version          the version\n";
@@ -115,15 +124,43 @@ int main(int argc, char** argv) {
   const long pid = std::strtol(argv[1], &end, 10);
   if (errno || !end || *end || pid <= 0) usage_error("PID must be a process id");
   const std::string cmd = argv[2];
-  const int want = cmd == "show" ? 4 : cmd == "resize" ? 5 : (cmd == "add" || cmd == "withdraw") ? 6 : -1;
-  if (want < 0) usage_error(("unknown command '" + cmd + "'").c_str());
-  if (argc != want) usage_error(("wrong number of arguments for " + cmd).c_str());
-  std::string request = cmd;
+  std::vector<std::string> args;  // after the command
+  std::string options;
+  bool force = false;
+  long deadline_ms = -1;
   for (int i = 3; i < argc; ++i) {
-    if (std::strpbrk(argv[i], " \t\r\n") || !*argv[i]) usage_error("arguments may not be empty or hold white space");
-    request += std::string(" ") + argv[i];
+    const std::string a = argv[i];
+    if (cmd == "release" && a == "--force" && !force) {
+      force = true;
+    } else if (cmd == "release" && a == "--deadline" && deadline_ms < 0) {
+      char* e = nullptr;
+      const double seconds = i + 1 < argc ? std::strtod(argv[++i], &e) : -1;
+      if (!e || *e || !(seconds >= 0) || seconds > 86400) usage_error("--deadline takes 0..86400 seconds");
+      deadline_ms = long(seconds * 1000);
+    } else {
+      if (a.empty() || a.find_first_of(" \t\r\n") != std::string::npos)
+        usage_error("arguments may not be empty or hold white space");
+      args.push_back(a);
+    }
   }
-  request += "\n";
+  if (deadline_ms > 0) {
+    options += " deadline_ms=" + std::to_string(deadline_ms);
+    timeout_s = std::max(timeout_s, deadline_ms / 1000 + 300);  // the reply comes after the deadline
+  }
+  if (force) options += " force";
+  const size_t nargs = args.size();
+  const bool fits = cmd == "show"                                             ? nargs == 1
+                    : cmd == "resize"                                         ? nargs == 2
+                    : (cmd == "add" || cmd == "withdraw" || cmd == "release") ? nargs == 3
+                    : cmd == "offer"                                          ? nargs >= 3 && nargs % 2 == 1
+                                                                              : false;
+  if (cmd != "show" && cmd != "resize" && cmd != "add" && cmd != "withdraw" && cmd != "release" && cmd != "offer")
+    usage_error(("unknown command '" + cmd + "'").c_str());
+  if (!fits) usage_error(("wrong number of arguments for " + cmd).c_str());
+  std::string request = cmd;
+  for (const std::string& a : args) request += " " + a;
+  request += options + "\n";
+  if (request.size() > 1024) usage_error("the request is longer than 1024 bytes (offer fewer extents at once)");
 
   const std::string name = find_socket(pid);
   struct stat owner {};
@@ -177,7 +214,7 @@ int main(int argc, char** argv) {
   const std::string body = nl == std::string::npos ? "" : reply.substr(nl + 1);
   if (status == "OK") {
     std::fputs(body.c_str(), stdout);
-    return 0;
+    return body.find("\nlost=") != std::string::npos || body.rfind("lost=", 0) == 0 ? 4 : 0;
   }
   std::fprintf(stderr, "cxlpool-capacity: process %ld: %s\n", pid, status.c_str());
   std::fputs(body.c_str(), stdout);

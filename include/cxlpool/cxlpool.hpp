@@ -560,6 +560,26 @@ inline cxlpool_capacity_report_t withdraw_extent(const std::string& name, uint64
   detail::check(cxlpool_device_withdraw_extent(name.c_str(), offset, length, &r));
   return r;
 }
+// An offer of (offset, length) extents; throws on the first rejection (those before it and
+// after it are judged on their own: capacity(name) shows what was accepted).
+inline cxlpool_capacity_report_t offer_extents(const std::string& name,
+                                               const std::vector<std::pair<uint64_t, uint64_t>>& extents) {
+  std::vector<uint64_t> pairs;
+  for (const auto& [offset, length] : extents) {
+    pairs.push_back(offset);
+    pairs.push_back(length);
+  }
+  cxlpool_capacity_report_t r{};
+  detail::check(cxlpool_device_offer_extents(name.c_str(), pairs.data(), extents.size(), nullptr, &r));
+  return r;
+}
+inline cxlpool_capacity_report_t release_extent(const std::string& name, uint64_t offset, uint64_t length,
+                                                uint32_t deadline_ms = 0, bool force = false) {
+  cxlpool_capacity_report_t r{};
+  detail::check(
+      cxlpool_device_release_extent(name.c_str(), offset, length, deadline_ms, force ? CXLPOOL_RELEASE_FORCE : 0u, &r));
+  return r;
+}
 }  // namespace device
 
 // ---- KV cache (cxlpool/kvcache.h) ----------------------------------------------------------

@@ -25,7 +25,8 @@ typedef struct cxlpool_capacity_report {
   uint64_t evacuated_bytes; /* their committed bytes */
   uint64_t returned_units;  /* growth: units that withdrawals had moved off the device, back home */
   uint64_t returned_bytes;
-  uint64_t reserved[2];
+  uint64_t lost_units; /* forced release: reservations whose memory in the range was taken */
+  uint64_t lost_bytes; /* their committed bytes there: data lost */
 } cxlpool_capacity_report_t;
 
 /* A device's capacity now, and what elastic capacity has done on it since it was opened. */
@@ -40,7 +41,11 @@ typedef struct cxlpool_device_capacity {
   uint64_t relocated;       /* reservations given other offsets */
   uint64_t evacuated_units;
   uint64_t evacuated_bytes;
-  uint64_t reserved[6];
+  uint64_t forced;          /* forced releases (counted in shrinks too) */
+  uint64_t lost_units;      /* reservations that lost memory to forced releases */
+  uint64_t lost_bytes;      /* committed bytes they lost */
+  uint64_t max_space_bytes; /* how far the offset space can grow (max_size; a devdax device's size) */
+  uint64_t reserved[2];
 } cxlpool_device_capacity_t;
 
 /* device: a target name (e.g. "cxl0") of a device open in this process; NOT_FOUND otherwise.
@@ -61,6 +66,43 @@ CXLPOOL_API cxlpool_status_t cxlpool_device_add_extent(const char* device, uint6
 /* Withdraws the online [offset, offset+length): see the top of this file. */
 CXLPOOL_API cxlpool_status_t cxlpool_device_withdraw_extent(const char* device, uint64_t offset, uint64_t length,
                                                             cxlpool_capacity_report_t* report);
+
+/* ---- Dynamic capacity (CXL 3.x DCD semantics; docs/devices.md) ----------------------------
+ * The device offers extents and the host accepts or rejects each; the device asks for an
+ * extent back and the host releases it when nothing it cannot move holds it, within a
+ * deadline; a forced release takes it whatever holds it, and what could not move first loses
+ * its memory there (reported, never silent). */
+
+/* An offer of count extents, pairs[2i] the offset and pairs[2i+1] the length of extent i. Each
+ * is accepted (added, as cxlpool_device_add_extent) or rejected on its own; verdicts (may be
+ * NULL) gets each one's status. Returns OK when every extent was accepted, else the first
+ * rejection's status, the last error naming every rejected extent and why. */
+CXLPOOL_API cxlpool_status_t cxlpool_device_offer_extents(const char* device, const uint64_t* pairs, size_t count,
+                                                          cxlpool_status_t* verdicts,
+                                                          cxlpool_capacity_report_t* report);
+
+/* cxlpool_device_release_extent flags. */
+#define CXLPOOL_RELEASE_FORCE 1u /* at the deadline the extent goes whatever holds it */
+
+/* A release the device asks for: withdraws the online [offset, offset+length) as
+ * cxlpool_device_withdraw_extent does, trying again (10 ms, doubling to 500 ms) while it is
+ * BUSY until deadline_ms have passed (0: one attempt): memory may be freed or unpinned
+ * meanwhile. At the deadline: BUSY and the extent stays online; or, with
+ * CXLPOOL_RELEASE_FORCE, a forced release: everything that can move has moved and the range
+ * goes; reservations still holding part of it lose that memory (it reads as zeros afterwards,
+ * or is undefined on device DAX; the addresses stay valid, commits there fail until the range
+ * is online again); the report counts them, the lost handler gets each range, and one line on
+ * stderr names them. Returns OK once the range is gone (check report->lost_units). */
+CXLPOOL_API cxlpool_status_t cxlpool_device_release_extent(const char* device, uint64_t offset, uint64_t length,
+                                                           uint32_t deadline_ms, unsigned flags,
+                                                           cxlpool_capacity_report_t* report);
+
+/* Called once per range a forced release took, on the releasing thread, with no cxlpool lock
+ * held: the device, the first address lost, its length, and how many of its bytes were
+ * committed (data lost). */
+typedef void (*cxlpool_lost_fn)(const char* device, void* addr, size_t length, uint64_t committed_bytes, void* ctx);
+/* Sets the process's lost handler (NULL: none). */
+CXLPOOL_API cxlpool_status_t cxlpool_device_set_lost_handler(cxlpool_lost_fn fn, void* ctx);
 
 #ifdef __cplusplus
 }

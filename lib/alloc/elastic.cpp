@@ -18,6 +18,8 @@
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "device/registry.hpp"
+#include "os/os.hpp"
+#include "os/prim.hpp"
 
 namespace cxlpool::detail::alloc {
 
@@ -211,7 +213,7 @@ bool doomed(const Device& dev, const std::vector<Device::Occupant>& occupants, c
 
 // Moves units off dev: every unit in the withdrawn extent, then (largest first) as many as it
 // takes to bring the committed bytes within the capacity.
-void evacuate(Device& dev, Outcome* out) {
+void evacuate(Device& dev, bool all_or_nothing, Outcome* out) {
   PoolsAlive alive;  // the candidates' pools (and so their devices) stay until the moves end
   for (int pass = 0; pass < 3; ++pass) {
     const std::vector<Device::Occupant> occupants = dev.occupants();
@@ -219,7 +221,7 @@ void evacuate(Device& dev, Outcome* out) {
     if (occupants.empty() && excess == 0) return;
     std::vector<Candidate> units;
     list_units(dev, occupants, &units);
-    if (pass == 0 && doomed(dev, occupants, units, excess, out)) return;
+    if (pass == 0 && all_or_nothing && doomed(dev, occupants, units, excess, out)) return;
     std::stable_sort(units.begin(), units.end(), [](const Candidate& a, const Candidate& b) {
       return a.in_range != b.in_range ? a.in_range : a.committed > b.committed;
     });
@@ -343,7 +345,8 @@ std::string extent_failure(const Device& dev, const char* op, uint64_t lo, uint6
   else if (call.find("online already") != std::string::npos)
     text += "part of the range is online already, or being withdrawn";
   else if (call.find("past the device's end") != std::string::npos)
-    text += "the device ends at " + format_bytes(err.detail) + " (a devdax device cannot grow past its size)";
+    text += "the device can grow to " + format_bytes(err.detail) +
+            " of offset space (its max_size; a devdax device's size)";
   else if (call.find("another withdrawal") != std::string::npos)
     text += "another withdrawal is in progress";
   else
@@ -376,7 +379,7 @@ cxlpool_status_t withdraw_locked(Device& dev, uint64_t lo, uint64_t hi, Capacity
     return s;
   }
   Outcome o;
-  evacuate(dev, &o);
+  evacuate(dev, /*all_or_nothing=*/true, &o);
   report->evacuated_units += o.units;
   report->evacuated_bytes += o.bytes;
   cxlpool_status_t s = dev.end_withdraw(true, &err);
@@ -389,6 +392,70 @@ cxlpool_status_t withdraw_locked(Device& dev, uint64_t lo, uint64_t hi, Capacity
     return s;
   }
   if (s != CXLPOOL_OK) say(message, extent_failure(dev, "withdraw", lo, hi - lo, err));
+  return s;
+}
+
+// Who held a lost range, for messages and the lost handler.
+std::string holder_of(const Device::Lost& x) {
+  if (x.mapped) return "a raw backing's mapping of the device range";
+  if (x.client >= kFirstRawClient) return "a raw backing's reservation";
+  std::lock_guard<std::mutex> registry(g_registry_mu);
+  for (const RegistryEntry& e : g_registry)
+    if (e.pool && int(e.pool->index) == x.client)
+      return "pool '" + e.pool->name + "'" + (x.shared ? " (memory shared with forked children)" : "");
+  return "a pool closed since";
+}
+
+// A forced release: like withdraw_locked, but every unit that can move does and the range goes
+// whatever still holds it; the rest is lost (Device::force_withdraw) and listed in *lost.
+cxlpool_status_t force_locked(Device& dev, uint64_t lo, uint64_t hi, CapacityReport* report,
+                              std::vector<LostRange>* lost, std::string* message) {
+  report->trimmed_bytes += trim_pools_on(dev);
+  DeviceError err;
+  if (cxlpool_status_t s = dev.begin_withdraw(lo, hi, &err)) {
+    say(message, extent_failure(dev, "forced release", lo, hi - lo, err));
+    return s;
+  }
+  Outcome o;
+  evacuate(dev, /*all_or_nothing=*/false, &o);
+  report->evacuated_units += o.units;
+  report->evacuated_bytes += o.bytes;
+  std::vector<Device::Lost> gone;
+  cxlpool_status_t s = dev.force_withdraw(&gone, &err);
+  if (s == CXLPOOL_E_NO_MEMORY || s == CXLPOOL_E_INVALID_ARGUMENT) {
+    dev.end_withdraw(false, nullptr);
+    say(message, extent_failure(dev, "forced release", lo, hi - lo, err));
+    return s;
+  }
+  std::string text =
+      "device '" + dev.name() + "': forced release of " + format_bytes(hi - lo) + " at offset " + format_hex(lo) + ": ";
+  if (gone.empty()) text += "nothing was lost";
+  for (size_t i = 0; i < gone.size(); ++i) {
+    const Device::Lost& x = gone[i];
+    LostRange l;
+    l.device = dev.name();
+    l.addr = x.addr;
+    l.len = x.len;
+    l.committed = x.committed;
+    l.holder = holder_of(x);
+    l.contents_kept = x.contents_kept;
+    ++report->lost_units;
+    report->lost_bytes += x.committed;
+    if (i < 8)
+      text += std::string(i ? "; " : "") + "lost " + format_bytes(x.committed) + " committed at " + format_hex(x.addr) +
+              "+" + format_hex(x.len) + " of " + l.holder +
+              (x.contents_kept ? " (contents undefined: they could not be dropped)" : " (reads as zeros now)");
+    else if (i == 8)
+      text += "; and " + std::to_string(gone.size() - 8) + " more";
+    lost->push_back(std::move(l));
+  }
+  if (!gone.empty() && !o.first_refusal.empty()) text += "; it could not move: " + o.first_refusal;
+  if (dev.committed() > dev.capacity())
+    text += "; " + format_bytes(dev.committed() - dev.capacity()) +
+            " committed above the capacity now (new commits on the device wait for frees)";
+  if (s == CXLPOOL_E_OS) text += "; " + extent_failure(dev, "forced release", lo, hi - lo, err);
+  say(message, text);
+  if (!gone.empty()) os::prim::write_stderr(("cxlpool: " + text + "\n").c_str());
   return s;
 }
 
@@ -524,6 +591,113 @@ cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, Capac
     }
     return s;
   });
+}
+
+namespace {
+
+std::mutex g_lost_mu;
+LostHandler g_lost_handler = nullptr;
+void* g_lost_ctx = nullptr;
+
+}  // namespace
+
+void set_lost_handler(LostHandler handler, void* ctx) noexcept {
+  std::lock_guard<std::mutex> lock(g_lost_mu);
+  g_lost_handler = handler;
+  g_lost_ctx = ctx;
+}
+
+cxlpool_status_t device_offer_extents(const std::string& name, const std::vector<Device::Extent>& extents,
+                                      std::vector<cxlpool_status_t>* verdicts, CapacityReport* report,
+                                      std::string* message) noexcept {
+  return change(name, report, message, [&](Device& dev, CapacityReport& r) {
+    verdicts->assign(extents.size(), CXLPOOL_OK);
+    cxlpool_status_t first = CXLPOOL_OK;
+    std::string rejected;
+    size_t accepted = 0;
+    for (size_t i = 0; i < extents.size(); ++i) {
+      const uint64_t offset = extents[i].lo, length = extents[i].hi - extents[i].lo;
+      std::string why;
+      cxlpool_status_t s =
+          extents[i].hi < extents[i].lo ? CXLPOOL_E_INVALID_ARGUMENT : check_extent(dev, "offer", offset, length, &why);
+      if (extents[i].hi < extents[i].lo) why = "extent end before its start";
+      if (s == CXLPOOL_OK) {
+        DeviceError err;
+        if ((s = dev.add_extent(offset, offset + length, &err)))
+          why = extent_failure(dev, "offer", offset, length, err);
+      }
+      (*verdicts)[i] = s;
+      if (s == CXLPOOL_OK) {
+        ++accepted;
+        continue;
+      }
+      if (first == CXLPOOL_OK) first = s;
+      rejected += "; extent #" + std::to_string(i) + " rejected: " + why;
+    }
+    if (accepted) return_home(dev, &r);
+    if (first != CXLPOOL_OK)
+      say(message, "device '" + name + "': offer of " + std::to_string(extents.size()) + " extent" +
+                       (extents.size() == 1 ? "" : "s") + ": " + std::to_string(accepted) + " accepted" + rejected);
+    return first;
+  });
+}
+
+cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset, uint64_t length, uint64_t deadline_ms,
+                                       bool force, CapacityReport* report, std::vector<LostRange>* lost,
+                                       std::string* message) noexcept {
+  std::vector<LostRange> local;
+  std::vector<LostRange>& gone = lost ? *lost : local;
+  CapacityReport total;
+  cxlpool_status_t s = CXLPOOL_OK;
+  try {
+    gone.clear();
+    const uint64_t deadline = os::monotonic_ns() + std::min<uint64_t>(deadline_ms, uint64_t(1) << 40) * 1000000;
+    unsigned pause_ms = 10;
+    for (;;) {
+      const bool last = os::monotonic_ns() >= deadline;
+      const bool forcing = force && last;
+      CapacityReport r;
+      s = change(name, &r, message, [&](Device& dev, CapacityReport& rr) {
+        if (cxlpool_status_t bad = check_extent(dev, "release", offset, length, message)) return bad;
+        return forcing ? force_locked(dev, offset, offset + length, &rr, &gone, message)
+                       : withdraw_locked(dev, offset, offset + length, &rr, message);
+      });
+      if (total.attempts++ == 0) total.capacity_before = r.capacity_before;
+      total.capacity_after = r.capacity_after;
+      total.trimmed_bytes += r.trimmed_bytes;
+      total.relocated += r.relocated;
+      total.evacuated_units += r.evacuated_units;
+      total.evacuated_bytes += r.evacuated_bytes;
+      total.lost_units += r.lost_units;
+      total.lost_bytes += r.lost_bytes;
+      if (s != CXLPOOL_E_BUSY || forcing) break;
+      if (last) {
+        if (deadline_ms && message)
+          *message = "still held at the deadline (" + std::to_string(total.attempts) + " attempts in " +
+                     std::to_string(deadline_ms) + " ms): " + *message;
+        break;
+      }
+      const uint64_t now = os::monotonic_ns();
+      const uint64_t left_ms = now < deadline ? (deadline - now + 999999) / 1000000 : 0;
+      os::prim::sleep_ms(unsigned(std::min<uint64_t>(pause_ms, left_ms)));
+      pause_ms = std::min(pause_ms * 2, 500u);
+    }
+  } catch (const std::bad_alloc&) {
+    say(message, "out of memory");
+    s = CXLPOOL_E_NO_MEMORY;
+  }
+  if (s == CXLPOOL_OK && total.lost_units == 0 && message) message->clear();  // earlier attempts' refusals
+  if (report) *report = total;
+  LostHandler handler = nullptr;
+  void* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_lost_mu);
+    handler = g_lost_handler;
+    ctx = g_lost_ctx;
+  }
+  if (handler)
+    for (const LostRange& l : gone) handler(l.device.c_str(), reinterpret_cast<void*>(l.addr), l.len, l.committed, ctx);
+  return s;
 }
 
 }  // namespace cxlpool::detail::alloc

@@ -46,6 +46,7 @@ struct DeviceStats {
   uint64_t capacity_changes = 0;        // extents added and withdrawn (elastic capacity)
   uint64_t capacity_refusals = 0;       // withdrawals refused (BUSY)
   uint64_t evacuated_bytes = 0;         // moved off the device by withdrawals
+  uint64_t lost_bytes = 0;              // committed bytes forced releases took (docs/devices.md)
 };
 
 // Every DeviceStats figure with its description: the one list pool_stats_json, the stats page
@@ -96,6 +97,9 @@ inline constexpr DeviceStatField kDeviceStatFields[] = {
      true},
     {{"evacuated_bytes", MetricKind::kCounter, "bytes", "committed bytes moved off the device by withdrawals"},
      &DeviceStats::evacuated_bytes,
+     true},
+    {{"lost_bytes", MetricKind::kCounter, "bytes", "committed bytes forced releases took: data lost"},
+     &DeviceStats::lost_bytes,
      true},
 };
 
@@ -277,6 +281,8 @@ struct CapacityReport {
   uint64_t relocated = 0;                             // reservations given other offsets of the device (no bytes moved)
   uint64_t evacuated_units = 0, evacuated_bytes = 0;  // moved to other devices of their pools
   uint64_t returned_units = 0, returned_bytes = 0;    // moved back home after the device grew
+  uint64_t lost_units = 0, lost_bytes = 0;            // forced release: reservations that lost memory, committed bytes
+  uint64_t attempts = 0;                              // release: withdrawals tried
 };
 // The open device named name (the registry's), or nullptr with *status NOT_FOUND (none open in
 // this process) or BUSY (two topologies opened a target of that name) and *message saying so.
@@ -292,6 +298,34 @@ cxlpool_status_t device_withdraw_extent(const std::string& name, uint64_t offset
 // by withdrawing from the top (the offsets handed out last).
 cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, CapacityReport* report,
                                std::string* message) noexcept;
+
+// Dynamic capacity (CXL 3.x DCD semantics, docs/devices.md). An offer: each extent is
+// accepted (added) or rejected on its own, verdicts[i] its status; returns OK when all were
+// accepted, else the first rejection's status, with every rejection in *message.
+cxlpool_status_t device_offer_extents(const std::string& name, const std::vector<Device::Extent>& extents,
+                                      std::vector<cxlpool_status_t>* verdicts, CapacityReport* report,
+                                      std::string* message) noexcept;
+// A release the device asks for: the withdrawal is tried until it succeeds or deadline_ms
+// passes (0: once); what holds the range may be freed or unpinned meanwhile. At the deadline
+// the range stays (BUSY) unless force: then it goes whatever holds it, everything that can move
+// having moved, and the rest loses its memory (Device::force_withdraw), listed in *lost (may be
+// null) and passed to the lost handler. OK when the range is gone (report.lost_units says
+// whether anything was lost).
+struct LostRange {
+  std::string device;
+  uintptr_t addr = 0;
+  size_t len = 0;
+  uint64_t committed = 0;
+  std::string holder;  // "pool 'name'", "a raw backing", ...
+  bool contents_kept = false;
+};
+cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset, uint64_t length, uint64_t deadline_ms,
+                                       bool force, CapacityReport* report, std::vector<LostRange>* lost,
+                                       std::string* message) noexcept;
+// Called once per lost range after a forced release, on the releasing thread, with no lock of
+// cxlpool held (nullptr: none).
+using LostHandler = void (*)(const char* device, void* addr, size_t len, uint64_t committed, void* ctx);
+void set_lost_handler(LostHandler handler, void* ctx) noexcept;
 
 // The allocator's fork hooks (called by lib/lifecycle's one pthread_atfork registration, in
 // the order written there): prepare takes every allocator and device lock in the order written

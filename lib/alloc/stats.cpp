@@ -63,6 +63,7 @@ DeviceStats pool_device_stats(const Pool* pool, int di) noexcept {
   s.capacity_changes = e.grows.load(std::memory_order_relaxed) + e.shrinks.load(std::memory_order_relaxed);
   s.capacity_refusals = e.refusals.load(std::memory_order_relaxed);
   s.evacuated_bytes = e.evacuated_bytes.load(std::memory_order_relaxed);
+  s.lost_bytes = e.lost_bytes.load(std::memory_order_relaxed);
   return s;
 }
 

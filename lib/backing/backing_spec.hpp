@@ -29,9 +29,10 @@ struct BackingSpec {
   std::string device_name;  // for messages
   cxlpool_backing_kind_t kind = CXLPOOL_BACKING_MEMFD;
   int numa_node = -1;
-  std::string path;       // shm name, file path or devdax path
-  uint64_t capacity = 0;  // bytes
-  size_t page_size = 0;   // 0 = derive (system page, hugetlbfs block, devdax align)
+  std::string path;        // shm name, file path or devdax path
+  uint64_t capacity = 0;   // bytes
+  uint64_t max_space = 0;  // how far elastic capacity may grow the offset space; 0 = unbounded
+  size_t page_size = 0;    // 0 = derive (system page, hugetlbfs block, devdax align)
   ForkMode fork_mode = ForkMode::kDefault;
 };
 

@@ -3,6 +3,7 @@
 // the allocator's capacity changes (alloc/elastic.cpp), which move the pools' memory out of a
 // withdrawn range before the device frees it.
 #include <string>
+#include <vector>
 
 #include "alloc/pool.hpp"
 #include "capi/capi_guard.hpp"
@@ -32,6 +33,8 @@ void to_public(const alloc::CapacityReport& r, cxlpool_capacity_report_t* out) {
   out->evacuated_bytes = r.evacuated_bytes;
   out->returned_units = r.returned_units;
   out->returned_bytes = r.returned_bytes;
+  out->lost_units = r.lost_units;
+  out->lost_bytes = r.lost_bytes;
 }
 
 template <class F>
@@ -66,6 +69,10 @@ cxlpool_status_t cxlpool_device_get_capacity(const char* device, cxlpool_device_
     c.relocated = e.relocated.load();
     c.evacuated_units = e.evacuated_units.load();
     c.evacuated_bytes = e.evacuated_bytes.load();
+    c.forced = e.forced.load();
+    c.lost_units = e.lost_units.load();
+    c.lost_bytes = e.lost_bytes.load();
+    c.max_space_bytes = d->max_space();
     *out = c;
   });
 }
@@ -105,6 +112,42 @@ cxlpool_status_t cxlpool_device_withdraw_extent(const char* device, uint64_t off
                 [&](const std::string& name, alloc::CapacityReport* r, std::string* m) {
                   return alloc::device_withdraw_extent(name, offset, length, r, m);
                 });
+}
+
+cxlpool_status_t cxlpool_device_offer_extents(const char* device, const uint64_t* pairs, size_t count,
+                                              cxlpool_status_t* verdicts, cxlpool_capacity_report_t* report) {
+  return change(device, "cxlpool_device_offer_extents", report,
+                [&](const std::string& name, alloc::CapacityReport* r, std::string* m) {
+                  require(pairs != nullptr && count > 0 && count <= 4096, "cxlpool_device_offer_extents",
+                          "pairs is NULL, or count is not 1..4096");
+                  std::vector<Device::Extent> extents;
+                  for (size_t i = 0; i < count; ++i) {
+                    const uint64_t lo = pairs[2 * i], len = pairs[2 * i + 1];
+                    // A wrapping extent is rejected by its end being before its start.
+                    extents.push_back({lo, lo + len < lo ? 0 : lo + len});
+                  }
+                  std::vector<cxlpool_status_t> v;
+                  cxlpool_status_t s = alloc::device_offer_extents(name, extents, &v, r, m);
+                  if (verdicts)
+                    for (size_t i = 0; i < count; ++i) verdicts[i] = i < v.size() ? v[i] : s;
+                  return s;
+                });
+}
+
+cxlpool_status_t cxlpool_device_release_extent(const char* device, uint64_t offset, uint64_t length,
+                                               uint32_t deadline_ms, unsigned flags,
+                                               cxlpool_capacity_report_t* report) {
+  return change(device, "cxlpool_device_release_extent", report,
+                [&](const std::string& name, alloc::CapacityReport* r, std::string* m) {
+                  require((flags & ~CXLPOOL_RELEASE_FORCE) == 0, "cxlpool_device_release_extent",
+                          "unknown flags (only CXLPOOL_RELEASE_FORCE)");
+                  return alloc::device_release_extent(name, offset, length, deadline_ms,
+                                                      (flags & CXLPOOL_RELEASE_FORCE) != 0, r, nullptr, m);
+                });
+}
+
+cxlpool_status_t cxlpool_device_set_lost_handler(cxlpool_lost_fn fn, void* ctx) {
+  return guarded([&] { alloc::set_lost_handler(fn, ctx); });
 }
 
 }  // extern "C"

@@ -18,7 +18,8 @@ constexpr int kMaxTier = 15;
 constexpr int kMaxNode = 1023;
 
 const char* const kValidKeys =
-    "backing, size, latency, read_latency, write_latency, bandwidth, read_bandwidth, write_bandwidth, tier, fork";
+    "backing, size, max_size, latency, read_latency, write_latency, bandwidth, read_bandwidth, write_bandwidth, tier, "
+    "fork";
 
 std::string quote(std::string_view s) { return "'" + std::string(s) + "'"; }
 
@@ -121,8 +122,8 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
     std::string_view val = trim(kv.substr(eq + 1));
     const std::string where = dev + ": key " + quote(key);
     std::string canon;
-    if (key == "backing" || key == "size" || key == "tier" || key == "read_latency" || key == "write_latency" ||
-        key == "read_bandwidth" || key == "write_bandwidth" || key == "fork")
+    if (key == "backing" || key == "size" || key == "max_size" || key == "tier" || key == "read_latency" ||
+        key == "write_latency" || key == "read_bandwidth" || key == "write_bandwidth" || key == "fork")
       canon = key;
     else if (key == "latency")
       canon = "read_latency";
@@ -149,14 +150,14 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
 
     if (canon == "backing") {
       parse_backing(d, val, where);
-    } else if (canon == "size") {
+    } else if (canon == "size" || canon == "max_size") {
       auto v = parse_size(val);
       if (!v)
         config_error(where,
                      "bad size " + quote(val) + " (expected digits with an optional K, M, G or T suffix, e.g. 4G)");
       if (*v == 0) config_error(where, "size " + quote(val) + " must be greater than zero");
       if (*v > kMaxSize) config_error(where, "size " + quote(val) + " is too large (maximum 1024T)");
-      d.size = v;
+      (canon == "size" ? d.size : d.max_size) = v;
     } else if (canon == "read_latency" || canon == "write_latency") {
       auto v = parse_latency_ns(val);
       if (!v) config_error(where, "bad latency " + quote(val) + " (expected a number with ns or us, e.g. 250ns)");
@@ -182,6 +183,9 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
       d.fork_copy = val == "copy";
     }
   }
+  if (d.max_size && d.size && *d.max_size < *d.size)
+    config_error(dev + ": key 'max_size'", "max_size " + std::to_string(*d.max_size) + " is below size " +
+                                               std::to_string(*d.size) + " (it bounds how far the device may grow)");
   if (d.fork_copy && !*d.fork_copy && d.backing == CXLPOOL_BACKING_DEVDAX)
     config_error(dev + ": key 'fork'", "'cow' is impossible on devdax (device-DAX cannot be mapped privately)");
   return d;
@@ -199,7 +203,7 @@ void reject_duplicate_names(const std::vector<DeviceSpec>& devices) {
 
 bool DeviceSpec::operator==(const DeviceSpec& o) const {
   return name == o.name && backing == o.backing && numa_node == o.numa_node && path == o.path && size == o.size &&
-         read_latency_ns == o.read_latency_ns && write_latency_ns == o.write_latency_ns &&
+         max_size == o.max_size && read_latency_ns == o.read_latency_ns && write_latency_ns == o.write_latency_ns &&
          read_bandwidth_mbps == o.read_bandwidth_mbps && write_bandwidth_mbps == o.write_bandwidth_mbps &&
          tier == o.tier && fork_copy == o.fork_copy;
 }
@@ -268,6 +272,7 @@ std::string format_backing(const DeviceSpec& d) {
 std::string format_device(const DeviceSpec& d) {
   std::string s = d.name + ":backing=" + format_backing(d);
   if (d.size) s += ",size=" + std::to_string(*d.size);
+  if (d.max_size) s += ",max_size=" + std::to_string(*d.max_size);
   if (d.read_latency_ns) s += ",read_latency=" + std::to_string(*d.read_latency_ns) + "ns";
   if (d.write_latency_ns) s += ",write_latency=" + std::to_string(*d.write_latency_ns) + "ns";
   if (d.read_bandwidth_mbps) s += ",read_bandwidth=" + std::to_string(*d.read_bandwidth_mbps) + "MB/s";

@@ -21,6 +21,7 @@ struct DeviceSpec {
   int numa_node = -1;  // numa:N
   std::string path;    // shm name (shm:NAME), file path, devdax path
   std::optional<uint64_t> size;
+  std::optional<uint64_t> max_size;  // how far elastic capacity may grow the device (docs/devices.md)
   std::optional<uint64_t> read_latency_ns, write_latency_ns;
   std::optional<uint64_t> read_bandwidth_mbps, write_bandwidth_mbps;
   std::optional<int> tier;

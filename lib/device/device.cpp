@@ -104,8 +104,9 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
   ledger_.capacity.store(caps_.capacity_bytes, std::memory_order_relaxed);
   online_.insert(0, caps_.capacity_bytes);
   space_ = caps_.capacity_bytes;
-  // A devdax device cannot hold more than its size; a file or memfd can grow.
+  // A devdax device cannot hold more than its size; a file or memfd can grow, up to max_size.
   max_space_ = spec_.kind == CXLPOOL_BACKING_DEVDAX ? caps_.capacity_bytes : uint64_t(1) << 50;
+  if (spec_.max_space) max_space_ = std::max<uint64_t>(std::min(max_space_, spec_.max_space), caps_.capacity_bytes);
 }
 
 Device::~Device() {
@@ -374,6 +375,9 @@ cxlpool_status_t Device::commit(void* addr, size_t len, bool populate, int clien
   uint64_t off = r->offset + (a - r->addr);
   uint64_t added = len - st.committed.covered(off, off + len);
   if (committed() + added > capacity()) return device_failure(err, CXLPOOL_E_CAPACITY, 0, "capacity", committed());
+  // Offsets a forced release took away (elastic.cpp) stay their reservation's but hold nothing.
+  if (added && !st.anonymous() && online_.covered(off, off + len) != len)
+    return device_failure(err, CXLPOOL_E_CAPACITY, 0, "capacity: the range was released", committed());
   const int64_t vmas = vma_delta(*r, off, off + len, true);
   if (int e = os::prim::protect(addr, len, true)) return device_failure(err, status_of_errno(e), e, "mprotect(RW)");
   // Bytes that live in the storage (shared mappings of a file or /dev/shm) get their room now,
@@ -551,6 +555,10 @@ std::string Device::describe(const char* op, const void* addr, size_t len, const
       if (std::strcmp(err.call, "capacity") == 0)
         return where + ": committing it would exceed the capacity (" + format_bytes(err.detail) + " of " +
                format_bytes(capacity()) + " committed)";
+      if (std::strcmp(err.call, "capacity: the range was released") == 0)
+        return where +
+               ": its device range was taken away by a forced release (its memory is gone; the "
+               "addresses stay valid until freed)";
       if (std::strcmp(err.call, "move: target capacity") == 0)
         return where + ": the target device has no room for its committed bytes (its capacity is taken)";
       if (std::strcmp(err.call, "move: target offsets") == 0)

@@ -89,6 +89,8 @@ struct ElasticCounters {
   std::atomic<uint64_t> refusals{0};                             // withdrawals given up (BUSY): the range stayed
   std::atomic<uint64_t> relocated{0};                            // reservations given offsets outside a withdrawn range
   std::atomic<uint64_t> evacuated_units{0}, evacuated_bytes{0};  // moved to another device
+  std::atomic<uint64_t> forced{0};                               // forced releases (also counted in shrinks)
+  std::atomic<uint64_t> lost_units{0}, lost_bytes{0};            // what forced releases took: committed bytes
 };
 
 struct Ledger {
@@ -160,6 +162,31 @@ class Device {
   cxlpool_status_t end_withdraw(bool finish, DeviceError* err) noexcept;
   // Counts n evacuated units of bytes (the allocator's evacuation).
   void note_evacuated(uint64_t units, uint64_t bytes) noexcept;
+  // What a forced release took from one reservation: the addresses that held its range.
+  struct Lost {
+    uintptr_t addr = 0;          // the first byte lost (inside the reservation at `base`)
+    size_t len = 0;              // bytes of address space whose memory went with the range
+    uintptr_t base = 0;          // the reservation
+    uint64_t committed = 0;      // committed bytes among them: the data lost
+    int client = 0;              // ledger client (pool index, or a raw backing's)
+    bool shared = false;         // shared with forked children or other processes
+    bool mapped = false;         // a raw backing's mapping of a device range
+    bool contents_kept = false;  // the bytes could not be dropped (device DAX, mlock): undefined now
+  };
+  // Ends the withdrawal in progress whatever still holds the range (a forced release: the
+  // device took the range back). Moves of reservations in the range finish first. Reservations
+  // still holding part of it lose that part: its memory is dropped (file pages punched out,
+  // private pages discarded: it reads as zeros; device DAX cannot drop and keeps undefined
+  // bytes), the addresses stay mapped and valid, and its offsets stay theirs, never handed out
+  // again, while commits on them are CAPACITY until the range is online again. Committed bytes
+  // may exceed the capacity afterwards; new commits then wait for frees. Each loss is listed
+  // in *lost. Statuses: OK; INVALID_ARGUMENT (no withdrawal in progress); NO_MEMORY (the
+  // extent table or the list; the withdrawal stays in progress); OS (pages could not be
+  // punched out: the range is gone all the same).
+  cxlpool_status_t force_withdraw(std::vector<Lost>* lost, DeviceError* err) noexcept;
+  // How far the offset space can grow (add_extent past it is CAPACITY): a devdax device's
+  // size, or the spec's max_size.
+  uint64_t max_space() const noexcept { return max_space_; }
 
   // Reserves size bytes (rounded up to the page size) of the device at an address aligned
   // to alignment; span > size reserves that much address space of which only the first
@@ -288,6 +315,8 @@ class Device {
   bool relocate_bookkeeping(Reservation& r) noexcept;
   // Puts the withdrawal in progress back online (mu_ held).
   void cancel_withdraw_locked() noexcept;
+  // The offsets of st in [lo, hi) that reservations hold (mu_ held; throws bad_alloc).
+  IntervalSet held_in(const Storage* st, uint64_t lo, uint64_t hi) const;
   // The storages whose offsets a withdrawal applies to: the device's own, and any other that
   // a reservation still uses (mu_ held).
   std::vector<std::shared_ptr<Storage>> offset_storages() const;

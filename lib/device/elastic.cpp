@@ -102,9 +102,15 @@ cxlpool_status_t Device::add_extent(uint64_t lo, uint64_t hi, DeviceError* err) 
   } catch (...) {
     return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "add extent: extent table");
   }
-  const IntervalSet none;
+  // Offsets a forced release left to the reservations that held them stay theirs.
   for (auto& st : storages)
-    if (!st->retired()) st->restore(lo, hi, none);
+    if (!st->retired()) {
+      try {
+        st->restore(lo, hi, held_in(st.get(), lo, hi));
+      } catch (...) {
+        // Out of host memory for the table: the extent's offsets stay withheld (online, unused).
+      }
+    }
   space_ = std::max(space_, hi);
   ledger_.capacity.fetch_add(hi - lo, std::memory_order_relaxed);
   ledger_.elastic.grows.fetch_add(1, std::memory_order_relaxed);
@@ -187,14 +193,20 @@ std::vector<Device::Occupant> Device::occupants() const {
   return out;
 }
 
+IntervalSet Device::held_in(const Storage* st, uint64_t lo, uint64_t hi) const {
+  IntervalSet in_use;
+  for (auto& [a, r] : reservations_)
+    if (r.storage.get() == st && r.owns_range && overlaps(r.offset, r.offset + r.size, lo, hi))
+      in_use.insert(std::max(r.offset, lo), std::min(r.offset + r.size, hi));
+  return in_use;
+}
+
 void Device::cancel_withdraw_locked() noexcept {
   const uint64_t lo = withdrawing_.lo, hi = withdrawing_.hi;
   for (auto& st : withheld_in_) {
     IntervalSet in_use;
     try {
-      for (auto& [a, r] : reservations_)
-        if (r.storage == st && r.owns_range && overlaps(r.offset, r.offset + r.size, lo, hi))
-          in_use.insert(std::max(r.offset, lo), std::min(r.offset + r.size, hi));
+      in_use = held_in(st.get(), lo, hi);
     } catch (...) {
       continue;  // out of host memory: those offsets stay withheld, nothing is handed out twice
     }
@@ -239,6 +251,73 @@ cxlpool_status_t Device::end_withdraw(bool finish, DeviceError* err) noexcept {
   ledger_.elastic.shrinks.fetch_add(1, std::memory_order_relaxed);
   // The range is gone either way; a file whose pages could not be punched out keeps them
   // until the device closes (said, not hidden).
+  if (first_error) return device_failure(err, CXLPOOL_E_OS, first_error, "withdraw: fallocate(PUNCH_HOLE)");
+  return CXLPOOL_OK;
+}
+
+cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* err) noexcept {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (withdrawing_.hi <= withdrawing_.lo)
+    return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "withdraw: none in progress");
+  // A move out of the range copies its bytes now: they must not be punched out under it.
+  for (;;) {
+    bool moving = false;
+    for (auto& [a, r] : reservations_) {
+      uint64_t l = 0, h = 0;
+      moving |= r.leaving && holds_withdrawn(r, &l, &h);
+    }
+    if (!moving) break;
+    moved_.wait(lock);
+  }
+  const uint64_t lo = withdrawing_.lo, hi = withdrawing_.hi;
+  try {
+    lost->clear();
+    for (auto& [a, r] : reservations_) {
+      uint64_t l = 0, h = 0;
+      if (!holds_withdrawn(r, &l, &h)) continue;
+      Lost x;
+      x.base = r.addr;
+      x.addr = r.addr + (l - r.offset);
+      x.len = h - l;
+      x.committed = r.storage->committed.covered(l, h);
+      x.client = r.client;
+      x.shared = r.sharing == Sharing::kShared || r.inherited;
+      x.mapped = !r.owns_range;
+      lost->push_back(x);
+    }
+    online_.erase(lo, hi);
+  } catch (...) {
+    return device_failure(err, CXLPOOL_E_NO_MEMORY, ENOMEM, "withdraw: extent table");
+  }
+  // The files keep every offset a reservation still maps (a mapping past a file's end is
+  // SIGBUS at the next touch); the offsets themselves are never handed out again.
+  uint64_t end = 0;
+  online_.for_each([&](uint64_t, uint64_t h) { end = h; });
+  for (auto& [a, r] : reservations_)
+    if (!r.arriving && !r.storage->anonymous()) end = std::max(end, r.offset + r.size);
+  int first_error = 0;
+  for (auto& st : withheld_in_)
+    if (!st->retired())
+      if (int e = st->drop_range(lo, hi, end); e && !first_error) first_error = e;
+  // Private pages are anonymous memory the file's hole does not reach: discarded, they read as
+  // zeros like the rest of the range. Device DAX cannot punch: its bytes stay, undefined.
+  for (Lost& x : *lost) {
+    const Reservation* r = find_const(reinterpret_cast<const void*>(x.base));
+    if (!r) continue;
+    if (mapped_shared(*r))
+      x.contents_kept = !r->storage->resizable();
+    else
+      x.contents_kept = os::prim::advise_dontneed(reinterpret_cast<void*>(x.addr), x.len) != 0;
+  }
+  if (hi >= space_) space_ = end;
+  withheld_in_.clear();
+  withdrawing_ = {0, 0};
+  uint64_t bytes = 0;
+  for (const Lost& x : *lost) bytes += x.committed;
+  ledger_.elastic.shrinks.fetch_add(1, std::memory_order_relaxed);
+  ledger_.elastic.forced.fetch_add(1, std::memory_order_relaxed);
+  ledger_.elastic.lost_units.fetch_add(lost->size(), std::memory_order_relaxed);
+  ledger_.elastic.lost_bytes.fetch_add(bytes, std::memory_order_relaxed);
   if (first_error) return device_failure(err, CXLPOOL_E_OS, first_error, "withdraw: fallocate(PUNCH_HOLE)");
   return CXLPOOL_OK;
 }

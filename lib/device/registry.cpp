@@ -38,7 +38,8 @@ alignas(16) unsigned char g_saved_mask[os::prim::kSignalMaskBytes];
 
 bool same_spec(const BackingSpec& a, const BackingSpec& b) {
   return a.device_name == b.device_name && a.kind == b.kind && a.numa_node == b.numa_node && a.path == b.path &&
-         a.capacity == b.capacity && a.page_size == b.page_size && a.fork_mode == b.fork_mode;
+         a.capacity == b.capacity && a.max_space == b.max_space && a.page_size == b.page_size &&
+         a.fork_mode == b.fork_mode;
 }
 
 // Two specs naming one object (however spelled: shm:q is file:/dev/shm/q).

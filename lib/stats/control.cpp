@@ -37,9 +37,13 @@ os::prim::FileId g_listen_id{};  // the socket's identity: a program may close t
 bool g_env_done = false;
 os::Thread* g_thread = nullptr;  // never joined: it serves for the life of the process
 
-std::string failure(cxlpool_status_t s, const std::string& message) {
+std::string status_word(cxlpool_status_t s) {
   const std::string name = status_name(s);  // "CXLPOOL_E_BUSY: ..."
-  std::string text = "ERR " + name.substr(0, name.find(':')) + "\nmessage=";
+  return name.substr(0, name.find(':'));
+}
+
+std::string failure(cxlpool_status_t s, const std::string& message) {
+  std::string text = "ERR " + status_word(s) + "\nmessage=";
   for (char c : message) text.push_back(c == '\n' ? ' ' : c);  // one line
   return text + "\n";
 }
@@ -57,7 +61,14 @@ std::string report_text(const alloc::CapacityReport& r) {
          "\nrelocated=" + std::to_string(r.relocated) + "\nevacuated_units=" + std::to_string(r.evacuated_units) +
          "\nevacuated_bytes=" + std::to_string(r.evacuated_bytes) +
          "\nreturned_units=" + std::to_string(r.returned_units) +
-         "\nreturned_bytes=" + std::to_string(r.returned_bytes) + "\n";
+         "\nreturned_bytes=" + std::to_string(r.returned_bytes) + "\nlost_units=" + std::to_string(r.lost_units) +
+         "\nlost_bytes=" + std::to_string(r.lost_bytes) + "\n";
+}
+
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 std::string show(const std::string& name) {
@@ -77,7 +88,10 @@ std::string show(const std::string& name) {
   text += "\ngrows=" + std::to_string(e.grows.load()) + "\nshrinks=" + std::to_string(e.shrinks.load()) +
           "\nrefusals=" + std::to_string(e.refusals.load()) + "\nrelocated=" + std::to_string(e.relocated.load()) +
           "\nevacuated_units=" + std::to_string(e.evacuated_units.load()) +
-          "\nevacuated_bytes=" + std::to_string(e.evacuated_bytes.load()) + "\n";
+          "\nevacuated_bytes=" + std::to_string(e.evacuated_bytes.load()) +
+          "\nforced=" + std::to_string(e.forced.load()) + "\nlost_units=" + std::to_string(e.lost_units.load()) +
+          "\nlost_bytes=" + std::to_string(e.lost_bytes.load()) + "\nmax_space=" + std::to_string(d->max_space()) +
+          "\n";
   return text;
 }
 
@@ -136,7 +150,8 @@ std::string socket_name(long pid) {
 std::string handle(const std::string& request) {
   try {
     const std::vector<std::string> w = words(request);
-    if (w.empty()) return failure(CXLPOOL_E_INVALID_ARGUMENT, "empty request (show, resize, add, withdraw)");
+    if (w.empty())
+      return failure(CXLPOOL_E_INVALID_ARGUMENT, "empty request (show, resize, add, withdraw, offer, release)");
     auto size_at = [&](size_t i, uint64_t* out) {
       auto v = parse_size(w[i]);
       if (!v) return false;
@@ -144,7 +159,7 @@ std::string handle(const std::string& request) {
       return true;
     };
     alloc::CapacityReport r;
-    std::string message;
+    std::string message, extra;
     cxlpool_status_t s = CXLPOOL_OK;
     if (w[0] == "show" && w.size() == 2) return show(w[1]);
     if (w[0] == "resize" && w.size() == 3) {
@@ -157,13 +172,53 @@ std::string handle(const std::string& request) {
         return failure(CXLPOOL_E_INVALID_ARGUMENT, w[0] + ": bad offset or length '" + w[2] + " " + w[3] + "'");
       s = w[0] == "add" ? alloc::device_add_extent(w[1], offset, length, &r, &message)
                         : alloc::device_withdraw_extent(w[1], offset, length, &r, &message);
+    } else if (w[0] == "offer" && w.size() >= 4 && w.size() % 2 == 0) {
+      std::vector<Device::Extent> extents;
+      for (size_t i = 2; i + 1 < w.size(); i += 2) {
+        uint64_t offset = 0, length = 0;
+        if (!size_at(i, &offset) || !size_at(i + 1, &length))
+          return failure(CXLPOOL_E_INVALID_ARGUMENT, "offer: bad offset or length '" + w[i] + " " + w[i + 1] + "'");
+        extents.push_back({offset, offset + length < offset ? 0 : offset + length});
+      }
+      std::vector<cxlpool_status_t> verdicts;
+      s = alloc::device_offer_extents(w[1], extents, &verdicts, &r, &message);
+      for (size_t i = 0; i < verdicts.size(); ++i)
+        extra += "verdict=" + hex(extents[i].lo) + "+" + hex(extents[i].hi - std::min(extents[i].hi, extents[i].lo)) +
+                 " " + (verdicts[i] == CXLPOOL_OK ? std::string("accepted") : "rejected " + status_word(verdicts[i])) +
+                 "\n";
+    } else if (w[0] == "release" && w.size() >= 4 && w.size() <= 6) {
+      uint64_t offset = 0, length = 0, deadline_ms = 0;
+      bool force = false;
+      if (!size_at(2, &offset) || !size_at(3, &length))
+        return failure(CXLPOOL_E_INVALID_ARGUMENT, "release: bad offset or length '" + w[2] + " " + w[3] + "'");
+      for (size_t i = 4; i < w.size(); ++i) {
+        if (w[i] == "force" && !force) {
+          force = true;
+        } else if (w[i].rfind("deadline_ms=", 0) == 0) {
+          auto v = parse_u64(std::string_view(w[i]).substr(12));
+          if (!v || *v > 86400000)
+            return failure(CXLPOOL_E_INVALID_ARGUMENT, "release: bad " + w[i] + " (0..86400000)");
+          deadline_ms = *v;
+        } else {
+          return failure(CXLPOOL_E_INVALID_ARGUMENT, "release: unknown option '" + w[i] + "' (deadline_ms=N, force)");
+        }
+      }
+      std::vector<alloc::LostRange> lost;
+      s = alloc::device_release_extent(w[1], offset, length, deadline_ms, force, &r, &lost, &message);
+      extra = "attempts=" + std::to_string(r.attempts) + "\n";
+      for (const alloc::LostRange& l : lost)
+        extra += "lost=" + hex(l.addr) + "+" + hex(l.len) + " committed=" + std::to_string(l.committed) +
+                 (l.contents_kept ? " contents=undefined" : " contents=zeros") + " holder=" + l.holder + "\n";
+      if (s == CXLPOOL_OK && !message.empty()) extra += "message=" + message + "\n";
     } else {
-      return failure(CXLPOOL_E_INVALID_ARGUMENT, "unknown request '" + request.substr(0, 80) +
-                                                     "' (show DEVICE | resize DEVICE SIZE | add DEVICE OFFSET LENGTH | "
-                                                     "withdraw DEVICE OFFSET LENGTH)");
+      return failure(CXLPOOL_E_INVALID_ARGUMENT,
+                     "unknown request '" + request.substr(0, 80) +
+                         "' (show DEVICE | resize DEVICE SIZE | add DEVICE OFFSET LENGTH | withdraw DEVICE OFFSET "
+                         "LENGTH | offer DEVICE OFFSET LENGTH [OFFSET LENGTH ...] | release DEVICE OFFSET LENGTH "
+                         "[deadline_ms=N] [force])");
     }
-    if (s != CXLPOOL_OK) return failure(s, message) + report_text(r);
-    return "OK\n" + report_text(r);
+    if (s != CXLPOOL_OK) return failure(s, message) + report_text(r) + extra;
+    return "OK\n" + report_text(r) + extra;
   } catch (const std::exception& e) {
     return failure(CXLPOOL_E_NO_MEMORY, e.what());
   }

@@ -648,6 +648,7 @@ Target make_emulated(const DeviceSpec& s, const Topology& topo, const os::FsRoot
   t.backing.kind = s.backing;
   t.backing.path = s.path;
   if (s.fork_copy) t.backing.fork_mode = *s.fork_copy ? ForkMode::kCopy : ForkMode::kCopyOnWrite;
+  if (s.max_size) t.backing.max_space = *s.max_size;
   validate_emulated(s, dev);
   set_emulated_performance(t, &s);
   if (s.tier) t.tier.set(*s.tier, CXLPOOL_SOURCE_CONFIG);

@@ -6,7 +6,8 @@
 # objects), and sort with half its input read when the capacity flaps. Also: exit codes and
 # words for no control socket (a plain program, a fork child, no such process), an unknown
 # device, bad arguments; a shrink nothing can make room for is refused (exit 2) and the
-# program goes on.
+# program goes on. Dynamic capacity's offer and release (deadline, force: exit 4 when memory
+# was lost).
 import os
 import subprocess
 import sys
@@ -168,6 +169,51 @@ os.kill(p.pid, 18)  # SIGCONT
 check(code == 3 and "no reply within 2 s" in err, f"a stopped program: exit {code} ({err.strip()})")
 p.communicate("go\n", timeout=300)
 check(p.returncode == 0, f"the program finished normally ({p.returncode})")
+
+# Dynamic capacity: an offer judged extent by extent, a release tried until its deadline, and a
+# forced release that moves what it can and reports what it could not (exit 4).
+BA = r"""
+import sys
+ba = bytearray(b'\xab') * (40 << 20)
+print("ready", flush=True)
+sys.stdin.readline()
+print(ba.count(0xab), len(ba), flush=True)
+"""
+p = subprocess.Popen([run_tool, "--devices", "big:backing=shm,size=64M,max_size=256M", "--policy",
+                      "threshold:size=32M,device=big|bind:near", "--", PY, "-c", BA],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+check(p.stdout.readline().strip() == "ready", "python3 holds a 40 MiB bytearray on device big")
+code, out, err = tool(p.pid, "offer", "big", "64M", "64M", "96M", "8M", "512M", "64M")
+verdicts = [l for l in out.splitlines() if l.startswith("verdict=")]
+check(code == 1 and len(verdicts) == 3 and "accepted" in verdicts[0] and "rejected CXLPOOL_E_INVALID_ARGUMENT" in verdicts[1]
+      and "rejected CXLPOOL_E_CAPACITY" in verdicts[2] and fields(out).get("capacity_after") == str(128 << 20),
+      f"an offer: one extent accepted, an overlapping one and one past max_size rejected: exit {code} ({out.strip()})")
+code, out, err = tool(p.pid, "release", "big", "64M", "64M", "--deadline", "5")
+check(code == 0 and fields(out).get("attempts") == "1" and fields(out).get("capacity_after") == str(64 << 20),
+      f"the offered extent, unused, is released at the first attempt: exit {code} ({out.strip()[-200:]})")
+code, out, err = tool(p.pid, "release", "big", "0", "48M", "--deadline", "0.3")
+check(code == 0 or (code == 2 and "still held at the deadline" in out),
+      f"a release of the bytearray's range: moved out, or still held at the deadline: exit {code} ({out.strip()[-200:]})")
+if code == 0:  # moved out: growing back brings it home, for the forced release to find
+    code, out, err = tool(p.pid, "add", "big", "0", "48M")
+    check(code == 0 and fields(out).get("returned_units") == "1", f"grown back, the bytearray went home: exit {code} ({out.strip()[-200:]})")
+code, out, err = tool(p.pid, "release", "big", "0", "48M", "--force")
+lost = [l for l in out.splitlines() if l.startswith("lost=")]
+moved = code == 0 and not lost
+check(moved or (code == 4 and lost and "contents=zeros" in lost[0] and int(fields(out)["lost_bytes"]) > 0),
+      f"a forced release: moved out (exit 0), or lost and reported (exit 4): exit {code} ({out.strip()[-300:]})")
+got, err = p.communicate("go\n", timeout=120)
+count, length = (int(x) for x in got.split())
+check(p.returncode == 0, f"python3 went on after the forced release (exit {p.returncode}, {err.strip()[-200:]})")
+check(length == 40 << 20 and (count == length if moved else count < length),
+      f"its bytes: {'intact' if moved else 'zeros where lost'} ({count} of {length} still 0xab)")
+if lost:
+    check("forced release" in err and "reads as zeros" in err, "the loss is said on stderr too")
+for args in [["1", "release", "big", "0"], ["1", "release", "big", "0", "4K", "--deadline"],
+             ["1", "release", "big", "0", "4K", "--deadline", "-1"], ["1", "offer", "big", "0"],
+             ["1", "withdraw", "big", "0", "4K", "--force"]]:
+    code, out, err = tool(*args)
+    check(code == 1, f"bad arguments {args}: exit {code}")
 
 plain = subprocess.Popen([PY, "-c", "import sys; print('ready', flush=True); sys.stdin.readline()"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

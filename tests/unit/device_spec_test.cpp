@@ -40,6 +40,9 @@ TEST_CASE("bad device declarations name the offending token", "[unit]") {
       {"cxl0:size=4.5G", "'4.5G'"},
       {"cxl0:sise=4G", "unknown key 'sise'"},
       {"cxl0:size=4G,size=8G", "key 'size': given twice"},
+      {"cxl0:size=4G,max_size=2G", "max_size 2147483648 is below size"},
+      {"cxl0:max_size=0", "size '0'"},
+      {"cxl0:max_size=lots", "'lots'"},
       {"cxl0:latency=250ns,read_latency=300ns", "key 'read_latency': conflicts with 'latency'"},
       {"cxl0:bandwidth=1GB/s,read_bandwidth=2GB/s", "key 'read_bandwidth': conflicts with 'bandwidth'"},
       {":size=4G", "bad device name ''"},
@@ -96,7 +99,7 @@ TEST_CASE("device-level errors name the device", "[unit]") {
 TEST_CASE("good declarations parse and round-trip", "[unit]") {
   auto devs = parse_device_list(
       "cxl0:backing=shm,size=4G,latency=250ns,bandwidth=30GB/s; far1:backing=numa:1 ;"
-      "pool0: backing=file:/dev/shm/pool0, size=64M, tier=2;"
+      "pool0: backing=file:/dev/shm/pool0, size=64M, max_size=1G, tier=2;"
       "dax0: backing=devdax:/dev/dax0.0;named:backing=shm:my.pool-1,read_latency=0.4us,write_latency=500ns,"
       "read_bw=10GB/s,write_bw=5GB/s;bare:",
       "CXLPOOL_DEVICES");
@@ -112,6 +115,7 @@ TEST_CASE("good declarations parse and round-trip", "[unit]") {
   CHECK(devs[2].backing == CXLPOOL_BACKING_FILE);
   CHECK(devs[2].path == "/dev/shm/pool0");
   CHECK(devs[2].tier == 2);
+  CHECK(devs[2].max_size == 1ull << 30);
   CHECK(devs[3].backing == CXLPOOL_BACKING_DEVDAX);
   CHECK(devs[4].backing == CXLPOOL_BACKING_SHM);
   CHECK(devs[4].path == "my.pool-1");
