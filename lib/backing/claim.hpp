@@ -1,15 +1,19 @@
 // SPDX-License-Identifier: MIT
 // The claim on a named device (shm:NAME, file:PATH, devdax:PATH): at most one process of a
-// user holds a named device privately. A claim is a listening abstract-namespace Unix socket
-// bound to a name derived from the device's identity and the user, so the kernel releases it
-// when the holder dies (even by SIGKILL) and nothing is ever left in a filesystem. Who holds a
-// name is asked of the kernel (sock_diag, then SO_PEERCRED), never read from a name: an
-// abstract name carries no permissions, so a name bound by another user is a squatter's (or a
-// stray program's), not a claim, and does not keep the device from its user.
+// user holds a named device privately. A claim is two things the kernel releases when the
+// holder dies (even by SIGKILL): a listening abstract-namespace Unix socket bound to a name
+// derived from the device's identity and the user, which names the holder's pid; and, since
+// abstract names exist per network namespace (a container has its own), a flock(2) on a lock
+// file beside the device (`.cxlpool-claim.u<uid>.<name>` in its directory: os/claim_lock.hpp),
+// seen by every process that can see the device. devdax devices are locked themselves. Who
+// holds a name is asked of the kernel (sock_diag, then SO_PEERCRED; /proc/locks), never read
+// from a name: a name bound or a file made by another user is a squatter's (or a stray
+// program's), not a claim, and does not keep the device from its user.
 #pragma once
 
 #include <string>
 
+#include "os/claim_lock.hpp"
 #include "os/prim.hpp"
 
 namespace cxlpool::detail {
@@ -30,8 +34,12 @@ class DeviceClaim {
   static std::string identity_of(int kind, const std::string& path);
 
  private:
+  // Takes the lock file beside a file identity's device; BUSY (closing the socket claim) when
+  // another process holds it.
+  void lock_beside(const std::string& identity, const std::string& device_name, const std::string& what);
   int claim_fd_ = -1;
   os::prim::FileId claim_id_{};  // closed only while still this socket
+  os::ClaimLock lock_;           // the lock file beside the device (file identities)
 };
 
 }  // namespace cxlpool::detail

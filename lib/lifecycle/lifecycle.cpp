@@ -73,8 +73,10 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cstdlib>
 
 #include "alloc/pool.hpp"
+#include "os/claim_lock.hpp"
 #include "os/os.hpp"
 #include "os/own_threads.hpp"
 #include "os/prim.hpp"
@@ -155,6 +157,10 @@ void child() noexcept {
   shared::fork_resume_in_child();              // 1
 }
 
+// At exit(): what the process leaves in filesystems goes (the lock files of its device claims;
+// devices themselves are not closed: the program's memory stays usable to the end).
+void at_exit() noexcept { os::remove_claim_lock_files(); }
+
 }  // namespace
 
 void init(const InterposerHooks* interposer) noexcept {
@@ -165,6 +171,7 @@ void init(const InterposerHooks* interposer) noexcept {
     os::prim::write_stderr(
         "cxlpool: pthread_atfork failed (no memory): a fork child of this process may inherit cxlpool's locks "
         "held and share private memory of copy devices with its parent; exec in the child, or free memory\n");
+  std::atexit(at_exit);  // fails only without memory: the files then wait for the next claimant
 }
 
 }  // namespace cxlpool::detail::lifecycle

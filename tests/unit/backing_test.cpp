@@ -135,8 +135,15 @@ TEST_CASE("every backing kind: reserve, commit, touch, verify, decommit, release
       CHECK(backing.usage().peak_committed_bytes == 8 * kMiB);
       CHECK(backing.usage().reservations == 1);
       // A private named device never appears under its name, not even while it is in use.
+      // Beside it only the claim's lock file, this user's, which every network namespace sees.
       CHECK_FALSE(std::filesystem::exists("/dev/shm/" + shm));
-      CHECK(std::filesystem::is_empty(dir.path()));
+      std::vector<std::string> beside;
+      for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+        beside.push_back(e.path().filename().string());
+      if (std::string(name) == "fl")
+        CHECK(beside == std::vector<std::string>{".cxlpool-claim.u" + std::to_string(geteuid()) + ".pool"});
+      else
+        CHECK(beside.empty());
     }
     auto u = backing.usage();
     CHECK(u.committed_bytes == 0);
@@ -144,6 +151,9 @@ TEST_CASE("every backing kind: reserve, commit, touch, verify, decommit, release
     CHECK(u.reservations == 0);
   }
   CHECK_FALSE(std::filesystem::exists("/dev/shm/" + shm));
+  CHECK_FALSE(std::filesystem::exists("/dev/shm/.cxlpool-claim.u" + std::to_string(geteuid()) + "." + shm));
+  // Closed, the devices leave nothing behind: the lock file went with the claim.
+  CHECK(std::filesystem::is_empty(dir.path()));
 }
 
 TEST_CASE("capacity: over-asking fails clearly and changes nothing", "[unit][numa]") {
@@ -373,6 +383,83 @@ TEST_CASE("a named device's claim holds from another pid namespace and with its 
   REQUIRE(exit_status_of(flooder) == 0);
   // Nobody answers a connection now: the pid comes from the socket's inode in /proc.
   CHECK(run_peer(spec, {"busy", "pool", std::to_string(getpid())}) == 0);
+}
+
+// Abstract socket names exist per network namespace: a container with its own sees none of the
+// host's. The lock file beside the device is seen wherever the device is.
+TEST_CASE("a named device's claim holds from another network namespace", "[unit]") {
+  ScratchDir dir;
+  const std::string shm = unique("cxlpool-test-netns");
+  for (std::string spec :
+       {"pool:backing=shm:" + shm + ",size=8M", "pool:backing=file:" + dir.path() + "/heap,size=8M"}) {
+    INFO(spec);
+    auto topo = topology_with(spec);
+    auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+    const uid_t uid = geteuid();
+    const gid_t gid = getegid();
+    const pid_t child = fork();
+    if (child == 0) {
+      if (uid == 0) {
+        if (unshare(CLONE_NEWNET) != 0) _exit(77);
+      } else {
+        // An unprivileged user makes a network namespace inside a user namespace of its own,
+        // mapping its uid and gid to themselves.
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) _exit(77);
+        auto write = [](const char* path, const std::string& text) {
+          std::ofstream f(path);
+          f << text;
+          return bool(f.flush());
+        };
+        if (!write("/proc/self/setgroups", "deny") ||
+            !write("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1") ||
+            !write("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1"))
+          _exit(78);
+      }
+      _exit(run_peer(spec, {"busy", "pool", std::to_string(getppid())}));
+    }
+    const int status = exit_status_of(child);
+    if (status == 77 || status == 78) {
+      WARN("no network namespace could be made here (unshare: CLONE_NEWNET" << (uid ? " in a user namespace" : "")
+                                                                            << "); the case is not run");
+      continue;
+    }
+    CHECK(status == 0);
+  }
+}
+
+// The lock file's name is known in advance: whatever another user (or a link) put there is
+// never opened or changed, and does not keep the device from its user.
+TEST_CASE("a claim lock file that is not this user's own file is left alone", "[unit]") {
+  ScratchDir dir;
+  const std::string lock = dir.path() + "/.cxlpool-claim.u" + std::to_string(geteuid()) + ".heap";
+  const std::string target = dir.path() + "/target";
+  { std::ofstream(target) << "keep"; }
+  REQUIRE(symlink(target.c_str(), lock.c_str()) == 0);
+  const std::string spec = "pool:backing=file:" + dir.path() + "/heap,size=8M";
+  {
+    auto topo = topology_with(spec);
+    auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+    auto r = b.reserve(1 * kMiB);
+    r.commit();
+  }
+  std::ifstream in(target);
+  std::string text;
+  in >> text;
+  CHECK(text == "keep");
+  CHECK(std::filesystem::is_symlink(lock));
+  if (geteuid() == 0) {
+    REQUIRE(unlink(lock.c_str()) == 0);
+    { std::ofstream(lock) << "theirs"; }
+    REQUIRE(chown(lock.c_str(), 4242, 4242) == 0);
+    {
+      auto topo = topology_with(spec);
+      auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+    }
+    struct stat st {};
+    REQUIRE(stat(lock.c_str(), &st) == 0);
+    CHECK(st.st_uid == 4242u);
+    CHECK(st.st_size == 6);
+  }
 }
 
 TEST_CASE("a backing's memory is shared with another process through its descriptor", "[unit]") {

@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: MIT
+// A claim that every process which can see a named device's directory sees, whatever its
+// network namespace: flock(2) on a lock file beside the device (abstract socket names, the
+// other half of a claim, exist per network namespace). The kernel drops the lock when its
+// holder dies, even by SIGKILL; the file such a holder leaves is removed by the next claimant
+// of this user in that directory (whatever name it claims), and every holder removes its own
+// when done. Only a regular file of this user with one name is ever opened: another
+// user's file, a link or anything else there is never touched (os/safe_path.hpp for the
+// directory's walk).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cxlpool::os {
+
+struct ClaimLock {
+  int fd = -1;   // the locked file (close-on-exec, high)
+  int dir = -1;  // O_PATH descriptor of its directory
+  // Their identities: a program that closed a number and reused it keeps what it put there.
+  uint64_t fd_dev = 0, fd_ino = 0, dir_dev = 0, dir_ino = 0;
+  std::string name;
+  long owner_pid = 0;  // the process that took it: only it removes the file
+  ClaimLock() = default;
+  ClaimLock(const ClaimLock&) = delete;
+  ClaimLock& operator=(const ClaimLock&) = delete;
+  ~ClaimLock();  // releases (see release_claim_lock)
+};
+
+// Takes the lock on dir/name (created 0600 if absent), first removing this user's lock files
+// there (same prefix) that no process holds any more. Returns 0 when held; EWOULDBLOCK when
+// another open file description holds it, *holder_pid its pid from /proc/locks as this pid
+// namespace sees it (0: not visible here, -1: unknown); EPERM when what is there is not this
+// user's regular file with one name (*why says what it is); another errno (the directory
+// cannot be walked or written, no room for an inode) with *why.
+// prefix: the start every name of this user's lock files shares (".cxlpool-claim.u1000.").
+int take_claim_lock(const std::string& dir, const std::string& name, const std::string& prefix, ClaimLock* out,
+                    long* holder_pid, std::string* why) noexcept;
+
+// Removes the file (by its taker, while still locked, and only if the name still is that
+// file), then closes: a waiting taker finds the name gone and makes a fresh file. In a fork
+// child (not the taker) only the descriptors close: the lock is the parent's.
+void release_claim_lock(ClaimLock* lock) noexcept;
+
+// At exit(): removes the lock files of the claims this process took and still holds (as
+// release_claim_lock, without closing anything: the devices stay in use to the end). A fork
+// child removes none: they are its parent's.
+void remove_claim_lock_files() noexcept;
+
+}  // namespace cxlpool::os
