@@ -9,7 +9,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 
 #include "common/error.hpp"
 #include "cxlpool/backing.h"
@@ -32,27 +31,10 @@ std::string claim_name(const std::string& identity) {
   return buf;
 }
 
-// Where the lock file of a "file:DIR/BASE" identity lives; false for other identities.
-bool lock_site(const std::string& identity, std::string* dir, std::string* name, std::string* prefix) {
-  if (identity.rfind("file:", 0) != 0) return false;
-  const std::string path = identity.substr(5);
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return false;
-  *dir = slash == 0 ? "/" : path.substr(0, slash);
-  std::string base = path.substr(slash + 1);
-  if (base.size() > 200) {  // NAME_MAX with the prefix: the identity's hash instead
-    char h[24];
-    std::snprintf(h, sizeof h, "%016llx", static_cast<unsigned long long>(std::hash<std::string>{}(identity)));
-    base = h;
-  }
-  *prefix = ".cxlpool-claim.u" + std::to_string(geteuid()) + ".";
-  *name = *prefix + base;
-  return true;
-}
-
 }  // namespace
 
-DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_name, const std::string& what) {
+DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_name, const std::string& what,
+                         const std::string& lock_dir, const std::string& lock_base) {
   const std::string name = claim_name(identity);
   os::AbstractNameOwner owner;
   // A holder that exits between our bind and our question frees the name: bind again.
@@ -60,7 +42,7 @@ DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_
     claim_fd_ = os::listen_abstract_name(name);
     if (claim_fd_ >= 0) {
       os::prim::file_id(claim_fd_, &claim_id_);
-      lock_beside(identity, device_name, what);
+      lock_beside(lock_dir, lock_base, device_name, what);
       return;
     }
     const int err = errno;
@@ -94,26 +76,28 @@ DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_
                            "; the device is opened unclaimed (its memory is this process's own either way, but "
                            "another process of this user naming it is not refused)\n";
   os::prim::write_stderr(text.c_str());
-  lock_beside(identity, device_name, what);
+  lock_beside(lock_dir, lock_base, device_name, what);
 }
 
-void DeviceClaim::lock_beside(const std::string& identity, const std::string& device_name, const std::string& what) {
-  std::string dir, file, prefix;
-  if (!lock_site(identity, &dir, &file, &prefix)) return;
-  long holder = -1;
+void DeviceClaim::lock_beside(const std::string& dir, const std::string& base, const std::string& device_name,
+                              const std::string& what) {
+  if (dir.empty() || base.empty()) return;
+  const std::string file = os::claim_lock_name(base);
+  os::ClaimHolder holder;
   std::string why;
-  const int e = os::take_claim_lock(dir, file, prefix, &lock_, &holder, &why);
+  const int e = os::take_claim_lock(dir, file, &lock_, &holder, &why);
   if (e == 0) return;
   if (e == EWOULDBLOCK) {
     if (claim_fd_ >= 0) os::prim::close_fd(claim_fd_);  // refused: the socket claim goes too
     claim_fd_ = -1;
-    const std::string who = holder > 0    ? "pid " + std::to_string(holder) + " (in another network namespace)"
-                            : holder == 0 ? "a process of this user in another pid namespace"
-                                          : "a process of this user (pid unknown)";
-    fail(CXLPOOL_E_BUSY, "device '" + device_name + "': " + what + " is in use by " + who + ", which holds " + dir +
-                             "/" + file +
-                             "; a named device belongs to one process (choose another name, or share "
-                             "memory through a shared pool)");
+    const std::string who = holder.other_pidns ? "pid " + std::to_string(holder.pid) + " of another pid namespace"
+                            : holder.pid > 0   ? "pid " + std::to_string(holder.pid)
+                            : holder.pid == 0  ? "a process of this user in another pid namespace"
+                                               : "a process of this user (pid unknown)";
+    fail(CXLPOOL_E_BUSY, "device '" + device_name + "': " + what + " is in use by " + who +
+                             ", which holds its claim lock " + dir + "/" + file +
+                             " (seen from every network namespace); a named device belongs to one "
+                             "process (choose another name, or share memory through a shared pool)");
   }
   // Another user's file there, or a directory that takes no lock: the socket claim stands alone.
   const std::string text = "cxlpool: device '" + device_name + "': no claim lock beside " + what + " (" + why +

@@ -4,7 +4,7 @@
 // holder dies (even by SIGKILL): a listening abstract-namespace Unix socket bound to a name
 // derived from the device's identity and the user, which names the holder's pid; and, since
 // abstract names exist per network namespace (a container has its own), a flock(2) on a lock
-// file beside the device (`.cxlpool-claim.u<uid>.<name>` in its directory: os/claim_lock.hpp),
+// file beside the device (`.cxlpool-claim.<name>` in its directory: os/claim_lock.hpp),
 // seen by every process that can see the device. devdax devices are locked themselves. Who
 // holds a name is asked of the kernel (sock_diag, then SO_PEERCRED; /proc/locks), never read
 // from a name: a name bound or a file made by another user is a squatter's (or a stray
@@ -24,7 +24,10 @@ class DeviceClaim {
   // Throws Failure(CXLPOOL_E_BUSY) naming device_name, what and the holder's pid when another
   // process of this user holds it. A name held by another user leaves this process unclaimed,
   // said on stderr (its memory is private either way; see docs/backing.md).
-  DeviceClaim(const std::string& identity, const std::string& device_name, const std::string& what);
+  // lock_dir, lock_base: where the device is as the user named it (the lock file goes beside
+  // it; empty lock_dir: no lock file, as for devdax, which is locked itself).
+  DeviceClaim(const std::string& identity, const std::string& device_name, const std::string& what,
+              const std::string& lock_dir = "", const std::string& lock_base = "");
   ~DeviceClaim();
   DeviceClaim(const DeviceClaim&) = delete;
   DeviceClaim& operator=(const DeviceClaim&) = delete;
@@ -36,7 +39,8 @@ class DeviceClaim {
  private:
   // Takes the lock file beside a file identity's device; BUSY (closing the socket claim) when
   // another process holds it.
-  void lock_beside(const std::string& identity, const std::string& device_name, const std::string& what);
+  void lock_beside(const std::string& dir, const std::string& base, const std::string& device_name,
+                   const std::string& what);
   int claim_fd_ = -1;
   os::prim::FileId claim_id_{};  // closed only while still this socket
   os::ClaimLock lock_;           // the lock file beside the device (file identities)

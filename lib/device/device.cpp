@@ -79,7 +79,16 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
     std::string what = spec_.kind == CXLPOOL_BACKING_SHM    ? "shm:" + spec_.path
                        : spec_.kind == CXLPOOL_BACKING_FILE ? "file:" + spec_.path
                                                             : "devdax:" + spec_.path;
-    claim_ = std::make_unique<DeviceClaim>(identity, spec_.device_name, what);
+    // The lock file goes beside the device as the user named it (its directory walked safely).
+    std::string lock_dir, lock_base;
+    if (spec_.kind == CXLPOOL_BACKING_SHM) {
+      lock_dir = "/dev/shm";
+      lock_base = spec_.path;
+    } else if (spec_.kind == CXLPOOL_BACKING_FILE) {
+      lock_dir = os::parent_dir(spec_.path);
+      lock_base = spec_.path.substr(spec_.path.find_last_of('/') + 1);
+    }
+    claim_ = std::make_unique<DeviceClaim>(identity, spec_.device_name, what, lock_dir, lock_base);
   }
   private_storage_ = Storage::create(spec_);
   if (spec_.kind == CXLPOOL_BACKING_FILE && spec_.page_size == 0)

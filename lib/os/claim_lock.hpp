@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: MIT
 // A claim that every process which can see a named device's directory sees, whatever its
-// network namespace: flock(2) on a lock file beside the device (abstract socket names, the
-// other half of a claim, exist per network namespace). The kernel drops the lock when its
-// holder dies, even by SIGKILL; the file such a holder leaves is removed by the next claimant
-// of this user in that directory (whatever name it claims), and every holder removes its own
-// when done. Only a regular file of this user with one name is ever opened: another
-// user's file, a link or anything else there is never touched (os/safe_path.hpp for the
-// directory's walk).
+// network or user namespace: flock(2) on a lock file beside the device (abstract socket
+// names, the other half of a claim, exist per network namespace). The file belongs to the
+// user who made it, whatever that user is called inside a namespace, and holds its holder's
+// pid, start time, pid namespace and boot. The kernel drops the lock when its holder dies,
+// even by SIGKILL; the file such a holder leaves is removed by a later claimant of the user in
+// that directory once the holder is known to be dead, and every holder removes its own when
+// done. Only a regular file of this user with one name is ever opened, and only after it was
+// looked at through an O_PATH descriptor: another user's file, a link, a FIFO or anything else
+// there is never opened, followed or changed (os/safe_path.hpp for the directory's walk).
 #pragma once
 
 #include <cstdint>
@@ -27,15 +29,23 @@ struct ClaimLock {
   ~ClaimLock();  // releases (see release_claim_lock)
 };
 
-// Takes the lock on dir/name (created 0600 if absent), first removing this user's lock files
-// there (same prefix) that no process holds any more. Returns 0 when held; EWOULDBLOCK when
-// another open file description holds it, *holder_pid its pid from /proc/locks as this pid
-// namespace sees it (0: not visible here, -1: unknown); EPERM when what is there is not this
-// user's regular file with one name (*why says what it is); another errno (the directory
-// cannot be walked or written, no room for an inode) with *why.
-// prefix: the start every name of this user's lock files shares (".cxlpool-claim.u1000.").
-int take_claim_lock(const std::string& dir, const std::string& name, const std::string& prefix, ClaimLock* out,
-                    long* holder_pid, std::string* why) noexcept;
+// Who holds a claim lock, as far as this process can tell.
+struct ClaimHolder {
+  long pid = -1;             // -1: unknown
+  bool other_pidns = false;  // its pid is its own pid namespace's (a container's)
+};
+
+// The name of the lock file of a device named base in its directory: ".cxlpool-claim.BASE",
+// or ".cxlpool-claim-h.<hash>" for a base too long to carry a prefix.
+std::string claim_lock_name(const std::string& base);
+
+// Takes the lock on dir/name (created 0600 if absent), first removing lock files there whose
+// holders are known to be dead. Returns 0 when held; EWOULDBLOCK when a live process holds it
+// (*holder says which); EPERM when what is there is not this user's regular file with one
+// name (*why says what it is); another errno (the directory cannot be walked or written, no
+// inode left) with *why.
+int take_claim_lock(const std::string& dir, const std::string& name, ClaimLock* out, ClaimHolder* holder,
+                    std::string* why) noexcept;
 
 // Removes the file (by its taker, while still locked, and only if the name still is that
 // file), then closes: a waiting taker finds the name gone and makes a fresh file. In a fork

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -141,7 +143,7 @@ TEST_CASE("every backing kind: reserve, commit, touch, verify, decommit, release
       for (const auto& e : std::filesystem::directory_iterator(dir.path()))
         beside.push_back(e.path().filename().string());
       if (std::string(name) == "fl")
-        CHECK(beside == std::vector<std::string>{".cxlpool-claim.u" + std::to_string(geteuid()) + ".pool"});
+        CHECK(beside == std::vector<std::string>{".cxlpool-claim.pool"});
       else
         CHECK(beside.empty());
     }
@@ -151,7 +153,7 @@ TEST_CASE("every backing kind: reserve, commit, touch, verify, decommit, release
     CHECK(u.reservations == 0);
   }
   CHECK_FALSE(std::filesystem::exists("/dev/shm/" + shm));
-  CHECK_FALSE(std::filesystem::exists("/dev/shm/.cxlpool-claim.u" + std::to_string(geteuid()) + "." + shm));
+  CHECK_FALSE(std::filesystem::exists("/dev/shm/.cxlpool-claim." + shm));
   // Closed, the devices leave nothing behind: the lock file went with the claim.
   CHECK(std::filesystem::is_empty(dir.path()));
 }
@@ -403,16 +405,15 @@ TEST_CASE("a named device's claim holds from another network namespace", "[unit]
         if (unshare(CLONE_NEWNET) != 0) _exit(77);
       } else {
         // An unprivileged user makes a network namespace inside a user namespace of its own,
-        // mapping its uid and gid to themselves.
+        // where it is root (as `unshare -rn` and rootless containers do): another uid there.
         if (unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) _exit(77);
         auto write = [](const char* path, const std::string& text) {
           std::ofstream f(path);
           f << text;
           return bool(f.flush());
         };
-        if (!write("/proc/self/setgroups", "deny") ||
-            !write("/proc/self/uid_map", std::to_string(uid) + " " + std::to_string(uid) + " 1") ||
-            !write("/proc/self/gid_map", std::to_string(gid) + " " + std::to_string(gid) + " 1"))
+        if (!write("/proc/self/setgroups", "deny") || !write("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1") ||
+            !write("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1"))
           _exit(78);
       }
       _exit(run_peer(spec, {"busy", "pool", std::to_string(getppid())}));
@@ -427,11 +428,51 @@ TEST_CASE("a named device's claim holds from another network namespace", "[unit]
   }
 }
 
+// Claimants of different names in one directory never stand in each other's way (each one
+// also clears the directory of files dead holders left), and nothing is left behind.
+TEST_CASE("claims of many names in one directory at once: no false refusal, nothing left", "[unit]") {
+  ScratchDir dir;
+  std::vector<pid_t> kids;
+  for (int k = 0; k < 8; ++k) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const std::string spec = "pool:backing=file:" + dir.path() + "/dev" + std::to_string(k) + ",size=8M";
+      for (int i = 0; i < 60; ++i) {
+        try {
+          auto topo = topology_with(spec);
+          auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+          if (k % 2 == 0 && i == 30) kill(getpid(), SIGKILL);  // a holder killed: its file stays
+        } catch (const cxlpool::Error& e) {
+          std::fprintf(stderr, "claimant %d, round %d: %s\n", k, i, e.what());
+          _exit(1);
+        }
+      }
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  int refused = 0, killed = 0;
+  for (pid_t pid : kids) {
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    refused += WIFEXITED(status) && WEXITSTATUS(status) != 0;
+    killed += WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+  }
+  CHECK(refused == 0);
+  CHECK(killed == 4);
+  // The killed holders' files go with the next claim in the directory.
+  {
+    auto topo = topology_with("pool:backing=file:" + dir.path() + "/last,size=8M");
+    auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+  }
+  CHECK(std::filesystem::is_empty(dir.path()));
+}
+
 // The lock file's name is known in advance: whatever another user (or a link) put there is
 // never opened or changed, and does not keep the device from its user.
 TEST_CASE("a claim lock file that is not this user's own file is left alone", "[unit]") {
   ScratchDir dir;
-  const std::string lock = dir.path() + "/.cxlpool-claim.u" + std::to_string(geteuid()) + ".heap";
+  const std::string lock = dir.path() + "/.cxlpool-claim.heap";
   const std::string target = dir.path() + "/target";
   { std::ofstream(target) << "keep"; }
   REQUIRE(symlink(target.c_str(), lock.c_str()) == 0);
