@@ -130,12 +130,20 @@ int main(int argc, char** argv) {
   long deadline_ms = -1;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
-    if (cmd == "release" && a == "--force" && !force) {
+    if (cmd == "release" && (a == "--force" || a == "--deadline") && (a == "--force" ? force : deadline_ms >= 0)) {
+      usage_error((a + " given twice").c_str());
+    } else if (cmd == "release" && a == "--force") {
       force = true;
-    } else if (cmd == "release" && a == "--deadline" && deadline_ms < 0) {
-      char* e = nullptr;
-      const double seconds = i + 1 < argc ? std::strtod(argv[++i], &e) : -1;
-      if (!e || *e || !(seconds >= 0) || seconds > 86400) usage_error("--deadline takes 0..86400 seconds");
+    } else if (cmd == "release" && a == "--deadline") {
+      // Seconds as decimal digits with an optional fraction: "30", "0.5".
+      const std::string v = i + 1 < argc ? argv[++i] : "";
+      const size_t dot = v.find('.');
+      const std::string whole = v.substr(0, dot), frac = dot == std::string::npos ? "" : v.substr(dot + 1);
+      const bool digits =
+          !whole.empty() && whole.size() <= 5 && whole.find_first_not_of("0123456789") == std::string::npos &&
+          frac.find_first_not_of("0123456789") == std::string::npos && (dot == std::string::npos || !frac.empty());
+      const double seconds = digits ? std::strtod(v.c_str(), nullptr) : -1;
+      if (!digits || seconds > 86400) usage_error("--deadline takes 0..86400 seconds (e.g. 30 or 0.5)");
       deadline_ms = long(seconds * 1000);
     } else {
       if (a.empty() || a.find_first_of(" \t\r\n") != std::string::npos)

@@ -73,7 +73,7 @@ CXLPOOL_API cxlpool_status_t cxlpool_device_withdraw_extent(const char* device, 
  * deadline; a forced release takes it whatever holds it, and what could not move first loses
  * its memory there (reported, never silent). */
 
-/* An offer of count extents, pairs[2i] the offset and pairs[2i+1] the length of extent i. Each
+/* An offer of count extents (1..4096), pairs[2i] the offset and pairs[2i+1] the length of extent i. Each
  * is accepted (added, as cxlpool_device_add_extent) or rejected on its own; verdicts (may be
  * NULL) gets each one's status. Returns OK when every extent was accepted, else the first
  * rejection's status, the last error naming every rejected extent and why. */
@@ -86,7 +86,7 @@ CXLPOOL_API cxlpool_status_t cxlpool_device_offer_extents(const char* device, co
 
 /* A release the device asks for: withdraws the online [offset, offset+length) as
  * cxlpool_device_withdraw_extent does, trying again (10 ms, doubling to 500 ms) while it is
- * BUSY until deadline_ms have passed (0: one attempt): memory may be freed or unpinned
+ * BUSY until deadline_ms (at most 86,400,000: a day) have passed (0: one attempt): memory may be freed or unpinned
  * meanwhile. At the deadline: BUSY and the extent stays online; or, with
  * CXLPOOL_RELEASE_FORCE, a forced release: everything that can move has moved and the range
  * goes; reservations still holding part of it lose that memory (it reads as zeros afterwards,

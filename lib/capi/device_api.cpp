@@ -141,6 +141,8 @@ cxlpool_status_t cxlpool_device_release_extent(const char* device, uint64_t offs
                 [&](const std::string& name, alloc::CapacityReport* r, std::string* m) {
                   require((flags & ~CXLPOOL_RELEASE_FORCE) == 0, "cxlpool_device_release_extent",
                           "unknown flags (only CXLPOOL_RELEASE_FORCE)");
+                  require(deadline_ms <= 86400000u, "cxlpool_device_release_extent",
+                          "deadline_ms above 86,400,000 (a day)");
                   return alloc::device_release_extent(name, offset, length, deadline_ms,
                                                       (flags & CXLPOOL_RELEASE_FORCE) != 0, r, nullptr, m);
                 });

@@ -43,6 +43,16 @@ class IntervalSet {
       ++it;
     }
   }
+  // Calls f(lo, hi) for each present part of [start, end), in order; allocates nothing.
+  template <class F>
+  void for_each_in(uint64_t start, uint64_t end, F&& f) const {
+    auto it = ranges_.upper_bound(start);
+    if (it != ranges_.begin()) --it;
+    for (; it != ranges_.end() && it->first < end; ++it) {
+      const uint64_t lo = std::max(start, it->first), hi = std::min(end, it->second);
+      if (lo < hi) f(lo, hi);
+    }
+  }
   // The first range, in order, for which f(lo, hi) returns true; false when none does.
   template <class F>
   bool find_if(F&& f) const {

@@ -295,19 +295,59 @@ cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* er
   online_.for_each([&](uint64_t, uint64_t h) { end = h; });
   for (auto& [a, r] : reservations_)
     if (!r.arriving && !r.storage->anonymous()) end = std::max(end, r.offset + r.size);
+  // Committed pages a lost reservation maps shared stay in the file, zeroed in place: punched
+  // out, the next touch would have the filesystem find a page again (SIGBUS when it is full,
+  // and storage taken back at offline offsets). The rest of the range is freed. Private pages
+  // are anonymous memory the file does not reach: discarded, they read as zeros too. Device
+  // DAX can neither punch nor is zeroed here: its bytes stay, undefined.
   int first_error = 0;
-  for (auto& st : withheld_in_)
-    if (!st->retired())
-      if (int e = st->drop_range(lo, hi, end); e && !first_error) first_error = e;
-  // Private pages are anonymous memory the file's hole does not reach: discarded, they read as
-  // zeros like the rest of the range. Device DAX cannot punch: its bytes stay, undefined.
-  for (Lost& x : *lost) {
-    const Reservation* r = find_const(reinterpret_cast<const void*>(x.base));
-    if (!r) continue;
-    if (mapped_shared(*r))
-      x.contents_kept = !r->storage->resizable();
+  std::vector<std::pair<const Storage*, IntervalSet>> kept;
+  try {
+    for (Lost& x : *lost) {
+      const Reservation* r = find_const(reinterpret_cast<const void*>(x.base));
+      if (!r) continue;
+      if (!mapped_shared(*r)) {
+        x.contents_kept = os::prim::advise_dontneed(reinterpret_cast<void*>(x.addr), x.len) != 0;
+        continue;
+      }
+      Storage& st = *r->storage;
+      if (!st.resizable()) {
+        x.contents_kept = true;
+        continue;
+      }
+      const uint64_t l = r->offset + (x.addr - r->addr), h = l + x.len;
+      IntervalSet* keep = nullptr;
+      for (auto& [s, set] : kept)
+        if (s == &st) keep = &set;
+      if (!keep) keep = &kept.emplace_back(&st, IntervalSet()).second;
+      const int fd = st.valid_fd();
+      st.committed.for_each_in(l, h, [&](uint64_t a, uint64_t b) {
+        keep->insert(a, b);
+        if (int e = fd >= 0 ? os::prim::zero_range(fd, a, b - a) : EBADF) {
+          x.contents_kept = true;
+          if (!first_error) first_error = e;
+        }
+      });
+    }
+  } catch (...) {
+    // Out of host memory for the tables: nothing of the range is punched (its memory stays
+    // until the device closes), so nothing can fault.
+    if (!first_error) first_error = ENOMEM;
+    for (auto& st : withheld_in_) kept.emplace_back(st.get(), IntervalSet());
+    for (auto& [s, set] : kept) set.insert(lo, hi);
+  }
+  for (auto& st : withheld_in_) {
+    if (st->retired()) continue;
+    const IntervalSet* keep = nullptr;
+    for (auto& [s, set] : kept)
+      if (s == st.get()) keep = &set;
+    auto drop = [&](uint64_t a, uint64_t b) {
+      if (int e = st->drop_range(a, b, end); e && !first_error) first_error = e;
+    };
+    if (keep)
+      keep->for_each_gap(lo, hi, drop);
     else
-      x.contents_kept = os::prim::advise_dontneed(reinterpret_cast<void*>(x.addr), x.len) != 0;
+      drop(lo, hi);
   }
   if (hi >= space_) space_ = end;
   withheld_in_.clear();

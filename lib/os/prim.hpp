@@ -54,6 +54,9 @@ int move_mapping(void* from, size_t size, void* to) noexcept;
 int punch_hole(int fd, uint64_t offset, size_t size) noexcept;
 // Sets a file's length (ftruncate). 0 or an errno.
 int truncate_fd(int fd, uint64_t size) noexcept;
+// Writes zeros over [offset, offset+size) of a file (pwrite): blocks it already has stay
+// allocated, so its shared mappings keep their room. 0 or an errno.
+int zero_range(int fd, uint64_t offset, size_t size) noexcept;
 // Allocates [offset, offset+size) of a file (fallocate, size kept): the filesystem's room for
 // it is taken now, so that writes through a shared mapping cannot fault for lack of it later.
 // ENOSPC or EDQUOT when there is not enough (ext4 keeps what it allocated before it ran out:

@@ -206,6 +206,18 @@ int punch_hole(int fd, uint64_t offset, size_t size) noexcept {
   return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(size)) == 0 ? 0 : errno;
 }
 
+int zero_range(int fd, uint64_t offset, size_t size) noexcept {
+  static const char kZeros[65536] = {};
+  while (size > 0) {
+    const ssize_t n = pwrite(fd, kZeros, size < sizeof kZeros ? size : sizeof kZeros, off_t(offset));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? errno : EIO;
+    offset += uint64_t(n);
+    size -= size_t(n);
+  }
+  return 0;
+}
+
 int truncate_fd(int fd, uint64_t size) noexcept {
   for (;;) {
     if (ftruncate(fd, off_t(size)) == 0) return 0;

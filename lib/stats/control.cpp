@@ -44,7 +44,7 @@ std::string status_word(cxlpool_status_t s) {
 
 std::string failure(cxlpool_status_t s, const std::string& message) {
   std::string text = "ERR " + status_word(s) + "\nmessage=";
-  for (char c : message) text.push_back(c == '\n' ? ' ' : c);  // one line
+  for (char c : message) text.push_back(static_cast<unsigned char>(c) < 0x20 ? '?' : c);  // one printable line
   return text + "\n";
 }
 

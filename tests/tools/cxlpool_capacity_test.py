@@ -211,7 +211,8 @@ if lost:
     check("forced release" in err and "reads as zeros" in err, "the loss is said on stderr too")
 for args in [["1", "release", "big", "0"], ["1", "release", "big", "0", "4K", "--deadline"],
              ["1", "release", "big", "0", "4K", "--deadline", "-1"], ["1", "offer", "big", "0"],
-             ["1", "withdraw", "big", "0", "4K", "--force"]]:
+             ["1", "withdraw", "big", "0", "4K", "--force"], ["1", "release", "big", "0", "4K", "--deadline", "1e3"],
+             ["1", "release", "big", "0", "4K", "--force", "--force"]]:
     code, out, err = tool(*args)
     check(code == 1, f"bad arguments {args}: exit {code}")
 

@@ -246,6 +246,35 @@ TEST_CASE("a forced release of a raw backing's shared range: zeros, valid addres
   REQUIRE(cxlpool_backing_close(b) == CXLPOOL_OK);
 }
 
+// Lost pages a reservation maps shared from the device's file are zeroed in place, not punched
+// out: a touch never needs a page of the filesystem again (SIGBUS when it is full) and the file
+// does not grow back at offline offsets.
+TEST_CASE("lost pages kept in a file read as zeros without taking the file's room again", "[unit]") {
+  cxlpool_test::ScratchDir dir;
+  // fork=copy: the pool's private memory is a shared mapping of the device's file.
+  Topo t("dev:backing=file:" + dir.path() + "/heap,size=64M,fork=copy");
+  cxlpool_pool_t* pool = t.pool("dev", "bind:dev");
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 40 * kMiB);
+  std::vector<LostSeen> seen;
+  g_seen = &seen;
+  REQUIRE(cxlpool_device_set_lost_handler(on_lost, &g_seen) == CXLPOOL_OK);
+  cxlpool_capacity_report_t r{};
+  REQUIRE(cxlpool_device_release_extent("dev", 0, 32 * kMiB, 0, CXLPOOL_RELEASE_FORCE, &r) == CXLPOOL_OK);
+  REQUIRE(cxlpool_device_set_lost_handler(nullptr, nullptr) == CXLPOOL_OK);
+  g_seen = nullptr;
+  REQUIRE(r.lost_units > 0);
+  const FileUse before = files_in(dir.path());
+  for (const Block& b : blocks) CHECK(zeros_where_lost(b, seen));
+  for (const Block& b : blocks) {  // written again: the pages are still the file's
+    fill(b);
+    CHECK(intact(b));
+  }
+  const FileUse after = files_in(dir.path());
+  CHECK(after.allocated == before.allocated);
+  for (const Block& b : blocks) cxlpool_free(b.p);
+}
+
 TEST_CASE("a forced release moves what can move first, and without a write fence the rest is lost", "[unit]") {
   Topo t("dev:backing=shm,size=256M;other:backing=shm,size=512M");
   cxlpool_pool_t* pool = t.pool("dev,other", "bind:dev");
@@ -284,6 +313,7 @@ TEST_CASE("release and offer refuse bad arguments and the C++ layer throws", "[u
   PoolGuard guard{pool};
   CHECK(cxlpool_device_release_extent("dev", 0, 4 * kMiB, 0, 0x80, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
   CHECK(cxlpool_device_release_extent("dev", 1, 4 * kMiB, 0, 0, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_device_release_extent("dev", 0, 4 * kMiB, 86400001u, 0, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
   CHECK(cxlpool_device_release_extent("dev", 64 * kMiB, 4 * kMiB, 0, CXLPOOL_RELEASE_FORCE, nullptr) ==
         CXLPOOL_E_INVALID_ARGUMENT);  // not online: nothing to force
   CHECK(cxlpool_device_release_extent(nullptr, 0, 4 * kMiB, 0, 0, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
