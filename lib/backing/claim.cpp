@@ -99,6 +99,7 @@ void DeviceClaim::lock_beside(const std::string& dir, const std::string& base, c
                              " (seen from every network namespace); a named device belongs to one "
                              "process (choose another name, or share memory through a shared pool)");
   }
+  if (holder.dir_unusable) return;  // the device's storage cannot be made there either: it says why
   // Another user's file there, or a directory that takes no lock: the socket claim stands alone.
   const std::string text = "cxlpool: device '" + device_name + "': no claim lock beside " + what + " (" + why +
                            "); processes of this user in other network namespaces are not refused\n";

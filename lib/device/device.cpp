@@ -723,9 +723,10 @@ bool Device::child_after_fork(char* message, size_t message_size) noexcept {
     }
     Storage* old = r.storage.get();
     int e = target->anonymous() ? copy_to_anonymous(r, target) : copy_to_fresh(r, target);
-    if ((e == ENOSPC || e == EDQUOT || e == EFBIG) && r.storage.get() == old) {
-      // The fresh storage's filesystem filled up during the copy (which changed nothing of
-      // the range): the copy goes to private memory, as when no storage can be opened.
+    if ((e == ENOSPC || e == EDQUOT || e == EFBIG || e == EINVAL) && r.storage.get() == old) {
+      // The fresh storage's filesystem filled up during the copy, or takes no write(2)
+      // (hugetlbfs: EINVAL); the copy changed nothing of the range: it goes to private memory,
+      // as when no storage can be opened.
       if (!anon) anon = Storage::anonymous_copy();
       if (anon) e = copy_to_anonymous(r, anon);
       target = anon;

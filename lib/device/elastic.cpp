@@ -311,7 +311,9 @@ cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* er
         continue;
       }
       Storage& st = *r->storage;
-      if (!st.resizable()) {
+      // Device DAX cannot be zeroed here; a fork child's view of its parent's shared memory is
+      // the parent's to lose, not this process's: both keep their bytes, undefined.
+      if (!st.resizable() || st.retired() || r->inherited) {
         x.contents_kept = true;
         continue;
       }
@@ -323,16 +325,13 @@ cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* er
       const int fd = st.valid_fd();
       st.committed.for_each_in(l, h, [&](uint64_t a, uint64_t b) {
         keep->insert(a, b);
-        if (int e = fd >= 0 ? os::prim::zero_range(fd, a, b - a) : EBADF) {
-          x.contents_kept = true;
-          if (!first_error) first_error = e;
-        }
+        // A filesystem that takes no write(2) (hugetlbfs) keeps the bytes: undefined, said.
+        if (fd < 0 || os::prim::zero_range(fd, a, b - a) != 0) x.contents_kept = true;
       });
     }
   } catch (...) {
     // Out of host memory for the tables: nothing of the range is punched (its memory stays
     // until the device closes), so nothing can fault.
-    if (!first_error) first_error = ENOMEM;
     for (auto& st : withheld_in_) kept.emplace_back(st.get(), IntervalSet());
     for (auto& [s, set] : kept) set.insert(lo, hi);
   }

@@ -208,10 +208,12 @@ int take_claim_lock(const std::string& dir, const std::string& name, ClaimLock* 
     PathWhy pw;
     if (int e = resolve_path(dir.c_str(), &r, &pw)) {
       *why = pw.text;
+      holder->dir_unusable = true;
       return e;
     }
     if (r.leaf < 0) {
       *why = dir + " does not exist";
+      holder->dir_unusable = true;
       return ENOENT;
     }
     const int dfd = r.leaf;

@@ -29,10 +29,12 @@ struct ClaimLock {
   ~ClaimLock();  // releases (see release_claim_lock)
 };
 
-// Who holds a claim lock, as far as this process can tell.
+// Who holds a claim lock, as far as this process can tell; or that the directory itself could
+// not be used (the device's own storage will say why: its caller says nothing more).
 struct ClaimHolder {
-  long pid = -1;             // -1: unknown
-  bool other_pidns = false;  // its pid is its own pid namespace's (a container's)
+  long pid = -1;              // -1: unknown
+  bool other_pidns = false;   // its pid is its own pid namespace's (a container's)
+  bool dir_unusable = false;  // the directory's walk failed (missing, another user's link)
 };
 
 // The name of the lock file of a device named base in its directory: ".cxlpool-claim.BASE",

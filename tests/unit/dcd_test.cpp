@@ -5,6 +5,8 @@
 // reported range by range (report, counters, the lost handler), never silent. The addresses
 // stay valid, their offsets are never handed out again, and commits there are refused.
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
@@ -272,6 +274,28 @@ TEST_CASE("lost pages kept in a file read as zeros without taking the file's roo
   }
   const FileUse after = files_in(dir.path());
   CHECK(after.allocated == before.allocated);
+  for (const Block& b : blocks) cxlpool_free(b.p);
+}
+
+// A fork child's view of its parent's shared memory is the parent's: a forced release in the
+// child takes the range from the child's device, never the parent's bytes.
+TEST_CASE("a forced release in a fork child leaves its parent's shared memory alone", "[unit]") {
+  Topo t("dev:backing=shm,size=64M");
+  cxlpool_pool_t* pool = t.pool("dev", "bind:dev", CXLPOOL_SHARING_SHARED);
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 16 * kMiB);
+  const pid_t child = fork();
+  if (child == 0) {
+    cxlpool_capacity_report_t r{};
+    const cxlpool_status_t s = cxlpool_device_release_extent("dev", 0, 32 * kMiB, 0, CXLPOOL_RELEASE_FORCE, &r);
+    _exit(s == CXLPOOL_OK ? 0 : 1);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(all_intact(blocks));
+  CHECK(capacity_of("dev").forced == 0);
+  CHECK(capacity_of("dev").capacity_bytes == 64 * kMiB);
   for (const Block& b : blocks) cxlpool_free(b.p);
 }
 
