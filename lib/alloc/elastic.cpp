@@ -29,6 +29,11 @@ namespace {
 // another's on the same pools.
 std::mutex g_elastic_mu;
 
+// The process's lost handler (set_lost_handler).
+std::mutex g_lost_mu;
+LostHandler g_lost_handler = nullptr;
+void* g_lost_ctx = nullptr;
+
 std::atomic<OutsideMoveBegin> g_outside_begin{nullptr};
 std::atomic<OutsideMoveEnd> g_outside_end{nullptr};
 
@@ -444,7 +449,7 @@ cxlpool_status_t force_locked(Device& dev, uint64_t lo, uint64_t hi, CapacityRep
     if (i < 8)
       text += std::string(i ? "; " : "") + "lost " + format_bytes(x.committed) + " committed at " + format_hex(x.addr) +
               "+" + format_hex(x.len) + " of " + l.holder +
-              (x.contents_kept ? " (contents undefined: they could not be dropped)" : " (reads as zeros now)");
+              (x.contents_kept ? " (contents undefined: they could not be zeroed)" : " (reads as zeros now)");
     else if (i == 8)
       text += "; and " + std::to_string(gone.size() - 8) + " more";
     lost->push_back(std::move(l));
@@ -494,7 +499,10 @@ std::shared_ptr<Device> find_device(const std::string& name, cxlpool_status_t* s
   return dev;
 }
 
-void elastic_reset_after_fork() noexcept { new (&g_elastic_mu) std::mutex(); }
+void elastic_reset_after_fork() noexcept {
+  new (&g_elastic_mu) std::mutex();
+  new (&g_lost_mu) std::mutex();
+}
 
 void set_outside_moves(OutsideMoveBegin begin, OutsideMoveEnd end) noexcept {
   g_outside_end.store(end, std::memory_order_release);
@@ -592,14 +600,6 @@ cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, Capac
     return s;
   });
 }
-
-namespace {
-
-std::mutex g_lost_mu;
-LostHandler g_lost_handler = nullptr;
-void* g_lost_ctx = nullptr;
-
-}  // namespace
 
 void set_lost_handler(LostHandler handler, void* ctx) noexcept {
   std::lock_guard<std::mutex> lock(g_lost_mu);

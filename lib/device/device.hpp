@@ -171,13 +171,15 @@ class Device {
     int client = 0;              // ledger client (pool index, or a raw backing's)
     bool shared = false;         // shared with forked children or other processes
     bool mapped = false;         // a raw backing's mapping of a device range
-    bool contents_kept = false;  // the bytes could not be dropped (device DAX, mlock): undefined now
+    bool contents_kept = false;  // could not be zeroed (device DAX, hugetlbfs, mlock, a fork child's view of
+                                 // its parent's memory): undefined now
   };
   // Ends the withdrawal in progress whatever still holds the range (a forced release: the
   // device took the range back). Moves of reservations in the range finish first. Reservations
-  // still holding part of it lose that part: its memory is dropped (file pages punched out,
-  // private pages discarded: it reads as zeros; device DAX cannot drop and keeps undefined
-  // bytes), the addresses stay mapped and valid, and its offsets stay theirs, never handed out
+  // still holding part of it lose that part: it reads as zeros (private pages discarded;
+  // committed pages mapped shared from the file zeroed in place, so a touch never needs the
+  // filesystem again; the rest punched out), or keeps undefined bytes where it cannot be
+  // zeroed (Lost::contents_kept); the addresses stay mapped and valid, and its offsets stay theirs, never handed out
   // again, while commits on them are CAPACITY until the range is online again. Committed bytes
   // may exceed the capacity afterwards; new commits then wait for frees. Each loss is listed
   // in *lost. Statuses: OK; INVALID_ARGUMENT (no withdrawal in progress); NO_MEMORY (the

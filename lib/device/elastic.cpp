@@ -301,6 +301,7 @@ cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* er
   // are anonymous memory the file does not reach: discarded, they read as zeros too. Device
   // DAX can neither punch nor is zeroed here: its bytes stay, undefined.
   int first_error = 0;
+  bool punch_nothing = false;
   std::vector<std::pair<const Storage*, IntervalSet>> kept;
   try {
     for (Lost& x : *lost) {
@@ -332,11 +333,10 @@ cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* er
   } catch (...) {
     // Out of host memory for the tables: nothing of the range is punched (its memory stays
     // until the device closes), so nothing can fault.
-    for (auto& st : withheld_in_) kept.emplace_back(st.get(), IntervalSet());
-    for (auto& [s, set] : kept) set.insert(lo, hi);
+    punch_nothing = true;
   }
   for (auto& st : withheld_in_) {
-    if (st->retired()) continue;
+    if (st->retired() || punch_nothing) continue;
     const IntervalSet* keep = nullptr;
     for (auto& [s, set] : kept)
       if (s == st.get()) keep = &set;
