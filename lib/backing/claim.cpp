@@ -33,8 +33,8 @@ std::string claim_name(const std::string& identity) {
 
 }  // namespace
 
-DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_name, const std::string& what,
-                         const std::string& lock_dir, const std::string& lock_base) {
+DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_name, const std::string& what)
+    : device_name_(device_name), what_(what) {
   const std::string name = claim_name(identity);
   os::AbstractNameOwner owner;
   // A holder that exits between our bind and our question frees the name: bind again.
@@ -42,7 +42,6 @@ DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_
     claim_fd_ = os::listen_abstract_name(name);
     if (claim_fd_ >= 0) {
       os::prim::file_id(claim_fd_, &claim_id_);
-      lock_beside(lock_dir, lock_base, device_name, what);
       return;
     }
     const int err = errno;
@@ -76,11 +75,11 @@ DeviceClaim::DeviceClaim(const std::string& identity, const std::string& device_
                            "; the device is opened unclaimed (its memory is this process's own either way, but "
                            "another process of this user naming it is not refused)\n";
   os::prim::write_stderr(text.c_str());
-  lock_beside(lock_dir, lock_base, device_name, what);
 }
 
-void DeviceClaim::lock_beside(const std::string& dir, const std::string& base, const std::string& device_name,
-                              const std::string& what) {
+void DeviceClaim::lock_beside(const std::string& dir, const std::string& base) {
+  const std::string& device_name = device_name_;
+  const std::string& what = what_;
   if (dir.empty() || base.empty()) return;
   const std::string file = os::claim_lock_name(base);
   os::ClaimHolder holder;

@@ -20,14 +20,17 @@ namespace cxlpool::detail {
 
 class DeviceClaim {
  public:
-  // Claims identity (e.g. "file:/dev/shm/pool0", "devdax:/dev/dax0.0") for this process.
-  // Throws Failure(CXLPOOL_E_BUSY) naming device_name, what and the holder's pid when another
-  // process of this user holds it. A name held by another user leaves this process unclaimed,
-  // said on stderr (its memory is private either way; see docs/backing.md).
-  // lock_dir, lock_base: where the device is as the user named it (the lock file goes beside
-  // it; empty lock_dir: no lock file, as for devdax, which is locked itself).
-  DeviceClaim(const std::string& identity, const std::string& device_name, const std::string& what,
-              const std::string& lock_dir = "", const std::string& lock_base = "");
+  // Claims identity (e.g. "file:/dev/shm/pool0", "devdax:/dev/dax0.0") for this process: its
+  // socket. Throws Failure(CXLPOOL_E_BUSY) naming device_name, what and the holder's pid when
+  // another process of this user holds it. A name held by another user leaves this process
+  // unclaimed, said on stderr (its memory is private either way; see docs/backing.md).
+  DeviceClaim(const std::string& identity, const std::string& device_name, const std::string& what);
+  // The claim's second half, once the device's storage exists (the lock file never takes the
+  // room, or the last inode, the storage needs): the lock file beside the device as the user
+  // named it (lock_dir, lock_base; devdax has none: the device is locked itself). Throws
+  // Failure(CXLPOOL_E_BUSY) when a process of another namespace holds it (the socket claim is
+  // dropped then).
+  void lock_beside(const std::string& lock_dir, const std::string& lock_base);
   ~DeviceClaim();
   DeviceClaim(const DeviceClaim&) = delete;
   DeviceClaim& operator=(const DeviceClaim&) = delete;
@@ -37,10 +40,7 @@ class DeviceClaim {
   static std::string identity_of(int kind, const std::string& path);
 
  private:
-  // Takes the lock file beside a file identity's device; BUSY (closing the socket claim) when
-  // another process holds it.
-  void lock_beside(const std::string& dir, const std::string& base, const std::string& device_name,
-                   const std::string& what);
+  std::string device_name_, what_;
   int claim_fd_ = -1;
   os::prim::FileId claim_id_{};  // closed only while still this socket
   os::ClaimLock lock_;           // the lock file beside the device (file identities)

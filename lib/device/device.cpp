@@ -79,18 +79,15 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
     std::string what = spec_.kind == CXLPOOL_BACKING_SHM    ? "shm:" + spec_.path
                        : spec_.kind == CXLPOOL_BACKING_FILE ? "file:" + spec_.path
                                                             : "devdax:" + spec_.path;
-    // The lock file goes beside the device as the user named it (its directory walked safely).
-    std::string lock_dir, lock_base;
-    if (spec_.kind == CXLPOOL_BACKING_SHM) {
-      lock_dir = "/dev/shm";
-      lock_base = spec_.path;
-    } else if (spec_.kind == CXLPOOL_BACKING_FILE) {
-      lock_dir = os::parent_dir(spec_.path);
-      lock_base = spec_.path.substr(spec_.path.find_last_of('/') + 1);
-    }
-    claim_ = std::make_unique<DeviceClaim>(identity, spec_.device_name, what, lock_dir, lock_base);
+    claim_ = std::make_unique<DeviceClaim>(identity, spec_.device_name, what);
   }
   private_storage_ = Storage::create(spec_);
+  // The claim's lock file goes beside the device as the user named it (its directory walked
+  // safely), after the storage: it never takes the room the storage needed.
+  if (claim_ && spec_.kind == CXLPOOL_BACKING_SHM)
+    claim_->lock_beside("/dev/shm", spec_.path);
+  else if (claim_ && spec_.kind == CXLPOOL_BACKING_FILE)
+    claim_->lock_beside(os::parent_dir(spec_.path), spec_.path.substr(spec_.path.find_last_of('/') + 1));
   if (spec_.kind == CXLPOOL_BACKING_FILE && spec_.page_size == 0)
     spec_.page_size = os::fd_page_size(private_storage_->fd());
   // Storage that cannot be mapped (a filesystem that takes files but not mmap) fails here,

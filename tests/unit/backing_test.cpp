@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -466,6 +467,40 @@ TEST_CASE("claims of many names in one directory at once: no false refusal, noth
     auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
   }
   CHECK(std::filesystem::is_empty(dir.path()));
+}
+
+// The lock file is made after the device's storage: on a filesystem with one inode left, the
+// device gets it and goes without the lock file (said on stderr).
+TEST_CASE("the claim's lock file never takes the inode the device needs", "[unit]") {
+  if (geteuid() != 0) CXLPOOL_SKIP("mounting a small tmpfs needs root");
+  ScratchDir dir;
+  const pid_t child = fork();
+  if (child == 0) {
+    if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(77);
+    // Its root directory takes one inode: one is left.
+    if (mount("cxlpool-test", dir.path().c_str(), "tmpfs", 0, "nr_inodes=2,size=64m") != 0) _exit(77);
+    // A pool: its private memory needs the device's one storage file.
+    auto topo = topology_with("pool:backing=file:" + dir.path() + "/heap,size=8M");
+    cxlpool_pool_params_t* params = nullptr;
+    cxlpool_pool_t* pool = nullptr;
+    if (cxlpool_pool_params_create(&params) != CXLPOOL_OK ||
+        cxlpool_pool_params_set_devices(params, "pool") != CXLPOOL_OK ||
+        cxlpool_pool_params_set_policy(params, "bind:pool") != CXLPOOL_OK ||
+        cxlpool_pool_create(topo.get(), params, &pool) != CXLPOOL_OK) {
+      std::fprintf(stderr, "%s\n", cxlpool_last_error_message());
+      _exit(1);
+    }
+    void* p = cxlpool_malloc(pool, 1 * kMiB);
+    if (!p) {
+      std::fprintf(stderr, "%s\n", cxlpool_last_error_message());
+      _exit(2);
+    }
+    std::memset(p, 7, 1 * kMiB);
+    _exit(0);
+  }
+  const int status = exit_status_of(child);
+  if (status == 77) CXLPOOL_SKIP("no private mount namespace or tmpfs here");
+  CHECK(status == 0);
 }
 
 // The lock file's name is known in advance: whatever another user (or a link) put there is
