@@ -479,24 +479,9 @@ TEST_CASE("the claim's lock file never takes the inode the device needs", "[unit
     if (unshare(CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) _exit(77);
     // Its root directory takes one inode: one is left.
     if (mount("cxlpool-test", dir.path().c_str(), "tmpfs", 0, "nr_inodes=2,size=64m") != 0) _exit(77);
-    // A pool: its private memory needs the device's one storage file.
-    auto topo = topology_with("pool:backing=file:" + dir.path() + "/heap,size=8M");
-    cxlpool_pool_params_t* params = nullptr;
-    cxlpool_pool_t* pool = nullptr;
-    if (cxlpool_pool_params_create(&params) != CXLPOOL_OK ||
-        cxlpool_pool_params_set_devices(params, "pool") != CXLPOOL_OK ||
-        cxlpool_pool_params_set_policy(params, "bind:pool") != CXLPOOL_OK ||
-        cxlpool_pool_create(topo.get(), params, &pool) != CXLPOOL_OK) {
-      std::fprintf(stderr, "%s\n", cxlpool_last_error_message());
-      _exit(1);
-    }
-    void* p = cxlpool_malloc(pool, 1 * kMiB);
-    if (!p) {
-      std::fprintf(stderr, "%s\n", cxlpool_last_error_message());
-      _exit(2);
-    }
-    std::memset(p, 7, 1 * kMiB);
-    _exit(0);
+    // Opening the device makes its one storage file (a fresh process does it: nothing of
+    // cxlpool runs in this fork child).
+    _exit(run_peer("pool:backing=file:" + dir.path() + "/heap,size=8M", {"open", "pool"}));
   }
   const int status = exit_status_of(child);
   if (status == 77) CXLPOOL_SKIP("no private mount namespace or tmpfs here");
