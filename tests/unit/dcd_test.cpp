@@ -37,6 +37,18 @@ void on_lost(const char* device, void* addr, size_t len, uint64_t committed, voi
   g_seen->push_back({device, reinterpret_cast<uintptr_t>(addr), len, committed});
 }
 
+// A forced release of [offset, offset+length) of device, with the lost handler recording what it
+// is called with in *seen.
+cxlpool_status_t force_release(const char* device, uint64_t offset, uint64_t length, cxlpool_capacity_report_t* r,
+                               std::vector<LostSeen>* seen) {
+  g_seen = seen;
+  REQUIRE(cxlpool_device_set_lost_handler(on_lost, &g_seen) == CXLPOOL_OK);
+  const cxlpool_status_t s = cxlpool_device_release_extent(device, offset, length, 0, CXLPOOL_RELEASE_FORCE, r);
+  REQUIRE(cxlpool_device_set_lost_handler(nullptr, nullptr) == CXLPOOL_OK);
+  g_seen = nullptr;
+  return s;
+}
+
 // Whether [p, p+n) overlaps a lost range.
 bool touches(const std::vector<LostSeen>& lost, const void* p, size_t n) {
   const auto a = reinterpret_cast<uintptr_t>(p);
@@ -151,12 +163,8 @@ TEST_CASE("a forced release takes the range: what could not move is lost, report
   PoolGuard guard{pool};
   std::vector<Block> blocks = allocate_until(pool, 0, 200 * kMiB);
   std::vector<LostSeen> seen;
-  g_seen = &seen;
-  REQUIRE(cxlpool_device_set_lost_handler(on_lost, &g_seen) == CXLPOOL_OK);
   cxlpool_capacity_report_t r{};
-  REQUIRE(cxlpool_device_release_extent("dev", 128 * kMiB, 128 * kMiB, 0, CXLPOOL_RELEASE_FORCE, &r) == CXLPOOL_OK);
-  REQUIRE(cxlpool_device_set_lost_handler(nullptr, nullptr) == CXLPOOL_OK);
-  g_seen = nullptr;
+  REQUIRE(force_release("dev", 128 * kMiB, 128 * kMiB, &r, &seen) == CXLPOOL_OK);
   CHECK(r.capacity_after == 128 * kMiB);
   CHECK(r.lost_units >= 1);
   CHECK(r.lost_units == seen.size());
@@ -259,12 +267,8 @@ TEST_CASE("lost pages kept in a file read as zeros without taking the file's roo
   PoolGuard guard{pool};
   std::vector<Block> blocks = allocate_until(pool, 0, 40 * kMiB);
   std::vector<LostSeen> seen;
-  g_seen = &seen;
-  REQUIRE(cxlpool_device_set_lost_handler(on_lost, &g_seen) == CXLPOOL_OK);
   cxlpool_capacity_report_t r{};
-  REQUIRE(cxlpool_device_release_extent("dev", 0, 32 * kMiB, 0, CXLPOOL_RELEASE_FORCE, &r) == CXLPOOL_OK);
-  REQUIRE(cxlpool_device_set_lost_handler(nullptr, nullptr) == CXLPOOL_OK);
-  g_seen = nullptr;
+  REQUIRE(force_release("dev", 0, 32 * kMiB, &r, &seen) == CXLPOOL_OK);
   REQUIRE(r.lost_units > 0);
   const FileUse before = files_in(dir.path());
   for (const Block& b : blocks) CHECK(zeros_where_lost(b, seen));
@@ -305,12 +309,8 @@ TEST_CASE("a forced release moves what can move first, and without a write fence
   PoolGuard guard{pool};
   std::vector<Block> blocks = allocate_until(pool, 0, 200 * kMiB);
   std::vector<LostSeen> seen;
-  g_seen = &seen;
-  REQUIRE(cxlpool_device_set_lost_handler(on_lost, &g_seen) == CXLPOOL_OK);
   cxlpool_capacity_report_t r{};
-  const cxlpool_status_t s = cxlpool_device_release_extent("dev", 64 * kMiB, 192 * kMiB, 0, CXLPOOL_RELEASE_FORCE, &r);
-  REQUIRE(cxlpool_device_set_lost_handler(nullptr, nullptr) == CXLPOOL_OK);
-  g_seen = nullptr;
+  const cxlpool_status_t s = force_release("dev", 64 * kMiB, 192 * kMiB, &r, &seen);
   INFO(cxlpool_last_error_message());
   REQUIRE(s == CXLPOOL_OK);
   CHECK(capacity_of("dev").forced == 1);
