@@ -580,6 +580,12 @@ inline cxlpool_capacity_report_t release_extent(const std::string& name, uint64_
       cxlpool_device_release_extent(name.c_str(), offset, length, deadline_ms, force ? CXLPOOL_RELEASE_FORCE : 0u, &r));
   return r;
 }
+// Numa devices follow their node's memory now (cxlpool_device_watch_nodes); the devices changed.
+inline size_t watch_nodes() {
+  size_t changed = 0;
+  detail::check(cxlpool_device_watch_nodes(&changed));
+  return changed;
+}
 }  // namespace device
 
 // ---- KV cache (cxlpool/kvcache.h) ----------------------------------------------------------

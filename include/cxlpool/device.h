@@ -104,6 +104,14 @@ typedef void (*cxlpool_lost_fn)(const char* device, void* addr, size_t length, u
 /* Sets the process's lost handler (NULL: none). */
 CXLPOOL_API cxlpool_status_t cxlpool_device_set_lost_handler(cxlpool_lost_fn fn, void* ctx);
 
+/* Memory hot-remove and hot-add (docs/devices.md): a numa device a pool opened follows its
+ * node's memory. Once the node's MemTotal differs from what it was when the device opened, the
+ * device's capacity is the smaller of it and the capacity it would have otherwise; a shrink
+ * moves what it can to the pools' other devices first. A thread does this every
+ * CXLPOOL_NODE_WATCH_MS (default 1000; 0: none); this call does it now. changed (may be NULL):
+ * how many devices changed capacity. Statuses: OK. */
+CXLPOOL_API cxlpool_status_t cxlpool_device_watch_nodes(size_t* changed);
+
 #ifdef __cplusplus
 }
 #endif

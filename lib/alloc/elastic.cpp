@@ -557,6 +557,51 @@ cxlpool_status_t device_withdraw_extent(const std::string& name, uint64_t offset
   });
 }
 
+namespace {
+
+// Grows dev to capacity: holes of the offset space first (extents withdrawn before), then past
+// its end; units a withdrawal moved off the device then go home.
+cxlpool_status_t grow_to_locked(Device& dev, uint64_t capacity, CapacityReport& r, std::string* message) {
+  cxlpool_status_t s = CXLPOOL_OK;
+  DeviceError err;
+  uint64_t want = capacity - std::min(capacity, dev.capacity()), at = 0;
+  std::vector<Device::Extent> online = dev.online_extents();
+  online.push_back({dev.space(), dev.space()});
+  for (const Device::Extent& e : online) {
+    if (!want) break;
+    const uint64_t hole_end = e.lo == e.hi ? at + want : e.lo;
+    if (hole_end > at) {
+      const uint64_t take = std::min(want, hole_end - at);
+      if ((s = dev.add_extent(at, at + take, &err))) {
+        say(message, extent_failure(dev, "grow", at, take, err));
+        break;
+      }
+      want -= take;
+    }
+    at = e.hi;
+  }
+  if (s == CXLPOOL_OK) return_home(dev, &r);
+  return s;
+}
+
+// Shrinks dev to capacity from the top (the offsets the first-fit allocator handed out last):
+// withdrawals, or forced releases (what cannot move is lost, listed in *lost).
+cxlpool_status_t shrink_to_locked(Device& dev, uint64_t capacity, bool force, CapacityReport& r,
+                                  std::vector<LostRange>* lost, std::string* message) {
+  cxlpool_status_t s = CXLPOOL_OK;
+  while (s == CXLPOOL_OK && dev.capacity() > capacity) {
+    std::vector<Device::Extent> online = dev.online_extents();
+    if (online.empty()) break;
+    const Device::Extent top = online.back();
+    const uint64_t take = std::min(dev.capacity() - capacity, top.hi - top.lo);
+    s = force ? force_locked(dev, top.hi - take, top.hi, &r, lost, message)
+              : withdraw_locked(dev, top.hi - take, top.hi, &r, message);
+  }
+  return s;
+}
+
+}  // namespace
+
 cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, CapacityReport* report,
                                std::string* message) noexcept {
   return change(name, report, message, [&](Device& dev, CapacityReport& r) {
@@ -566,37 +611,23 @@ cxlpool_status_t device_resize(const std::string& name, uint64_t capacity, Capac
                        ") and at least " + format_bytes(kMinDeviceBytes) + "; " + std::to_string(capacity) + " is not");
       return CXLPOOL_E_INVALID_ARGUMENT;
     }
-    cxlpool_status_t s = CXLPOOL_OK;
-    DeviceError err;
-    if (capacity > r.capacity_before) {
-      // Holes of the offset space first (extents withdrawn before), then past its end.
-      uint64_t want = capacity - r.capacity_before, at = 0;
-      std::vector<Device::Extent> online = dev.online_extents();
-      online.push_back({dev.space(), dev.space()});
-      for (const Device::Extent& e : online) {
-        if (!want) break;
-        const uint64_t hole_end = e.lo == e.hi ? at + want : e.lo;
-        if (hole_end > at) {
-          const uint64_t take = std::min(want, hole_end - at);
-          if ((s = dev.add_extent(at, at + take, &err))) {
-            say(message, extent_failure(dev, "grow", at, take, err));
-            break;
-          }
-          want -= take;
-        }
-        at = e.hi;
-      }
-      if (s == CXLPOOL_OK) return_home(dev, &r);
-    } else {
-      // From the top: the offsets the first-fit allocator handed out last.
-      while (s == CXLPOOL_OK && dev.capacity() > capacity) {
-        std::vector<Device::Extent> online = dev.online_extents();
-        if (online.empty()) break;
-        const Device::Extent top = online.back();
-        const uint64_t take = std::min(dev.capacity() - capacity, top.hi - top.lo);
-        s = withdraw_locked(dev, top.hi - take, top.hi, &r, message);
-      }
-    }
+    return capacity > r.capacity_before ? grow_to_locked(dev, capacity, r, message)
+                                        : shrink_to_locked(dev, capacity, false, r, nullptr, message);
+  });
+}
+
+cxlpool_status_t device_follow(Device& dev, uint64_t capacity, CapacityReport* report, std::vector<LostRange>* lost,
+                               std::string* message) noexcept {
+  return guarded(message, [&] {
+    CapacityReport local;
+    CapacityReport& r = report ? *report : local;
+    r = CapacityReport{};
+    std::lock_guard<std::mutex> serial(g_elastic_mu);
+    r.capacity_before = dev.capacity();
+    capacity -= capacity % dev.caps().page_size;
+    cxlpool_status_t s = capacity > r.capacity_before ? grow_to_locked(dev, capacity, r, message)
+                                                      : shrink_to_locked(dev, capacity, true, r, lost, message);
+    r.capacity_after = dev.capacity();
     return s;
   });
 }

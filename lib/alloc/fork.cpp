@@ -9,6 +9,7 @@
 //   3. per pool: heaps_mu
 //   4. the device registry's lock (device/registry.cpp), then each Device's lock
 //   5. the segment descriptor arena
+//   6. the node watcher's list (node_watch.cpp)
 //
 // (the interposer takes its init lock before 1 and its internal heap's lock after 5). In the
 // child, before anything runs: private memory the kernel does not copy-on-write gets its own
@@ -31,10 +32,12 @@ void fork_prepare() noexcept {
   }
   registry::fork_prepare();
   meta_lock_for_fork();
+  node_watch_lock_for_fork();
 }
 
 namespace {
 void unlock_pools() noexcept {
+  node_watch_unlock_after_fork();
   meta_unlock_after_fork();
   for (int i = kMaxPools - 1; i >= 0; --i) {
     Pool* pool = g_registry[i].pool;
@@ -58,6 +61,7 @@ void fork_child() noexcept {
   reset_pools_alive_in_child();
   purger_reset_after_fork();
   elastic_reset_after_fork();
+  node_watch_reset_after_fork();
   // The heaps abandoned below ask for a purge, and the purger starts here: what the parent's
   // other threads had freed is this child's private copy once the parent purges its own, and a
   // child that only allocates would never ask again (segment.cpp: not under g++'s sanitizers).
@@ -99,6 +103,7 @@ void fork_child_after_reentrant_fork() noexcept {
   }
   registry::reset_locks_in_child();
   meta_reset_lock_in_child();
+  node_watch_reset_lock_in_child();
   fork_prepare();
   fork_child();
 }

@@ -78,6 +78,7 @@ Pool* pool_create(const Topology& topo, const PoolOptions& options) {
   for (int i = 0; i < pool->ndev; ++i) {
     PoolDevice& d = pool->dev[i];
     d.device = registry::acquire(topo.targets[d.target].backing);
+    node_watch_add(d.device, topo.sysfs_root);
     d.page_size = d.device->caps().page_size;
     d.coarse = d.page_size > kSliceSize;
     if (d.page_size > kSegmentSize || (d.page_size & (d.page_size - 1)))
@@ -158,6 +159,13 @@ void configure_from_environment() {
       fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_PURGE_DELAY_MS: bad value '") + v +
                                  "' (expected milliseconds 0..60000; 0 returns free memory at once)");
     set_purge_delay_ms(*ms);
+  }
+  if (const char* v = option_value(Option::kNodeWatchMs)) {
+    auto ms = parse_u64(trim(v));
+    if (!ms || *ms > 600000)
+      fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_NODE_WATCH_MS: bad value '") + v +
+                                 "' (expected milliseconds 0..600000; 0 watches only when the program asks)");
+    set_node_watch_ms(*ms);
   }
 }
 

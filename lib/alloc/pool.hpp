@@ -326,6 +326,29 @@ cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset,
 // cxlpool held (nullptr: none).
 using LostHandler = void (*)(const char* device, void* addr, size_t len, uint64_t committed, void* ctx);
 void set_lost_handler(LostHandler handler, void* ctx) noexcept;
+// Brings dev's capacity to `capacity` (rounded down to its page size; any size, 0 included)
+// because the memory under it changed: grows as device_resize does; shrinks from the top by
+// forced releases (what can move does; the rest is lost and listed in *lost, which must be
+// given). The lost handler is the caller's to call.
+cxlpool_status_t device_follow(Device& dev, uint64_t capacity, CapacityReport* report, std::vector<LostRange>* lost,
+                               std::string* message) noexcept;
+
+// Memory hot-remove and hot-add under numa devices (node_watch.cpp, docs/devices.md): every
+// numa device a pool opens is watched; a pass reads each watched node's MemTotal (under the
+// sysfs root of the topology the pool came from) and brings the device's capacity to the
+// smaller of it and the capacity the device had otherwise (its declared size, or what a
+// capacity change set since). A thread runs a pass every node_watch_ms (CXLPOOL_NODE_WATCH_MS;
+// default 1000; 0: none, passes only when the program asks). Returns the devices changed.
+void node_watch_add(const std::shared_ptr<Device>& dev, const std::string& sysfs_root) noexcept;
+size_t node_watch_pass() noexcept;
+void set_node_watch_ms(uint64_t ms) noexcept;
+// fork(): the watched list's lock is held across it (alloc/fork.cpp's order, last); the child
+// gets fresh pass locks and a watcher thread of its own (none under g++'s sanitizers, as the
+// purger: passes there run when asked).
+void node_watch_lock_for_fork() noexcept;
+void node_watch_unlock_after_fork() noexcept;
+void node_watch_reset_lock_in_child() noexcept;  // a fork from a signal handler (fork.cpp)
+void node_watch_reset_after_fork() noexcept;
 
 // The allocator's fork hooks (called by lib/lifecycle's one pthread_atfork registration, in
 // the order written there): prepare takes every allocator and device lock in the order written

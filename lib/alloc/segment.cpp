@@ -133,7 +133,8 @@ void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noe
 namespace {
 
 // Reserves a new region for small segments (mutex held); its index, or -1. fd devices get
-// regions of at most 1/8 of their capacity so huge blocks still find device offsets; under
+// regions of at most 1/8 of their capacity and 1/4 of their free offsets, so huge blocks
+// still find device offsets; under
 // an RLIMIT_AS, regions shrink to 1/64 of what is left (a free segment of a region in use
 // holds its address space).
 long new_region(Pool* pool, PoolDevice& d) noexcept {
@@ -141,8 +142,9 @@ long new_region(Pool* pool, PoolDevice& d) noexcept {
   if (d.device->caps().kind != CXLPOOL_BACKING_NUMA) {
     uint64_t cap = d.device->capacity(), reserved = d.device->reserved_bytes();
     uint64_t left = (cap - std::min(cap, reserved)) / kSegmentSize;
+    // The free segments of a region hold device offsets a huge block may need.
     want = std::min<size_t>(want, std::max<uint64_t>(1, cap / 8 / kSegmentSize));
-    want = std::max<size_t>(1, std::min<size_t>(want, left));
+    want = std::max<size_t>(1, std::min<size_t>(want, left / 4));
   }
   size_t headroom = os::prim::address_space_headroom();
   if (headroom != SIZE_MAX) want = std::clamp<size_t>(headroom / 64 / kSegmentSize, 1, want);

@@ -3,6 +3,7 @@
 // lock, anonymous NUMA memory), identity-checked mapping, and the offset allocator.
 #include "backing/storage.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/error.hpp"
@@ -168,6 +169,16 @@ int Storage::take_range(size_t size, size_t alignment, uint64_t* offset, uint64_
   }
   *offset = found;
   return 0;
+}
+
+int Storage::take_mappable_range(size_t size, size_t address_alignment, uint64_t* offset, uint64_t* largest) noexcept {
+  constexpr size_t kHugeOffset = size_t(2) << 20;
+  const size_t preferred = size >= kHugeOffset ? std::min(std::max(address_alignment, page_size_), kHugeOffset) : 0;
+  if (preferred > page_size_) {
+    const int e = take_range(size, preferred, offset, largest);
+    if (e != ENOSPC) return e;
+  }
+  return take_range(size, page_size_, offset, largest);
 }
 
 bool Storage::take_exact(uint64_t offset, size_t size) noexcept {

@@ -70,6 +70,12 @@ class Storage {
   // First-fit allocation of offsets (fd storage). Returns 0, or ENOSPC with the largest free
   // range in *largest.
   int take_range(size_t size, size_t alignment, uint64_t* offset, uint64_t* largest) noexcept;
+  // Offsets for a range that will be mapped at an address aligned to address_alignment: 2 MiB-
+  // aligned when the range is 2 MiB or more (huge pages can then map it), else the page size
+  // (a smaller range gains nothing and would strand the rest of its 2 MiB: 320 KiB blocks under
+  // an RLIMIT_AS used a sixth of the device). The huge-page alignment is a preference: when the
+  // free offsets are too fragmented for it, the range is taken at the page size's alignment.
+  int take_mappable_range(size_t size, size_t address_alignment, uint64_t* offset, uint64_t* largest) noexcept;
   // Offsets withheld (elastic capacity: a withdrawn extent) are never given back here.
   void give_back_range(uint64_t offset, size_t size) noexcept;
   // Elastic capacity: withholds [lo, hi) from the offset allocator (what is free there stops

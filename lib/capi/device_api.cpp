@@ -152,4 +152,11 @@ cxlpool_status_t cxlpool_device_set_lost_handler(cxlpool_lost_fn fn, void* ctx) 
   return guarded([&] { alloc::set_lost_handler(fn, ctx); });
 }
 
+cxlpool_status_t cxlpool_device_watch_nodes(size_t* changed) {
+  return guarded([&] {
+    const size_t n = alloc::node_watch_pass();
+    if (changed) *changed = n;
+  });
+}
+
 }  // extern "C"

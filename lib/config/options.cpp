@@ -22,6 +22,9 @@ constexpr OptionInfo kOptions[] = {
      "how often the stats page is refreshed, milliseconds 10..60000 (default 1000)"},
     {Option::kControl, "CXLPOOL_CONTROL",
      "1: a control socket lets cxlpool-capacity change this process's device capacity (default 0; docs/devices.md)"},
+    {Option::kNodeWatchMs, "CXLPOOL_NODE_WATCH_MS",
+     "how often numa devices follow their node's memory (hot-remove/add; default 1000; 0: when asked) "
+     "(docs/devices.md)"},
 };
 static_assert(sizeof(kOptions) / sizeof(kOptions[0]) == size_t(Option::kCount), "every option has an entry");
 }  // namespace

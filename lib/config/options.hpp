@@ -15,6 +15,7 @@ enum class Option {
   kStatPage,      // CXLPOOL_STAT_PAGE
   kStatInterval,  // CXLPOOL_STAT_INTERVAL_MS
   kControl,       // CXLPOOL_CONTROL
+  kNodeWatchMs,   // CXLPOOL_NODE_WATCH_MS
   kCount
 };
 

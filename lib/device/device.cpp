@@ -269,12 +269,7 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
     if (cxlpool_status_t s = storage_for(sharing, st, err)) return s;
     uint64_t offset = 0, largest = 0;
     if (!st->anonymous()) {
-      // An offset 2 MiB-aligned (like the address) lets a range of 2 MiB or more be mapped
-      // with huge pages; a smaller one gains nothing from it and would strand the rest of its
-      // 2 MiB of device range (320 KiB blocks under an RLIMIT_AS used a sixth of the device).
-      constexpr size_t kHugeOffset = size_t(2) << 20;
-      const size_t offset_align = size >= kHugeOffset ? std::min(alignment, kHugeOffset) : ps;
-      int e = st->take_range(size, offset_align, &offset, &largest);
+      int e = st->take_mappable_range(size, alignment, &offset, &largest);
       if (e == ENOSPC) return device_failure(err, CXLPOOL_E_CAPACITY, 0, "device range", largest);
       if (e) return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "device range");
     }

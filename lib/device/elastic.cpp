@@ -130,9 +130,8 @@ bool Device::relocate_bookkeeping(Reservation& r) noexcept {
       !r.storage->private_anonymous() || r.storage->retired())
     return false;
   Storage& st = *r.storage;
-  const size_t align = r.size >= (size_t(2) << 20) ? size_t(2) << 20 : 0;  // as Device::reserve
   uint64_t off = 0, largest = 0;
-  if (st.take_range(r.size, align, &off, &largest)) return false;
+  if (st.take_mappable_range(r.size, size_t(2) << 20, &off, &largest)) return false;
   try {
     IntervalSet moved;
     committed_in(r).for_each(

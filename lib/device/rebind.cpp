@@ -285,9 +285,7 @@ cxlpool_status_t Device::move_reservation(void* addr, Device& to, MoveReport* re
   uint64_t new_offset = r.addr;  // anonymous storage counts addresses
   if (!dst->anonymous()) {
     uint64_t largest = 0;
-    // As Device::reserve: 2 MiB-aligned offsets only for ranges that huge pages can map.
-    const size_t offset_align = r.size >= (size_t(2) << 20) ? size_t(2) << 20 : 0;  // 0: the page size
-    int e = dst->take_range(r.size, offset_align, &new_offset, &largest);
+    int e = dst->take_mappable_range(r.size, size_t(2) << 20, &new_offset, &largest);
     if (e == ENOSPC) return device_failure(err, CXLPOOL_E_CAPACITY, 0, "move: target offsets");
     if (e) return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "move: target offsets");
   }

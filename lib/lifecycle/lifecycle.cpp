@@ -65,7 +65,7 @@
 // destructor the allocator makes with its first heap (alloc/heap.cpp: abandoned pages are
 // adopted by other threads); the main thread leaving through pthread_exit is seen by the key
 // init() makes (os::watch_main_thread: once only cxlpool's threads remain, the process ends
-// with exit(0)); cxlpool's own threads (purger, tiering engine, stats publisher, a shared
+// with exit(0)); cxlpool's own threads (purger, node watcher, tiering engine, stats publisher, a shared
 // pool's heartbeat and watch) end when their component stops them, and never exist in a fork
 // child.
 #include "lifecycle/lifecycle.hpp"

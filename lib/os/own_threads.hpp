@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// cxlpool's own threads (the stats publisher, the tiering engine, the purger, a shared pool's
+// cxlpool's own threads (the stats publisher, the tiering engine, the purger, the node watcher, a shared pool's
 // heartbeat and watch) are not the program's. glibc ends a process with exit(0) when its last
 // thread ends, counting ours: a program whose main thread called pthread_exit would otherwise
 // never end while one of ours waits. Here, when the main thread has left that way, a small

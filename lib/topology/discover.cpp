@@ -340,6 +340,23 @@ void discover_nodes(TreeReader& r, Topology& topo) {
   }
 }
 
+}  // namespace
+
+std::optional<uint64_t> node_memory_now(const std::string& sysfs_root, int node) {
+  const os::FsRoot sys(sysfs_root);
+  std::vector<std::string> warnings;
+  TreeReader r(sys, warnings);
+  const std::string dir = std::string(kNodeDir) + "/node" + std::to_string(node);
+  if (!sys.exists(dir)) return uint64_t(0);
+  const std::string meminfo = dir + "/meminfo";
+  auto text = r.text(meminfo);
+  if (!text) return std::nullopt;
+  std::string raw;
+  return meminfo_field(r, meminfo, *text, "MemTotal", raw);
+}
+
+namespace {
+
 void discover_kernel_state(TreeReader& r, TreeReader& proc, Topology& topo) {
   const os::FsRoot& sys = r.fs();
   KernelState& k = topo.kernel;

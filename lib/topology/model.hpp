@@ -115,6 +115,11 @@ struct DiscoverOptions {
 
 Topology discover(const DiscoverOptions& options);
 
+// Node `node`'s memory now (MemTotal of its sysfs meminfo under sysfs_root), as discovery reads
+// it: 0 when the node's directory is gone; nullopt when its meminfo is absent, refused or
+// implausible (unknown: nothing to act on).
+std::optional<uint64_t> node_memory_now(const std::string& sysfs_root, int node);
+
 // Ranking (rank.cpp): fills abstract_distance, distance_basis and tier of every target.
 void rank_targets(Topology& topo);
 

@@ -3,7 +3,8 @@
 // pools on every backing and under several policies; several pools on one device (disjoint
 // memory, one capacity ledger, spill decided by the device's committed bytes); interior and
 // double frees in every local/remote order with exact statistics; free memory returning to
-// the device when the program goes idle, and all of it on trim.
+// the device when the program goes idle, and all of it on trim; a nearly full device keeping
+// offsets for huge blocks.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -482,6 +483,31 @@ TEST_CASE("large alignments come from address space, not from the device", "[uni
     blocks.push_back(p);
   }
   CHECK(stats(pool).device_committed_bytes <= 4 * 64 * kKiB);  // four 64 KiB granules, not 1 GiB
+  for (void* p : blocks) cxlpool_free(p);
+  cxlpool_pool_destroy(pool);
+}
+
+TEST_CASE("a device nearly full of huge blocks still serves huge blocks after a small one", "[unit]") {
+  // The small block's region takes device offsets for its free segments too; it must leave the
+  // device's last free offsets to the huge blocks that fit in the capacity.
+  Topo t("mf:backing=shm,size=256M");
+  cxlpool_pool_t* pool = t.pool("mf", "bind:mf");
+  std::vector<void*> blocks;
+  for (int i = 0; i < 60; ++i) {
+    void* p = cxlpool_malloc(pool, 4 * kMiB);
+    REQUIRE(p);
+    blocks.push_back(p);
+  }
+  void* small = cxlpool_malloc(pool, 64);
+  REQUIRE(small);
+  int more = 0;
+  while (void* p = cxlpool_malloc(pool, 4 * kMiB)) {
+    blocks.push_back(p);
+    ++more;
+  }
+  // 16 MiB were free; the small block's page took 64 KiB of them.
+  CHECK(more == 3);
+  cxlpool_free(small);
   for (void* p : blocks) cxlpool_free(p);
   cxlpool_pool_destroy(pool);
 }
