@@ -11,6 +11,7 @@
 // Passes run on a thread of their own every CXLPOOL_NODE_WATCH_MS, or when the program asks.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -31,10 +32,11 @@ struct Watched {
   std::weak_ptr<Device> dev;
   std::string root;  // the sysfs root of the topology the device came from
   int node = -1;
-  uint64_t baseline = 0;  // the node's MemTotal when first watched (0: not read yet)
-  bool moved = false;     // the node's memory has changed since
-  uint64_t wanted = 0;    // the capacity the device would have without the node's change
-  uint64_t last_set = 0;  // the capacity the last pass left (another value: someone resized)
+  uint64_t baseline = 0;            // the node's MemTotal when first watched (0: not read yet)
+  bool moved = false;               // the node's memory has changed since
+  uint64_t wanted = 0;              // the capacity the device would have without the node's change
+  uint64_t last_set = 0;            // the capacity the last pass left (another value: someone resized)
+  uint64_t failed_at = UINT64_MAX;  // the target of the last change that failed (said once)
 };
 
 std::mutex g_watch_mu;                      // g_watched
@@ -110,6 +112,9 @@ bool follow(Watched& w, Device& dev) {
   std::string message;
   const cxlpool_status_t s = device_follow(dev, target, &r, &lost, &message);
   w.last_set = dev.capacity();
+  const bool again = s != CXLPOOL_OK && w.failed_at == target;
+  w.failed_at = s == CXLPOOL_OK ? UINT64_MAX : target;
+  if (again) return r.capacity_after != r.capacity_before;  // said at the first failure; tried each pass
   std::string text = "cxlpool: device '" + dev.name() + "': node " + std::to_string(w.node) + " has " +
                      format_bytes(*total) + " of memory now (" + format_bytes(w.baseline) +
                      " when the device opened): " + "capacity " + format_bytes(r.capacity_before) + " -> " +
@@ -167,6 +172,7 @@ size_t node_watch_pass() noexcept {
           mine.moved = w.moved;
           mine.wanted = w.wanted;
           mine.last_set = w.last_set;
+          mine.failed_at = w.failed_at;
         }
     return changed;
   } catch (...) {

@@ -45,17 +45,29 @@ section info-table "$INFO"
 echo 0 > /proc/sys/kernel/numa_balancing
 echo never > /sys/kernel/mm/transparent_hugepage/enabled
 has checks && section vm-checks "$CHECKS"
-if has dax; then
-  # Test the devdax backing on the device, then online it as system RAM with kmem (a CPU-less node).
-  bind_dax
-  section dax-info-json "$INFO" --json
-  section devdax-checks "$CHECKS" devdax
+# The device-DAX device as system RAM with kmem, in movable blocks: a CPU-less node whose
+# memory can be offlined again.
+online_kmem() {
   dev=$(ls /sys/bus/dax/devices | head -n 1)
   echo online_movable > /sys/devices/system/memory/auto_online_blocks
   modprobe kmem
   echo "$dev" > /sys/bus/dax/drivers/device_dax/unbind
   echo "$dev" > /sys/bus/dax/drivers/kmem/new_id 2>/dev/null || echo "$dev" > /sys/bus/dax/drivers/kmem/bind
+}
+if has dax; then
+  # Test the devdax backing on the device, then online it as system RAM with kmem (a CPU-less node).
+  bind_dax
+  section dax-info-json "$INFO" --json
+  section devdax-checks "$CHECKS" devdax
+  online_kmem
   section kmem-info-json "$INFO" --json
+fi
+if has hotremove; then
+  # Memory hot-remove and hot-add of that node under a pool (vm_hotremove).
+  bind_dax
+  online_kmem
+  section hotremove-info "$INFO"
+  section hotremove "$HOTREMOVE"
 fi
 if has multihost; then
   # The two-host bed (run_multihost_test.py): node1 is one host file every guest maps as

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Builds the guest initramfs: static busybox, guest-init.sh as /init, and the project's own
-# binaries (cxlpool-info, vm_checks, vm_multihost, vm_tiering, vm_rebind, the backing test
+# binaries (cxlpool-info, vm_checks, vm_multihost, vm_tiering, vm_rebind, vm_hotremove, the backing test
 # suite) with their shared libraries, each at its build-tree path so RUNPATHs resolve
 # unchanged inside the guest.
 # With CACHE_DIR (fetch-kernels.sh), the DAX modules (device_dax, dax_hmem, kmem) of every
@@ -38,7 +38,8 @@ peer=$build/tests/device_peer
 multihost=$build/tests/vm/vm_multihost
 tiering=$build/tests/vm/vm_tiering
 rebind=$build/tests/vm/vm_rebind
-for b in "$info" "$checks" "$backing" "$peer" "$multihost" "$tiering" "$rebind"; do
+hotremove=$build/tests/vm/vm_hotremove
+for b in "$info" "$checks" "$backing" "$peer" "$multihost" "$tiering" "$rebind" "$hotremove"; do
   [ -x "$b" ] || { echo "make-initramfs: missing $b (build first)" >&2; exit 1; }
   copy "$b"
 done
@@ -85,6 +86,7 @@ BACKING_TEST=$backing
 MULTIHOST=$multihost
 TIERING=$tiering
 REBIND=$rebind
+HOTREMOVE=$hotremove
 KV_REMOTE_PEER=$kvpeer
 PATHS
 (cd "$root" && find . | cpio -o -H newc --quiet | gzip -1) > "$out.tmp"
