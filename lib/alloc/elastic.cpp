@@ -411,6 +411,39 @@ std::string holder_of(const Device::Lost& x) {
   return "a pool closed since";
 }
 
+// The pool's units that lost [addr, addr+len) to a forced release stop handing out memory
+// there: the region's segments in it are never taken again, its live segments carve no new
+// page and their pages serve nothing more (page_has_free), a huge span is released, not
+// cached, when freed. Commits there would be CAPACITY: without this, a malloc meeting a free
+// slice of a lost segment returned NULL while the device had room elsewhere.
+void mark_lost(const Device::Lost& x) noexcept {
+  if (x.client >= kFirstRawClient) return;
+  std::lock_guard<std::mutex> registry(g_registry_mu);
+  for (const RegistryEntry& e : g_registry) {
+    Pool* pool = e.pool;
+    if (!pool || int(pool->index) != x.client) continue;
+    const uintptr_t lo = x.addr, hi = x.addr + x.len;
+    for (int di = 0; di < pool->ndev; ++di) {
+      PoolDevice& d = pool->dev[di];
+      std::lock_guard<std::mutex> lock(d.mu);
+      for (Region& r : d.regions) {
+        if (!r.segments || r.base + r.segments * kSegmentSize <= lo || hi <= r.base) continue;
+        for (size_t k = 0; k < r.segments; ++k) {
+          const uintptr_t s = r.base + k * kSegmentSize;
+          if (s + kSegmentSize <= lo || hi <= s) continue;
+          r.lost |= uint64_t(1) << k;
+          SegmentHeader* hdr = (r.used >> k & 1) ? pagemap_lookup(reinterpret_cast<void*>(s)) : nullptr;
+          if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool)
+            static_cast<Segment*>(hdr)->lost.store(true, std::memory_order_relaxed);
+        }
+      }
+      for (HugeSpan* list : {d.huge_live, d.huge_cache})
+        for (HugeSpan* span = list; span; span = span->next)
+          if (span->base < hi && lo < span->base + span->block) span->lost = true;
+    }
+  }
+}
+
 // A forced release: like withdraw_locked, but every unit that can move does and the range goes
 // whatever still holds it; the rest is lost (Device::force_withdraw) and listed in *lost.
 cxlpool_status_t force_locked(Device& dev, uint64_t lo, uint64_t hi, CapacityReport* report,
@@ -432,6 +465,7 @@ cxlpool_status_t force_locked(Device& dev, uint64_t lo, uint64_t hi, CapacityRep
     say(message, extent_failure(dev, "forced release", lo, hi - lo, err));
     return s;
   }
+  for (const Device::Lost& x : gone) mark_lost(x);
   std::string text =
       "device '" + dev.name() + "': forced release of " + format_bytes(hi - lo) + " at offset " + format_hex(lo) + ": ";
   if (gone.empty()) text += "nothing was lost";

@@ -43,7 +43,7 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
   // the block's own, and stays with the block).
   const bool limited = address_space_limited();
   for (HugeSpan* c = d.huge_cache; c; c = c->next)
-    if (c->segments == n && c->block >= device_bytes && c->base % align == 0 &&
+    if (!c->lost && c->segments == n && c->block >= device_bytes && c->base % align == 0 &&
         (!limited || c->block - device_bytes <= device_bytes / 4)) {
       span = c;
       list_remove(d.huge_cache, c);
@@ -136,7 +136,7 @@ void huge_free(SegmentHeader* hdr, void* p) noexcept {
     list_remove(d.huge_live, span);
     d.active.fetch_sub(span->block, std::memory_order_relaxed);
     d.huge_live_bytes.fetch_sub(span->block, std::memory_order_relaxed);
-    if (purge_delay_ms() && d.huge_cache_count < kHugeCacheEntries &&
+    if (!span->lost && purge_delay_ms() && d.huge_cache_count < kHugeCacheEntries &&
         d.huge_cache_bytes + span->committed <= huge_cache_bound()) {
       span->cached = true;
       span->cached_at = d.purge_passes;

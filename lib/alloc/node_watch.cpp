@@ -32,7 +32,8 @@ struct Watched {
   std::weak_ptr<Device> dev;
   std::string root;  // the sysfs root of the topology the device came from
   int node = -1;
-  uint64_t baseline = 0;            // the node's MemTotal when first watched (0: not read yet)
+  uint64_t baseline = 0;            // the node's MemTotal when first watched
+  bool baseline_known = false;      // false: unreadable then (its first reading is a change)
   bool moved = false;               // the node's memory has changed since
   uint64_t wanted = 0;              // the capacity the device would have without the node's change
   uint64_t last_set = 0;            // the capacity the last pass left (another value: someone resized)
@@ -51,13 +52,23 @@ constexpr bool kNoThreadsInForkChildren = true;  // as the purger (segment.cpp)
 constexpr bool kNoThreadsInForkChildren = false;
 #endif
 
-bool anything_watched() {
-  std::lock_guard<std::mutex> lock(g_watch_mu);
-  if (!g_watched) return false;
+// The same entry: one device object (its address may be reused once it is gone).
+bool same(const Watched& a, const Watched& b) {
+  return a.key == b.key && !a.dev.owner_before(b.dev) && !b.dev.owner_before(a.dev);
+}
+
+// Drops the entries of devices that closed (g_watch_mu held); nothing is allocated.
+void prune_locked() {
+  if (!g_watched) return;
   g_watched->erase(
       std::remove_if(g_watched->begin(), g_watched->end(), [](const Watched& w) { return w.dev.expired(); }),
       g_watched->end());
-  return !g_watched->empty();
+}
+
+bool anything_watched() {
+  std::lock_guard<std::mutex> lock(g_watch_mu);
+  prune_locked();
+  return g_watched && !g_watched->empty();
 }
 
 void* watcher_main(void*) {
@@ -100,7 +111,7 @@ bool follow(Watched& w, Device& dev) {
   if (!total) return false;  // unknown: nothing to act on
   const uint64_t cap = dev.capacity();
   if (cap != w.last_set) w.wanted = cap;  // resized by someone else since the last pass
-  if (*total != w.baseline) w.moved = true;
+  if (*total != w.baseline || !w.baseline_known) w.moved = true;
   w.last_set = cap;
   if (!w.moved) return false;
   const uint64_t ps = dev.caps().page_size;
@@ -116,7 +127,8 @@ bool follow(Watched& w, Device& dev) {
   w.failed_at = s == CXLPOOL_OK ? UINT64_MAX : target;
   if (again) return r.capacity_after != r.capacity_before;  // said at the first failure; tried each pass
   std::string text = "cxlpool: device '" + dev.name() + "': node " + std::to_string(w.node) + " has " +
-                     format_bytes(*total) + " of memory now (" + format_bytes(w.baseline) +
+                     format_bytes(*total) + " of memory now (" +
+                     (w.baseline_known ? format_bytes(w.baseline) : std::string("unknown")) +
                      " when the device opened): " + "capacity " + format_bytes(r.capacity_before) + " -> " +
                      format_bytes(r.capacity_after);
   if (r.evacuated_units)
@@ -135,14 +147,17 @@ void node_watch_add(const std::shared_ptr<Device>& dev, const std::string& sysfs
   try {
     std::lock_guard<std::mutex> lock(g_watch_mu);
     if (!g_watched) g_watched = new std::vector<Watched>();
+    prune_locked();
     for (const Watched& w : *g_watched)
-      if (w.key == dev.get() && !w.dev.expired()) return;
+      if (w.key == dev.get()) return;
     Watched w;
     w.key = dev.get();
     w.dev = dev;
     w.root = sysfs_root;
     w.node = dev->spec().numa_node;
-    w.baseline = node_memory_now(sysfs_root, w.node).value_or(0);
+    const std::optional<uint64_t> now = node_memory_now(sysfs_root, w.node);
+    w.baseline = now.value_or(0);
+    w.baseline_known = now.has_value();
     w.wanted = w.last_set = dev->capacity();
     g_watched->push_back(std::move(w));
   } catch (...) {
@@ -166,14 +181,19 @@ size_t node_watch_pass() noexcept {
       if (dev && follow(w, *dev)) ++changed;
     }
     std::lock_guard<std::mutex> lock(g_watch_mu);
-    for (const Watched& w : list)
-      for (Watched& mine : *g_watched)
-        if (mine.key == w.key && !mine.dev.owner_before(w.dev) && !w.dev.owner_before(mine.dev)) {
-          mine.moved = w.moved;
-          mine.wanted = w.wanted;
-          mine.last_set = w.last_set;
-          mine.failed_at = w.failed_at;
-        }
+    // The pass's findings go back to the entries it read, which stay in order (entries are
+    // appended, and removed only by prune_locked, which keeps the order).
+    size_t at = 0;
+    for (Watched& mine : *g_watched) {
+      while (at < list.size() && !same(list[at], mine)) ++at;
+      if (at == list.size()) break;
+      const Watched& w = list[at++];
+      mine.moved = w.moved;
+      mine.wanted = w.wanted;
+      mine.last_set = w.last_set;
+      mine.failed_at = w.failed_at;
+    }
+    prune_locked();
     return changed;
   } catch (...) {
     return 0;  // out of host memory: the next pass tries again

@@ -19,18 +19,30 @@ int find_run(uint64_t free_mask, unsigned k) {
 
 Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept {
   PoolDevice& d = pool->dev[di];
-  const unsigned k = address_space_limited() ? class_slices_tight(cls) : class_slices(cls);
+  // Pages of the fewest slices that hold a block well under an RLIMIT_AS, and on a device of a
+  // few segments, where a page of eight 600 KB blocks (a whole segment) would hold most of it.
+  const bool tight = address_space_limited() || d.device->capacity() < kTightPagesBelow;
+  unsigned k = tight ? class_slices_tight(cls) : class_slices(cls);
   const size_t bsize = class_to_size(cls);
   std::lock_guard<std::mutex> lock(d.mu);
   Segment* seg = nullptr;
   int first = -1;
+  auto any_segment = [&](unsigned slices) {
+    for (int pass = 0; pass < 2 && !seg; ++pass)
+      for (Segment* s = d.partial; s; s = s->next_partial)
+        if (!s->lost.load(std::memory_order_relaxed) &&
+            (first = find_run(pass == 0 ? s->free_slices & s->committed_slices : s->free_slices, slices)) >= 0) {
+          seg = s;
+          break;
+        }
+  };
   if (address_space_limited()) {
     // Under an RLIMIT_AS, the fullest segment with room: the emptier ones drain and give
     // their address space back (pool_trim, or a failing allocation's retry).
     int fewest = kSlicesPerSegment + 1;
     for (Segment* s = d.partial; s; s = s->next_partial) {
       const int free_count = __builtin_popcountll(s->free_slices);
-      if (free_count >= fewest) continue;
+      if (free_count >= fewest || s->lost.load(std::memory_order_relaxed)) continue;
       if (int f = find_run(s->free_slices, k); f >= 0) {
         seg = s;
         first = f;
@@ -38,21 +50,19 @@ Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept 
       }
     }
   } else {
-    // Free slices that are still committed first: no page faults, no commit.
-    for (int pass = 0; pass < 2 && !seg; ++pass)
-      for (Segment* s = d.partial; s; s = s->next_partial)
-        if ((first = find_run(pass == 0 ? s->free_slices & s->committed_slices : s->free_slices, k)) >= 0) {
-          seg = s;
-          break;
-        }
+    any_segment(k);  // free slices that are still committed first: no page faults, no commit
   }
-  if (!seg) {
-    if (!may_add_segment) return nullptr;
-    seg = new_segment(pool, di);
-    if (!seg) return nullptr;
+  if (!seg && may_add_segment && (seg = new_segment(pool, di))) {
     partial_add(d, seg);
     first = 0;
   }
+  if (!seg && k > class_slices_tight(cls)) {
+    // No run of k free slices and no new segment (the device's offsets are all taken): a page
+    // of the fewest slices fits where the free slices are scattered.
+    k = class_slices_tight(cls);
+    any_segment(k);
+  }
+  if (!seg) return nullptr;
   // Commit what the first block needs (multi-slice pages grow their commit lazily).
   unsigned need = unsigned((bsize + kSliceSize - 1) >> kSliceShift);
   uint64_t reused = 0;
@@ -166,6 +176,10 @@ void fold_frees(PoolDevice& d, Page* pg) noexcept {
 }
 
 bool page_has_free(Page* pg) noexcept {
+  if (pg->segment->lost.load(std::memory_order_relaxed)) {  // its memory was taken: nothing more from it
+    pg->cursor = pg->words;
+    return false;
+  }
   // The owner's frees come back as soon as malloc gets here (the current word ran dry, or
   // holds some that alloc_block left while remote frees wait), with the remote frees folded
   // in next to them. Remote frees alone wait until the page has nothing else: folding them at

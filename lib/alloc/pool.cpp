@@ -153,20 +153,26 @@ Pool* pool_create_from_environment(const Topology& topo, const std::string& name
 }
 
 void configure_from_environment() {
+  // Each option on its own: a bad one is reported and left at its default, never keeping a
+  // good one from taking effect.
+  std::string bad;
   if (const char* v = option_value(Option::kPurgeDelayMs)) {
     auto ms = parse_u64(trim(v));
     if (!ms || *ms > 60000)
-      fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_PURGE_DELAY_MS: bad value '") + v +
-                                 "' (expected milliseconds 0..60000; 0 returns free memory at once)");
-    set_purge_delay_ms(*ms);
+      bad += std::string("CXLPOOL_PURGE_DELAY_MS: bad value '") + v +
+             "' (expected milliseconds 0..60000; 0 returns free memory at once)";
+    else
+      set_purge_delay_ms(*ms);
   }
   if (const char* v = option_value(Option::kNodeWatchMs)) {
     auto ms = parse_u64(trim(v));
     if (!ms || *ms > 600000)
-      fail(CXLPOOL_E_CONFIG, std::string("CXLPOOL_NODE_WATCH_MS: bad value '") + v +
-                                 "' (expected milliseconds 0..600000; 0 watches only when the program asks)");
-    set_node_watch_ms(*ms);
+      bad += std::string(bad.empty() ? "" : "; ") + "CXLPOOL_NODE_WATCH_MS: bad value '" + v +
+             "' (expected milliseconds 0..600000; 0 watches only when the program asks)";
+    else
+      set_node_watch_ms(*ms);
   }
+  if (!bad.empty()) fail(CXLPOOL_E_CONFIG, bad);
 }
 
 uint64_t pool_trim(Pool* pool) noexcept {

@@ -146,8 +146,9 @@ class PoolsAlive {
 // process default pool and the interposer's. A bad policy is CXLPOOL_E_CONFIG naming the
 // variable and the token.
 Pool* pool_create_from_environment(const Topology& topo, const std::string& name);
-// Applies process-wide options from the environment (CXLPOOL_PURGE_DELAY_MS). Throws
-// Failure(CXLPOOL_E_CONFIG) naming the variable and the token; nothing changes then.
+// Applies process-wide options from the environment (CXLPOOL_PURGE_DELAY_MS,
+// CXLPOOL_NODE_WATCH_MS). Throws Failure(CXLPOOL_E_CONFIG) naming every bad variable and its
+// token; the good ones take effect, the bad ones keep their defaults.
 void configure_from_environment();
 
 // The malloc contract: NULL with errno = ENOMEM on failure; hint: CXLPOOL_HINT_* bits;

@@ -170,7 +170,7 @@ uintptr_t take_segment(Pool* pool, PoolDevice& d, size_t& region_out) noexcept {
   for (size_t ri = 0; ri < d.regions.size(); ++ri) {
     Region& r = d.regions[ri];
     for (size_t s = 0; s < r.segments; ++s)
-      if (!(r.used >> s & 1)) {
+      if (!((r.used | r.lost) >> s & 1)) {
         r.used |= uint64_t(1) << s;
         region_out = ri;
         return r.base + s * kSegmentSize;

@@ -33,6 +33,9 @@ inline constexpr uint64_t kMaxFreeCommitted = 1ull << 30;  // free committed byt
                                                            // which retired pages are decommitted at once
 // Under an RLIMIT_AS, blocks above this are huge: a reservation of exactly their size.
 inline constexpr size_t kLimitedSpanMin = size_t(128) << 10;
+// Devices below this capacity (16 segments) get pages of the fewest slices that hold their
+// blocks (size_class.hpp, class_slices_tight), as under an RLIMIT_AS.
+inline constexpr uint64_t kTightPagesBelow = uint64_t(64) << 20;
 inline constexpr size_t kHugeCacheEntries = 4;
 inline constexpr uint64_t kHugeCacheBytes = 64ull << 20;
 inline constexpr int kAdoptScan = 8;
@@ -103,6 +106,9 @@ struct Segment : SegmentHeader {
   Segment* next_partial = nullptr;
   Segment* prev_partial = nullptr;
   bool in_partial = false;
+  // Part of its range was taken by a forced release (elastic.cpp, mark_lost): no new page is
+  // carved from it and its pages hand out nothing more; it goes back when its blocks are freed.
+  std::atomic<bool> lost{false};
   size_t region = 0;
   // Per slice: the page (slot = its first slice) and its size class, so free() can find the
   // block's bitmap word without first loading the page descriptor.
@@ -128,6 +134,7 @@ struct HugeSpan : SegmentHeader {
   uint64_t cached_at = 0;  // purge pass count when it entered the cache
   uint64_t serial = 0;     // next_unit_serial()
   bool cached = false;
+  bool lost = false;         // a forced release took part of its range: released when freed, never cached
   HugeSpan* next = nullptr;  // live list or cache list of the pool device
   HugeSpan* prev = nullptr;
 };
@@ -139,6 +146,7 @@ struct Region {
   uintptr_t base = 0;
   size_t segments = 0;  // 0 once released
   uint64_t used = 0;    // bit per segment (regions of <= 64 segments)
+  uint64_t lost = 0;    // segments whose range a forced release took: never handed out again
   uint64_t serial = 0;  // next_unit_serial()
   int resident = 0;
 };

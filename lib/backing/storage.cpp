@@ -173,7 +173,7 @@ int Storage::take_range(size_t size, size_t alignment, uint64_t* offset, uint64_
 
 int Storage::take_mappable_range(size_t size, size_t address_alignment, uint64_t* offset, uint64_t* largest) noexcept {
   constexpr size_t kHugeOffset = size_t(2) << 20;
-  const size_t preferred = size >= kHugeOffset ? std::min(std::max(address_alignment, page_size_), kHugeOffset) : 0;
+  const size_t preferred = size % kHugeOffset == 0 ? std::min(std::max(address_alignment, page_size_), kHugeOffset) : 0;
   if (preferred > page_size_) {
     const int e = take_range(size, preferred, offset, largest);
     if (e != ENOSPC) return e;

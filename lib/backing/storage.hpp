@@ -71,10 +71,10 @@ class Storage {
   // range in *largest.
   int take_range(size_t size, size_t alignment, uint64_t* offset, uint64_t* largest) noexcept;
   // Offsets for a range that will be mapped at an address aligned to address_alignment: 2 MiB-
-  // aligned when the range is 2 MiB or more (huge pages can then map it), else the page size
-  // (a smaller range gains nothing and would strand the rest of its 2 MiB: 320 KiB blocks under
-  // an RLIMIT_AS used a sixth of the device). The huge-page alignment is a preference: when the
-  // free offsets are too fragmented for it, the range is taken at the page size's alignment.
+  // aligned when the range is a multiple of 2 MiB (huge pages can then map all of it, and it
+  // strands nothing between such ranges), else the page size (a 320 KiB block would strand the
+  // rest of its 2 MiB, a 2.1 MB one nearly 2 MiB). The huge-page alignment is a preference:
+  // when the free offsets are too fragmented for it, the page size's alignment is taken.
   int take_mappable_range(size_t size, size_t address_alignment, uint64_t* offset, uint64_t* largest) noexcept;
   // Offsets withheld (elastic capacity: a withdrawn extent) are never given back here.
   void give_back_range(uint64_t offset, size_t size) noexcept;

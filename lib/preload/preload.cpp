@@ -205,7 +205,7 @@ void initialise() noexcept {
     try {
       A::configure_from_environment();
     } catch (const Failure& f) {
-      say("cxlpool: %s; using its default", f.what());  // a bad process option: defaults for it
+      say("cxlpool: %s; the default is used for it", f.what());  // a bad process option: its default
     }
     try {
       cxlpool::detail::tiering::start_from_environment(true);  // before the pool: 4 MiB units

@@ -207,12 +207,14 @@ class TreeReader {
 std::optional<uint64_t> meminfo_field(TreeReader& r, const std::string& rel, const std::string& text,
                                       const std::string& field, std::string& raw) {
   for (std::string_view line : split(text, '\n')) {
-    auto pos = line.find(field + ":");
+    // "Node N <field>:": the field is a whole word (MemTotal, not NotMemTotal).
+    auto pos = line.find(" " + field + ":");
     if (pos == std::string_view::npos) continue;
-    std::string_view rest = trim(line.substr(pos + field.size() + 1));
+    std::string_view rest = trim(line.substr(pos + field.size() + 2));
     raw = std::string(rest);
-    auto kb = parse_u64(rest.substr(0, rest.find(' ')));
-    if (!kb) {
+    const size_t space = rest.find(' ');
+    auto kb = parse_u64(rest.substr(0, space));
+    if (!kb || space == std::string_view::npos || trim(rest.substr(space)) != "kB") {
       r.implausible(rel, rest, "not a non-negative number of kB", field);
       return std::nullopt;
     }
@@ -347,7 +349,13 @@ std::optional<uint64_t> node_memory_now(const std::string& sysfs_root, int node)
   std::vector<std::string> warnings;
   TreeReader r(sys, warnings);
   const std::string dir = std::string(kNodeDir) + "/node" + std::to_string(node);
-  if (!sys.exists(dir)) return uint64_t(0);
+  if (!sys.exists(dir)) {
+    // Gone (a node whose memory and CPUs all went offline) only when the kernel's list of
+    // online nodes says so; a root that is missing or unreadable knows nothing.
+    auto online = r.id_list(std::string(kNodeDir) + "/online", kMaxNodeId, "node");
+    if (online && std::find(online->begin(), online->end(), node) == online->end()) return uint64_t(0);
+    return std::nullopt;
+  }
   const std::string meminfo = dir + "/meminfo";
   auto text = r.text(meminfo);
   if (!text) return std::nullopt;

@@ -183,22 +183,23 @@ TEST_CASE("capacity: over-asking fails clearly and changes nothing", "[unit][num
     CHECK(b.usage().committed_bytes == 12 * kMiB);
   }
   SECTION("fd backing: free offsets too fragmented for huge pages still serve a range") {
-    // 1 MiB reservations fill the device; freeing 1-4 MiB leaves 3 MiB of free offsets with no
-    // 2 MiB-aligned 3 MiB run in them. A range at a 4 MiB-aligned address (as the allocator's
-    // huge blocks are) prefers 2 MiB-aligned offsets, and takes the page-aligned ones here.
+    // 1 MiB reservations fill the device; freeing 1-5 MiB leaves 4 MiB of free offsets with no
+    // 2 MiB-aligned 4 MiB run in them. A range of a multiple of 2 MiB at a 4 MiB-aligned address
+    // (as the allocator's regions are) prefers 2 MiB-aligned offsets, and takes the page-aligned
+    // ones here.
     auto b = cxlpool::Backing::open(topo, *topo.find("small"));
     std::vector<cxlpool::Reservation> ones;
     for (int i = 0; i < 16; ++i) ones.push_back(b.reserve(kMiB));
-    for (int i = 1; i < 4; ++i) {
+    for (int i = 1; i < 5; ++i) {
       REQUIRE(ones[size_t(i)].device_offset() == uint64_t(i) * kMiB);
       ones[size_t(i)].reset();
     }
-    auto three = b.reserve(3 * kMiB, 4 * kMiB);
-    CHECK(three.device_offset() == kMiB);
-    CHECK(reinterpret_cast<uintptr_t>(three.data()) % (4 * kMiB) == 0);
-    three.commit();
-    fill(three.data(), three.size());
-    CHECK(check_fill(three.data(), three.size()));
+    auto four = b.reserve(4 * kMiB, 4 * kMiB);
+    CHECK(four.device_offset() == kMiB);
+    CHECK(reinterpret_cast<uintptr_t>(four.data()) % (4 * kMiB) == 0);
+    four.commit();
+    fill(four.data(), four.size());
+    CHECK(check_fill(four.data(), four.size()));
     CHECK(status_of([&] { b.reserve(kMiB); }) == CXLPOOL_E_CAPACITY);
   }
   SECTION("numa backing: commits are bounded by the declared size") {

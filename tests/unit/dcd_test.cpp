@@ -349,3 +349,55 @@ TEST_CASE("release and offer refuse bad arguments and the C++ layer throws", "[u
   CHECK(back.capacity_after == 64 * kMiB);
   CHECK(back.lost_units == 0);
 }
+
+TEST_CASE("after a forced release the pool allocates on in the capacity left, never in the lost range", "[unit]") {
+  Topo t("dev:backing=shm,size=128M");
+  cxlpool_pool_t* pool = t.pool("dev", "bind:dev");
+  PoolGuard guard{pool};
+  // Small blocks across the device; three in four freed, so segments in the range that goes
+  // keep free slices (some committed, some not) next to live blocks.
+  std::vector<Block> blocks;
+  for (unsigned i = 0; capacity_of("dev").committed_bytes < 100 * kMiB; ++i) {
+    const size_t n = i % 3 == 0 ? 70000 : i % 3 == 1 ? 3000 : 300000;
+    Block b{static_cast<unsigned char*>(cxlpool_malloc(pool, n)), n, i};
+    REQUIRE(b.p != nullptr);
+    fill(b);
+    blocks.push_back(b);
+  }
+  std::vector<Block> kept;
+  for (size_t i = 0; i < blocks.size(); ++i) (i % 4 ? cxlpool_free(blocks[i].p) : kept.push_back(blocks[i]));
+  REQUIRE(cxlpool_pool_trim(pool, nullptr) == CXLPOOL_OK);
+  std::vector<LostSeen> seen;
+  cxlpool_capacity_report_t r{};
+  REQUIRE(force_release("dev", 32 * kMiB, 32 * kMiB, &r, &seen) == CXLPOOL_OK);
+  REQUIRE(r.lost_units >= 1);
+  // Room again: the blocks outside the lost ranges are freed; those in them stay, so the lost
+  // units live on with free slices.
+  std::vector<Block> in_lost;
+  for (const Block& b : kept) (touches(seen, b.p, b.n) ? in_lost.push_back(b) : cxlpool_free(b.p));
+  kept.swap(in_lost);
+  REQUIRE(!kept.empty());
+  REQUIRE(cxlpool_pool_trim(pool, nullptr) == CXLPOOL_OK);
+  INFO("committed " << capacity_of("dev").committed_bytes << " of " << capacity_of("dev").capacity_bytes);
+  // What is left of the capacity serves new blocks of every size. A heap's current page in a
+  // lost unit hands out the committed free blocks of its current 64-block word, then nothing
+  // more: after that no block is in a lost range.
+  std::vector<Block> more;
+  size_t last_in_lost = 0;
+  for (unsigned i = 0; i < 1000; ++i) {
+    const size_t n = i % 3 == 0 ? 70000 : i % 3 == 1 ? 3000 : 300000;
+    const cxlpool_device_capacity_t c = capacity_of("dev");
+    if (c.committed_bytes + 8 * kMiB > c.capacity_bytes) break;  // slack for scattered free slices
+    Block b{static_cast<unsigned char*>(cxlpool_malloc(pool, n)), n, 5000 + i};
+    INFO("block " << i << " of " << n << " bytes; committed " << c.committed_bytes << " of " << c.capacity_bytes);
+    REQUIRE(b.p != nullptr);
+    if (touches(seen, b.p, b.n)) last_in_lost = more.size() + 1;
+    fill(b);
+    more.push_back(b);
+  }
+  CHECK(more.size() > 400);
+  CHECK(last_in_lost < 3 * 64 * 2);  // three classes, the thread's heap and a central heap
+  CHECK(all_intact(more));
+  for (const Block& b : kept) cxlpool_free(b.p);
+  for (const Block& b : more) cxlpool_free(b.p);
+}

@@ -32,6 +32,11 @@ struct NodeTree {
   }
   std::string sys() const { return dir.path() + "/sys"; }
   std::string node_dir() const { return sys() + "/devices/system/node/node0"; }
+  void set_online(const char* nodes) const {
+    std::ofstream f(sys() + "/devices/system/node/online", std::ios::trunc);
+    f << nodes << "\n";
+    REQUIRE(f.good());
+  }
   void set_memory(uint64_t bytes) const {
     std::ofstream f(node_dir() + "/meminfo", std::ios::trunc);
     f << "Node 0 MemTotal:       " << bytes / 1024 << " kB\n"
@@ -143,8 +148,18 @@ TEST_CASE("a numa device follows its node's memory: removal shrinks it, moving w
   CHECK(all_intact(blocks));
   CHECK(all_intact(more));
 
-  // The node disappears altogether: no capacity; new memory goes to the other device.
+  // The root of the tree unreadable: unknown, nothing changes.
+  fs::rename(tree.sys(), tree.sys() + ".away");
+  watch();
+  CHECK(capacity_of("numa0").capacity_bytes == 64 * kMiB);
+  fs::rename(tree.sys() + ".away", tree.sys());
+  // The node's directory gone while the kernel still lists the node online: unknown too.
   fs::rename(tree.node_dir(), tree.node_dir() + ".gone");
+  watch();
+  CHECK(capacity_of("numa0").capacity_bytes == 64 * kMiB);
+  // The node disappears altogether (no longer online): no capacity; new memory goes to the
+  // other device.
+  tree.set_online("");
   watch();
   CHECK(capacity_of("numa0").capacity_bytes == 0);
   const uint64_t far_now = resident(pool, 1);
@@ -156,12 +171,21 @@ TEST_CASE("a numa device follows its node's memory: removal shrinks it, moving w
 
   // A meminfo that cannot be read is unknown: nothing changes.
   fs::rename(tree.node_dir() + ".gone", tree.node_dir());
+  tree.set_online("0");
   {
     std::ofstream f(tree.node_dir() + "/meminfo", std::ios::trunc);
     f << "Node 0 MemTotal: lots kB\n";
   }
   watch();
   CHECK(capacity_of("numa0").capacity_bytes == 0);
+  for (const char* text : {"Node 0 MemTotal:  20 MB\n", "Node 0 NotMemTotal:  16777216 kB\n"}) {
+    INFO(text);
+    std::ofstream f(tree.node_dir() + "/meminfo", std::ios::trunc);
+    f << text;
+    f.close();
+    watch();
+    CHECK(capacity_of("numa0").capacity_bytes == 0);
+  }
   tree.set_memory(16 * kGiB);
   watch();
   CHECK(capacity_of("numa0").capacity_bytes == 64 * kMiB);
