@@ -3,9 +3,12 @@
 // current page), the slow path (the rule chain, refill, lazy commit, fallbacks to the rule's
 // other devices), aligned allocation (always a block start: a size class whose size is a
 // multiple of the alignment, or a huge span), realloc and free.
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "alloc/fast.hpp"
+#include "common/error.hpp"
 
 namespace cxlpool::detail::alloc {
 
@@ -57,6 +60,26 @@ void give_back_free(Pool* pool) noexcept {
   }
   for (const RegistryEntry& e : g_registry)
     if (e.pool && !e.pool->detached) pool_trim(e.pool);
+}
+
+// Why an allocation failed, as the thread's last error (cxlpool_last_error_message): the device
+// the policy tried last, its committed bytes against its capacity and, for fd devices, its
+// reserved offsets (a block needs free offsets in one run). Nothing is allocated here: the
+// interposer's malloc fails through this too.
+[[gnu::cold, gnu::noinline]] void say_no_room(const Pool* pool, int di, size_t size) noexcept {
+  const Device& dev = *pool->dev[di].device;
+  constexpr double kMiBf = 1024.0 * 1024.0;
+  char offsets[128] = "";
+  if (dev.caps().kind != CXLPOOL_BACKING_NUMA)
+    std::snprintf(offsets, sizeof offsets, "; %.1f MiB of its offsets reserved (a block needs free offsets in one run)",
+                  double(dev.reserved_bytes()) / kMiBf);
+  char text[512];
+  std::snprintf(
+      text, sizeof text,
+      "pool '%s': no room for %zu bytes on device '%s' (the policy's last choice): %.1f of %.1f MiB committed%s",
+      pool->name.c_str(), size, dev.name().c_str(), double(dev.committed()) / kMiBf, double(dev.capacity()) / kMiBf,
+      offsets);
+  set_last_error(CXLPOOL_E_CAPACITY, ENOMEM, text);
 }
 
 void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int forced) noexcept {
@@ -132,6 +155,7 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   }
   if (!p) {
     h->counters[di].failures.add(1);
+    say_no_room(pool, di, size);
     errno = ENOMEM;
     return nullptr;
   }

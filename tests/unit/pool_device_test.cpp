@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -507,6 +508,11 @@ TEST_CASE("a device nearly full of huge blocks still serves huge blocks after a 
   }
   // 16 MiB were free; the small block's page took 64 KiB of them.
   CHECK(more == 3);
+  // The failure says why.
+  CHECK(errno == ENOMEM);
+  const std::string why = cxlpool_last_error_message();
+  CHECK(why.find("no room for 4194304 bytes on device 'mf'") != std::string::npos);
+  CHECK(why.find("of 256.0 MiB committed") != std::string::npos);
   cxlpool_free(small);
   for (void* p : blocks) cxlpool_free(p);
   cxlpool_pool_destroy(pool);
