@@ -35,6 +35,8 @@ struct Watched {
   uint64_t baseline = 0;            // the node's MemTotal when first watched
   bool baseline_known = false;      // false: unreadable then (its first reading is a change)
   bool moved = false;               // the node's memory has changed since
+  bool whole_node = false;          // a discovered node target: its capacity is the node's memory
+  bool resized = false;             // someone else changed the capacity: it is the device's own now
   uint64_t wanted = 0;              // the capacity the device would have without the node's change
   uint64_t last_set = 0;            // the capacity the last pass left (another value: someone resized)
   uint64_t failed_at = UINT64_MAX;  // the target of the last change that failed (said once)
@@ -110,12 +112,15 @@ bool follow(Watched& w, Device& dev) {
   const std::optional<uint64_t> total = node_memory_now(w.root, w.node);
   if (!total) return false;  // unknown: nothing to act on
   const uint64_t cap = dev.capacity();
-  if (cap != w.last_set) w.wanted = cap;  // resized by someone else since the last pass
+  if (cap != w.last_set) {  // resized by someone else since the last pass
+    w.wanted = cap;
+    w.resized = true;
+  }
   if (*total != w.baseline || !w.baseline_known) w.moved = true;
   w.last_set = cap;
   if (!w.moved) return false;
   const uint64_t ps = dev.caps().page_size;
-  uint64_t target = std::min(w.wanted, *total);
+  uint64_t target = w.whole_node && !w.resized ? *total : std::min(w.wanted, *total);
   target -= target % ps;
   if (target == cap) return false;
   CapacityReport r;
@@ -142,7 +147,7 @@ bool follow(Watched& w, Device& dev) {
 
 }  // namespace
 
-void node_watch_add(const std::shared_ptr<Device>& dev, const std::string& sysfs_root) noexcept {
+void node_watch_add(const std::shared_ptr<Device>& dev, const std::string& sysfs_root, bool whole_node) noexcept {
   if (!dev || dev->caps().kind != CXLPOOL_BACKING_NUMA || dev->spec().numa_node < 0) return;
   try {
     std::lock_guard<std::mutex> lock(g_watch_mu);
@@ -159,6 +164,7 @@ void node_watch_add(const std::shared_ptr<Device>& dev, const std::string& sysfs
     w.baseline = now.value_or(0);
     w.baseline_known = now.has_value();
     w.wanted = w.last_set = dev->capacity();
+    w.whole_node = whole_node;
     g_watched->push_back(std::move(w));
   } catch (...) {
     return;  // out of host memory: the device is not watched (the pool works as before)
@@ -192,6 +198,7 @@ size_t node_watch_pass() noexcept {
       mine.wanted = w.wanted;
       mine.last_set = w.last_set;
       mine.failed_at = w.failed_at;
+      mine.resized = w.resized;
     }
     prune_locked();
     return changed;

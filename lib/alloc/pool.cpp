@@ -78,7 +78,7 @@ Pool* pool_create(const Topology& topo, const PoolOptions& options) {
   for (int i = 0; i < pool->ndev; ++i) {
     PoolDevice& d = pool->dev[i];
     d.device = registry::acquire(topo.targets[d.target].backing);
-    node_watch_add(d.device, topo.sysfs_root);
+    node_watch_add(d.device, topo.sysfs_root, topo.targets[d.target].kind == CXLPOOL_TARGET_NUMA_NODE);
     d.page_size = d.device->caps().page_size;
     d.coarse = d.page_size > kSliceSize;
     if (d.page_size > kSegmentSize || (d.page_size & (d.page_size - 1)))

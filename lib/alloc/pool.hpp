@@ -335,12 +335,14 @@ cxlpool_status_t device_follow(Device& dev, uint64_t capacity, CapacityReport* r
                                std::string* message) noexcept;
 
 // Memory hot-remove and hot-add under numa devices (node_watch.cpp, docs/devices.md): every
-// numa device a pool opens is watched; a pass reads each watched node's MemTotal (under the
-// sysfs root of the topology the pool came from) and brings the device's capacity to the
-// smaller of it and the capacity the device had otherwise (its declared size, or what a
-// capacity change set since). A thread runs a pass every node_watch_ms (CXLPOOL_NODE_WATCH_MS;
+// numa device a pool opens is watched; once a pass finds its node's MemTotal (under the sysfs
+// root of the topology the pool came from) changed since the device opened, it brings the
+// device's capacity to the smaller of it and the capacity the device had otherwise (its
+// declared size, or what a capacity change set since); a discovered node target (whole_node)
+// follows the node's memory itself, growth past its first size included, until a capacity
+// change sets its own. A thread runs a pass every node_watch_ms (CXLPOOL_NODE_WATCH_MS;
 // default 1000; 0: none, passes only when the program asks). Returns the devices changed.
-void node_watch_add(const std::shared_ptr<Device>& dev, const std::string& sysfs_root) noexcept;
+void node_watch_add(const std::shared_ptr<Device>& dev, const std::string& sysfs_root, bool whole_node) noexcept;
 size_t node_watch_pass() noexcept;
 void set_node_watch_ms(uint64_t ms) noexcept;
 // fork(): the watched list's lock is held across it (alloc/fork.cpp's order, last); the child

@@ -217,6 +217,26 @@ TEST_CASE("a pool with only the numa device loses nothing when its node's memory
   cxlpool_free(p);
 }
 
+TEST_CASE("a discovered node target is its node's memory: it follows growth too, until resized", "[unit]") {
+  NodeTree tree;
+  tree.set_memory(64 * kMiB);
+  TreeTopo t(tree, "");
+  cxlpool_pool_t* pool = t.pool("node0", "bind:node0");
+  PoolGuard guard{pool};
+  CHECK(capacity_of("node0").capacity_bytes == 64 * kMiB);
+  tree.set_memory(96 * kMiB);  // memory added to the node (kmem, a DCD extent onlined)
+  watch();
+  CHECK(capacity_of("node0").capacity_bytes == 96 * kMiB);
+  tree.set_memory(32 * kMiB);
+  watch();
+  CHECK(capacity_of("node0").capacity_bytes == 32 * kMiB);
+  // A capacity set by the program is the device's own from then on: the node only bounds it.
+  REQUIRE(cxlpool_device_resize("node0", 16 * kMiB, nullptr) == CXLPOOL_OK);
+  tree.set_memory(128 * kMiB);
+  watch();
+  CHECK(capacity_of("node0").capacity_bytes == 16 * kMiB);
+}
+
 TEST_CASE("the watcher thread follows the node without being asked", "[unit]") {
   NodeTree tree;
   tree.set_memory(16 * kGiB);
