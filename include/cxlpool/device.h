@@ -41,7 +41,7 @@ typedef struct cxlpool_device_capacity {
   uint64_t relocated;       /* reservations given other offsets */
   uint64_t evacuated_units;
   uint64_t evacuated_bytes;
-  uint64_t forced;          /* forced releases (counted in shrinks too) */
+  uint64_t forced;          /* releases that took memory by force (counted in shrinks too) */
   uint64_t lost_units;      /* reservations that lost memory to forced releases */
   uint64_t lost_bytes;      /* committed bytes they lost */
   uint64_t max_space_bytes; /* how far the offset space can grow (max_size; a devdax device's size) */

@@ -407,7 +407,8 @@ std::string holder_of(const Device::Lost& x) {
   std::lock_guard<std::mutex> registry(g_registry_mu);
   for (const RegistryEntry& e : g_registry)
     if (e.pool && int(e.pool->index) == x.client)
-      return "pool '" + e.pool->name + "'" + (x.shared ? " (memory shared with forked children)" : "");
+      return "pool '" + e.pool->name + "' (#" + std::to_string(e.pool->index) + ")" +
+             (x.shared ? " (memory shared with forked children)" : "");
   return "a pool closed since";
 }
 
@@ -440,6 +441,48 @@ void mark_lost(const Device::Lost& x) noexcept {
       for (HugeSpan* list : {d.huge_live, d.huge_cache})
         for (HugeSpan* span = list; span; span = span->next)
           if (span->base < hi && lo < span->base + span->block) span->lost = true;
+    }
+  }
+}
+
+// After dev grew: what mark_lost marked on dev whose offsets are all online again is memory
+// again (commits there succeed once the range is back): segments and huge spans serve anew.
+void unmark_regained(Device& dev) noexcept {
+  std::vector<Device::Extent> online;
+  try {
+    online = dev.online_extents();
+  } catch (...) {
+    return;  // out of host memory: they stay marked (nothing handed out twice, only less room)
+  }
+  auto regained = [&](uintptr_t addr, size_t len) {
+    uint64_t off = 0;
+    if (dev.offset_of(reinterpret_cast<void*>(addr), &off) != CXLPOOL_OK) return false;
+    auto it = std::upper_bound(online.begin(), online.end(), off,
+                               [](uint64_t o, const Device::Extent& e) { return o < e.hi; });
+    return it != online.end() && it->lo <= off && off + len <= it->hi;
+  };
+  std::lock_guard<std::mutex> registry(g_registry_mu);
+  for (const RegistryEntry& e : g_registry) {
+    Pool* pool = e.pool;
+    const int here = pool ? index_on(pool, &dev) : -1;
+    if (here < 0) continue;
+    for (int di = 0; di < pool->ndev; ++di) {
+      PoolDevice& d = pool->dev[di];
+      std::lock_guard<std::mutex> lock(d.mu);
+      for (Region& r : d.regions) {
+        if (!r.segments || !r.lost || r.resident != here) continue;
+        for (size_t k = 0; k < r.segments; ++k) {
+          const uintptr_t base = r.base + k * kSegmentSize;
+          if (!(r.lost >> k & 1) || !regained(base, kSegmentSize)) continue;
+          r.lost &= ~(uint64_t(1) << k);
+          SegmentHeader* hdr = (r.used >> k & 1) ? pagemap_lookup(reinterpret_cast<void*>(base)) : nullptr;
+          if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool)
+            static_cast<Segment*>(hdr)->lost.store(false, std::memory_order_relaxed);
+        }
+      }
+      for (HugeSpan* list : {d.huge_live, d.huge_cache})
+        for (HugeSpan* span = list; span; span = span->next)
+          if (span->lost && span->resident == here && regained(span->base, span->block)) span->lost = false;
     }
   }
 }
@@ -575,10 +618,12 @@ cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uin
     if (cxlpool_status_t bad = check_extent(dev, "add", offset, length, message)) return bad;
     DeviceError err;
     cxlpool_status_t s = dev.add_extent(offset, offset + length, &err);
-    if (s)
+    if (s) {
       say(message, extent_failure(dev, "add", offset, length, err));
-    else
+    } else {
+      unmark_regained(dev);
       return_home(dev, &r);
+    }
     return s;
   });
 }
@@ -614,7 +659,10 @@ cxlpool_status_t grow_to_locked(Device& dev, uint64_t capacity, CapacityReport& 
     }
     at = e.hi;
   }
-  if (s == CXLPOOL_OK) return_home(dev, &r);
+  if (s == CXLPOOL_OK) {
+    unmark_regained(dev);
+    return_home(dev, &r);
+  }
   return s;
 }
 
@@ -699,7 +747,10 @@ cxlpool_status_t device_offer_extents(const std::string& name, const std::vector
       if (first == CXLPOOL_OK) first = s;
       rejected += "; extent #" + std::to_string(i) + " rejected: " + why;
     }
-    if (accepted) return_home(dev, &r);
+    if (accepted) {
+      unmark_regained(dev);
+      return_home(dev, &r);
+    }
     if (first != CXLPOOL_OK)
       say(message, "device '" + name + "': offer of " + std::to_string(extents.size()) + " extent" +
                        (extents.size() == 1 ? "" : "s") + ": " + std::to_string(accepted) + " accepted" + rejected);
@@ -724,8 +775,11 @@ cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset,
       CapacityReport r;
       s = change(name, &r, message, [&](Device& dev, CapacityReport& rr) {
         if (cxlpool_status_t bad = check_extent(dev, "release", offset, length, message)) return bad;
-        return forcing ? force_locked(dev, offset, offset + length, &rr, &gone, message)
-                       : withdraw_locked(dev, offset, offset + length, &rr, message);
+        // A forced release forces only what a plain withdrawal cannot have: the counters
+        // (forced) then say what was taken by force, whatever the deadline.
+        cxlpool_status_t plain = withdraw_locked(dev, offset, offset + length, &rr, message);
+        return plain == CXLPOOL_E_BUSY && forcing ? force_locked(dev, offset, offset + length, &rr, &gone, message)
+                                                  : plain;
       });
       if (total.attempts++ == 0) total.capacity_before = r.capacity_before;
       total.capacity_after = r.capacity_after;

@@ -175,9 +175,9 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
     if (hook) hook(hook_ctx, before, true, s);
     if (message) {
       try {
-        *message = src.device->describe("move", reinterpret_cast<void*>(ref.base),
-                                        f.region ? f.region->segments * kSegmentSize : f.span->block, err) +
-                   " (moving to device '" + dst.name + "')";
+        *message = "moving from device '" + src.name + "' to device '" + dst.name + "': " +
+                   src.device->describe("move", reinterpret_cast<void*>(ref.base),
+                                        f.region ? f.region->segments * kSegmentSize : f.span->block, err);
       } catch (...) {
       }
     }

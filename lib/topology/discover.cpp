@@ -202,15 +202,17 @@ class TreeReader {
   std::vector<std::string>& warnings_;
 };
 
-// "Node 0 MemTotal:       24576000 kB" -> bytes of the named field, at most kMaxPhysicalBytes;
-// raw receives the field's text for messages. A missing field is unknown without a warning.
-std::optional<uint64_t> meminfo_field(TreeReader& r, const std::string& rel, const std::string& text,
+// "Node 0 MemTotal:       24576000 kB" -> bytes of the named field of node `node`, at most
+// kMaxPhysicalBytes; raw receives the field's text for messages. Only a line that is the
+// node's own and names the field whole counts (not "Node 1 ...", not "NotMemTotal"); a missing
+// field is unknown without a warning.
+std::optional<uint64_t> meminfo_field(TreeReader& r, const std::string& rel, const std::string& text, int node,
                                       const std::string& field, std::string& raw) {
+  const std::string key = "Node " + std::to_string(node) + " " + field + ":";
   for (std::string_view line : split(text, '\n')) {
-    // "Node N <field>:": the field is a whole word (MemTotal, not NotMemTotal).
-    auto pos = line.find(" " + field + ":");
-    if (pos == std::string_view::npos) continue;
-    std::string_view rest = trim(line.substr(pos + field.size() + 2));
+    line = trim(line);
+    if (line.substr(0, key.size()) != key) continue;
+    std::string_view rest = trim(line.substr(key.size()));
     raw = std::string(rest);
     const size_t space = rest.find(' ');
     auto kb = parse_u64(rest.substr(0, space));
@@ -316,8 +318,8 @@ void discover_nodes(TreeReader& r, Topology& topo) {
     const std::string meminfo = dir + "/meminfo";
     if (auto mi = r.text(meminfo)) {
       std::string total_raw, free_raw;
-      auto total = meminfo_field(r, meminfo, *mi, "MemTotal", total_raw);
-      auto free = meminfo_field(r, meminfo, *mi, "MemFree", free_raw);
+      auto total = meminfo_field(r, meminfo, *mi, id, "MemTotal", total_raw);
+      auto free = meminfo_field(r, meminfo, *mi, id, "MemFree", free_raw);
       if (total && free && *free > *total) {
         // One of the two is wrong and nothing says which.
         r.implausible(meminfo, free_raw,
@@ -360,7 +362,7 @@ std::optional<uint64_t> node_memory_now(const std::string& sysfs_root, int node)
   auto text = r.text(meminfo);
   if (!text) return std::nullopt;
   std::string raw;
-  return meminfo_field(r, meminfo, *text, "MemTotal", raw);
+  return meminfo_field(r, meminfo, *text, node, "MemTotal", raw);
 }
 
 namespace {

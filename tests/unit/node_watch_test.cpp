@@ -178,7 +178,8 @@ TEST_CASE("a numa device follows its node's memory: removal shrinks it, moving w
   }
   watch();
   CHECK(capacity_of("numa0").capacity_bytes == 0);
-  for (const char* text : {"Node 0 MemTotal:  20 MB\n", "Node 0 NotMemTotal:  16777216 kB\n"}) {
+  for (const char* text :
+       {"Node 0 MemTotal:  20 MB\n", "Node 0 NotMemTotal:  16777216 kB\n", "Node 1 MemTotal:  16777216 kB\n"}) {
     INFO(text);
     std::ofstream f(tree.node_dir() + "/meminfo", std::ios::trunc);
     f << text;
