@@ -501,8 +501,9 @@ class Engine final : public HeatSink {
 
   void set_budget() {
     uint64_t per_s = cfg_.budget_bytes_per_s;
+    std::string source;  // budget_source_ is json()'s to read under view_mu_
     if (per_s) {
-      budget_source_ = "configured";
+      source = "configured";
     } else {
       // A tenth of the slowest declared bandwidth among the movable pools' devices.
       uint64_t slowest = 0;
@@ -513,13 +514,14 @@ class Engine final : public HeatSink {
         }
       if (slowest) {
         per_s = slowest * 1'000'000 / 10;
-        budget_source_ = "a tenth of the slowest device's declared bandwidth (" + std::to_string(slowest) + " MB/s)";
+        source = "a tenth of the slowest device's declared bandwidth (" + std::to_string(slowest) + " MB/s)";
       } else {
         per_s = kDefaultBudget;
-        budget_source_ = "200 MB/s: no device declares a bandwidth";
+        source = "200 MB/s: no device declares a bandwidth";
       }
     }
     std::lock_guard<std::mutex> lock(view_mu_);
+    budget_source_ = std::move(source);
     budget_per_interval_ = uint64_t(double(per_s) * double(cfg_.interval_ns) / 1e9);
     counters().budget_bytes_per_interval.set(budget_per_interval_);
     // A token bucket: unspent budget carries over up to one interval's worth, or one 4 MiB
