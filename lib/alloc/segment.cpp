@@ -134,9 +134,8 @@ namespace {
 
 // Reserves a new region for small segments (mutex held); its index, or -1. fd devices get
 // regions of at most 1/8 of their capacity and 1/4 of their free offsets, so huge blocks
-// still find device offsets; under
-// an RLIMIT_AS, regions shrink to 1/64 of what is left (a free segment of a region in use
-// holds its address space).
+// still find device offsets; under an RLIMIT_AS, regions shrink to 1/64 of what is left (a
+// free segment of a region in use holds its address space).
 long new_region(Pool* pool, PoolDevice& d) noexcept {
   size_t want = std::min(kRegionSegments, region_segments());
   if (d.device->caps().kind != CXLPOOL_BACKING_NUMA) {
