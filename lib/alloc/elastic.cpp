@@ -412,41 +412,43 @@ std::string holder_of(const Device::Lost& x) {
   return "a pool closed since";
 }
 
-// The pool's units that lost [addr, addr+len) to a forced release stop handing out memory
-// there: the region's segments in it are never taken again, its live segments carve no new
-// page and their pages serve nothing more (page_has_free), a huge span is released, not
-// cached, when freed. Commits there would be CAPACITY: without this, a malloc meeting a free
-// slice of a lost segment returned NULL while the device had room elsewhere.
-void mark_lost(const Device::Lost& x) noexcept {
-  if (x.client >= kFirstRawClient) return;
-  std::lock_guard<std::mutex> registry(g_registry_mu);
-  for (const RegistryEntry& e : g_registry) {
-    Pool* pool = e.pool;
-    if (!pool || int(pool->index) != x.client) continue;
-    const uintptr_t lo = x.addr, hi = x.addr + x.len;
-    for (int di = 0; di < pool->ndev; ++di) {
-      PoolDevice& d = pool->dev[di];
-      std::lock_guard<std::mutex> lock(d.mu);
-      for (Region& r : d.regions) {
-        if (!r.segments || r.base + r.segments * kSegmentSize <= lo || hi <= r.base) continue;
-        for (size_t k = 0; k < r.segments; ++k) {
-          const uintptr_t s = r.base + k * kSegmentSize;
-          if (s + kSegmentSize <= lo || hi <= s) continue;
-          r.lost |= uint64_t(1) << k;
-          SegmentHeader* hdr = (r.used >> k & 1) ? pagemap_lookup(reinterpret_cast<void*>(s)) : nullptr;
-          if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool)
-            static_cast<Segment*>(hdr)->lost.store(true, std::memory_order_relaxed);
-        }
+// Marks or unmarks, in each device's lock, the segment slots of pool's regions and its huge
+// spans that slot(base, len) picks (mark_lost, unmark_regained): a marked slot is never taken
+// again, a marked live segment carves no new page and its pages serve nothing more
+// (page_has_free), a marked huge span is released, not cached, when freed.
+template <class Picks>
+void set_lost(Pool* pool, bool lost, Picks&& picks) {
+  for (int di = 0; di < pool->ndev; ++di) {
+    PoolDevice& d = pool->dev[di];
+    std::lock_guard<std::mutex> lock(d.mu);
+    for (Region& r : d.regions)
+      for (size_t k = 0; k < r.segments; ++k) {
+        const uintptr_t base = r.base + k * kSegmentSize;
+        if (bool(r.lost >> k & 1) == lost || !picks(r.resident, base, kSegmentSize)) continue;
+        r.lost ^= uint64_t(1) << k;
+        SegmentHeader* hdr = (r.used >> k & 1) ? pagemap_lookup(reinterpret_cast<void*>(base)) : nullptr;
+        if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool)
+          static_cast<Segment*>(hdr)->lost.store(lost, std::memory_order_relaxed);
       }
-      for (HugeSpan* list : {d.huge_live, d.huge_cache})
-        for (HugeSpan* span = list; span; span = span->next)
-          if (span->base < hi && lo < span->base + span->block) span->lost = true;
-    }
+    for (HugeSpan* list : {d.huge_live, d.huge_cache})
+      for (HugeSpan* span = list; span; span = span->next)
+        if (span->lost != lost && picks(span->resident, span->base, span->block)) span->lost = lost;
   }
 }
 
-// After dev grew: what mark_lost marked on dev whose offsets are all online again is memory
-// again (commits there succeed once the range is back): segments and huge spans serve anew.
+// What a forced release took from a pool's unit stops serving: commits there are CAPACITY,
+// and a malloc meeting a free slice of a lost segment returned NULL while the device had room.
+void mark_lost(const Device::Lost& x) noexcept {
+  if (x.client >= kFirstRawClient) return;
+  std::lock_guard<std::mutex> registry(g_registry_mu);
+  for (const RegistryEntry& e : g_registry)
+    if (e.pool && int(e.pool->index) == x.client)
+      set_lost(e.pool, true,
+               [&](int, uintptr_t base, size_t len) { return base < x.addr + x.len && x.addr < base + len; });
+}
+
+// After dev grew: what is marked lost on dev and has all its offsets online again serves anew
+// (commits there succeed once the range is back).
 void unmark_regained(Device& dev) noexcept {
   std::vector<Device::Extent> online;
   try {
@@ -454,36 +456,17 @@ void unmark_regained(Device& dev) noexcept {
   } catch (...) {
     return;  // out of host memory: they stay marked (nothing handed out twice, only less room)
   }
-  auto regained = [&](uintptr_t addr, size_t len) {
-    uint64_t off = 0;
-    if (dev.offset_of(reinterpret_cast<void*>(addr), &off) != CXLPOOL_OK) return false;
-    auto it = std::upper_bound(online.begin(), online.end(), off,
-                               [](uint64_t o, const Device::Extent& e) { return o < e.hi; });
-    return it != online.end() && it->lo <= off && off + len <= it->hi;
-  };
   std::lock_guard<std::mutex> registry(g_registry_mu);
   for (const RegistryEntry& e : g_registry) {
-    Pool* pool = e.pool;
-    const int here = pool ? index_on(pool, &dev) : -1;
+    const int here = e.pool ? index_on(e.pool, &dev) : -1;
     if (here < 0) continue;
-    for (int di = 0; di < pool->ndev; ++di) {
-      PoolDevice& d = pool->dev[di];
-      std::lock_guard<std::mutex> lock(d.mu);
-      for (Region& r : d.regions) {
-        if (!r.segments || !r.lost || r.resident != here) continue;
-        for (size_t k = 0; k < r.segments; ++k) {
-          const uintptr_t base = r.base + k * kSegmentSize;
-          if (!(r.lost >> k & 1) || !regained(base, kSegmentSize)) continue;
-          r.lost &= ~(uint64_t(1) << k);
-          SegmentHeader* hdr = (r.used >> k & 1) ? pagemap_lookup(reinterpret_cast<void*>(base)) : nullptr;
-          if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool)
-            static_cast<Segment*>(hdr)->lost.store(false, std::memory_order_relaxed);
-        }
-      }
-      for (HugeSpan* list : {d.huge_live, d.huge_cache})
-        for (HugeSpan* span = list; span; span = span->next)
-          if (span->lost && span->resident == here && regained(span->base, span->block)) span->lost = false;
-    }
+    set_lost(e.pool, false, [&](int resident, uintptr_t base, size_t len) {
+      uint64_t off = 0;
+      if (resident != here || dev.offset_of(reinterpret_cast<void*>(base), &off) != CXLPOOL_OK) return false;
+      auto it = std::upper_bound(online.begin(), online.end(), off,
+                                 [](uint64_t o, const Device::Extent& x) { return o < x.hi; });
+      return it != online.end() && it->lo <= off && off + len <= it->hi;
+    });
   }
 }
 

@@ -123,6 +123,11 @@ extern RegistryEntry g_registry[kMaxPools];
 
 // ---- fork.cpp ------------------------------------------------------------------------------------
 void purger_reset_after_fork() noexcept;
+// Starts fn on a detached thread of cxlpool's own (64 KiB of stack), one at a time per
+// `running` flag, which the thread clears when it ends: not while the calling thread defers
+// thread starts (set_thread_start_deferred), not in a fork child of a sanitized build (their
+// allocators' locks may be held there), not under a tight RLIMIT_NPROC. True when started.
+bool start_background_thread(std::atomic<bool>& running, void* (*fn)(void*)) noexcept;
 // ---- elastic.cpp ---------------------------------------------------------------------------------
 // A capacity change the parent had running is not the child's (its thread is not here; the
 // device cancelled the withdrawal): the lock that serialises them is fresh.

@@ -48,12 +48,6 @@ std::mutex g_pass_mu;                       // one pass at a time
 std::atomic<uint64_t> g_watch_ms{1000};
 std::atomic<bool> g_thread_running{false};
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kNoThreadsInForkChildren = true;  // as the purger (segment.cpp)
-#else
-constexpr bool kNoThreadsInForkChildren = false;
-#endif
-
 // The same entry: one device object (its address may be reused once it is gone).
 bool same(const Watched& a, const Watched& b) {
   return a.key == b.key && !a.dev.owner_before(b.dev) && !b.dev.owner_before(a.dev);
@@ -92,19 +86,10 @@ void* watcher_main(void*) {
   return nullptr;
 }
 
+// Without the thread (none may start here: segment.cpp), passes run when the program asks
+// (cxlpool_device_watch_nodes).
 void start_watcher() noexcept {
-  if (g_watch_ms.load(std::memory_order_relaxed) == 0) return;
-  if (kNoThreadsInForkChildren && os::fork_generation() > 0) return;
-  if (g_thread_running.load(std::memory_order_acquire) || g_thread_running.exchange(true)) return;
-  // Under a tight RLIMIT_NPROC the watcher would take a thread the program needs: then passes
-  // run only when the program asks (cxlpool_device_watch_nodes).
-  if (!os::prim::thread_headroom()) {
-    g_thread_running.store(false, std::memory_order_release);
-    return;
-  }
-  unsigned long tid = 0;
-  if (os::prim::start_thread(watcher_main, nullptr, size_t(64) << 10, true, &tid) != 0)
-    g_thread_running.store(false, std::memory_order_release);
+  if (g_watch_ms.load(std::memory_order_relaxed) != 0) start_background_thread(g_thread_running, watcher_main);
 }
 
 // One device: its node's memory now, and the capacity change that follows. True if changed.

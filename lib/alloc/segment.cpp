@@ -370,21 +370,30 @@ constexpr bool kNoThreadsInForkChildren = false;
 
 void set_thread_start_deferred(bool deferred) noexcept { tl_start_deferred = deferred; }
 
+bool start_background_thread(std::atomic<bool>& running, void* (*fn)(void*)) noexcept {
+  if (tl_start_deferred) return false;
+  if (kNoThreadsInForkChildren && os::fork_generation() > 0) return false;
+  if (running.load(std::memory_order_acquire) || running.exchange(true)) return false;
+  // Under a tight RLIMIT_NPROC the thread could take the program's last one (EAGAIN for the
+  // program's own pthread_create): then its work is done inline or when asked.
+  if (!os::prim::thread_headroom()) {
+    running.store(false, std::memory_order_release);
+    return false;
+  }
+  unsigned long tid = 0;
+  if (os::prim::start_thread(fn, nullptr, size_t(64) << 10, true, &tid) != 0) {
+    running.store(false, std::memory_order_release);
+    return false;
+  }
+  return true;
+}
+
 void purge_soon(Pool*, PoolDevice&) noexcept {
   if (g_purge_delay_ns.load(std::memory_order_relaxed) == 0) return;  // purged at retirement
   g_purge_requested.store(true, std::memory_order_release);
-  if (tl_start_deferred) return;
-  if (kNoThreadsInForkChildren && os::fork_generation() > 0) return;
-  if (g_purger_running.load(std::memory_order_acquire) || g_purger_running.exchange(true)) return;
-  // Under a tight RLIMIT_NPROC the purger could hold the program's last thread: then memory is
-  // purged only inline, when pages are released after the delay (docs/allocator.md).
-  if (!os::prim::thread_headroom()) {
-    g_purger_running.store(false, std::memory_order_release);
-    return;
-  }
-  unsigned long tid = 0;
-  if (os::prim::start_thread(purger_main, nullptr, size_t(64) << 10, true, &tid) != 0)
-    g_purger_running.store(false, std::memory_order_release);  // retirements purge inline
+  // Without the purger, memory is purged inline, when pages are released after the delay
+  // (docs/allocator.md).
+  start_background_thread(g_purger_running, purger_main);
 }
 
 void purger_reset_after_fork() noexcept {
