@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 capacity_tool, run_tool = sys.argv[1], sys.argv[2]
 PY = "/usr/bin/python3"
@@ -164,6 +165,22 @@ check(code == 0 and "capacity=" in out, f"a squatter's socket named for the prog
 squat.close()
 # A stopped program: the tool gives up after its timeout instead of waiting for ever.
 os.kill(p.pid, 19)  # SIGSTOP
+# kill() returns before every thread has stopped: on a busy machine the control thread could
+# still answer. Wait (bounded) until /proc shows each thread stopped.
+
+
+def all_stopped(pid):
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        return all(open(f"/proc/{pid}/task/{t}/stat").read().rsplit(")", 1)[1].split()[0] == "T" for t in tasks)
+    except OSError:
+        return False
+
+
+for _ in range(600):
+    if all_stopped(p.pid):
+        break
+    time.sleep(0.05)
 code, out, err = tool("--timeout", 2, p.pid, "show", "cxl0")
 os.kill(p.pid, 18)  # SIGCONT
 check(code == 3 and "no reply within 2 s" in err, f"a stopped program: exit {code} ({err.strip()})")
