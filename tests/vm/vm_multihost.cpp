@@ -424,8 +424,14 @@ bool churn_once(Ctx& c, cxlpool_shared_pool_t* pool, uint64_t iter) {
   const uint64_t nonce = load(c.l->h.nonce) ^ (iter * 0x9e3779b97f4a7c15u);
   bool ok = true;
   for (int k = 0; k < n && ok; ++k) {
-    ok = pool_ok(c, cxlpool_shared_alloc(pool, kSizes[k], &p[k]),
-                 "churn " + std::to_string(iter) + ": alloc " + std::to_string(kSizes[k]));
+    // The two-extent block needs two free extents side by side: while a killed participant's
+    // blocks wait for recovery (its lease to run out) there may be none. CAPACITY is retried
+    // until recovery must have come (the scenario's wait bound); after that it is a failure.
+    cxlpool_status_t st = cxlpool_shared_alloc(pool, kSizes[k], &p[k]);
+    for (const uint64_t until = now_ns() + c.wait_ns; st == CXLPOOL_E_CAPACITY && k == kCount - 1 && now_ns() < until;
+         st = cxlpool_shared_alloc(pool, kSizes[k], &p[k]))
+      usleep(10000);
+    ok = pool_ok(c, st, "churn " + std::to_string(iter) + ": alloc " + std::to_string(kSizes[k]));
     if (ok) sums[k] = fill_block(p[k], kSizes[k], area_word(nonce, c.id, k), kSizes[k] > 65536 ? 512 : 1);
   }
   for (int k = 0; k < n; ++k) {
