@@ -131,7 +131,7 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
         // Per-page policies move on to the next device when the current page fills up.
         int16_t cur = h->page_device[cls];
         if (cur >= 0) {
-          Page* head = h->head[cur][cls];
+          Page* head = h->row[cur].head[cls];
           if (!head || !page_has_free(head)) h->page_device[cls] = -1;
         }
       }
@@ -145,7 +145,7 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
         p = alloc_on(pool, h, fb, size, alignment, cls, huge);
         if (p) {
           used = fb;
-          h->counters[fb].fallbacks.add(1);
+          h->row[fb].counters.fallbacks.add(1);
           if (!huge && (rule->kind == RuleKind::kRatio || rule->kind == RuleKind::kInterleave))
             h->page_device[cls] = int16_t(fb);
           break;
@@ -154,12 +154,12 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
     }
   }
   if (!p) {
-    h->counters[di].failures.add(1);
+    h->row[di].counters.failures.add(1);
     say_no_room(pool, di, size);
     errno = ENOMEM;
     return nullptr;
   }
-  HeapCounters& ctr = h->counters[used];
+  HeapCounters& ctr = h->row[used].counters;
   if (huge)
     ctr.huge_allocs.add(1);
   else
@@ -198,7 +198,7 @@ void* pool_malloc(Pool* pool, size_t size) noexcept {
         di = h->page_device[cls];
       if (di >= 0)
         if (void* p = alloc_block<true>(h, di, unsigned(cls), ts, pool)) {
-          h->counters[di].allocs[cls].add(1);
+          h->row[di].counters.allocs[cls].add(1);
           return p;
         }
     }

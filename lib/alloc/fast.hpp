@@ -107,7 +107,7 @@ inline constexpr auto kLastWord = [] {
 template <bool kRemember = false>
 inline void* alloc_block(Heap* h, int di, unsigned cls, ThreadState* ts = nullptr,
                          const Pool* pool = nullptr) noexcept {
-  Page* pg = h->head[di][cls];
+  Page* pg = h->row[di].head[cls];
   if (__builtin_expect(pg != nullptr, 1)) {
     uint32_t c = pg->cursor;
     if (__builtin_expect(c < pg->words, 1)) {
@@ -196,11 +196,11 @@ inline void local_free(Segment* seg, const BlockRef& b, Heap* me, unsigned devic
   // Counter addresses come from the segment header and the class table, never from the page
   // descriptor: otherwise every free's counter update would wait for that free's page miss,
   // and the next free for it (store forwarding), serializing the misses.
-  me->counters[device].frees[b.cls].add(1);
+  me->row[device].counters.frees[b.cls].add(1);
   // A page that empties is retired unless it is the heap's current one for its class (and
   // then the follow-up is only needed for its large-class rule under an RLIMIT_AS).
   const uint32_t used = --b.pg->used;
-  if (__builtin_expect((used == 0 && (me->head[device][b.cls] != b.pg || kClassSizes[b.cls] > kSliceSize / 8)) ||
+  if (__builtin_expect((used == 0 && (me->row[device].head[b.cls] != b.pg || kClassSizes[b.cls] > kSliceSize / 8)) ||
                            b.pg->state.load(std::memory_order_relaxed) == kFull,
                        0))
     local_free_followup(me, b.pg);

@@ -16,12 +16,12 @@ namespace {
 // and their empty pages would hold slices that smaller pages then cannot reuse.
 void retire_if_empty(Heap* h, Page* pg) noexcept {
   if (pg->used != 0) return;
-  if (h->head[pg->device][pg->cls] == pg && (kClassSizes[pg->cls] <= kSliceSize / 8 || !address_space_limited()))
+  if (h->row[pg->device].head[pg->cls] == pg && (kClassSizes[pg->cls] <= kSliceSize / 8 || !address_space_limited()))
     return;
   if (pg->state.load(std::memory_order_relaxed) == kFull)
-    list_remove(h->full[pg->device][pg->cls], pg);
+    list_remove(h->row[pg->device].full[pg->cls], pg);
   else
-    queue_remove(h->head[pg->device][pg->cls], h->tail[pg->device][pg->cls], pg);
+    queue_remove(h->row[pg->device].head[pg->cls], h->row[pg->device].tail[pg->cls], pg);
   release_page(h->pool, pg);
 }
 
@@ -80,9 +80,9 @@ const ArenaOps* const g_arena_ops[size_t(ArenaKind::kCount)] = {&kSmallOps, &kHu
 
 void local_free_followup(Heap* me, Page* pg) noexcept {
   if (pg->state.load(std::memory_order_relaxed) == kFull) {
-    list_remove(me->full[pg->device][pg->cls], pg);
+    list_remove(me->row[pg->device].full[pg->cls], pg);
     pg->state.store(kActive, std::memory_order_relaxed);
-    queue_push_back(me->head[pg->device][pg->cls], me->tail[pg->device][pg->cls], pg);
+    queue_push_back(me->row[pg->device].head[pg->cls], me->row[pg->device].tail[pg->cls], pg);
   }
   if (pg->used == 0) retire_if_empty(me, pg);
 }
@@ -120,27 +120,27 @@ void remote_free(Segment* seg, Page* pg, Heap* me, uint64_t* local_word, uint32_
     return;
   }
   if (me)
-    me->counters[device].frees[cls].add(1);
+    me->row[device].counters.frees[cls].add(1);
   else
     seg->pool->dev[device].orphan_frees[cls].fetch_add(1, std::memory_order_relaxed);
   // Tell the owner that a page it may hold as full has free blocks again. If the page was
   // recycled meanwhile this only causes a harmless rescan.
   if (Heap* owner = pg->owner.load(std::memory_order_acquire))
-    owner->full_dirty[device][cls].store(1, std::memory_order_release);
+    owner->row[device].full_dirty[cls].store(1, std::memory_order_release);
   else  // an exited thread's page: only a purge pass retires it once it is empty
     purge_soon(seg->pool, seg->pool->dev[device]);
 }
 
 void count_invalid_free(Segment* seg, Heap* me) noexcept {
   if (me)
-    me->counters[seg->device].invalid_frees.add(1);
+    me->row[seg->device].counters.invalid_frees.add(1);
   else
     seg->pool->dev[seg->device].orphan_invalid_frees.fetch_add(1, std::memory_order_relaxed);
 }
 
 void count_double_free(Segment* seg, Heap* me) noexcept {
   if (me)
-    me->counters[seg->device].double_frees.add(1);
+    me->row[seg->device].counters.double_frees.add(1);
   else
     seg->pool->dev[seg->device].orphan_double_frees.fetch_add(1, std::memory_order_relaxed);
 }

@@ -106,7 +106,7 @@ Page* adopt(Heap* h, int di, unsigned cls) noexcept {
   if (found) {
     found->owner.store(h, std::memory_order_release);
     found->state.store(kActive, std::memory_order_relaxed);
-    queue_push_back(h->head[di][cls], h->tail[di][cls], found);
+    queue_push_back(h->row[di].head[cls], h->row[di].tail[cls], found);
   }
   return found;
 }
@@ -143,11 +143,11 @@ Heap* new_thread_heap() noexcept {
 void retire_empty_pages(Heap* h, int di) noexcept {
   PoolDevice& d = h->pool->dev[di];
   for (unsigned c = 0; c < kNumClasses; ++c)
-    for (Page* pg = h->head[di][c]; pg;) {
+    for (Page* pg = h->row[di].head[c]; pg;) {
       Page* next = pg->next;
       fold_frees(d, pg);
       if (pg->used == 0) {
-        queue_remove(h->head[di][c], h->tail[di][c], pg);
+        queue_remove(h->row[di].head[c], h->row[di].tail[c], pg);
         release_page(h->pool, pg);
       }
       pg = next;
@@ -200,7 +200,7 @@ void abandon_heap(Heap* h) noexcept {
     PoolDevice& d = pool->dev[di];
     std::lock_guard<std::mutex> lock(d.mu);
     for (unsigned c = 0; c < kNumClasses; ++c) {
-      for (Page** list : {&h->head[di][c], &h->full[di][c]}) {
+      for (Page** list : {&h->row[di].head[c], &h->row[di].full[c]}) {
         while (Page* pg = *list) {
           *list = pg->next;
           // An empty page goes back to its segment now, for the next thread to carve.
@@ -216,9 +216,9 @@ void abandon_heap(Heap* h) noexcept {
       }
       // Written only where set: a thread touches the rows of the classes it used, and the
       // rest of its heap stays zero pages that hold no memory (new_thread_heap).
-      if (h->tail[di][c]) h->tail[di][c] = nullptr;
-      if (h->full_dirty[di][c].load(std::memory_order_relaxed))
-        h->full_dirty[di][c].store(0, std::memory_order_relaxed);
+      if (h->row[di].tail[c]) h->row[di].tail[c] = nullptr;
+      if (h->row[di].full_dirty[c].load(std::memory_order_relaxed))
+        h->row[di].full_dirty[c].store(0, std::memory_order_relaxed);
     }
   }
   {
@@ -238,22 +238,22 @@ Page* refill(Heap* h, int di, unsigned cls) noexcept {
   // The heap may gain a page below (adopted or new, of another class than a page it once had
   // there): the thread's last block must not be taken for one of it (LastBlock).
   if (ThreadState* ts = tls_state) ts->last.ptr = nullptr;
-  Page*& head = h->head[di][cls];
-  Page*& tail = h->tail[di][cls];
+  Page*& head = h->row[di].head[cls];
+  Page*& tail = h->row[di].tail[cls];
   while (Page* pg = head) {
     if (page_has_free(pg)) return pg;
     queue_remove(head, tail, pg);
     pg->state.store(kFull, std::memory_order_relaxed);
-    list_push(h->full[di][cls], pg);
+    list_push(h->row[di].full[cls], pg);
   }
-  if (h->full_dirty[di][cls].load(std::memory_order_relaxed) &&
-      h->full_dirty[di][cls].exchange(0, std::memory_order_acquire)) {
-    Page* pg = h->full[di][cls];
+  if (h->row[di].full_dirty[cls].load(std::memory_order_relaxed) &&
+      h->row[di].full_dirty[cls].exchange(0, std::memory_order_acquire)) {
+    Page* pg = h->row[di].full[cls];
     while (pg) {
       Page* next = pg->next;
       if (pg->remote_count.load(std::memory_order_acquire) > 0) {
         fold_frees(h->pool->dev[di], pg);
-        list_remove(h->full[di][cls], pg);
+        list_remove(h->row[di].full[cls], pg);
         pg->state.store(kActive, std::memory_order_relaxed);
         queue_push_back(head, tail, pg);
       }
@@ -263,7 +263,7 @@ Page* refill(Heap* h, int di, unsigned cls) noexcept {
       if (page_has_free(p2)) return p2;
       queue_remove(head, tail, p2);
       p2->state.store(kFull, std::memory_order_relaxed);
-      list_push(h->full[di][cls], p2);
+      list_push(h->row[di].full[cls], p2);
     }
   }
   if (Page* pg = adopt(h, di, cls)) return pg;

@@ -124,13 +124,13 @@ void huge_free(SegmentHeader* hdr, void* p) noexcept {
       // Already free, or not the pointer handed out: counted and ignored.
       bool twice = span->cached && reinterpret_cast<uintptr_t>(p) == span->user;
       if (me)
-        (twice ? me->counters[span->device].double_frees : me->counters[span->device].invalid_frees).add(1);
+        (twice ? me->row[span->device].counters.double_frees : me->row[span->device].counters.invalid_frees).add(1);
       else
         (twice ? d.orphan_double_frees : d.orphan_invalid_frees).fetch_add(1, std::memory_order_relaxed);
       return;
     }
     if (me)
-      me->counters[span->device].huge_frees.add(1);
+      me->row[span->device].counters.huge_frees.add(1);
     else
       d.orphan_huge_frees.fetch_add(1, std::memory_order_relaxed);
     list_remove(d.huge_live, span);

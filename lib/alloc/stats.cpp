@@ -25,7 +25,7 @@ DeviceStats pool_device_stats(const Pool* pool, int di) noexcept {
   {
     std::lock_guard<std::mutex> lock(const_cast<Pool*>(pool)->heaps_mu);
     for (Heap* h = pool->heaps; h; h = h->next_in_pool) {
-      const HeapCounters& c = h->counters[di];
+      const HeapCounters& c = h->row[di].counters;
       count(c.allocs, c.frees);
       s.allocations += c.huge_allocs.get();
       s.frees += c.huge_frees.get();

@@ -164,19 +164,27 @@ struct HeapCounters {
   Counter huge_allocs, huge_frees, fallbacks, failures, double_frees, invalid_frees;
 };
 
+// What a heap keeps for one pool device, together: a thread allocating from one device writes
+// its row and no other (a heap lives in zero pages; with thousands of threads alive, every
+// page a heap writes is resident memory: rows per field spread one device's writes over 6 of
+// a heap's 9 pages, a row per device keeps them on 2).
+struct HeapRow {
+  Page* head[kNumClasses] = {};
+  Page* tail[kNumClasses] = {};
+  Page* full[kNumClasses] = {};
+  std::atomic<uint8_t> full_dirty[kNumClasses] = {};
+  HeapCounters counters;
+};
+
 struct alignas(64) Heap {
   Pool* pool = nullptr;
   bool live = false;    // pool heaps_mu
   int8_t central = -1;  // a central heap's index in Pool::central (its lock guards it); -1: a thread's
   Heap* next_in_pool = nullptr;
-  Heap* next_free = nullptr;  // Pool::free_heaps (heaps_mu)
-  Page* head[kMaxDevices][kNumClasses] = {};
-  Page* tail[kMaxDevices][kNumClasses] = {};
-  Page* full[kMaxDevices][kNumClasses] = {};
-  std::atomic<uint8_t> full_dirty[kMaxDevices][kNumClasses] = {};
+  Heap* next_free = nullptr;         // Pool::free_heaps (heaps_mu)
   int16_t page_device[kNumClasses];  // per-page routes: device of the current page per class
   uint8_t warm[kNumClasses];         // a thread's allocations per class, up to warm_limit(class)
-  HeapCounters counters[kMaxDevices];
+  HeapRow row[kMaxDevices];
 };
 
 // A pool's use of one device: everything here is per pool, the Device is shared.

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "backing/provider.hpp"
 #include "common/error.hpp"
 #include "cxlpool/backing.h"
 #include "os/os.hpp"
@@ -111,31 +112,9 @@ DeviceClaim::~DeviceClaim() {
   if (claim_fd_ >= 0 && os::prim::file_id(claim_fd_, &now) == 0 && now == claim_id_) os::prim::close_fd(claim_fd_);
 }
 
-std::string DeviceClaim::identity_of(int kind, const std::string& path) {
-  auto real_dir = [](const std::string& p) {
-    std::string dir = os::parent_dir(p), base = p.substr(p.find_last_of('/') + 1);
-    if (char* real = realpath(dir.c_str(), nullptr)) {
-      dir = real;
-      free(real);
-    }
-    return dir + "/" + base;
-  };
-  switch (kind) {
-    case CXLPOOL_BACKING_SHM:
-      return "file:" + real_dir("/dev/shm/" + path);
-    case CXLPOOL_BACKING_FILE:
-      return "file:" + real_dir(path);
-    case CXLPOOL_BACKING_DEVDAX: {
-      std::string canon = path;
-      if (char* real = realpath(path.c_str(), nullptr)) {
-        canon = real;
-        free(real);
-      }
-      return "devdax:" + canon;
-    }
-    default:
-      return "";
-  }
+std::string DeviceClaim::identity_of(const BackingSpec& spec) {
+  const Provider* p = provider_for(spec.kind);
+  return p ? p->claim_identity(spec) : "";
 }
 
 }  // namespace cxlpool::detail

@@ -13,6 +13,7 @@
 
 #include <string>
 
+#include "backing/backing_spec.hpp"
 #include "os/claim_lock.hpp"
 #include "os/prim.hpp"
 
@@ -37,7 +38,8 @@ class DeviceClaim {
 
   // The identity of a named device (shm:NAME, file:PATH, devdax:PATH): the same object
   // however it is named (a shm name is its file in /dev/shm; directories by real path).
-  static std::string identity_of(int kind, const std::string& path);
+  // "" for a device no other process can name. From the device's provider.
+  static std::string identity_of(const BackingSpec& spec);
 
  private:
   std::string device_name_, what_;

@@ -1,92 +1,47 @@
 // SPDX-License-Identifier: MIT
-// Storage creation (memfd, O_TMPFILE in a device's directory, device-DAX with an exclusive
-// lock, anonymous NUMA memory), identity-checked mapping, and the offset allocator.
+// Storage creation (what to open is the device's provider's: backing/provider.hpp),
+// identity-checked mapping, and the offset allocator.
 #include "backing/storage.hpp"
 
 #include <algorithm>
 #include <cerrno>
 
+#include "backing/provider.hpp"
 #include "common/error.hpp"
 #include "os/os.hpp"
 
 namespace cxlpool::detail {
 
-ForkMode effective_fork_mode(const BackingSpec& spec, bool dax_or_hugetlb) {
-  if (spec.kind == CXLPOOL_BACKING_DEVDAX) return ForkMode::kCopy;
-  if (spec.fork_mode != ForkMode::kDefault) return spec.fork_mode;
-  return spec.kind == CXLPOOL_BACKING_FILE && dax_or_hugetlb ? ForkMode::kCopy : ForkMode::kCopyOnWrite;
-}
-
-cxlpool_backing_caps_t describe_backing(const BackingSpec& spec) {
-  cxlpool_backing_caps_t c{};
-  c.kind = spec.kind;
-  c.numa_node = spec.kind == CXLPOOL_BACKING_NUMA ? spec.numa_node : -1;
-  c.shareable = spec.kind != CXLPOOL_BACKING_NUMA;
-  c.kernel_migratable = spec.kind == CXLPOOL_BACKING_NUMA;
-  c.decommit_frees_memory = spec.kind != CXLPOOL_BACKING_DEVDAX;
-  c.page_size = spec.page_size ? spec.page_size : os::page_size();
-  c.capacity_bytes = spec.capacity;
-  return c;
-}
-
 std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy) {
+  const Provider* provider = provider_for(spec.kind);
+  const std::string dev = "device '" + spec.device_name + "'";
+  if (!provider) fail(CXLPOOL_E_CONFIG, dev + ": no provider for backing kind " + std::to_string(spec.kind));
   std::shared_ptr<Storage> s(new Storage());
   s->size_ = spec.capacity;
   s->page_size_ = spec.page_size ? spec.page_size : os::page_size();
-  const std::string dev = "device '" + spec.device_name + "'";
-  if (spec.kind == CXLPOOL_BACKING_NUMA) {
-    s->numa_node_ = spec.numa_node;
-    s->description_ = "anonymous memory bound to node " + std::to_string(spec.numa_node);
+  StorageOpen opened;
+  provider->open_storage(spec, fork_copy, &opened);
+  s->description_ = opened.description;
+  if (opened.fd < 0) {
+    s->numa_node_ = opened.numa_node;
     return s;
   }
-  int fd = -1;
-  switch (spec.kind) {
-    case CXLPOOL_BACKING_SHM:
-      // Never the name itself: an unnamed file in the same tmpfs, gone with the last mapping.
-      fd = os::open_tmpfile("/dev/shm", dev);
-      s->description_ = "unnamed file in /dev/shm";
-      break;
-    case CXLPOOL_BACKING_FILE: {
-      std::string dir = os::parent_dir(spec.path);
-      fd = os::open_tmpfile(dir, dev);
-      s->description_ = "unnamed file in " + dir;
-      break;
-    }
-    case CXLPOOL_BACKING_DEVDAX:
-      if (!fork_copy) {
-        fd = os::open_char_device(spec.path);
-        try {
-          os::lock_exclusive(fd, dev + ": devdax:" + spec.path);
-        } catch (...) {
-          os::close_fd(fd);
-          throw;
-        }
-        s->description_ = spec.path;
-        break;
-      }
-      [[fallthrough]];  // a fork child's copy of device-DAX memory lives in a memfd
-    default:
-      fd = os::memfd_create("cxlpool:" + spec.device_name);
-      s->description_ = "memfd";
-      break;
-  }
-  s->fd_ = fd;
+  const int fd = opened.fd;
   try {
-    if (spec.kind != CXLPOOL_BACKING_DEVDAX || fork_copy) os::truncate_fd(fd, spec.capacity);
+    if (opened.sized_by_cxlpool) os::truncate_fd(fd, spec.capacity);
     if (int err = os::prim::file_id(fd, &s->id_)) fail_os(dev + ": fstat of its storage", err);
   } catch (...) {
     os::close_fd(fd);
-    s->fd_ = -1;
     throw;
   }
   s->fd_ = os::prim::move_fd_high(fd);
-  s->placement_in_storage_ = spec.kind == CXLPOOL_BACKING_FILE && os::fd_needs_shared_mapping(s->fd_);
-  s->hugetlbfs_ = spec.kind == CXLPOOL_BACKING_FILE && os::fd_on_hugetlbfs(s->fd_);
-  s->room_limited_ = spec.kind == CXLPOOL_BACKING_SHM || spec.kind == CXLPOOL_BACKING_FILE;
-  s->resizable_ = spec.kind != CXLPOOL_BACKING_DEVDAX || fork_copy;
+  s->placement_in_storage_ = opened.filesystem_file && os::fd_needs_shared_mapping(s->fd_);
+  s->hugetlbfs_ = opened.filesystem_file && os::fd_on_hugetlbfs(s->fd_);
+  s->room_limited_ = opened.room_limited;
+  s->resizable_ = opened.sized_by_cxlpool;
   // Where the file has a policy of its own (a tmpfs mounted with mpol=), its private pages
   // are placed by it, as the kernel places a private copy-on-write copy of a tmpfs page.
-  if (!s->hugetlbfs_ && (spec.kind != CXLPOOL_BACKING_DEVDAX || fork_copy))
+  if (!s->hugetlbfs_ && opened.sized_by_cxlpool)
     os::prim::file_policy(s->fd_, &s->policy_);  // none when it cannot be read: default placement
   s->free_.insert(0, spec.capacity);
   return s;

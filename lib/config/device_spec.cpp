@@ -4,6 +4,7 @@
 // anywhere rejects the whole input, so nothing is half-created.
 #include "config/device_spec.hpp"
 
+#include "backing/provider.hpp"
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "os/os.hpp"
@@ -15,7 +16,6 @@ constexpr uint64_t kMaxSize = uint64_t(1) << 50;    // 1 PiB: beyond any device 
 constexpr uint64_t kMaxLatencyNs = 100'000'000;     // 100 ms
 constexpr uint64_t kMaxBandwidthMbps = 10'000'000;  // 10 TB/s
 constexpr int kMaxTier = 15;
-constexpr int kMaxNode = 1023;
 
 const char* const kValidKeys =
     "backing, size, max_size, latency, read_latency, write_latency, bandwidth, read_bandwidth, write_bandwidth, tier, "
@@ -51,44 +51,14 @@ bool reserved_name(std::string_view n) {
   return false;
 }
 
-bool valid_shm_name(std::string_view n) {
-  if (n.empty() || n.size() > 200) return false;
-  for (char c : n)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
-  return n != "." && n != "..";
-}
-
+// The backing's text is the one location grammar of the providers (backing/provider.hpp).
 void parse_backing(DeviceSpec& d, std::string_view v, const std::string& where) {
-  auto colon = v.find(':');
-  std::string_view kind = v.substr(0, colon);
-  std::string_view arg = colon == std::string_view::npos ? std::string_view() : v.substr(colon + 1);
-  bool has_arg = colon != std::string_view::npos;
-  const std::string expected = " (expected shm, shm:NAME, numa:N, file:PATH or devdax:PATH)";
-  if (kind == "shm" || kind == "memfd") {
-    if (!has_arg) {
-      d.backing = CXLPOOL_BACKING_MEMFD;
-      return;
-    }
-    if (kind == "memfd" || !valid_shm_name(arg))
-      config_error(where, "bad shm name " + quote(arg) + " (letters, digits, '.', '_', '-'; no '/')");
-    d.backing = CXLPOOL_BACKING_SHM;
-    d.path = std::string(arg);
-  } else if (kind == "numa") {
-    auto n = has_arg ? parse_u64(arg) : std::nullopt;
-    if (!n || *n > kMaxNode)
-      config_error(where,
-                   "bad NUMA node " + quote(v) + " (expected numa:N with N in 0.." + std::to_string(kMaxNode) + ")");
-    d.backing = CXLPOOL_BACKING_NUMA;
-    d.numa_node = int(*n);
-  } else if (kind == "file" || kind == "devdax") {
-    if (!has_arg || arg.empty() || arg[0] != '/')
-      config_error(where, "bad path " + quote(has_arg ? arg : v) + " (expected an absolute path, e.g. " +
-                              std::string(kind) + (kind == "file" ? ":/dev/shm/pool0)" : ":/dev/dax0.0)"));
-    d.backing = kind == "file" ? CXLPOOL_BACKING_FILE : CXLPOOL_BACKING_DEVDAX;
-    d.path = std::string(arg);
-  } else {
-    config_error(where, "unknown backing " + quote(v) + expected);
-  }
+  BackingSpec loc;
+  const std::string why = parse_location(v, &loc);
+  if (!why.empty()) config_error(where, why);
+  d.backing = loc.kind;
+  d.numa_node = loc.numa_node;
+  d.path = loc.path;
 }
 
 DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
@@ -252,21 +222,11 @@ std::vector<DeviceSpec> parse_device_file(const std::string& path) {
 }
 
 std::string format_backing(const DeviceSpec& d) {
-  switch (d.backing) {
-    case CXLPOOL_BACKING_MEMFD:
-      return "shm";
-    case CXLPOOL_BACKING_SHM:
-      return "shm:" + d.path;
-    case CXLPOOL_BACKING_NUMA:
-      return "numa:" + std::to_string(d.numa_node);
-    case CXLPOOL_BACKING_FILE:
-      return "file:" + d.path;
-    case CXLPOOL_BACKING_DEVDAX:
-      return "devdax:" + d.path;
-    default:
-      break;
-  }
-  return "?";
+  BackingSpec loc;
+  loc.kind = d.backing;
+  loc.numa_node = d.numa_node;
+  loc.path = d.path;
+  return format_location(loc);
 }
 
 std::string format_device(const DeviceSpec& d) {

@@ -54,11 +54,12 @@ std::string hex(const void* p) {
 Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
   const std::string dev = "device '" + spec_.device_name + "'";
   if (spec_.capacity == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": capacity is unknown or 0");
-  if (spec_.kind == CXLPOOL_BACKING_NUMA && spec_.numa_node < 0)
-    fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": numa backing without a node");
-  std::string named;
-  if (spec_.kind == CXLPOOL_BACKING_SHM) named = "/dev/shm/" + spec_.path;
-  if (spec_.kind == CXLPOOL_BACKING_FILE) named = spec_.path;
+  provider_ = provider_for(spec_.kind);
+  if (!provider_)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": no provider for backing kind " + std::to_string(spec_.kind));
+  if (provider_->anonymous && spec_.numa_node < 0)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, dev + ": " + provider_->word + " backing without a node");
+  const std::string named = provider_->device_node ? "" : provider_->named_path(spec_);
   if (!named.empty()) {
     // The name itself is never created, opened or written: a private device lives in an
     // unnamed file. Something already there is not ours, so refuse rather than guess.
@@ -68,28 +69,20 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
       os::path_owner(named, uid, mode);
       char owner[64];
       std::snprintf(owner, sizeof owner, " (owner uid %u, mode %04o)", uid, mode);
-      fail(CXLPOOL_E_PERMISSION, dev + ": " + named + " exists (" + kind + owner +
-                                     ") and was not created by cxlpool for this device; cxlpool never uses or "
-                                     "changes existing files. Remove it or choose another " +
-                                     (spec_.kind == CXLPOOL_BACKING_SHM ? "name" : "path"));
+      fail(CXLPOOL_E_PERMISSION,
+           dev + ": " + named + " exists (" + kind + owner +
+               ") and was not created by cxlpool for this device; cxlpool never uses or "
+               "changes existing files. Remove it or choose another " +
+               (std::string_view(provider_->syntax).find("NAME") != std::string_view::npos ? "name" : "path"));
     }
   }
-  std::string identity = DeviceClaim::identity_of(spec_.kind, spec_.path);
-  if (!identity.empty()) {
-    std::string what = spec_.kind == CXLPOOL_BACKING_SHM    ? "shm:" + spec_.path
-                       : spec_.kind == CXLPOOL_BACKING_FILE ? "file:" + spec_.path
-                                                            : "devdax:" + spec_.path;
-    claim_ = std::make_unique<DeviceClaim>(identity, spec_.device_name, what);
-  }
+  std::string identity = DeviceClaim::identity_of(spec_);
+  if (!identity.empty()) claim_ = std::make_unique<DeviceClaim>(identity, spec_.device_name, provider_->format(spec_));
   private_storage_ = Storage::create(spec_);
   // The claim's lock file goes beside the device as the user named it (its directory walked
   // safely), after the storage: it never takes the room the storage needed.
-  if (claim_ && spec_.kind == CXLPOOL_BACKING_SHM)
-    claim_->lock_beside("/dev/shm", spec_.path);
-  else if (claim_ && spec_.kind == CXLPOOL_BACKING_FILE)
-    claim_->lock_beside(os::parent_dir(spec_.path), spec_.path.substr(spec_.path.find_last_of('/') + 1));
-  if (spec_.kind == CXLPOOL_BACKING_FILE && spec_.page_size == 0)
-    spec_.page_size = os::fd_page_size(private_storage_->fd());
+  if (claim_ && !named.empty()) claim_->lock_beside(os::parent_dir(named), named.substr(named.find_last_of('/') + 1));
+  if (!named.empty() && spec_.page_size == 0) spec_.page_size = os::fd_page_size(private_storage_->fd());
   // Storage that cannot be mapped (a filesystem that takes files but not mmap) fails here,
   // naming the device, instead of every allocation failing later without a word.
   if (!private_storage_->anonymous()) {
@@ -104,14 +97,14 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
       fail(CXLPOOL_E_CONFIG, "device '" + spec_.device_name + "': its memory (" + private_storage_->description() +
                                  ") cannot be mapped: " + std::strerror(e));
   }
-  if (spec_.kind == CXLPOOL_BACKING_DEVDAX) shared_storage_ = private_storage_;  // one device, one offset space
+  if (provider_->device_node) shared_storage_ = private_storage_;  // one device, one offset space
   caps_ = describe_backing(spec_);
   fork_mode_ = effective_fork_mode(spec_, private_storage_->placement_in_storage());
   ledger_.capacity.store(caps_.capacity_bytes, std::memory_order_relaxed);
   online_.insert(0, caps_.capacity_bytes);
   space_ = caps_.capacity_bytes;
   // A devdax device cannot hold more than its size; a file or memfd can grow, up to max_size.
-  max_space_ = spec_.kind == CXLPOOL_BACKING_DEVDAX ? caps_.capacity_bytes : uint64_t(1) << 50;
+  max_space_ = provider_->device_node ? caps_.capacity_bytes : uint64_t(1) << 50;
   if (spec_.max_space) max_space_ = std::max<uint64_t>(std::min(max_space_, spec_.max_space), caps_.capacity_bytes);
 }
 
@@ -161,7 +154,7 @@ cxlpool_status_t Device::storage_for(Sharing sharing, std::shared_ptr<Storage>& 
     out = slot;
     return CXLPOOL_OK;
   }
-  if (spec_.kind == CXLPOOL_BACKING_DEVDAX && !forked_child_ && slot && slot->lost()) {
+  if (provider_->device_node && !forked_child_ && slot && slot->lost()) {
     std::snprintf(tls_message, sizeof tls_message,
                   "device '%s': the program closed cxlpool's descriptor of devdax:%s; the device cannot be "
                   "reopened while its memory is mapped",
@@ -171,14 +164,14 @@ cxlpool_status_t Device::storage_for(Sharing sharing, std::shared_ptr<Storage>& 
   try {
     // A fresh storage: after fork (the parent keeps the old one), or because the program
     // closed our descriptor. Device-DAX cannot be duplicated: a child's memory is a memfd.
-    bool fresh_copy = forked_child_ && spec_.kind == CXLPOOL_BACKING_DEVDAX;
+    bool fresh_copy = forked_child_ && provider_->device_node;
     slot = Storage::create(spec_, fresh_copy);
     if (int e = conform(*slot)) {
       std::snprintf(tls_message, sizeof tls_message, "device '%s': sizing its fresh storage: %s",
                     spec_.device_name.c_str(), std::strerror(e));
       return device_failure(err, status_of_errno(e), e, "opening storage");
     }
-    if (spec_.kind == CXLPOOL_BACKING_DEVDAX && forked_child_) {
+    if (provider_->device_node && forked_child_) {
       // One memfd for both sharing modes in the child, as the device had one offset space.
       private_storage_ = slot;
       shared_storage_ = slot;
@@ -317,7 +310,7 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
 cxlpool_status_t Device::map_range(uint64_t offset, size_t size, int client, void** out, DeviceError* err) noexcept {
   const size_t ps = caps_.page_size;
   if (size == 0 || offset % ps) return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "map");
-  if (spec_.kind == CXLPOOL_BACKING_NUMA) return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "map");
+  if (provider_->anonymous) return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0, "map");
   size = (size + ps - 1) / ps * ps;
   std::lock_guard<std::mutex> lock(mu_);
   // Only online offsets: past the end, or in an extent withdrawn or being withdrawn, is none.
@@ -611,7 +604,7 @@ int Device::copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh)
     // In the kernel where both are files (no page faults on either side); through our
     // mapping where the source cannot be read as a file (device-DAX, a descriptor the
     // program took away).
-    int in_fd = spec_.kind == CXLPOOL_BACKING_DEVDAX ? -1 : old.valid_fd();
+    int in_fd = provider_->device_node ? -1 : old.valid_fd();
     committed.for_each([&](uint64_t lo, uint64_t hi) {
       if (e) return;
       if (in_fd >= 0) {
@@ -738,8 +731,7 @@ bool Device::child_after_fork(char* message, size_t message_size) noexcept {
     for (size_t i = 0; i < nfresh; ++i) fresh |= fresh_for[i].second == private_storage_;
     if (!fresh) private_storage_->retire();
   }
-  if (spec_.kind == CXLPOOL_BACKING_DEVDAX && private_storage_ && !private_storage_->retired())
-    shared_storage_ = private_storage_;
+  if (provider_->device_node && private_storage_ && !private_storage_->retired()) shared_storage_ = private_storage_;
   return true;
 }
 

@@ -19,6 +19,7 @@
 
 #include "backing/backing_spec.hpp"
 #include "backing/claim.hpp"
+#include "backing/provider.hpp"
 #include "backing/storage.hpp"
 #include "common/interval_set.hpp"
 #include "common/metric.hpp"
@@ -325,6 +326,7 @@ class Device {
 
   BackingSpec requested_;
   BackingSpec spec_;
+  const Provider* provider_ = nullptr;  // spec_.kind's (backing/provider.hpp)
   cxlpool_backing_caps_t caps_{};
   ForkMode fork_mode_ = ForkMode::kCopyOnWrite;
   std::unique_ptr<DeviceClaim> claim_;

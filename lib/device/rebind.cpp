@@ -222,7 +222,7 @@ bool Device::copy_fenceable() const {
   // Moves take private ranges only, and those are anonymous memory (numa), or anonymous memory
   // under the file's policy (memfd, shm, file: Storage::map) on any filesystem but hugetlbfs,
   // which the fence covers too. Device-DAX pages are the device's own.
-  return spec_.kind != CXLPOOL_BACKING_DEVDAX;
+  return !provider_->device_node;
 }
 
 namespace {

@@ -44,8 +44,8 @@ bool same_spec(const BackingSpec& a, const BackingSpec& b) {
 
 // Two specs naming one object (however spelled: shm:q is file:/dev/shm/q).
 bool same_named_object(const BackingSpec& a, const BackingSpec& b) {
-  std::string ia = DeviceClaim::identity_of(a.kind, a.path);
-  return !ia.empty() && ia == DeviceClaim::identity_of(b.kind, b.path);
+  std::string ia = DeviceClaim::identity_of(a);
+  return !ia.empty() && ia == DeviceClaim::identity_of(b);
 }
 
 void destroy(Device* d) {

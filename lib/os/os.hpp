@@ -38,6 +38,8 @@ void unmap(void* addr, size_t size) noexcept;
 void* map_metadata(size_t size, bool noreserve = false);
 // The same, nullptr instead of an exception (allocation slow paths).
 void* try_map_metadata(size_t size, bool noreserve = false) noexcept;
+// A read-only MAP_SHARED mapping of [0, size) of fd, or nullptr.
+const void* try_map_readonly(int fd, size_t size) noexcept;
 // Asks for transparent huge pages on a metadata range (fewer TLB misses); best effort.
 void advise_hugepages(void* addr, size_t size) noexcept;
 
@@ -63,6 +65,9 @@ int open_tmpfile(const std::string& dir, const std::string& what);
 int open_char_device(const std::string& path);
 // flock(LOCK_EX|LOCK_NB); CXLPOOL_E_BUSY when another open file description holds it.
 void lock_exclusive(int fd, const std::string& what);
+// flock(LOCK_EX or LOCK_SH, LOCK_NB), also converting a lock fd holds: 0 or an errno
+// (EWOULDBLOCK: another open file description holds a conflicting lock).
+int try_lock(int fd, bool exclusive) noexcept;
 void close_fd(int fd) noexcept;
 void truncate_fd(int fd, uint64_t size);
 // Whether writes must go through a shared mapping to land in fd's own memory: a file in DAX
@@ -91,6 +96,11 @@ std::string read_whole_fd(int fd, const std::string& path);
 bool is_char_device(const std::string& path);
 // The kernel subsystem of a character device ("dax", "mem", ...) from /sys/dev/char, or "".
 std::string char_device_subsystem(const std::string& path);
+// path with every symlink resolved (realpath), or path itself when that fails.
+std::string real_path_or(const std::string& path);
+// path's directory resolved (realpath) plus its last component: the same file however the
+// directory is reached, the name itself never followed.
+std::string real_dir_path(const std::string& path);
 std::string parent_dir(const std::string& path);
 bool is_directory(const std::string& path);
 

@@ -100,6 +100,11 @@ const KernelCaps& kernel_caps() {
 
 void unmap(void* addr, size_t size) noexcept { munmap(addr, size); }
 
+const void* try_map_readonly(int fd, size_t size) noexcept {
+  void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
 void* try_map_metadata(size_t size, bool noreserve) noexcept {
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | (noreserve ? MAP_NORESERVE : 0);
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
@@ -277,6 +282,10 @@ void lock_exclusive(int fd, const std::string& what) {
   fail_os(what + ": flock(LOCK_EX)", err);
 }
 
+int try_lock(int fd, bool exclusive) noexcept {
+  return flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0 ? 0 : errno;
+}
+
 void close_fd(int fd) noexcept {
   if (fd >= 0) close(fd);
 }
@@ -427,6 +436,19 @@ std::string char_device_subsystem(const std::string& path) {
   target[n] = 0;
   const char* slash = strrchr(target, '/');
   return slash ? slash + 1 : target;
+}
+
+std::string real_path_or(const std::string& path) {
+  std::string out = path;
+  if (char* real = realpath(path.c_str(), nullptr)) {
+    out = real;
+    free(real);
+  }
+  return out;
+}
+
+std::string real_dir_path(const std::string& path) {
+  return real_path_or(parent_dir(path)) + "/" + path.substr(path.find_last_of('/') + 1);
 }
 
 std::string parent_dir(const std::string& path) {

@@ -276,14 +276,14 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
 // device is mapped (a file truncated meanwhile cannot SIGBUS us, holes of a sparse file are
 // not filled in on tmpfs), and the extent and lease tables are streamed in bounded chunks.
 cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpool_shared_participant_t>* out) {
-  const PoolLocation loc = parse_location(device);
+  const PoolLocation loc = locate_pool(device);
   const std::string what = "shared pool \"" + device + "\"";
-  const bool devdax = loc.kind == PoolLocation::kDevdax;
-  const int fd = os::open_existing_readonly(loc.path, devdax, what);
+  SharedObject obj = loc.ops->open(loc.spec, false, what);
   struct Closer {
-    int fd;
-    ~Closer() { os::close_fd(fd); }
-  } closer{fd};
+    SharedObject* obj;
+    ~Closer() { close_shared_object(obj); }
+  } closer{&obj};
+  const int fd = obj.fd;
   auto not_a_pool = [&] {
     fail(CXLPOOL_E_NOT_FOUND, "\"" + device + "\" carries no cxlpool shared-pool header (not a pool); left untouched");
   };
@@ -292,7 +292,7 @@ cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpo
       fail(CXLPOOL_E_NOT_FOUND,
            what + ": shrank, vanished or could not be read while surveyed (" + std::strerror(errno) + ")");
   };
-  const uint64_t device_size = devdax ? UINT64_MAX : os::fd_size(fd);
+  const uint64_t device_size = obj.size;
   if (device_size < kSuperblockBytes) not_a_pool();
   std::vector<uint64_t> head(kSuperblockBytes / 8);
   read(head.data(), kSuperblockBytes, 0);

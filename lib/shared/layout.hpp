@@ -18,9 +18,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backing/provider.hpp"
+
 namespace cxlpool::detail::shared {
 
-inline constexpr char kMagic[16] = {'C', 'X', 'L', 'P', 'O', 'O', 'L', '-', 'S', 'H', 'A', 'R', 'E', 'D', '0', '1'};
+// The device layer recognises a shared device by it (backing/provider.hpp).
+inline constexpr const char (&kMagic)[16] = kSharedPoolMagic;
 inline constexpr uint32_t kLayoutVersion = 1;
 inline constexpr size_t kLine = 128;  // one writer per 128-byte line (adjacent-line prefetch)
 inline constexpr size_t kSuperblockBytes = 4096;

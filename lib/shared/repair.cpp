@@ -51,15 +51,16 @@ bool superblock_valid(const Superblock& sb, uint64_t device_size, const std::str
 }  // namespace
 
 void repair_superblock(const std::string& device, RepairCounts* counts) {
-  const PoolLocation loc = parse_location(device);
+  const PoolLocation loc = locate_pool(device);
   const std::string what = "shared pool \"" + device + "\"";
-  const bool devdax = loc.kind == PoolLocation::kDevdax;
-  const int fd = os::open_existing(loc.path, devdax, what);
+  SharedObject obj = loc.ops->open(loc.spec, true, what);
   struct Closer {
-    int fd;
-    ~Closer() { os::close_fd(fd); }
-  } closer{fd};
-  const uint64_t device_size = devdax ? UINT64_MAX : os::fd_size(fd);
+    SharedObject* obj;
+    ~Closer() { close_shared_object(obj); }
+  } closer{&obj};
+  const bool devdax = obj.device_node;
+  const int fd = obj.fd;
+  const uint64_t device_size = obj.size;
   if (device_size < kSuperblockBytes) return;  // not a pool: opening it says so
   const size_t head_len = devdax ? (2u << 20) : kSuperblockBytes;
   auto* head = static_cast<std::byte*>(os::map_shared_fd(fd, head_len, 0, what));

@@ -204,20 +204,18 @@ Mapped map_existing(int fd, bool devdax, const std::string& what, Superblock* sb
 }  // namespace
 
 std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const SharedParams& params, unsigned flags) {
-  const PoolLocation loc = parse_location(device);
+  const PoolLocation loc = locate_pool(device);
   const std::string what = pool_what(device);
   if (flags & ~unsigned{CXLPOOL_SHARED_FORMAT_DEVICE})
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_pool_create: unknown flags " + std::to_string(flags));
   Mapped m;
   Superblock sb{};
   os::PathIdentity identity{};
-  if (loc.kind == PoolLocation::kDevdax) {
-    if (!os::is_char_device(loc.path) || os::char_device_subsystem(loc.path) != "dax")
-      fail(CXLPOOL_E_CONFIG, what + ": " + loc.path + " is not a device-DAX character device");
-    int fd = os::open_existing(loc.path, true, what);
-    try {
-      os::lock_exclusive(fd, what);  // one formatter per host at a time
-      void* head = os::map_shared_fd(fd, 2u << 20, 0, what);
+  os::NewFileSite site;
+  SharedObject obj = loc.ops->create(loc.spec, params.mode, what, &site);
+  try {
+    if (obj.device_node) {
+      void* head = os::map_shared_fd(obj.fd, 2u << 20, 0, what);
       const bool has_magic = std::memcmp(head, kMagic, sizeof kMagic) == 0;
       const auto* old = static_cast<const Superblock*>(head);
       const bool incomplete = has_magic && old->state == kStateCreating;
@@ -229,7 +227,7 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
                                    ": the device carries no cxlpool header; formatting destroys its contents, so "
                                    "it needs CXLPOOL_SHARED_FORMAT_DEVICE");
       sb = plan_superblock(params, UINT64_MAX);
-      m = map_pool(fd, sb.size, true, what);
+      m = map_pool(obj.fd, sb.size, true, what);
       Superblock creating = sb;
       creating.state = kStateCreating;
       creating.checksum = crc32c(&creating, offsetof(Superblock, checksum));
@@ -242,102 +240,113 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
       std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
       writeback_lines(m.base, kSuperblockCopyOffset + sizeof sb);
       full_fence();
-    } catch (...) {
-      if (m.base) os::unmap(m.base, m.size);
-      os::close_fd(fd);
-      throw;
-    }
-    identity = os::fd_identity(fd);
-    os::close_fd(fd);
-  } else {
-    if (!os::path_kind(loc.path).empty())
-      fail(CXLPOOL_E_EXISTS, what + ": \"" + loc.path + "\" already exists (" + os::path_kind(loc.path) +
-                                 "); it was left untouched (open it, or remove it)");
-    sb = plan_superblock(params, UINT64_MAX);
-    os::NewFileSite site;
-    int fd = os::create_unnamed_file(loc.path, params.mode, what, &site);
-    try {
-      os::truncate_fd(fd, sb.size);
-      os::allocate_file(fd, sb.size, what);
-      m = map_pool(fd, sb.size, false, what);
+    } else {
+      sb = plan_superblock(params, UINT64_MAX);
+      os::truncate_fd(obj.fd, sb.size);
+      os::allocate_file(obj.fd, sb.size, what);
+      m = map_pool(obj.fd, sb.size, false, what);
       std::memcpy(m.base, &sb, sizeof sb);  // the rest of a new file reads as zeros: all free
       std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
-      os::link_new_file(fd, &site, loc.path, what);
-      identity = os::fd_identity(fd);
-    } catch (...) {
-      if (m.base) os::unmap(m.base, m.size);
-      os::close_fd(fd);
-      throw;
     }
-    os::close_fd(fd);  // the mapping keeps the memory; no descriptor for a program to close
+    loc.ops->publish(&obj, &site, what);
+    identity = os::fd_identity(obj.fd);
+  } catch (...) {
+    if (m.base) os::unmap(m.base, m.size);
+    close_shared_object(&obj);
+    throw;
   }
-  std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, &params));
-  pool->watch_path(loc, identity);
+  std::unique_ptr<SharedPool> pool;
+  try {
+    pool.reset(new SharedPool(m.base, m.size, sb, what, &params));
+  } catch (...) {
+    close_shared_object(&obj);
+    throw;
+  }
+  pool->hold_device(loc, identity, &obj);
   pool->join(&params);
   return pool;
 }
 
 std::unique_ptr<SharedPool> SharedPool::open(const std::string& device, const SharedParams* params) {
-  const PoolLocation loc = parse_location(device);
+  const PoolLocation loc = locate_pool(device);
   const std::string what = pool_what(device);
-  const bool devdax = loc.kind == PoolLocation::kDevdax;
-  int fd = os::open_existing(loc.path, devdax, what);
+  SharedObject obj = loc.ops->open(loc.spec, true, what);
   Mapped m;
   Superblock sb{};
   os::PathIdentity identity{};
   try {
-    m = map_existing(fd, devdax, what, &sb);
-    if (!devdax) os::fill_holes(fd, sb.size, what);
-    identity = os::fd_identity(fd);
+    m = map_existing(obj.fd, obj.device_node, what, &sb);
+    if (!obj.device_node) os::fill_holes(obj.fd, sb.size, what);
+    identity = os::fd_identity(obj.fd);
   } catch (...) {
     if (m.base) os::unmap(m.base, m.size);
-    os::close_fd(fd);
+    close_shared_object(&obj);
     throw;
   }
-  os::close_fd(fd);
-  std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, params));
-  pool->watch_path(loc, identity);
+  std::unique_ptr<SharedPool> pool;
+  try {
+    pool.reset(new SharedPool(m.base, m.size, sb, what, params));
+  } catch (...) {
+    close_shared_object(&obj);
+    throw;
+  }
+  pool->hold_device(loc, identity, &obj);
   pool->join(params);
   return pool;
 }
 
 MappedPool map_pool_unjoined(const std::string& device) {
-  const PoolLocation loc = parse_location(device);
+  const PoolLocation loc = locate_pool(device);
   const std::string what = pool_what(device);
-  const bool devdax = loc.kind == PoolLocation::kDevdax;
-  int fd = os::open_existing(loc.path, devdax, what);
+  SharedObject obj = loc.ops->open(loc.spec, true, what);
   MappedPool out;
   try {
-    Mapped m = map_existing(fd, devdax, what, &out.sb);
+    Mapped m = map_existing(obj.fd, obj.device_node, what, &out.sb);
     out.base = m.base;
     out.size = m.size;
   } catch (...) {
-    os::close_fd(fd);
+    close_shared_object(&obj);
     throw;
   }
-  os::close_fd(fd);
+  close_shared_object(&obj);
   return out;
 }
 
 void unmap_pool(const MappedPool& m) { os::unmap(m.base, m.size); }
 
 void SharedPool::unlink(const std::string& device) {
-  const PoolLocation loc = parse_location(device);
+  const PoolLocation loc = locate_pool(device);
   const std::string what = pool_what(device);
-  if (loc.kind == PoolLocation::kDevdax) fail(CXLPOOL_E_NOT_SUPPORTED, what + ": a device has no name to remove");
-  int fd = os::open_existing(loc.path, false, what);
+  if (loc.device_node) fail(CXLPOOL_E_NOT_SUPPORTED, what + ": a device has no name to remove");
+  SharedObject obj = loc.ops->open(loc.spec, true, what);
   Superblock sb{};
   os::PathIdentity identity{};
   try {
-    Mapped m = map_existing(fd, false, what, &sb);  // refuses anything that is not our pool
+    Mapped m = map_existing(obj.fd, false, what, &sb);  // refuses anything that is not our pool
     os::unmap(m.base, m.size);
-    identity = os::fd_identity(fd);
+    identity = os::fd_identity(obj.fd);
   } catch (...) {
-    os::close_fd(fd);
+    close_shared_object(&obj);
     throw;
   }
-  os::close_fd(fd);
-  os::unlink_path(loc.path, identity, what);
+  close_shared_object(&obj);
+  loc.ops->remove(loc.spec, identity, what);
+}
+
+void SharedPool::hold_device(const PoolLocation& loc, const os::PathIdentity& identity, SharedObject* obj) {
+  path_ = loc.path;
+  identity_ = identity;
+  check_path_ = true;
+  devdax_ = loc.device_node;
+  if (!obj->device_node) {
+    close_shared_object(obj);  // the mapping keeps the memory; no descriptor for a program to close
+    return;
+  }
+  // A device node stays open for its flock(LOCK_SH): no private device takes it while the pool
+  // is in use here. Kept high and identity-checked, like a device's storage descriptor.
+  device_fd_ = os::prim::move_fd_high(obj->fd);
+  obj->fd = -1;
+  os::prim::file_id(device_fd_, &device_fd_id_);
 }
 
 SharedPool::SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what,
@@ -377,6 +386,9 @@ SharedPool::~SharedPool() {
   nc_view_.reset();
   const uint64_t len = view_.size();
   os::unmap(view_.base(), len);
+  os::prim::FileId now;
+  if (device_fd_ >= 0 && os::prim::file_id(device_fd_, &now) == 0 && now == device_fd_id_)
+    os::prim::close_fd(device_fd_);
 }
 
 void SharedPool::join(const SharedParams* params) {

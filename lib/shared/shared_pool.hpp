@@ -18,6 +18,7 @@
 
 #include "cxlpool/shared.h"
 #include "os/os.hpp"
+#include "os/prim.hpp"
 #include "shared/noncoherent_view.hpp"
 #include "shared/view.hpp"
 
@@ -335,13 +336,11 @@ class SharedPool {
   std::string failure_reason_;  // under mu_
   void check_device();
   const char* device_problem(os::PathIdentity* now) const noexcept;  // nullptr: intact
-  void watch_path(const PoolLocation& loc, const os::PathIdentity& identity) {
-    path_ = loc.path;
-    identity_ = identity;
-    check_path_ = true;
-    devdax_ = loc.kind == PoolLocation::kDevdax;
-  }
+  // Watches the pool's name for the health check; keeps a device node's descriptor (its lock).
+  void hold_device(const PoolLocation& loc, const os::PathIdentity& identity, SharedObject* obj);
   bool devdax_ = false;
+  int device_fd_ = -1;  // a device node under flock(LOCK_SH) while the pool is open here
+  os::prim::FileId device_fd_id_{};
   PoolView view_;
   uint32_t slot_ = 0;
   uint32_t incarnation_ = 0;

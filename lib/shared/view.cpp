@@ -10,29 +10,16 @@ namespace cxlpool::detail::shared {
 
 using detail::fail;
 
-PoolLocation parse_location(const std::string& device) {
+PoolLocation locate_pool(const std::string& device) {
+  const std::string what = "shared pool \"" + device + "\"";
   PoolLocation loc;
   loc.text = device;
-  auto rest = [&](size_t n) { return device.substr(n); };
-  if (device.rfind("shm:", 0) == 0) {
-    loc.kind = PoolLocation::kShm;
-    std::string name = rest(4);
-    if (name.empty() || name.size() > 200 || name.find('/') != std::string::npos || name == "." || name == "..")
-      fail(CXLPOOL_E_CONFIG, "shared pool \"" + device + "\": shm:NAME needs a name without '/' (at most 200 bytes)");
-    loc.path = "/dev/shm/" + name;
-  } else if (device.rfind("file:", 0) == 0) {
-    loc.kind = PoolLocation::kFile;
-    loc.path = rest(5);
-    if (loc.path.empty() || loc.path[0] != '/')
-      fail(CXLPOOL_E_CONFIG, "shared pool \"" + device + "\": file:PATH needs an absolute path");
-  } else if (device.rfind("devdax:", 0) == 0) {
-    loc.kind = PoolLocation::kDevdax;
-    loc.path = rest(7);
-    if (loc.path.rfind("/dev/dax", 0) != 0)
-      fail(CXLPOOL_E_CONFIG, "shared pool \"" + device + "\": devdax:PATH must name /dev/daxX.Y");
-  } else {
-    fail(CXLPOOL_E_CONFIG, "shared pool \"" + device + "\": expected shm:NAME, file:PATH or devdax:PATH");
-  }
+  const std::string why = parse_location(device, &loc.spec);
+  if (!why.empty()) fail(CXLPOOL_E_CONFIG, what + ": " + why);
+  loc.ops = &shared_object_ops(loc.spec, what);
+  const Provider* p = provider_for(loc.spec.kind);
+  loc.path = p->named_path(loc.spec);
+  loc.device_node = p->device_node;
   return loc;
 }
 

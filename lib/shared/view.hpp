@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backing/provider.hpp"
 #include "cxlpool/shared.h"
 #include "shared/coherence.hpp"
 #include "shared/layout.hpp"
@@ -25,13 +26,17 @@ struct BlockRef {
   uint64_t* state = nullptr;
 };
 
-// Where a pool lives: shm:NAME, file:PATH or devdax:PATH.
+// Where a pool lives: a named device in the device layer's one location grammar
+// (backing/provider.hpp: shm:NAME, file:PATH, devdax:PATH), opened through its provider.
 struct PoolLocation {
-  enum Kind { kShm, kFile, kDevdax } kind = kShm;
-  std::string path;  // the file or device path (shm:NAME -> /dev/shm/NAME)
-  std::string text;  // as the user wrote it, for messages
+  BackingSpec spec;                      // the device's kind and path
+  const SharedObjectOps* ops = nullptr;  // its provider's named-object operations
+  std::string path;                      // the object's name (shm:NAME -> /dev/shm/NAME)
+  bool device_node = false;              // devdax: a device node, not a file
+  std::string text;                      // as the user wrote it, for messages
 };
-PoolLocation parse_location(const std::string& device);
+// CXLPOOL_E_CONFIG naming the pool when device is not a named device that can hold one.
+PoolLocation locate_pool(const std::string& device);
 
 class PoolView {
  public:

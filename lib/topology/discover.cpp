@@ -7,6 +7,7 @@
 #include <climits>
 #include <iterator>
 
+#include "backing/provider.hpp"
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "config/options.hpp"
@@ -631,8 +632,12 @@ void validate_emulated(const DeviceSpec& s, const std::string& dev) {
     fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': '" + format_backing(s) +
                                "' needs size= (cxlpool creates the device's memory itself and never sizes it "
                                "from an existing object)");
+  BackingSpec loc;
+  loc.kind = s.backing;
+  loc.path = s.path;
+  const Provider* provider = provider_for(s.backing);
   if (s.backing == CXLPOOL_BACKING_FILE || s.backing == CXLPOOL_BACKING_SHM) {
-    std::string named = s.backing == CXLPOOL_BACKING_FILE ? s.path : "/dev/shm/" + s.path;
+    std::string named = provider->named_path(loc);
     std::string dir = os::parent_dir(named);
     if (!os::is_directory(dir)) {
       std::string what = os::path_kind(dir);
@@ -807,7 +812,7 @@ void add_room_warnings(Topology& topo) {
     std::string parts;
     os::FsRoom fs;
     if (kind != CXLPOOL_BACKING_MEMFD) {
-      const std::string dir = kind == CXLPOOL_BACKING_SHM ? "/dev/shm" : os::parent_dir(t.backing.path);
+      const std::string dir = os::parent_dir(provider_for(kind)->named_path(t.backing));
       if (os::filesystem_room(dir, &fs) && fs.bytes < size)
         parts += fs.huge_page ? dir + " (hugetlbfs) has " + std::to_string(fs.bytes / fs.huge_page) + " free " +
                                     format_bytes(fs.huge_page) + " huge pages (" + format_bytes(fs.bytes) +

@@ -3,6 +3,7 @@
 // an object {"value": ..., "source": "..."} with value null when unknown.
 #include "common/json.hpp"
 
+#include "backing/provider.hpp"
 #include "common/names.hpp"
 #include "topology/model.hpp"
 
@@ -45,21 +46,8 @@ const char* target_kind_str(cxlpool_target_kind_t k) {
 }
 
 const char* backing_kind_str(cxlpool_backing_kind_t k) {
-  switch (k) {
-    case CXLPOOL_BACKING_NUMA:
-      return "numa";
-    case CXLPOOL_BACKING_MEMFD:
-      return "memfd";
-    case CXLPOOL_BACKING_SHM:
-      return "shm";
-    case CXLPOOL_BACKING_FILE:
-      return "file";
-    case CXLPOOL_BACKING_DEVDAX:
-      return "devdax";
-    default:
-      break;
-  }
-  return "unknown";
+  const Provider* p = provider_for(k);
+  return p ? p->word : "unknown";
 }
 
 std::string topology_to_json(const Topology& topo) {

@@ -977,7 +977,8 @@ def mode_thread_storm():
     storm("500 threads together, blocks to 256 KiB", ["500", "2000", "18", "--together"], policies, 3)
     # 2,000 threads alive at once with one small block each: the peak is then their stacks and
     # what each costs the allocator (its heap, its thread state), the part that grows with the
-    # number of threads (5 of each heap's 9 pages written at exit made it 3.3x glibc's; 2.4x now).
+    # number of threads (a heap's fields in rows per field put one device's writes on 6 of its 9
+    # pages: 3.0x glibc's on kernel 6.18; a row per device keeps them on 2: 1.9x).
     storm("2000 threads together, one small block each", ["2000", "1", "4", "--together"], policies, 2.75)
     # Short-lived threads racing (how many overlap depends on the machine, so no RSS bound):
     # blocks to 64 KiB keep even all 2,000 live at once well inside the 2 GiB device.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 # Checks the include direction between lib/ components against the rule written in
-# docs/architecture.md (between the layering:begin/end markers).
+# docs/architecture.md (between the layering:begin/end markers), and that devices are opened
+# and their locations parsed in lib/backing only.
 import os
 import re
 import sys
@@ -41,5 +42,26 @@ for comp in allowed:
     if comp not in components:
         print(f"FAIL  docs/architecture.md describes lib/{comp}, which does not exist")
         bad += 1
+# One device layer: only lib/backing (the providers) opens, creates, locks or removes a device's
+# object or parses a device's location; every other component asks it (docs/architecture.md).
+openers = re.compile(r"\bos::(open_existing|open_existing_readonly|create_unnamed_file|link_new_file|unlink_path|"
+                     r"open_tmpfile|open_char_device|memfd_create|try_lock|lock_exclusive)\s*\(")
+parsers = re.compile(r"""(rfind|find|compare|starts_with|substr)\s*\(\s*"(shm|file|devdax|numa|memfd):"|"/dev/shm/"\s*\+""")
+for comp in components:
+    if comp in ("backing", "os"):
+        continue
+    for dirpath, _, files in os.walk(os.path.join(lib, comp)):
+        for f in files:
+            if not f.endswith((".cpp", ".hpp", ".h", ".c")):
+                continue
+            path = os.path.join(dirpath, f)
+            for n, line in enumerate(open(path), 1):
+                code = line.split("//")[0]
+                if openers.search(code):
+                    print(f"FAIL  {os.path.relpath(path, root)}:{n}: opens a device object outside lib/backing")
+                    bad += 1
+                if parsers.search(code):
+                    print(f"FAIL  {os.path.relpath(path, root)}:{n}: parses a device location outside lib/backing")
+                    bad += 1
 print(f"{len(components)} components checked, {bad} violations")
 sys.exit(1 if bad else 0)

@@ -2,6 +2,7 @@
 // Placement checks run inside the multi-node test guest: every NUMA node target, and a
 // numa:N device declared on every CPU-less node, gets memory committed through a cxlpool
 // backing and verified page by page with move_pages status queries; capacity is enforced.
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -94,6 +95,58 @@ void pool_on_devdax(const cxlpool::Topology& topo, const std::string& dax) {
   for (auto& [p, n] : blocks) pool.deallocate(p);
 }
 
+// One device layer's devdax lock: a private device (flock LOCK_EX) and a shared pool (LOCK_SH
+// per participant) never share a device, and a device holding a shared pool's superblock is
+// never adopted as a private device, even with no participant. The device's header is wiped
+// again at the end (this test wrote it).
+void shared_vs_private_devdax(const cxlpool::Topology& topo, const cxlpool::Target& dax) {
+  const std::string device = "devdax:/dev/" + std::string(dax.name());
+  cxlpool_shared_params_t* params = nullptr;
+  cxlpool_shared_params_create(&params);
+  cxlpool_shared_params_set_size(params, size_t(16) << 20);
+  auto status_of = [](auto&& fn) {
+    try {
+      fn();
+    } catch (const cxlpool::Error& e) {
+      std::printf("     (%s)\n", e.what());
+      return e.status();
+    }
+    return CXLPOOL_OK;
+  };
+  cxlpool_shared_pool_t* sp = nullptr;
+  {
+    auto b = cxlpool::Backing::open(topo, dax);  // the device, privately
+    cxlpool_status_t st = cxlpool_shared_pool_create(device.c_str(), params, CXLPOOL_SHARED_FORMAT_DEVICE, &sp);
+    std::printf("     (%s)\n", cxlpool_last_error_message());
+    check(st == CXLPOOL_E_BUSY, device + ": held privately, formatting it as a shared pool is BUSY");
+  }
+  cxlpool_status_t st = cxlpool_shared_pool_create(device.c_str(), params, CXLPOOL_SHARED_FORMAT_DEVICE, &sp);
+  cxlpool_shared_params_destroy(params);
+  check(st == CXLPOOL_OK, device + ": formatted as a shared pool once the private device is closed");
+  if (st != CXLPOOL_OK) return;
+  void* block = nullptr;
+  check(cxlpool_shared_alloc(sp, 4096, &block) == CXLPOOL_OK, device + ": a shared block");
+  if (block) std::memset(block, 0x6b, 4096);
+  check(status_of([&] { cxlpool::Backing::open(topo, dax); }) == CXLPOOL_E_BUSY,
+        device + ": while the shared pool is open, a private device on it is BUSY");
+  cxlpool_shared_pool_close(sp);
+  check(status_of([&] { cxlpool::Backing::open(topo, dax); }) == CXLPOOL_E_CONFIG,
+        device + ": with no participant, the device holding a shared pool is still refused as a private device");
+  sp = nullptr;
+  check(cxlpool_shared_pool_open(device.c_str(), nullptr, &sp) == CXLPOOL_OK, device + ": the shared pool reopens");
+  cxlpool_shared_pool_close(sp);
+  // Wipe the header this test wrote: the device is an ordinary device-DAX device again.
+  int fd = open(("/dev/" + std::string(dax.name())).c_str(), O_RDWR | O_CLOEXEC);
+  void* head = fd < 0 ? MAP_FAILED : mmap(nullptr, size_t(2) << 20, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (head != MAP_FAILED) {
+    std::memset(head, 0, 4096);
+    munmap(head, size_t(2) << 20);
+  }
+  if (fd >= 0) close(fd);
+  check(status_of([&] { cxlpool::Backing::open(topo, dax); }) == CXLPOOL_OK,
+        device + ": its header wiped, the device opens privately again");
+}
+
 // A real device-DAX device (dax_hmem over a soft-reserved range): the devdax backing with its
 // 2 MiB granule, a second mapping of the same device range, contents kept across decommit,
 // capacity, and a pool on it.
@@ -139,6 +192,8 @@ int devdax_checks() {
   r.reset();
   check(b.usage().reservations == 0 && b.usage().committed_bytes == 0, "everything released");
   pool_on_devdax(topo, std::string(dax->name()));
+  { cxlpool::Backing closed(std::move(b)); }  // the private device closes with its last user
+  shared_vs_private_devdax(topo, *dax);
   std::printf("vm_checks: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+// Backing providers: the one table through which everything that depends on a device's kind
+// is done — its text in the device grammar, the name it stands for, its claim, its
+// capabilities and fork behaviour, opening its storage for private pools, and opening,
+// creating and removing the named object that holds a shared pool. One file per backend
+// (backing/providers/); a backend is added by one new file and one line in provider.cpp's
+// table (or, in a test, register_provider). Nothing outside this table tests a kind to
+// decide how to open or name a device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "backing/backing_spec.hpp"
+#include "cxlpool/backing.h"
+#include "os/os.hpp"
+
+namespace cxlpool::detail {
+
+// What a provider opened for a private device's Storage (backing/storage.cpp).
+struct StorageOpen {
+  int fd = -1;                    // a descriptor cxlpool created; -1: anonymous memory
+  int numa_node = -1;             // anonymous memory is bound to this node (-1: none)
+  std::string description;        // for messages: "memfd", "unnamed file in /dev/shm", ...
+  bool sized_by_cxlpool = false;  // a file cxlpool made: truncated to the capacity, resizable
+  bool room_limited = false;      // its filesystem can fill up (fallocate at commit)
+  bool filesystem_file = false;   // a file of a filesystem: DAX or hugetlbfs decide its mapping
+};
+
+// The named object holding a shared pool, open: a regular file (shm:NAME, file:PATH) or a
+// device node (devdax:PATH) held under flock(LOCK_SH) while open for use.
+struct SharedObject {
+  int fd = -1;
+  bool device_node = false;  // no size of its own to read; mapped in 2 MiB units
+  uint64_t size = 0;         // bytes; UINT64_MAX for a device node
+  std::string path;
+};
+
+// How a kind's named object is opened, created and removed (shared pools). Every call throws
+// Failure naming what (the pool as the user wrote it).
+struct SharedObjectOps {
+  // Opens the existing object, checked to be what the kind names. writable: for use (a device
+  // node is then held under flock(LOCK_SH), CXLPOOL_E_BUSY while a private device holds it);
+  // otherwise a read-only look that locks and writes nothing.
+  SharedObject (*open)(const BackingSpec& spec, bool writable, const std::string& what);
+  // A new object, not yet visible to anyone who opens it by name (an unnamed file), or the
+  // device node under flock(LOCK_EX) for formatting. site keeps what publish needs.
+  SharedObject (*create)(const BackingSpec& spec, unsigned mode, const std::string& what, os::NewFileSite* site);
+  // Makes a created object what opening its name finds (link; a device node: LOCK_EX -> LOCK_SH).
+  void (*publish)(SharedObject* obj, os::NewFileSite* site, const std::string& what);
+  // Removes the object's name while it still is the object identified (CXLPOOL_E_NOT_SUPPORTED
+  // for a device node).
+  void (*remove)(const BackingSpec& spec, const os::PathIdentity& expected, const std::string& what);
+};
+
+struct Provider {
+  const char* word;    // the grammar's word: "numa", "memfd", "shm", "file", "devdax"
+  int kind;            // cxlpool_backing_kind_t; a test's provider uses a value of its own (>= 64)
+  const char* syntax;  // for messages: "numa:N"
+  bool anonymous;      // no descriptor: anonymous memory placed by a memory policy
+  bool device_node;    // a device node: one offset space for every mapping, its size fixed,
+                       // never mapped privately (a fork child's copy goes to a memfd)
+  // Parses what follows the word (has_arg: a ':' followed it) into out's kind, numa_node and
+  // path. Returns "" or why the text is wrong.
+  std::string (*parse)(std::string_view arg, bool has_arg, BackingSpec* out);
+  // The canonical text; parsing it gives the same spec.
+  std::string (*format)(const BackingSpec& spec);
+  // The filesystem name the device stands for, "" when none: a private device never creates,
+  // opens or writes it (it lives in an unnamed file); a shared pool lives there.
+  std::string (*named_path)(const BackingSpec& spec);
+  // The identity a claim is taken on (the same object however it is named), "" for a device no
+  // other process can name.
+  std::string (*claim_identity)(const BackingSpec& spec);
+  // Opens the storage of a private device (fork_copy: a fork child's own copy). Throws Failure.
+  void (*open_storage)(const BackingSpec& spec, bool fork_copy, StorageOpen* out);
+  // nullptr when the kind cannot hold a shared pool.
+  const SharedObjectOps* shared;
+};
+
+// The provider of a kind, or nullptr.
+const Provider* provider_for(int kind) noexcept;
+// The provider whose grammar word is word, or nullptr.
+const Provider* provider_named(std::string_view word) noexcept;
+// Adds a provider (tests: a fake backend). false when its word or kind is taken. Not
+// thread-safe against concurrent lookups: call before any device is opened.
+bool register_provider(const Provider* p) noexcept;
+// "numa:N, shm, shm:NAME, ..." for messages.
+std::string provider_syntaxes();
+
+// The one grammar of where a device's bytes are (docs/config.md): WORD or WORD:ARG of a
+// registered provider. Fills out's kind, numa_node and path; returns "" or why the text is
+// wrong (the caller names where it was written).
+std::string parse_location(std::string_view text, BackingSpec* out);
+// Canonical text of a spec's location ("?" for an unknown kind).
+std::string format_location(const BackingSpec& spec);
+
+// The shared-pool magic at offset 0 of a pool's named object: the device layer recognises a
+// shared device by it, and no private device adopts one that carries it.
+inline constexpr char kSharedPoolMagic[16] = {'C', 'X', 'L', 'P', 'O', 'O', 'L', '-',
+                                              'S', 'H', 'A', 'R', 'E', 'D', '0', '1'};
+
+// Shared pools' named objects through their kind's provider: CXLPOOL_E_CONFIG naming the
+// kinds that can hold one when spec's cannot.
+// The named object of the file kinds (shm:NAME, file:PATH): a regular file, created unnamed
+// and linked once whole (backing/shared_file.cpp).
+extern const SharedObjectOps kSharedFileOps;
+
+const SharedObjectOps& shared_object_ops(const BackingSpec& spec, const std::string& what);
+void close_shared_object(SharedObject* obj) noexcept;
+
+}  // namespace cxlpool::detail
