@@ -72,6 +72,23 @@ std::string parse_location(std::string_view text, BackingSpec* out) {
   return p->parse(has_arg ? text.substr(colon + 1) : std::string_view(), has_arg, out);
 }
 
+std::string parse_absolute_path(std::string_view arg, bool has_arg, std::string_view word, const char* example,
+                                BackingSpec* out) {
+  if (!has_arg || arg.empty() || arg[0] != '/')
+    return "bad path '" + std::string(has_arg ? arg : word) + "' (expected an absolute path, e.g. " + example + ")";
+  if (arg.back() == '/')
+    return "bad path '" + std::string(arg) + "' (it ends in '/', so it names a directory; e.g. " + example + ")";
+  out->path = std::string(arg);
+  return "";
+}
+
+void open_unnamed_file_storage(const std::string& dir, const BackingSpec& spec, StorageOpen* out) {
+  out->fd = os::open_tmpfile(dir, "device '" + spec.device_name + "'");
+  out->description = "unnamed file in " + dir;
+  out->sized_by_cxlpool = true;
+  out->room_limited = true;
+}
+
 std::string format_location(const BackingSpec& spec) {
   const Provider* p = provider_for(spec.kind);
   return p ? p->format(spec) : "?";
@@ -89,11 +106,6 @@ const SharedObjectOps& shared_object_ops(const BackingSpec& spec, const std::str
              (p ? std::string(p->word) + " has no name another process can open" : std::string("unknown kind")));
   }
   return *p->shared;
-}
-
-void close_shared_object(SharedObject* obj) noexcept {
-  os::close_fd(obj->fd);
-  obj->fd = -1;
 }
 
 ForkMode effective_fork_mode(const BackingSpec& spec, bool dax_or_hugetlb) {

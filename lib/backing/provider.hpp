@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "backing/backing_spec.hpp"
 #include "cxlpool/backing.h"
@@ -29,12 +30,20 @@ struct StorageOpen {
 };
 
 // The named object holding a shared pool, open: a regular file (shm:NAME, file:PATH) or a
-// device node (devdax:PATH) held under flock(LOCK_SH) while open for use.
+// device node (devdax:PATH) held under flock(LOCK_SH) while open for use. Owns its descriptor
+// (closed with it, unless taken with release()).
 struct SharedObject {
   int fd = -1;
   bool device_node = false;  // no size of its own to read; mapped in 2 MiB units
   uint64_t size = 0;         // bytes; UINT64_MAX for a device node
   std::string path;
+
+  SharedObject() = default;
+  SharedObject(SharedObject&& o) noexcept
+      : fd(std::exchange(o.fd, -1)), device_node(o.device_node), size(o.size), path(std::move(o.path)) {}
+  SharedObject& operator=(SharedObject&&) = delete;
+  ~SharedObject() { os::close_fd(fd); }
+  int release() noexcept { return std::exchange(fd, -1); }
 };
 
 // How a kind's named object is opened, created and removed (shared pools). Every call throws
@@ -78,6 +87,14 @@ struct Provider {
   const SharedObjectOps* shared;
 };
 
+// Shared by providers: WORD:PATH with PATH absolute and not ending in '/' ("" or why not,
+// naming example).
+std::string parse_absolute_path(std::string_view arg, bool has_arg, std::string_view word, const char* example,
+                                BackingSpec* out);
+// Shared by the file kinds: a private device's storage is an unnamed file in dir (never the
+// device's name), its room taken from that filesystem.
+void open_unnamed_file_storage(const std::string& dir, const BackingSpec& spec, StorageOpen* out);
+
 // The provider of a kind, or nullptr.
 const Provider* provider_for(int kind) noexcept;
 // The provider whose grammar word is word, or nullptr.
@@ -107,6 +124,5 @@ inline constexpr char kSharedPoolMagic[16] = {'C', 'X', 'L', 'P', 'O', 'O', 'L',
 extern const SharedObjectOps kSharedFileOps;
 
 const SharedObjectOps& shared_object_ops(const BackingSpec& spec, const std::string& what);
-void close_shared_object(SharedObject* obj) noexcept;
 
 }  // namespace cxlpool::detail

@@ -14,18 +14,15 @@ SharedObject open_file(const BackingSpec& spec, bool writable, const std::string
   SharedObject o;
   o.path = path_of(spec);
   o.fd = writable ? os::open_existing(o.path, false, what) : os::open_existing_readonly(o.path, false, what);
-  try {
-    o.size = os::fd_size(o.fd);
-  } catch (...) {
-    close_shared_object(&o);
-    throw;
-  }
+  o.size = os::fd_size(o.fd);
   return o;
 }
 
 SharedObject create_file(const BackingSpec& spec, unsigned mode, const std::string& what, os::NewFileSite* site) {
   SharedObject o;
   o.path = path_of(spec);
+  if (os::path_kind(o.path) == "directory")
+    fail(CXLPOOL_E_CONFIG, what + ": \"" + o.path + "\" is a directory, which cannot hold a pool (name a file in it)");
   if (!os::path_kind(o.path).empty())
     fail(CXLPOOL_E_EXISTS, what + ": \"" + o.path + "\" already exists (" + os::path_kind(o.path) +
                                "); it was left untouched (open it, or remove it)");

@@ -71,8 +71,8 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
       std::snprintf(owner, sizeof owner, " (owner uid %u, mode %04o)", uid, mode);
       fail(CXLPOOL_E_PERMISSION,
            dev + ": " + named + " exists (" + kind + owner +
-               ") and was not created by cxlpool for this device; cxlpool never uses or "
-               "changes existing files. Remove it or choose another " +
+               ") and was not created by cxlpool for this device; a private device never uses or "
+               "changes an existing file, a shared pool's included. Remove it or choose another " +
                (std::string_view(provider_->syntax).find("NAME") != std::string_view::npos ? "name" : "path"));
     }
   }

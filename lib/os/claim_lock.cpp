@@ -267,6 +267,15 @@ int take_claim_lock(const std::string& dir, const std::string& name, ClaimLock* 
         ::close(fd);
         continue;
       }
+      // A file of this user that holds something else than a claim (a holder writes its line
+      // while it holds the lock, so only a holder killed before writing leaves it empty) is not
+      // ours to overwrite or to remove.
+      struct stat now {};
+      if (fstat(fd, &now) == 0 && now.st_size > 0 && !writer_of(fd).known) {
+        ::close(fd);
+        *why = where + " exists and is not a cxlpool claim lock (it holds other data); it was left untouched";
+        return EEXIST;
+      }
       fchmod(fd, 0600);  // whatever the umask made of it
       write_self(fd);
       struct stat mine {};

@@ -279,10 +279,6 @@ cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpo
   const PoolLocation loc = locate_pool(device);
   const std::string what = "shared pool \"" + device + "\"";
   SharedObject obj = loc.ops->open(loc.spec, false, what);
-  struct Closer {
-    SharedObject* obj;
-    ~Closer() { close_shared_object(obj); }
-  } closer{&obj};
   const int fd = obj.fd;
   auto not_a_pool = [&] {
     fail(CXLPOOL_E_NOT_FOUND, "\"" + device + "\" carries no cxlpool shared-pool header (not a pool); left untouched");

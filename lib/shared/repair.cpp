@@ -54,10 +54,6 @@ void repair_superblock(const std::string& device, RepairCounts* counts) {
   const PoolLocation loc = locate_pool(device);
   const std::string what = "shared pool \"" + device + "\"";
   SharedObject obj = loc.ops->open(loc.spec, true, what);
-  struct Closer {
-    SharedObject* obj;
-    ~Closer() { close_shared_object(obj); }
-  } closer{&obj};
   const bool devdax = obj.device_node;
   const int fd = obj.fd;
   const uint64_t device_size = obj.size;

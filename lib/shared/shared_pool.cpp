@@ -172,9 +172,21 @@ Superblock plan_superblock(const SharedParams& p, uint64_t device_size) {
 
 namespace {
 
+// A mapping of a pool, unmapped with this unless taken (the pool owns it once made).
 struct Mapped {
   std::byte* base = nullptr;
   uint64_t size = 0;
+  Mapped() = default;
+  Mapped(Mapped&& o) noexcept : base(std::exchange(o.base, nullptr)), size(o.size) {}
+  Mapped& operator=(Mapped&& o) noexcept {
+    std::swap(base, o.base);
+    std::swap(size, o.size);
+    return *this;
+  }
+  ~Mapped() {
+    if (base) os::unmap(base, size);
+  }
+  std::byte* release() noexcept { return std::exchange(base, nullptr); }
 };
 
 // Maps [0, size) of fd; devdax needs 2 MiB multiples.
@@ -213,55 +225,44 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
   os::PathIdentity identity{};
   os::NewFileSite site;
   SharedObject obj = loc.ops->create(loc.spec, params.mode, what, &site);
-  try {
-    if (obj.device_node) {
-      void* head = os::map_shared_fd(obj.fd, 2u << 20, 0, what);
-      const bool has_magic = std::memcmp(head, kMagic, sizeof kMagic) == 0;
-      const auto* old = static_cast<const Superblock*>(head);
-      const bool incomplete = has_magic && old->state == kStateCreating;
-      os::unmap(head, 2u << 20);
-      if (has_magic && !incomplete)
-        fail(CXLPOOL_E_EXISTS, what + ": the device already holds a cxlpool shared pool; open it instead");
-      if (!(flags & CXLPOOL_SHARED_FORMAT_DEVICE))
-        fail(CXLPOOL_E_EXISTS, what +
-                                   ": the device carries no cxlpool header; formatting destroys its contents, so "
-                                   "it needs CXLPOOL_SHARED_FORMAT_DEVICE");
-      sb = plan_superblock(params, UINT64_MAX);
-      m = map_pool(obj.fd, sb.size, true, what);
-      Superblock creating = sb;
-      creating.state = kStateCreating;
-      creating.checksum = crc32c(&creating, offsetof(Superblock, checksum));
-      std::memcpy(m.base, &creating, sizeof creating);
-      writeback_lines(m.base, sizeof creating);
-      std::memset(m.base + kSuperblockBytes, 0, sb.data_offset - kSuperblockBytes);
-      writeback_lines(m.base + kSuperblockBytes, sb.data_offset - kSuperblockBytes);
-      full_fence();
-      std::memcpy(m.base, &sb, sizeof sb);
-      std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
-      writeback_lines(m.base, kSuperblockCopyOffset + sizeof sb);
-      full_fence();
-    } else {
-      sb = plan_superblock(params, UINT64_MAX);
-      os::truncate_fd(obj.fd, sb.size);
-      os::allocate_file(obj.fd, sb.size, what);
-      m = map_pool(obj.fd, sb.size, false, what);
-      std::memcpy(m.base, &sb, sizeof sb);  // the rest of a new file reads as zeros: all free
-      std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
-    }
-    loc.ops->publish(&obj, &site, what);
-    identity = os::fd_identity(obj.fd);
-  } catch (...) {
-    if (m.base) os::unmap(m.base, m.size);
-    close_shared_object(&obj);
-    throw;
+  if (obj.device_node) {
+    void* head = os::map_shared_fd(obj.fd, 2u << 20, 0, what);
+    const bool has_magic = std::memcmp(head, kMagic, sizeof kMagic) == 0;
+    const auto* old = static_cast<const Superblock*>(head);
+    const bool incomplete = has_magic && old->state == kStateCreating;
+    os::unmap(head, 2u << 20);
+    if (has_magic && !incomplete)
+      fail(CXLPOOL_E_EXISTS, what + ": the device already holds a cxlpool shared pool; open it instead");
+    if (!(flags & CXLPOOL_SHARED_FORMAT_DEVICE))
+      fail(CXLPOOL_E_EXISTS, what +
+                                 ": the device carries no cxlpool header; formatting destroys its contents, so "
+                                 "it needs CXLPOOL_SHARED_FORMAT_DEVICE");
+    sb = plan_superblock(params, UINT64_MAX);
+    m = map_pool(obj.fd, sb.size, true, what);
+    Superblock creating = sb;
+    creating.state = kStateCreating;
+    creating.checksum = crc32c(&creating, offsetof(Superblock, checksum));
+    std::memcpy(m.base, &creating, sizeof creating);
+    writeback_lines(m.base, sizeof creating);
+    std::memset(m.base + kSuperblockBytes, 0, sb.data_offset - kSuperblockBytes);
+    writeback_lines(m.base + kSuperblockBytes, sb.data_offset - kSuperblockBytes);
+    full_fence();
+    std::memcpy(m.base, &sb, sizeof sb);
+    std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
+    writeback_lines(m.base, kSuperblockCopyOffset + sizeof sb);
+    full_fence();
+  } else {
+    sb = plan_superblock(params, UINT64_MAX);
+    os::truncate_fd(obj.fd, sb.size);
+    os::allocate_file(obj.fd, sb.size, what);
+    m = map_pool(obj.fd, sb.size, false, what);
+    std::memcpy(m.base, &sb, sizeof sb);  // the rest of a new file reads as zeros: all free
+    std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
   }
-  std::unique_ptr<SharedPool> pool;
-  try {
-    pool.reset(new SharedPool(m.base, m.size, sb, what, &params));
-  } catch (...) {
-    close_shared_object(&obj);
-    throw;
-  }
+  loc.ops->publish(&obj, &site, what);
+  identity = os::fd_identity(obj.fd);
+  std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, &params));
+  m.release();  // the pool unmaps it now
   pool->hold_device(loc, identity, &obj);
   pool->join(&params);
   return pool;
@@ -274,22 +275,11 @@ std::unique_ptr<SharedPool> SharedPool::open(const std::string& device, const Sh
   Mapped m;
   Superblock sb{};
   os::PathIdentity identity{};
-  try {
-    m = map_existing(obj.fd, obj.device_node, what, &sb);
-    if (!obj.device_node) os::fill_holes(obj.fd, sb.size, what);
-    identity = os::fd_identity(obj.fd);
-  } catch (...) {
-    if (m.base) os::unmap(m.base, m.size);
-    close_shared_object(&obj);
-    throw;
-  }
-  std::unique_ptr<SharedPool> pool;
-  try {
-    pool.reset(new SharedPool(m.base, m.size, sb, what, params));
-  } catch (...) {
-    close_shared_object(&obj);
-    throw;
-  }
+  m = map_existing(obj.fd, obj.device_node, what, &sb);
+  if (!obj.device_node) os::fill_holes(obj.fd, sb.size, what);
+  identity = os::fd_identity(obj.fd);
+  std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, params));
+  m.release();  // the pool unmaps it now
   pool->hold_device(loc, identity, &obj);
   pool->join(params);
   return pool;
@@ -300,15 +290,9 @@ MappedPool map_pool_unjoined(const std::string& device) {
   const std::string what = pool_what(device);
   SharedObject obj = loc.ops->open(loc.spec, true, what);
   MappedPool out;
-  try {
-    Mapped m = map_existing(obj.fd, obj.device_node, what, &out.sb);
-    out.base = m.base;
-    out.size = m.size;
-  } catch (...) {
-    close_shared_object(&obj);
-    throw;
-  }
-  close_shared_object(&obj);
+  Mapped m = map_existing(obj.fd, obj.device_node, what, &out.sb);
+  out.size = m.size;
+  out.base = m.release();
   return out;
 }
 
@@ -320,16 +304,8 @@ void SharedPool::unlink(const std::string& device) {
   if (loc.device_node) fail(CXLPOOL_E_NOT_SUPPORTED, what + ": a device has no name to remove");
   SharedObject obj = loc.ops->open(loc.spec, true, what);
   Superblock sb{};
-  os::PathIdentity identity{};
-  try {
-    Mapped m = map_existing(obj.fd, false, what, &sb);  // refuses anything that is not our pool
-    os::unmap(m.base, m.size);
-    identity = os::fd_identity(obj.fd);
-  } catch (...) {
-    close_shared_object(&obj);
-    throw;
-  }
-  close_shared_object(&obj);
+  map_existing(obj.fd, false, what, &sb);  // refuses anything that is not our pool
+  const os::PathIdentity identity = os::fd_identity(obj.fd);
   loc.ops->remove(loc.spec, identity, what);
 }
 
@@ -338,14 +314,12 @@ void SharedPool::hold_device(const PoolLocation& loc, const os::PathIdentity& id
   identity_ = identity;
   check_path_ = true;
   devdax_ = loc.device_node;
-  if (!obj->device_node) {
-    close_shared_object(obj);  // the mapping keeps the memory; no descriptor for a program to close
-    return;
-  }
-  // A device node stays open for its flock(LOCK_SH): no private device takes it while the pool
-  // is in use here. Kept high and identity-checked, like a device's storage descriptor.
-  device_fd_ = os::prim::move_fd_high(obj->fd);
-  obj->fd = -1;
+  // A file's descriptor closes with obj: the mapping keeps the memory, and there is no
+  // descriptor for a program to close. A device node stays open for its flock(LOCK_SH): no
+  // private device takes it while the pool is in use here. Kept high and identity-checked,
+  // like a device's storage descriptor.
+  if (!obj->device_node) return;
+  device_fd_ = os::prim::move_fd_high(obj->release());
   os::prim::file_id(device_fd_, &device_fd_id_);
 }
 

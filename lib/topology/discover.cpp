@@ -651,8 +651,9 @@ void validate_emulated(const DeviceSpec& s, const std::string& dev) {
     std::string kind = os::path_kind(named);
     if (!kind.empty())
       fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': " + named + " exists (" + kind +
-                                 ") and was not created by cxlpool; cxlpool never uses or changes existing "
-                                 "files: remove it or choose another " +
+                                 ") and was not created by cxlpool for this device; a private device never uses or "
+                                 "changes an existing file, a shared pool's included (open that with "
+                                 "cxlpool_shared_pool_open): remove it or choose another " +
                                  (s.backing == CXLPOOL_BACKING_SHM ? "name" : "path"));
   }
   if (s.backing == CXLPOOL_BACKING_DEVDAX) {

@@ -20,24 +20,29 @@ for line in block.strip().splitlines():
 
 lib = os.path.join(root, "lib")
 components = sorted(d for d in os.listdir(lib) if os.path.isdir(os.path.join(lib, d)))
+
+
+def source_lines(comp):
+    """(relative path, line number, line) of every source line of lib/comp."""
+    for dirpath, _, files in os.walk(os.path.join(lib, comp)):
+        for f in sorted(files):
+            if f.endswith((".cpp", ".hpp", ".h", ".c")):
+                path = os.path.join(dirpath, f)
+                for n, line in enumerate(open(path), 1):
+                    yield os.path.relpath(path, root), n, line
+
+
 bad = 0
 for comp in components:
     if comp not in allowed:
         print(f"FAIL  lib/{comp} is not described in docs/architecture.md")
         bad += 1
         continue
-    for dirpath, _, files in os.walk(os.path.join(lib, comp)):
-        for f in files:
-            if not f.endswith((".cpp", ".hpp", ".h", ".c")):
-                continue
-            path = os.path.join(dirpath, f)
-            for n, line in enumerate(open(path), 1):
-                m = re.match(r'\s*#\s*include\s+"([^"/]+)/', line)
-                if not m or m.group(1) in ("cxlpool", comp):
-                    continue
-                if m.group(1) not in allowed[comp]:
-                    print(f"FAIL  {os.path.relpath(path, root)}:{n}: {comp} may not include {m.group(1)}/")
-                    bad += 1
+    for path, n, line in source_lines(comp):
+        m = re.match(r'\s*#\s*include\s+"([^"/]+)/', line)
+        if m and m.group(1) not in ("cxlpool", comp) and m.group(1) not in allowed[comp]:
+            print(f"FAIL  {path}:{n}: {comp} may not include {m.group(1)}/")
+            bad += 1
 for comp in allowed:
     if comp not in components:
         print(f"FAIL  docs/architecture.md describes lib/{comp}, which does not exist")
@@ -50,18 +55,13 @@ parsers = re.compile(r"""(rfind|find|compare|starts_with|substr)\s*\(\s*"(shm|fi
 for comp in components:
     if comp in ("backing", "os"):
         continue
-    for dirpath, _, files in os.walk(os.path.join(lib, comp)):
-        for f in files:
-            if not f.endswith((".cpp", ".hpp", ".h", ".c")):
-                continue
-            path = os.path.join(dirpath, f)
-            for n, line in enumerate(open(path), 1):
-                code = line.split("//")[0]
-                if openers.search(code):
-                    print(f"FAIL  {os.path.relpath(path, root)}:{n}: opens a device object outside lib/backing")
-                    bad += 1
-                if parsers.search(code):
-                    print(f"FAIL  {os.path.relpath(path, root)}:{n}: parses a device location outside lib/backing")
-                    bad += 1
+    for path, n, line in source_lines(comp):
+        code = line.split("//")[0]
+        if openers.search(code):
+            print(f"FAIL  {path}:{n}: opens a device object outside lib/backing")
+            bad += 1
+        if parsers.search(code):
+            print(f"FAIL  {path}:{n}: parses a device location outside lib/backing")
+            bad += 1
 print(f"{len(components)} components checked, {bad} violations")
 sys.exit(1 if bad else 0)

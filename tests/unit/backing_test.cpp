@@ -543,6 +543,33 @@ TEST_CASE("a claim lock file that is not this user's own file is left alone", "[
   }
 }
 
+// The user's own file under the lock file's name that holds anything but a claim line (the
+// user's data, not a killed holder's leftover: those are empty or name a dead process) is not
+// overwritten nor removed; the device opens with its socket claim alone. An empty one (a
+// holder killed before it wrote) is taken and removed as before.
+TEST_CASE("a claim lock file of this user that holds other data is not overwritten or removed", "[unit]") {
+  ScratchDir dir;
+  const std::string lock = dir.path() + "/.cxlpool-claim.heap";
+  const std::string spec = "pool:backing=file:" + dir.path() + "/heap,size=8M";
+  { std::ofstream(lock) << "my notes\n"; }
+  {
+    auto topo = topology_with(spec);
+    auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+    auto r = b.reserve(1 * kMiB);
+    r.commit();
+  }
+  std::ifstream in(lock);
+  std::string text;
+  std::getline(in, text);
+  CHECK(text == "my notes");
+  REQUIRE(truncate(lock.c_str(), 0) == 0);
+  {
+    auto topo = topology_with(spec);
+    auto b = cxlpool::Backing::open(topo, *topo.find("pool"));
+  }
+  CHECK_FALSE(std::filesystem::exists(lock));
+}
+
 TEST_CASE("a backing's memory is shared with another process through its descriptor", "[unit]") {
   auto topo = topology_with("mf:backing=shm,size=8M");
   auto b = cxlpool::Backing::open(topo, *topo.find("mf"));

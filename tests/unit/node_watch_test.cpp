@@ -169,13 +169,15 @@ TEST_CASE("a numa device follows its node's memory: removal shrinks it, moving w
   cxlpool_free(p);
   CHECK(all_intact(blocks));
 
-  // A meminfo that cannot be read is unknown: nothing changes.
-  fs::rename(tree.node_dir() + ".gone", tree.node_dir());
-  tree.set_online("0");
+  // A meminfo that cannot be read is unknown: nothing changes. (Written before the node comes
+  // back: the watcher's own thread may run a pass at any moment, and must never see the node's
+  // old meminfo here.)
   {
-    std::ofstream f(tree.node_dir() + "/meminfo", std::ios::trunc);
+    std::ofstream f(tree.node_dir() + ".gone/meminfo", std::ios::trunc);
     f << "Node 0 MemTotal: lots kB\n";
   }
+  fs::rename(tree.node_dir() + ".gone", tree.node_dir());
+  tree.set_online("0");
   watch();
   CHECK(capacity_of("numa0").capacity_bytes == 0);
   for (const char* text :

@@ -95,8 +95,9 @@ TEST_CASE("provider: every built-in backend parses and formats through the one g
     CHECK(p->claim_identity(s).empty() == std::string(c.named).empty());
     CHECK((p->shared != nullptr) == !std::string(c.named).empty());
   }
-  const char* bad[] = {"numa",     "numa:x", "numa:5000", "memfd:x",       "shm:", "shm:a/b", "shm:..",
-                       "file:rel", "file",   "devdax:",   "devdax:dax0.0", "nvme", ""};
+  const char* bad[] = {
+      "numa",   "numa:x",       "numa:5000",           "memfd:x", "shm:",    "shm:a/b",       "shm:..", "file:rel",
+      "file:/", "file:/tmp/p/", "devdax:/dev/dax0.0/", "file",    "devdax:", "devdax:dax0.0", "nvme",   ""};
   for (const char* text : bad) {
     BackingSpec s;
     INFO(text);
@@ -210,4 +211,21 @@ TEST_CASE("provider: a shared pool needs a named device and says which kinds are
   // A devdax location that is no device-DAX node is refused before anything is opened.
   CHECK(cxlpool_shared_pool_open("devdax:/dev/null", nullptr, &sp) == CXLPOOL_E_CONFIG);
   CHECK_THAT(std::string(cxlpool_last_error_message()), Catch::Contains("not a device-DAX character device"));
+}
+
+TEST_CASE("provider: a shared pool's name that is a directory is refused as such, and left alone", "[provider]") {
+  cxlpool_test::ScratchDir dir;
+  const std::string sub = dir.path() + "/d";
+  REQUIRE(mkdir(sub.c_str(), 0700) == 0);
+  cxlpool_shared_params_t* params = nullptr;
+  REQUIRE(cxlpool_shared_params_create(&params) == CXLPOOL_OK);
+  cxlpool_shared_params_set_size(params, 8 << 20);
+  cxlpool_shared_pool_t* sp = nullptr;
+  const std::string device = "file:" + sub;
+  CHECK(cxlpool_shared_pool_create(device.c_str(), params, 0, &sp) == CXLPOOL_E_CONFIG);
+  CHECK_THAT(std::string(cxlpool_last_error_message()), Catch::Contains("is a directory"));
+  CHECK(cxlpool_shared_pool_create((device + "/").c_str(), params, 0, &sp) == CXLPOOL_E_CONFIG);
+  CHECK_THAT(std::string(cxlpool_last_error_message()), Catch::Contains("ends in '/'"));
+  cxlpool_shared_params_destroy(params);
+  CHECK(cxlpool::os::path_kind(sub) == "directory");
 }

@@ -16,11 +16,7 @@ namespace {
 constexpr size_t kHead = size_t(2) << 20;  // device-DAX maps in units of its alignment (2 MiB)
 
 std::string parse(std::string_view arg, bool has_arg, BackingSpec* out) {
-  if (!has_arg || arg.empty() || arg[0] != '/')
-    return "bad path '" + std::string(has_arg ? arg : std::string_view("devdax")) +
-           "' (expected an absolute path, e.g. devdax:/dev/dax0.0)";
-  out->path = std::string(arg);
-  return "";
+  return parse_absolute_path(arg, has_arg, "devdax", "devdax:/dev/dax0.0", out);
 }
 
 std::string format(const BackingSpec& s) { return "devdax:" + s.path; }
@@ -30,7 +26,6 @@ std::string claim_identity(const BackingSpec& s) { return "devdax:" + os::real_p
 void lock_or_fail(int fd, bool exclusive, const std::string& what) {
   const int err = os::try_lock(fd, exclusive);
   if (err == 0) return;
-  os::close_fd(fd);
   if (err == EWOULDBLOCK)
     fail(CXLPOOL_E_BUSY, what + (exclusive ? " is in use (flock held: a shared pool on it, or another process's device)"
                                            : " is in use by a private device of a process (flock(LOCK_EX) held)"));
@@ -55,45 +50,41 @@ void open_storage(const BackingSpec& spec, bool fork_copy, StorageOpen* out) {
     return;
   }
   const std::string what = "device '" + spec.device_name + "': devdax:" + spec.path;
-  const int fd = os::open_char_device(spec.path);
-  lock_or_fail(fd, true, what);
-  if (holds_shared_pool(fd)) {
-    os::close_fd(fd);
+  SharedObject node;  // closes the descriptor unless it becomes the storage's
+  node.fd = os::open_char_device(spec.path);
+  lock_or_fail(node.fd, true, what);
+  if (holds_shared_pool(node.fd))
     fail(CXLPOOL_E_CONFIG, what +
                                " holds a cxlpool shared pool: open it with cxlpool_shared_pool_open; a private device "
                                "never adopts it (clear its first 4 KiB to use it otherwise)");
-  }
-  out->fd = fd;
+  out->fd = node.release();
   out->description = spec.path;
 }
 
-SharedObject open_shared(const BackingSpec& spec, bool writable, const std::string& what) {
+// The device node, checked to be device-DAX, opened (writable: read-write) and not yet locked.
+SharedObject open_node(const BackingSpec& spec, bool writable, const std::string& what) {
   if (!os::is_char_device(spec.path) || os::char_device_subsystem(spec.path) != "dax")
     fail(CXLPOOL_E_CONFIG, what + ": " + spec.path + " is not a device-DAX character device");
   SharedObject o;
   o.fd = writable ? os::open_existing(spec.path, true, what) : os::open_existing_readonly(spec.path, true, what);
-  if (writable) lock_or_fail(o.fd, false, what);
   o.device_node = true;
   o.size = UINT64_MAX;
   o.path = spec.path;
   return o;
 }
 
+SharedObject open_shared(const BackingSpec& spec, bool writable, const std::string& what) {
+  SharedObject o = open_node(spec, writable, what);
+  if (writable) lock_or_fail(o.fd, false, what);
+  return o;
+}
+
+// One formatter, and no participant, while formatting. A device in use by a pool says so.
 SharedObject create_shared(const BackingSpec& spec, unsigned, const std::string& what, os::NewFileSite*) {
-  // One formatter, and no participant, while formatting. A device in use by a pool says so.
-  if (!os::is_char_device(spec.path) || os::char_device_subsystem(spec.path) != "dax")
-    fail(CXLPOOL_E_CONFIG, what + ": " + spec.path + " is not a device-DAX character device");
-  const int fd = os::open_existing(spec.path, true, what);
-  if (os::try_lock(fd, true) == EWOULDBLOCK && holds_shared_pool(fd)) {
-    os::close_fd(fd);
+  SharedObject o = open_node(spec, true, what);
+  if (os::try_lock(o.fd, true) == EWOULDBLOCK && holds_shared_pool(o.fd))
     fail(CXLPOOL_E_EXISTS, what + ": the device already holds a cxlpool shared pool, open here; open it instead");
-  }
-  lock_or_fail(fd, true, what);
-  SharedObject o;
-  o.fd = fd;
-  o.device_node = true;
-  o.size = UINT64_MAX;
-  o.path = spec.path;
+  lock_or_fail(o.fd, true, what);
   return o;
 }
 

@@ -8,11 +8,7 @@ namespace cxlpool::detail {
 namespace {
 
 std::string parse(std::string_view arg, bool has_arg, BackingSpec* out) {
-  if (!has_arg || arg.empty() || arg[0] != '/')
-    return "bad path '" + std::string(has_arg ? arg : std::string_view("file")) +
-           "' (expected an absolute path, e.g. file:/dev/shm/pool0)";
-  out->path = std::string(arg);
-  return "";
+  return parse_absolute_path(arg, has_arg, "file", "file:/dev/shm/pool0", out);
 }
 
 std::string format(const BackingSpec& s) { return "file:" + s.path; }
@@ -20,12 +16,8 @@ std::string named_path(const BackingSpec& s) { return s.path; }
 std::string claim_identity(const BackingSpec& s) { return "file:" + os::real_dir_path(s.path); }
 
 void open_storage(const BackingSpec& spec, bool, StorageOpen* out) {
-  const std::string dir = os::parent_dir(spec.path);
-  out->fd = os::open_tmpfile(dir, "device '" + spec.device_name + "'");
-  out->description = "unnamed file in " + dir;
-  out->sized_by_cxlpool = true;
-  out->room_limited = true;
-  out->filesystem_file = true;
+  open_unnamed_file_storage(os::parent_dir(spec.path), spec, out);
+  out->filesystem_file = true;  // any filesystem: DAX or hugetlbfs decide how it is mapped
 }
 
 }  // namespace

@@ -30,11 +30,7 @@ std::string named_path(const BackingSpec& s) { return "/dev/shm/" + s.path; }
 std::string claim_identity(const BackingSpec& s) { return "file:" + os::real_dir_path(named_path(s)); }
 
 void open_storage(const BackingSpec& spec, bool, StorageOpen* out) {
-  // Never the name itself: an unnamed file in the same tmpfs, gone with the last mapping.
-  out->fd = os::open_tmpfile("/dev/shm", "device '" + spec.device_name + "'");
-  out->description = "unnamed file in /dev/shm";
-  out->sized_by_cxlpool = true;
-  out->room_limited = true;
+  open_unnamed_file_storage("/dev/shm", spec, out);  // gone with the last mapping
 }
 
 }  // namespace
