@@ -274,9 +274,6 @@ std::vector<PoolReport> find_pools(bool scan, const std::vector<std::string>& na
   return out;
 }
 
-// The length of the valid UTF-8 sequence at in[i], or 0 (lib/common/utf8.hpp, header-only).
-size_t utf8_length(const std::string& in, size_t i) { return cxlpool::detail::utf8_sequence(in, i); }
-
 using cxlpool::detail::printable;  // names and strings from pools: anyone may write them
 
 const char* coherence_str(uint32_t c) {
@@ -321,37 +318,8 @@ void print_pools(const std::vector<PoolReport>& pools, bool scanned) {
   }
 }
 
-// A JSON string (valid UTF-8 whatever the input): a byte that is not part of a valid UTF-8
-// sequence is written as the four characters \xNN (that is, "\\xNN" in the JSON text), and a
-// backslash of the name as two, so that the two cannot be confused.
-std::string json_str(const std::string& in) {
-  std::string out = "\"";
-  for (size_t i = 0; i < in.size();) {
-    const size_t n = utf8_length(in, i);
-    const auto c = static_cast<unsigned char>(in[i]);
-    char buf[8];
-    if (n == 0) {
-      std::snprintf(buf, sizeof buf, "\\\\x%02X", c);
-      out += buf;
-      ++i;
-    } else if (c == '\\') {
-      out += "\\\\\\\\";
-      ++i;
-    } else if (c == '"') {
-      out += '\\';
-      out += static_cast<char>(c);
-      ++i;
-    } else if (c < 0x20 || c == 0x7F) {
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-      ++i;
-    } else {
-      out.append(in, i, n);
-      i += n;
-    }
-  }
-  return out + "\"";
-}
+// A JSON string, valid UTF-8 whatever the input holds (common/utf8.hpp, json_escaped).
+std::string json_str(const std::string& in) { return "\"" + cxlpool::detail::json_escaped(in) + "\""; }
 
 std::string pools_json(const std::vector<PoolReport>& pools) {
   std::string j = "[";

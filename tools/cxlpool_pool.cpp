@@ -1,19 +1,23 @@
 // SPDX-License-Identifier: MIT
 // cxlpool-pool: create, inspect, check (and repair) and remove shared pools from the shell.
-// Uses only the public C API (include/cxlpool/shared.h).
+// Uses only the public C API (include/cxlpool/shared.h), and common/utf8.hpp (header-only)
+// to show names that anyone may have written.
+#include <cctype>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
+#include "common/utf8.hpp"
 #include "cxlpool/shared.h"
 
 namespace {
 
 const char* kUsage =
-    "usage: cxlpool-pool create DEVICE --size BYTES[K|M|G] [--extent BYTES] [--coherence host|fabric|none]\n"
+    "usage: cxlpool-pool create DEVICE --size BYTES[K|M|G|T] [--extent BYTES] [--coherence host|fabric|none]\n"
     "                          [--mode OCTAL] [--hosts N] [--participants N] [--leases N]\n"
     "                          [--heartbeat-ms N] [--timeout-ms N] [--stopped-timeout-ms N|never]\n"
     "                          [--format-device]\n"
@@ -30,43 +34,50 @@ const char* kUsage =
     "          Exit status 0: consistent; 1: problems found; 2: usage or access error.\n"
     "  rm      removes a shm/file pool's name (only if it carries a cxlpool pool header)\n";
 
+std::string shown(std::string_view s);
+std::string shown_lines(std::string_view s);
+
 [[noreturn]] void usage_error(const std::string& msg) {
-  fprintf(stderr, "cxlpool-pool: %s\n\n%s", msg.c_str(), kUsage);
+  fprintf(stderr, "cxlpool-pool: %s\n\n%s", shown(msg).c_str(), kUsage);
   exit(2);
 }
 
 [[noreturn]] void api_error(const char* what, cxlpool_status_t st) {
-  fprintf(stderr, "cxlpool-pool: %s: %s\n  %s\n", what, cxlpool_status_str(st), cxlpool_last_error_message());
+  fprintf(stderr, "cxlpool-pool: %s: %s\n  %s\n", what, cxlpool_status_str(st),
+          shown_lines(cxlpool_last_error_message()).c_str());
   exit(2);
 }
 
+// A non-negative integer in `base`; with `suffixes`, one of K, M, G, T (binary multiples,
+// also spelled KiB..TiB or KB..TB, as the device grammar takes them). Out of range is "too large", anything else "not a
+// number".
 uint64_t parse_number(const std::string& flag, const std::string& text, bool suffixes, int base = 10) {
-  if (text.empty() || text[0] == '-') usage_error(flag + ": \"" + text + "\" is not a non-negative number");
+  auto not_a_number = [&] {
+    usage_error(flag + ": \"" + text + "\" is not a non-negative number" +
+                (suffixes ? " (BYTES, with K, M, G or T for binary multiples)" : ""));
+  };
+  if (text.empty() || text[0] == '-' || text[0] == '+' || isspace(static_cast<unsigned char>(text[0]))) not_a_number();
   errno = 0;
   char* end = nullptr;
-  unsigned long long v = strtoull(text.c_str(), &end, base);
-  uint64_t mult = 1;
-  if (suffixes && *end && end[1] == 0) {
-    switch (*end) {
-      case 'K':
-        mult = 1ull << 10;
-        ++end;
-        break;
-      case 'M':
-        mult = 1ull << 20;
-        ++end;
-        break;
-      case 'G':
-        mult = 1ull << 30;
-        ++end;
-        break;
-      default:
-        break;
-    }
+  const unsigned long long v = strtoull(text.c_str(), &end, base);
+  if (end == text.c_str()) not_a_number();
+  const bool overflow = errno == ERANGE;
+  unsigned shift = 0;
+  if (suffixes && *end) {
+    const char* units = "KMGT";
+    const char* u = strchr(units, *end);
+    if (!u) not_a_number();
+    shift = unsigned(10 * (u - units + 1));
+    ++end;
+    if (!strcmp(end, "iB"))
+      end += 2;
+    else if (!strcmp(end, "B"))
+      end += 1;
   }
-  if (errno != 0 || *end != 0 || end == text.c_str() || v > UINT64_MAX / mult)
-    usage_error(flag + ": \"" + text + "\" is not a valid number");
-  return v * mult;
+  if (*end) not_a_number();
+  if (overflow || (shift && v > (UINT64_MAX >> shift)))
+    usage_error(flag + ": \"" + text + "\" is too large (at most 2^64 - 1 bytes)");
+  return uint64_t(v) << shift;
 }
 
 void check_status(const char* what, cxlpool_status_t st) {
@@ -86,6 +97,26 @@ const char* coherence_name(uint32_t c) {
   }
 }
 
+// Names and paths that anyone may have written (in the pool, or on the command line): safe
+// for a terminal, or the body of a JSON string (common/utf8.hpp, as cxlpool-info shows them).
+std::string shown(std::string_view s) { return cxlpool::detail::printable(s); }
+std::string json_text(std::string_view s) { return cxlpool::detail::json_escaped(s); }
+// A message of several lines: each line made safe.
+std::string shown_lines(std::string_view s) {
+  std::string out;
+  for (size_t at = 0;;) {
+    const size_t nl = s.find('\n', at);
+    out += shown(s.substr(at, nl == std::string_view::npos ? nl : nl - at));
+    if (nl == std::string_view::npos) return out;
+    out += '\n';
+    at = nl + 1;
+  }
+}
+template <size_t N>
+std::string_view field(const char (&a)[N]) {
+  return std::string_view(a, strnlen(a, N));
+}
+
 std::string hex_id(const uint64_t id[2]) {
   char buf[40];
   snprintf(buf, sizeof buf, "%016" PRIx64 "%016" PRIx64, id[0], id[1]);
@@ -95,12 +126,15 @@ std::string hex_id(const uint64_t id[2]) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-    fputs(kUsage, stdout);
-    return 0;
-  }
+  for (int i = 1; i < argc; ++i)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(kUsage, stdout);
+      return 0;
+    }
   if (argc < 3) usage_error("a command and a DEVICE are needed");
   const std::string cmd = argv[1], device = argv[2];
+  if (cmd != "create" && cmd != "info" && cmd != "check" && cmd != "rm") usage_error("unknown command \"" + cmd + "\"");
+  if (device.empty() || device[0] == '-') usage_error(cmd + ": the DEVICE comes first, before the options");
   cxlpool_shared_params_t* params = nullptr;
   check_status("parameters", cxlpool_shared_params_create(&params));
   bool json = false, repair = false, format_device = false;
@@ -186,7 +220,7 @@ int main(int argc, char** argv) {
                                                       format_device ? CXLPOOL_SHARED_FORMAT_DEVICE : 0, &pool));
     cxlpool_shared_info_t info{};
     check_status("info", cxlpool_shared_pool_info(pool, &info));
-    printf("created %s: id %s, %" PRIu64 " extents of %" PRIu64 " bytes, coherence %s\n", device.c_str(),
+    printf("created %s: id %s, %" PRIu64 " extents of %" PRIu64 " bytes, coherence %s\n", shown(device).c_str(),
            hex_id(info.pool_id).c_str(), info.extents_total, info.extent_size, coherence_name(info.coherence));
     check_status("close", cxlpool_shared_pool_close(pool));
   } else if (cmd == "info") {
@@ -202,26 +236,27 @@ int main(int argc, char** argv) {
     std::string qjson, qtext;
     for (size_t q = 0; q < nq && q < 16; ++q) {
       char buf[256];
-      snprintf(buf, sizeof buf, "%s{\"name\": \"%.23s\", \"max_extents\": %" PRIu64 ", \"used_extents\": %" PRIu64 "}",
-               q ? ", " : "", quotas[q].name, quotas[q].max_extents, quotas[q].used_extents);
+      snprintf(buf, sizeof buf, "%s{\"name\": \"%s\", \"max_extents\": %" PRIu64 ", \"used_extents\": %" PRIu64 "}",
+               q ? ", " : "", json_text(field(quotas[q].name)).c_str(), quotas[q].max_extents, quotas[q].used_extents);
       qjson += buf;
-      snprintf(buf, sizeof buf, "  quota %-23.23s %" PRIu64 " of %" PRIu64 " extents in use\n", quotas[q].name,
-               quotas[q].used_extents, quotas[q].max_extents);
+      snprintf(buf, sizeof buf, "  quota %-23s %" PRIu64 " of %" PRIu64 " extents in use\n",
+               shown(field(quotas[q].name)).c_str(), quotas[q].used_extents, quotas[q].max_extents);
       qtext += buf;
     }
     if (json)
       printf("{\"device\": \"%s\", \"pool_id\": \"%s\", \"size\": %" PRIu64 ", \"extent_size\": %" PRIu64
              ", \"extents_total\": %" PRIu64 ", \"extents_free\": %" PRIu64
              ", \"participants\": %u, \"coherence\": \"%s\", \"failure_domain\": \"%s\", \"quotas\": [%s]}\n",
-             device.c_str(), hex_id(i.pool_id).c_str(), i.size, i.extent_size, i.extents_total, i.extents_free,
-             i.participants, coherence_name(i.coherence), h.failure_domain, qjson.c_str());
+             json_text(device).c_str(), hex_id(i.pool_id).c_str(), i.size, i.extent_size, i.extents_total,
+             i.extents_free, i.participants, coherence_name(i.coherence), json_text(field(h.failure_domain)).c_str(),
+             qjson.c_str());
     else
       printf("pool %s\n  id            %s\n  size          %" PRIu64 " bytes\n  extents       %" PRIu64 " x %" PRIu64
              " bytes, %" PRIu64
              " free\n  participants  %u alive (including this one)\n  coherence     %s\n"
              "  domain        %s\n%s",
-             device.c_str(), hex_id(i.pool_id).c_str(), i.size, i.extents_total, i.extent_size, i.extents_free,
-             i.participants, coherence_name(i.coherence), h.failure_domain, qtext.c_str());
+             shown(device).c_str(), hex_id(i.pool_id).c_str(), i.size, i.extents_total, i.extent_size, i.extents_free,
+             i.participants, coherence_name(i.coherence), shown(field(h.failure_domain)).c_str(), qtext.c_str());
     check_status("close", cxlpool_shared_pool_close(pool));
   } else if (cmd == "check") {
     cxlpool_shared_check_report_t r{};
@@ -235,12 +270,12 @@ int main(int argc, char** argv) {
              ", \"live_participants\": %u, \"dead_participants\": %u, \"recovered\": %" PRIu64
              ", \"repair_blocked\": %u, \"words_repaired\": %" PRIu64 ", \"words_reset\": %" PRIu64
              ", \"extents_reformatted\": %" PRIu64 ", \"blocks_lost\": %" PRIu64 "}\n",
-             device.c_str(), st == CXLPOOL_OK ? "true" : "false", r.extents_total, r.extents_free, r.blocks_in_use,
-             r.blocks_exported, r.leases, r.leaked_blocks, r.dangling_leases, r.corrupt_words, r.orphan_extents,
-             r.live_participants, r.dead_participants, r.recovered, r.repair_blocked, r.words_repaired, r.words_reset,
-             r.extents_reformatted, r.blocks_lost);
+             json_text(device).c_str(), st == CXLPOOL_OK ? "true" : "false", r.extents_total, r.extents_free,
+             r.blocks_in_use, r.blocks_exported, r.leases, r.leaked_blocks, r.dangling_leases, r.corrupt_words,
+             r.orphan_extents, r.live_participants, r.dead_participants, r.recovered, r.repair_blocked,
+             r.words_repaired, r.words_reset, r.extents_reformatted, r.blocks_lost);
     } else {
-      printf("check %s: %s\n", device.c_str(), st == CXLPOOL_OK ? "consistent" : "PROBLEMS FOUND");
+      printf("check %s: %s\n", shown(device).c_str(), st == CXLPOOL_OK ? "consistent" : "PROBLEMS FOUND");
       printf("  extents          %" PRIu64 " total, %" PRIu64 " free, %" PRIu64 " small, %" PRIu64 " large, %" PRIu64
              " formatting\n",
              r.extents_total, r.extents_free, r.extents_small, r.extents_large, r.extents_formatting);
@@ -264,8 +299,6 @@ int main(int argc, char** argv) {
     rc = st == CXLPOOL_OK ? 0 : 1;
   } else if (cmd == "rm") {
     check_status("rm", cxlpool_shared_pool_unlink(device.c_str()));
-  } else {
-    usage_error("unknown command \"" + cmd + "\"");
   }
   cxlpool_shared_params_destroy(params);
   return rc;

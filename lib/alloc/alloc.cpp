@@ -98,10 +98,13 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   }
   // A thread's first warm_limit(cls) blocks of a class come from a central heap under its lock
   // (central.cpp): a page of its own per class would hold a slice of the device (above 8 KiB,
-  // 8+ blocks) for each class each thread touches now and then.
+  // 8+ blocks) for each class each thread touches now and then. Not for the only thread under
+  // an RLIMIT_AS: it would hold two pages of each class it uses, the central one and its own
+  // (a segment more of address space for a single-threaded Python).
   Heap* h = heap_of(pool);
   bool shared = false;
-  if (h && !huge && h->warm[cls] < warm_limit(cls)) {
+  if (h && !huge && h->warm[cls] < warm_limit(cls) &&
+      !(address_space_limited() && pool->thread_heaps.load(std::memory_order_relaxed) <= 1)) {
     ++h->warm[cls];
     shared = true;
   }

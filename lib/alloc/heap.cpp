@@ -170,6 +170,7 @@ Heap* heap_slow(Pool* pool) noexcept {
       pool->heaps = h;
     }
     h->live = true;
+    pool->thread_heaps.fetch_add(1, std::memory_order_relaxed);
     std::memset(h->page_device, -1, sizeof h->page_device);
     std::memset(h->warm, 0, sizeof h->warm);  // a new thread starts on the central heaps
   }
@@ -178,6 +179,7 @@ Heap* heap_slow(Pool* pool) noexcept {
     if (!tls_state) {
       std::lock_guard<std::mutex> lock(pool->heaps_mu);
       h->live = false;
+      pool->thread_heaps.fetch_sub(1, std::memory_order_relaxed);
       h->next_free = pool->free_heaps;
       pool->free_heaps = h;
       return nullptr;
@@ -225,6 +227,7 @@ void abandon_heap(Heap* h) noexcept {
     std::lock_guard<std::mutex> lock(pool->heaps_mu);
     if (h->live) {  // a fork child may abandon the heap of a thread that was exiting
       h->live = false;
+      pool->thread_heaps.fetch_sub(1, std::memory_order_relaxed);
       h->next_free = pool->free_heaps;
       pool->free_heaps = h;
     }

@@ -3,8 +3,8 @@
 // (the descriptors of a large heap then share few TLB entries), after a first chunk of four in
 // small pages (a small heap touches a few pages of each); freed descriptors are reused,
 // as are huge span descriptors (from small chunks), which are never unmapped.
-// Chunks after the first start at 2 MiB and double up to 32 MiB; under an RLIMIT_AS they start at 4
-// descriptors, are at most 1/64 of what the limit leaves and are not over-reserved for
+// Chunks after the first start at 2 MiB and double up to 32 MiB; under an RLIMIT_AS they start at one
+// descriptor, are at most 1/64 of what the limit leaves and are not over-reserved for
 // huge-page alignment, so descriptors hold little address space the program could use.
 #include <algorithm>
 #include <mutex>
@@ -81,7 +81,7 @@ class SegmentArena {
   char* next_ = nullptr;
   size_t left_ = 0;
   size_t next_chunk_ = size_t(2) << 20;
-  size_t limited_chunk_ = 4 * kSlot;  // under an RLIMIT_AS: 4 descriptors, then doubling
+  size_t limited_chunk_ = kSlot;  // under an RLIMIT_AS: one descriptor (112 KiB), then doubling
 };
 SegmentArena g_segment_arena;
 

@@ -231,8 +231,9 @@ class Pool {
   std::vector<uint8_t> interleave_sequence;  // per-page interleave: device per counter step
   std::atomic<uint64_t> interleave_counter{0};
   std::mutex heaps_mu;
-  Heap* heaps = nullptr;       // every heap ever created (reused after thread exit), central ones too
-  Heap* free_heaps = nullptr;  // heaps of exited threads, for the next thread (heaps_mu)
+  Heap* heaps = nullptr;                  // every heap ever created (reused after thread exit), central ones too
+  Heap* free_heaps = nullptr;             // heaps of exited threads, for the next thread (heaps_mu)
+  std::atomic<uint32_t> thread_heaps{0};  // heaps live threads hold (written under heaps_mu)
   // Heaps shared by all threads for their first blocks of each class: each under its lock,
   // made on first use. Lock order: a central heap's lock before any PoolDevice::mu.
   struct Central {

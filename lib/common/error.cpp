@@ -2,6 +2,8 @@
 // Failure helpers and the thread-local last error behind cxlpool_last_error().
 #include "common/error.hpp"
 
+#include <strings.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -32,10 +34,21 @@ void fail_os(const std::string& what, int err) {
     case ENOSPC:
       status = CXLPOOL_E_CAPACITY;
       break;
+    case ENOTDIR:  // a path the configuration named that cannot be what it says
+    case EISDIR:
+    case ELOOP:
+    case ENAMETOOLONG:
+      status = CXLPOOL_E_CONFIG;
+      break;
     default:
       break;
   }
-  throw Failure(status, what + ": " + std::strerror(err), err);
+  // A message that already ends with the errno's text (a path walk's refusal says it) does
+  // not say it twice.
+  const std::string text = std::strerror(err);
+  const bool said =
+      what.size() >= text.size() && strcasecmp(what.c_str() + what.size() - text.size(), text.c_str()) == 0;
+  throw Failure(status, said ? what : what + ": " + text, err);
 }
 
 void set_last_error(cxlpool_status_t status, int os_errno, const char* message) noexcept {

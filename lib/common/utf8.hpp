@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // UTF-8 validation for text that anyone may have written (file names, pool names, sysfs): the
 // length of the valid sequence at a position, or 0; and printable(), the terminal-safe form of
-// such text. Header-only: the JSON writer, cxlpool-info and cxlpool-stat share it.
+// such text, and json_escaped(), the body of a JSON string. Header-only: the JSON writer,
+// cxlpool-info, cxlpool-pool and cxlpool-stat share it.
 #pragma once
 
 #include <cstddef>
@@ -63,6 +64,38 @@ inline std::string printable(std::string_view in) {
     if (n == 0 || c < 0x20 || c == 0x7F || c == '\\') {
       char buf[8];
       std::snprintf(buf, sizeof buf, c == '\\' ? "\\\\" : "\\x%02X", c);
+      out += buf;
+      ++i;
+    } else {
+      out.append(in.substr(i, n));
+      i += n;
+    }
+  }
+  return out;
+}
+
+// The body of a JSON string for text that anyone may have written (valid UTF-8 JSON whatever it
+// holds): a byte that is not part of a valid UTF-8 sequence becomes the four characters \xNN
+// (the JSON text "\\xNN") and a backslash two, so the two cannot be confused; '"' and control
+// bytes are JSON escapes.
+inline std::string json_escaped(std::string_view in) {
+  std::string out;
+  for (size_t i = 0; i < in.size();) {
+    const size_t n = utf8_sequence(in, i);
+    const auto c = static_cast<unsigned char>(in[i]);
+    char buf[8];
+    if (n == 0) {
+      std::snprintf(buf, sizeof buf, "\\\\x%02X", c);
+      out += buf;
+      ++i;
+    } else if (c == '\\') {
+      out += "\\\\\\\\";
+      ++i;
+    } else if (c == '"') {
+      out += "\\\"";
+      ++i;
+    } else if (c < 0x20 || c == 0x7F) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out += buf;
       ++i;
     } else {

@@ -95,6 +95,9 @@ int resolve_path(const char* path, ResolvedPath* out, PathWhy* why, unsigned fla
                   std::strerror(errno));
   const uid_t me = ::geteuid();
   int links = 0;
+  // The name of the directory `cur` is, for a refusal to search it.
+  char here[NAME_MAX + 1];
+  std::strcpy(here, rest[0] == '/' ? "/" : ".");
   for (;;) {
     while (*rest == '/') ++rest;
     if (!*rest) {  // "/" or a name ending in "/": a directory
@@ -126,6 +129,10 @@ int resolve_path(const char* path, ResolvedPath* out, PathWhy* why, unsigned fla
         return 0;
       }
       ::close(cur);
+      // Looking a name up needs search permission on the directory that holds it.
+      if (err == EACCES)
+        return refuse(why, err, "no search permission on the directory '%s' that holds '%s': %s", here, comp,
+                      std::strerror(err));
       return refuse(why, err, "'%s': %s", comp, std::strerror(err));
     }
     struct stat st {};
@@ -173,6 +180,7 @@ int resolve_path(const char* path, ResolvedPath* out, PathWhy* why, unsigned fla
         }
         ::close(cur);
         cur = target;
+        std::memcpy(here, comp, n + 1);
         continue;
       }
       char target[PATH_MAX];
@@ -193,6 +201,7 @@ int resolve_path(const char* path, ResolvedPath* out, PathWhy* why, unsigned fla
       rest = next;
       if (target[0] == '/') {
         ::close(cur);
+        std::strcpy(here, "/");
         cur = ::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
         if (cur < 0) return refuse(why, errno, "cannot open /: %s", std::strerror(errno));
       }
@@ -206,6 +215,7 @@ int resolve_path(const char* path, ResolvedPath* out, PathWhy* why, unsigned fla
     }
     ::close(cur);
     cur = fd;
+    std::memcpy(here, comp, n + 1);
     if (!S_ISDIR(st.st_mode)) {
       ::close(cur);
       return refuse(why, ENOTDIR, "'%s' is a %s, not a directory", comp, kind_of(st.st_mode));

@@ -215,7 +215,28 @@ try:
     rt = subprocess.run([info_tool], capture_output=True)
     check(b"\x1b" not in rt.stdout and (name.encode() + b"-\\xFF\\x1B[2J\\x0Ax") in rt.stdout,
           "... and in the text as \\xNN, no control byte reaching the terminal")
+    # cxlpool-pool itself: the same name in valid JSON and in escaped text.
+    quota = b'q"\x1b]0;x\x07'
+    for what, args in ((b"info", [b"--json"]), (b"info", []), (b"check", [b"--json"]), (b"check", [])):
+        r = subprocess.run([tool.encode(), what, b"shm:" + odd, *args], capture_output=True)
+        if b"--json" in args:
+            try:
+                ok = json.loads(r.stdout.decode("utf-8"))["device"] == f"shm:{name}-\\xFF\u001b[2J\nx"
+            except (ValueError, KeyError, UnicodeDecodeError):
+                ok = False
+        else:
+            ok = b"\x1b" not in r.stdout and (name.encode() + b"-\\xFF\\x1B[2J\\x0Ax") in r.stdout
+        check(r.returncode == 0 and ok, f"cxlpool-pool {what.decode()} {b' '.join(args).decode()}: the odd name "
+              f"escaped ({r.stdout[:160]!r} {r.stderr[-160:]!r})")
     os.unlink(b"/dev/shm/" + odd)
+    # A quota and a failure domain with control bytes are refused by the library, and the
+    # message that names them reaches the terminal escaped.
+    qdev = f"shm:{name}-quota".encode()
+    for flag, value in ((b"--quota", quota + b"=4M"), (b"--failure-domain", b"rack\x1b[31m")):
+        r = subprocess.run([tool.encode(), b"create", qdev, b"--size", b"16M", flag, value], capture_output=True)
+        check(r.returncode == 2 and b"\x1b" not in r.stderr and b"\x07" not in r.stderr and b"\\x1B" in r.stderr and
+              not os.path.exists(f"/dev/shm/{name}-quota"),
+              f"create {flag.decode()} with control bytes: refused, the message escaped ({r.stderr[:200]!r})")
 
     code, pools, r = pools_seen("--no-pool-scan", "--pool", f"shm:{name}-nosuch")
     check(code == 1 and pools is not None and "error" in pools.get(f"shm:{name}-nosuch", {}),
@@ -230,6 +251,46 @@ try:
     os.unlink(other)
     r = run("create", "shm:x", "--size", "12Q")
     check(r.returncode == 2 and '"12Q"' in r.stderr, "a bad size names the token")
+    for size, says in (("1024T", "has no room for 1125899906842624 bytes"), ("20000000T", "too large"),
+                       ("99999999999999999999", "too large"), ("16E", "not a non-negative"),
+                       ("-1", "not a non-negative"), (" 5", "not a non-negative"), ("5MX", "not a non-negative")):
+        r = run("create", f"shm:{name}-size", "--size", size)
+        check(r.returncode == 2 and says in r.stderr and not os.path.exists(f"/dev/shm/{name}-size"),
+              f"--size {size!r}: {says} ({r.stderr.splitlines()[0] if r.stderr else ''})")
+    r = run("create", f"shm:{name}-tib", "--size", "16MiB", "--extent", "1M")
+    check(r.returncode == 0 and os.path.exists(f"/dev/shm/{name}-tib"), f"--size 16MiB ({r.stderr.strip()[:160]})")
+    run("rm", f"shm:{name}-tib")
+    # Path walks say what is wrong once, naming the component that is: a regular file used as a
+    # directory (CONFIG), and, for an unprivileged user, the directory it may not search.
+    with tempfile.TemporaryDirectory() as walk:
+        plain = os.path.join(walk, "plain")
+        open(plain, "w").close()
+        r = run("create", f"file:{plain}/pool", "--size", "16M")
+        check(r.returncode == 2 and "CXLPOOL_E_CONFIG" in r.stderr and "'plain' is a regular file" in r.stderr and
+              r.stderr.lower().count("not a directory") == 1,
+              f"a file as a directory: CONFIG, said once ({r.stderr.strip()[-160:]})")
+        r = run("create", f"file:{walk}/missing/pool", "--size", "16M")
+        check(r.returncode == 2 and "'missing'" in r.stderr and r.stderr.count("No such file or directory") == 1,
+              f"a missing directory: named, the reason said once ({r.stderr.strip()[-160:]})")
+        if os.geteuid() == 0:
+            os.chmod(walk, 0o755)
+            closed = os.path.join(walk, "closed")
+            os.mkdir(closed, 0o700)
+            os.mkdir(os.path.join(closed, "inner"))
+            r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", tool, "create",
+                                f"file:{closed}/inner/pool", "--size", "16M"], capture_output=True, text=True, timeout=60)
+            if r.returncode in (126, 127) or "setpriv" in r.stderr:
+                print(f"skip  nobody cannot run the tool here ({r.stderr.strip()[:120]})")
+            else:
+                check(r.returncode == 2 and "no search permission on the directory 'closed' that holds 'inner'" in
+                      r.stderr and r.stderr.count("Permission denied") == 1 and
+                      not os.path.exists(os.path.join(closed, "inner", "pool")),
+                      f"nobody, a directory it may not search: that directory named ({r.stderr.strip()[-200:]})")
+    r = run("create", "--help")
+    check(r.returncode == 0 and "usage:" in r.stdout, "--help after a command prints the usage")
+    r = run("create", "--size", "16M")
+    check(r.returncode == 2 and "DEVICE comes first" in r.stderr and not os.path.exists("/dev/shm/--size"),
+          "an option where the DEVICE goes is a usage error, not a pool name")
     r = run("create", "shm:x", "--size", "64M", "--coherence", "sometimes")
     check(r.returncode == 2 and '"sometimes"' in r.stderr, "a bad coherence names the token")
     r = run("frobnicate", dev)
