@@ -89,6 +89,29 @@ void open_unnamed_file_storage(const std::string& dir, const BackingSpec& spec, 
   out->room_limited = true;
 }
 
+std::string check_named_file_declared(const BackingSpec& spec, bool sized) {
+  const Provider* p = provider_for(spec.kind);
+  if (!sized)
+    return "'" + format_location(spec) +
+           "' needs size= (cxlpool creates the device's memory itself and never sizes it from an existing object)";
+  const std::string named = p->named_path(spec);
+  const std::string dir = os::parent_dir(named);
+  if (!os::is_directory(dir)) {
+    const std::string what = os::path_kind(dir);
+    return dir + (what.empty() ? " does not exist" : " is a " + what) + ", so '" + format_location(spec) +
+           "' has no directory to live in";
+  }
+  const std::string pseudo = os::pseudo_filesystem(dir);
+  if (!pseudo.empty()) return dir + " is on a " + pseudo + " pseudo filesystem, which cannot hold memory";
+  const std::string kind = os::path_kind(named);
+  if (!kind.empty())
+    return named + " exists (" + kind +
+           ") and was not created by cxlpool for this device; a private device never uses or changes an existing "
+           "file, a shared pool's included (open that with cxlpool_shared_pool_open): remove it or choose another " +
+           (spec.kind == CXLPOOL_BACKING_SHM ? "name" : "path");
+  return "";
+}
+
 std::string format_location(const BackingSpec& spec) {
   const Provider* p = provider_for(spec.kind);
   return p ? p->format(spec) : "?";

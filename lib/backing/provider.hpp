@@ -85,6 +85,10 @@ struct Provider {
   void (*open_storage)(const BackingSpec& spec, bool fork_copy, StorageOpen* out);
   // nullptr when the kind cannot hold a shared pool.
   const SharedObjectOps* shared;
+  // Checks a declared private device before anything is opened (discovery, at declaration):
+  // "" or why its location cannot serve (sized: the declaration gave size=). nullptr: nothing
+  // to check.
+  std::string (*check_declared)(const BackingSpec& spec, bool sized);
 };
 
 // Shared by providers: WORD:PATH with PATH absolute and not ending in '/' ("" or why not,
@@ -94,6 +98,10 @@ std::string parse_absolute_path(std::string_view arg, bool has_arg, std::string_
 // Shared by the file kinds: a private device's storage is an unnamed file in dir (never the
 // device's name), its room taken from that filesystem.
 void open_unnamed_file_storage(const std::string& dir, const BackingSpec& spec, StorageOpen* out);
+// Shared by the file kinds' check_declared: a size given, the named path's directory a real
+// directory on a filesystem that can hold memory, and the name itself absent (a private device
+// never touches an existing object).
+std::string check_named_file_declared(const BackingSpec& spec, bool sized);
 
 // The provider of a kind, or nullptr.
 const Provider* provider_for(int kind) noexcept;

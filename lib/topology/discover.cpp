@@ -622,53 +622,21 @@ void set_emulated_performance(Target& t, const DeviceSpec* s) {
 }
 
 // Checks that need the machine and do not depend on discovered targets: a device must hold
-// one segment, named devices need a size, a private file device never uses an existing file
-// and needs a directory on a filesystem that can hold memory, devdax must be device-DAX.
+// one segment, and its kind's own checks (its provider's check_declared: for the file kinds a
+// size, a directory that can hold memory and no existing object; devdax a device-DAX node).
 void validate_emulated(const DeviceSpec& s, const std::string& dev) {
   if (s.size && *s.size < kMinDeviceBytes)
     fail(CXLPOOL_E_CONFIG, dev + ": key 'size': " + format_bytes(*s.size) + " cannot hold one " +
                                format_bytes(kMinDeviceBytes) + " allocator segment (the smallest device)");
-  if ((s.backing == CXLPOOL_BACKING_SHM || s.backing == CXLPOOL_BACKING_FILE) && !s.size)
-    fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': '" + format_backing(s) +
-                               "' needs size= (cxlpool creates the device's memory itself and never sizes it "
-                               "from an existing object)");
   BackingSpec loc;
   loc.kind = s.backing;
+  loc.numa_node = s.numa_node;
   loc.path = s.path;
+  loc.device_name = s.name;
   const Provider* provider = provider_for(s.backing);
-  if (s.backing == CXLPOOL_BACKING_FILE || s.backing == CXLPOOL_BACKING_SHM) {
-    std::string named = provider->named_path(loc);
-    std::string dir = os::parent_dir(named);
-    if (!os::is_directory(dir)) {
-      std::string what = os::path_kind(dir);
-      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': " + dir + (what.empty() ? " does not exist" : " is a " + what) +
-                                 ", so '" + format_backing(s) + "' has no directory to live in");
-    }
-    std::string pseudo = os::pseudo_filesystem(dir);
-    if (!pseudo.empty())
-      fail(CXLPOOL_E_CONFIG,
-           dev + ": key 'backing': " + dir + " is on a " + pseudo + " pseudo filesystem, which cannot hold memory");
-    std::string kind = os::path_kind(named);
-    if (!kind.empty())
-      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': " + named + " exists (" + kind +
-                                 ") and was not created by cxlpool for this device; a private device never uses or "
-                                 "changes an existing file, a shared pool's included (open that with "
-                                 "cxlpool_shared_pool_open): remove it or choose another " +
-                                 (s.backing == CXLPOOL_BACKING_SHM ? "name" : "path"));
-  }
-  if (s.backing == CXLPOOL_BACKING_DEVDAX) {
-    std::string kind = os::path_kind(s.path);
-    if (kind != "character device" && kind != "symbolic link")
-      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': '" + format_backing(s) + "' is " +
-                                 (kind.empty() ? std::string("missing") : "a " + kind) +
-                                 ", not a device-DAX character device");
-    std::string subsystem = os::char_device_subsystem(s.path);
-    if (subsystem != "dax")
-      fail(CXLPOOL_E_CONFIG,
-           dev + ": key 'backing': '" + format_backing(s) + "' is a " +
-               (subsystem.empty() ? std::string("character device of unknown kind") : "'" + subsystem + "' device") +
-               ", not device-DAX memory (/sys/dev/char/*/subsystem must be dax)");
-  }
+  if (provider && provider->check_declared)
+    if (std::string why = provider->check_declared(loc, s.size.has_value()); !why.empty())
+      fail(CXLPOOL_E_CONFIG, dev + ": key 'backing': " + why);
 }
 
 Target make_emulated(const DeviceSpec& s, const Topology& topo, const os::FsRoot& sys) {
@@ -805,15 +773,17 @@ void add_room_warnings(Topology& topo) {
   os::CgroupRoom cg;
   const bool cg_limited = os::memory_cgroup_room(&cg);
   for (auto& t : topo.targets) {
-    const cxlpool_backing_kind_t kind = t.backing.kind;
-    if (t.kind != CXLPOOL_TARGET_EMULATED || t.capacity.source != CXLPOOL_SOURCE_CONFIG ||
-        (kind != CXLPOOL_BACKING_MEMFD && kind != CXLPOOL_BACKING_SHM && kind != CXLPOOL_BACKING_FILE))
+    // Devices in files (anonymous memory and device nodes are neither a filesystem's nor the
+    // cgroup's page cache).
+    const Provider* provider = provider_for(t.backing.kind);
+    if (t.kind != CXLPOOL_TARGET_EMULATED || t.capacity.source != CXLPOOL_SOURCE_CONFIG || !provider ||
+        provider->anonymous || provider->device_node)
       continue;
     const uint64_t size = t.capacity.value;
     std::string parts;
     os::FsRoom fs;
-    if (kind != CXLPOOL_BACKING_MEMFD) {
-      const std::string dir = os::parent_dir(provider_for(kind)->named_path(t.backing));
+    if (const std::string named = provider->named_path(t.backing); !named.empty()) {
+      const std::string dir = os::parent_dir(named);
       if (os::filesystem_room(dir, &fs) && fs.bytes < size)
         parts += fs.huge_page ? dir + " (hugetlbfs) has " + std::to_string(fs.bytes / fs.huge_page) + " free " +
                                     format_bytes(fs.huge_page) + " huge pages (" + format_bytes(fs.bytes) +

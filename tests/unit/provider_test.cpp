@@ -57,8 +57,14 @@ void fake_open(const BackingSpec& spec, bool, StorageOpen* out) {
   out->sized_by_cxlpool = true;
 }
 
-const Provider kFake = {"fakemem",   64,         "fakemem:TAG", false,     false,          fake_parse,
-                        fake_format, fake_named, fake_claim,    fake_open, &kSharedFileOps};
+// Its own declaration check: discovery asks the provider, not a list of kinds.
+std::string fake_check(const BackingSpec& s, bool sized) {
+  if (s.path == "refused") return "the fake refuses the tag 'refused'";
+  return sized ? "" : "fakemem needs size=";
+}
+
+const Provider kFake = {"fakemem",   64,         "fakemem:TAG", false,     false,           fake_parse,
+                        fake_format, fake_named, fake_claim,    fake_open, &kSharedFileOps, fake_check};
 
 void register_fake() {
   static const bool once = register_provider(&kFake);
@@ -157,6 +163,21 @@ TEST_CASE("provider: a backend added by a test alone serves private and shared p
   CHECK(list[0].backing == 64);
   CHECK(format_device(list[0]) == "f0:backing=fakemem:abc,size=16777216");
   CHECK_THROWS_WITH(parse_device_list("f0:backing=fakemem", "test"), Catch::Contains("fake needs fake:TAG"));
+
+  // Discovery asks it whether a declaration can serve.
+  for (const auto& [devices, why] : {std::pair<std::string, std::string>{"f0:backing=fakemem:refused,size=16M",
+                                                                         "the fake refuses the tag 'refused'"},
+                                     {"f0:backing=fakemem:abc", "fakemem needs size="}}) {
+    cxlpool_config_t* c = nullptr;
+    REQUIRE(cxlpool_config_create(&c) == CXLPOOL_OK);
+    cxlpool_config_set_devices(c, devices.c_str());
+    cxlpool_config_set_flags(c, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE);
+    cxlpool_topology_t* t = nullptr;
+    CHECK(cxlpool_topology_discover(c, &t) == CXLPOOL_E_CONFIG);
+    CHECK_THAT(cxlpool_last_error_message(), Catch::Contains("key 'backing': " + why));
+    CHECK(t == nullptr);
+    cxlpool_config_destroy(c);
+  }
 
   // Discovery, the registry and a private pool use it.
   const int before = g_fake_opens.load();

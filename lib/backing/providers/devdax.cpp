@@ -98,11 +98,25 @@ void remove_shared(const BackingSpec&, const os::PathIdentity&, const std::strin
 
 const SharedObjectOps kDevdaxObjectOps = {open_shared, create_shared, publish_shared, remove_shared};
 
+// A declared device must be a device-DAX node (a symbolic link to one is resolved when opened).
+std::string check_declared(const BackingSpec& spec, bool) {
+  const std::string kind = os::path_kind(spec.path);
+  if (kind != "character device" && kind != "symbolic link")
+    return "'" + format(spec) + "' is " + (kind.empty() ? std::string("missing") : "a " + kind) +
+           ", not a device-DAX character device";
+  const std::string subsystem = os::char_device_subsystem(spec.path);
+  if (subsystem != "dax")
+    return "'" + format(spec) + "' is a " +
+           (subsystem.empty() ? std::string("character device of unknown kind") : "'" + subsystem + "' device") +
+           ", not device-DAX memory (/sys/dev/char/*/subsystem must be dax)";
+  return "";
+}
+
 }  // namespace
 
 extern const Provider kDevdaxProvider = {
-    "devdax",       CXLPOOL_BACKING_DEVDAX, "devdax:PATH",     false, true, parse, format, named_path,
-    claim_identity, open_storage,           &kDevdaxObjectOps,
+    "devdax",       CXLPOOL_BACKING_DEVDAX, "devdax:PATH",     false,          true, parse, format, named_path,
+    claim_identity, open_storage,           &kDevdaxObjectOps, check_declared,
 };
 
 }  // namespace cxlpool::detail

@@ -24,7 +24,7 @@ void open_storage(const BackingSpec& spec, bool, StorageOpen* out) {
 
 extern const Provider kFileProvider = {
     "file", CXLPOOL_BACKING_FILE, "file:PATH",    false,        false,           parse,
-    format, named_path,           claim_identity, open_storage, &kSharedFileOps,
+    format, named_path,           claim_identity, open_storage, &kSharedFileOps, check_named_file_declared,
 };
 
 }  // namespace cxlpool::detail

@@ -37,7 +37,7 @@ void open_storage(const BackingSpec& spec, bool, StorageOpen* out) {
 
 extern const Provider kShmProvider = {
     "shm",  CXLPOOL_BACKING_SHM, "shm:NAME",     false,        false,           parse,
-    format, named_path,          claim_identity, open_storage, &kSharedFileOps,
+    format, named_path,          claim_identity, open_storage, &kSharedFileOps, check_named_file_declared,
 };
 
 }  // namespace cxlpool::detail
