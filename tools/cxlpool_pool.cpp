@@ -24,7 +24,7 @@ const char* kUsage =
     "                          [--quota NAME=BYTES]... [--failure-domain NAME]\n"
     "       cxlpool-pool info DEVICE [--json] [--host-index N]\n"
     "       cxlpool-pool check DEVICE [--repair] [--json] [--host-index N]\n"
-    "       cxlpool-pool rm DEVICE\n"
+    "       cxlpool-pool rm DEVICE [--json]\n"
     "\n"
     "DEVICE is shm:NAME, file:PATH or devdax:PATH (docs/shared.md).\n"
     "  create  formats a new pool (an existing name is refused and left untouched)\n"
@@ -48,8 +48,8 @@ std::string shown_lines(std::string_view s);
   exit(2);
 }
 
-// A non-negative integer in `base`; with `suffixes`, one of K, M, G, T (binary multiples,
-// also spelled KiB..TiB or KB..TB, as the device grammar takes them). Out of range is "too large", anything else "not a
+// A non-negative integer in `base`; with `suffixes`, one of K, M, G, T (binary multiples, in
+// either case, also spelled KiB..TiB or KB..TB). Out of range is "too large", anything else "not a
 // number".
 uint64_t parse_number(const std::string& flag, const std::string& text, bool suffixes, int base = 10) {
   auto not_a_number = [&] {
@@ -65,8 +65,8 @@ uint64_t parse_number(const std::string& flag, const std::string& text, bool suf
   unsigned shift = 0;
   if (suffixes && *end) {
     const char* units = "KMGT";
-    const char* u = strchr(units, *end);
-    if (!u) not_a_number();
+    const char* u = strchr(units, toupper(static_cast<unsigned char>(*end)));
+    if (!*end || !u) not_a_number();
     shift = unsigned(10 * (u - units + 1));
     ++end;
     if (!strcmp(end, "iB"))
@@ -76,7 +76,7 @@ uint64_t parse_number(const std::string& flag, const std::string& text, bool suf
   }
   if (*end) not_a_number();
   if (overflow || (shift && v > (UINT64_MAX >> shift)))
-    usage_error(flag + ": \"" + text + "\" is too large (at most 2^64 - 1 bytes)");
+    usage_error(flag + ": \"" + text + "\" is too large (at most 2^64 - 1" + (suffixes ? " bytes)" : ")"));
   return uint64_t(v) << shift;
 }
 
@@ -299,6 +299,7 @@ int main(int argc, char** argv) {
     rc = st == CXLPOOL_OK ? 0 : 1;
   } else if (cmd == "rm") {
     check_status("rm", cxlpool_shared_pool_unlink(device.c_str()));
+    if (json) printf("{\"device\": \"%s\", \"removed\": true}\n", json_text(device).c_str());
   }
   cxlpool_shared_params_destroy(params);
   return rc;

@@ -40,6 +40,7 @@ typedef struct cxlpool_shared_handle {
  * heartbeat 10 ms, lease timeout 5000 ms, stopped timeout 10 minutes, host index 0. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_create(cxlpool_shared_params_t** out);
 CXLPOOL_API void cxlpool_shared_params_destroy(cxlpool_shared_params_t* params);
+/* From 4 MiB to 2^63 - 1 bytes (the largest file); INVALID_ARGUMENT otherwise. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_size(cxlpool_shared_params_t* params, uint64_t bytes);
 /* A power of two from 256 KiB to 1 GiB: the unit of ownership between participants. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_extent_size(cxlpool_shared_params_t* params, uint64_t bytes);

@@ -82,14 +82,21 @@ void give_back_free(Pool* pool) noexcept {
   set_last_error(CXLPOOL_E_CAPACITY, ENOMEM, text);
 }
 
-void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int forced) noexcept {
+void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int forced, bool in_pages = false) noexcept {
   if (pool->detached) {  // a shared pool inherited across fork(): the parent's heap state
     errno = ENOMEM;
     return nullptr;
   }
-  // Under an RLIMIT_AS blocks above 128 KiB get a reservation of exactly their size, as glibc
-  // maps them: a page of such blocks would hold slices smaller pages could not use meanwhile.
-  bool huge = size > kMaxClassSize || alignment > kSliceSize || (size > kLimitedSpanMin && address_space_limited());
+  // Under an RLIMIT_AS blocks above 32 KiB get a reservation of exactly their size (to the
+  // page), as glibc maps its large ones: a class page would hold up to a quarter more. Each is
+  // a mapping of its own, so only while cxlpool's mappings are under half their budget (a
+  // quarter of vm.max_map_count); where one cannot be had, a class page still can.
+  const bool room_span = !in_pages && size <= kMaxClassSize && alignment <= kSliceSize && size > kLimitedSpanMin &&
+                         address_space_limited() && [] {
+                           const VmaUse v = vma_use();
+                           return v.vmas < v.budget / 2;
+                         }();
+  bool huge = size > kMaxClassSize || alignment > kSliceSize || room_span;
   unsigned cls = 0;
   if (!huge) {
     cls = alignment > 16 ? aligned_class(size, alignment) : size_to_class(size);
@@ -155,6 +162,10 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
         }
       }
     }
+  }
+  if (!p && room_span) {
+    if (held.owns_lock()) held.unlock();
+    return allocate(pool, size, alignment, hint, forced, true);
   }
   if (!p) {
     h->row[di].counters.failures.add(1);

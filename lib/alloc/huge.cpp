@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Huge blocks: requests above 1 MiB (or aligned beyond a slice) get a reservation of their
 // own — whole segments of address space (under an RLIMIT_AS, only the block's bytes), of
-// which only the bytes needed (64 KiB granules) are device memory. A few freed spans stay
-// cached (committed) for reuse until a purge pass finds them idle.
+// which only the bytes needed (64 KiB granules; the page under an RLIMIT_AS) are device
+// memory. A few freed spans stay cached (committed) for reuse until a purge pass finds them
+// idle.
 #include <algorithm>
 
 #include "alloc/fast.hpp"
@@ -34,7 +35,9 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
   if (size > (size_t(1) << 46) || align > (size_t(1) << 40)) return nullptr;
   size_t n = (size + kSegmentSize - 1) / kSegmentSize;
   if (n == 0) n = 1;
-  const size_t granule = std::max(kSliceSize, d.page_size);
+  // Under an RLIMIT_AS the device's page: a 140,000-byte block takes 140 KiB of address space,
+  // not 192.
+  const size_t granule = address_space_limited() ? d.page_size : std::max(kSliceSize, d.page_size);
   size_t device_bytes = (size + granule - 1) & ~(granule - 1);
   if (device_bytes == 0) device_bytes = granule;
   std::lock_guard<std::mutex> lock(d.mu);

@@ -56,10 +56,10 @@ Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept 
     partial_add(d, seg);
     first = 0;
   }
-  if (!seg && k > class_slices_tight(cls)) {
+  if (!seg && k > class_slices_fewest(cls)) {
     // No run of k free slices and no new segment (the device's offsets are all taken): a page
     // of the fewest slices fits where the free slices are scattered.
-    k = class_slices_tight(cls);
+    k = class_slices_fewest(cls);
     any_segment(k);
   }
   if (!seg) return nullptr;

@@ -31,15 +31,15 @@ namespace cxlpool::detail::alloc {
 inline constexpr size_t kRegionSegments = 16;              // 64 MiB regions when address space allows
 inline constexpr uint64_t kMaxFreeCommitted = 1ull << 30;  // free committed bytes per pool device beyond
                                                            // which retired pages are decommitted at once
-// Under an RLIMIT_AS, blocks above this are huge: a reservation of exactly their size.
-inline constexpr size_t kLimitedSpanMin = size_t(128) << 10;
+// Under an RLIMIT_AS, blocks above this are huge: a reservation of exactly their size (to the
+// page), where a class page would hold up to 25% more for the class and its slices.
+inline constexpr size_t kLimitedSpanMin = size_t(32) << 10;
 // Devices below this capacity (16 segments) get pages of the fewest slices that hold their
 // blocks (size_class.hpp, class_slices_tight), as under an RLIMIT_AS.
 inline constexpr uint64_t kTightPagesBelow = uint64_t(64) << 20;
 inline constexpr size_t kHugeCacheEntries = 4;
 inline constexpr uint64_t kHugeCacheBytes = 64ull << 20;
 inline constexpr int kAdoptScan = 8;
-inline constexpr unsigned kInlineWords = 4;
 inline constexpr int kCentralHeaps = 4;  // per pool, picked by the CPU a thread runs on
 // A thread's first allocations of a class come from a central heap; from this many on, from a
 // page of its own (docs/allocator.md, "Threads"). Pages of classes above kThreadMaxSize are

@@ -2,6 +2,7 @@
 // C ABI for shared pools (include/cxlpool/shared.h): parameter objects, create/open/close,
 // blocks, handles and leases, publish/acquire.
 #include <cctype>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -96,6 +97,9 @@ cxlpool_status_t cxlpool_shared_params_set_size(cxlpool_shared_params_t* params,
     require(params != nullptr, "cxlpool_shared_params_set_size", "params is NULL");
     require(bytes >= (4u << 20), "cxlpool_shared_params_set_size",
             "size " + std::to_string(bytes) + " is below the minimum of 4 MiB");
+    // A file's size is an off_t: nothing larger can hold a pool.
+    require(bytes <= uint64_t(INT64_MAX), "cxlpool_shared_params_set_size",
+            "size " + std::to_string(bytes) + " is larger than any file or device can be (at most 2^63 - 1 bytes)");
     params->p.size = bytes;
   });
 }

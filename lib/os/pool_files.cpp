@@ -101,9 +101,9 @@ int open_checked(const std::string& path, bool char_device, int flags, const std
   if (const int e = resolve_path(path.c_str(), &r, &why, kNoFollowLast)) {
     if (r.last_is_link) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" is a symbolic link; give the real path");
     if (e == EPERM) fail(CXLPOOL_E_PERMISSION, what + ": \"" + path + "\": " + why.text);
-    fail_os(what + ": open(\"" + path + "\")", e);
+    fail_os(what + ": \"" + path + "\": " + why.text, e);
   }
-  if (r.leaf < 0) fail_os(what + ": open(\"" + path + "\")", ENOENT);
+  if (r.leaf < 0) fail_os(what + ": \"" + path + "\"", ENOENT);
   struct stat st {};
   if (fstat(r.leaf, &st) != 0) fail_os(what + ": fstat", errno);
   const bool ok = char_device ? S_ISCHR(st.st_mode) : S_ISREG(st.st_mode);
@@ -112,6 +112,13 @@ int open_checked(const std::string& path, bool char_device, int flags, const std
          what + ": \"" + path + "\" is not a " + (char_device ? "character device" : "regular file") + "; not a pool");
   const int fd = reopen_resolved(r, flags | O_NONBLOCK);
   if (fd < 0 && errno == ESTALE) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" was replaced while being opened");
+  if (fd < 0 && (errno == EACCES || errno == EPERM)) {
+    char who[160];
+    snprintf(who, sizeof who, " (its owner is uid %u, its mode %04o; this process runs as uid %u)", unsigned(st.st_uid),
+             unsigned(st.st_mode & 07777), unsigned(geteuid()));
+    fail(CXLPOOL_E_PERMISSION, what + ": \"" + path + "\": no permission to open it for " +
+                                   ((flags & O_ACCMODE) == O_RDWR ? "reading and writing" : "reading") + who);
+  }
   if (fd < 0) fail_os(what + ": open(\"" + path + "\")", errno);
   return fd;
 }

@@ -257,9 +257,19 @@ try:
         r = run("create", f"shm:{name}-size", "--size", size)
         check(r.returncode == 2 and says in r.stderr and not os.path.exists(f"/dev/shm/{name}-size"),
               f"--size {size!r}: {says} ({r.stderr.splitlines()[0] if r.stderr else ''})")
-    r = run("create", f"shm:{name}-tib", "--size", "16MiB", "--extent", "1M")
-    check(r.returncode == 0 and os.path.exists(f"/dev/shm/{name}-tib"), f"--size 16MiB ({r.stderr.strip()[:160]})")
-    run("rm", f"shm:{name}-tib")
+    for size in ("16MiB", "16m", "16MB"):
+        r = run("create", f"shm:{name}-tib", "--size", size, "--extent", "1M")
+        check(r.returncode == 0 and os.path.exists(f"/dev/shm/{name}-tib"), f"--size {size} ({r.stderr.strip()[:160]})")
+        r = run("rm", f"shm:{name}-tib", "--json")
+        try:
+            removed = json.loads(r.stdout) == {"device": f"shm:{name}-tib", "removed": True}
+        except ValueError:
+            removed = False
+        check(r.returncode == 0 and removed and not os.path.exists(f"/dev/shm/{name}-tib"),
+              f"rm --json says what it removed ({r.stdout.strip()!r})")
+    r = run("create", f"shm:{name}-big", "--size", "9223372036854775808")
+    check(r.returncode == 2 and "larger than any file" in r.stderr and "ftruncate" not in r.stderr and
+          not os.path.exists(f"/dev/shm/{name}-big"), f"--size 2^63: refused before any file ({r.stderr.strip()[-120:]})")
     # Path walks say what is wrong once, naming the component that is: a regular file used as a
     # directory (CONFIG), and, for an unprivileged user, the directory it may not search.
     with tempfile.TemporaryDirectory() as walk:
@@ -286,6 +296,21 @@ try:
                       r.stderr and r.stderr.count("Permission denied") == 1 and
                       not os.path.exists(os.path.join(closed, "inner", "pool")),
                       f"nobody, a directory it may not search: that directory named ({r.stderr.strip()[-200:]})")
+                for cmd in ("info", "check"):
+                    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", tool, cmd,
+                                        f"file:{closed}/inner/pool"], capture_output=True, text=True, timeout=60)
+                    check(r.returncode == 2 and "no search permission on the directory 'closed'" in r.stderr,
+                          f"nobody's {cmd} there: the same ({r.stderr.strip()[-160:]})")
+                # root's pool, readable by nobody only as a file it may not write
+                rootpool = os.path.join(walk, "rootpool")
+                r = run("create", f"file:{rootpool}", "--size", "16M", "--mode", "0644")
+                state = open(rootpool, "rb").read() if r.returncode == 0 else b""
+                r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", tool, "rm",
+                                    f"file:{rootpool}"], capture_output=True, text=True, timeout=60)
+                check(r.returncode == 2 and "no permission to open it for reading and writing (its owner is uid 0, "
+                      "its mode 0644; this process runs as uid 65534)" in r.stderr and
+                      open(rootpool, "rb").read() == state,
+                      f"nobody's rm of root's pool: refused saying whose it is, the pool intact ({r.stderr.strip()[-200:]})")
     r = run("create", "--help")
     check(r.returncode == 0 and "usage:" in r.stdout, "--help after a command prints the usage")
     r = run("create", "--size", "16M")

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-// The allocator under an RLIMIT_AS (docs/allocator.md, "Address space"): blocks above 128 KiB
-// and huge blocks reserve only their own bytes and the rest of their last segment is the
+// The allocator under an RLIMIT_AS (docs/allocator.md, "Address space"): blocks above 32 KiB
+// and huge blocks reserve only their own bytes (to the page) and the rest of their last segment is the
 // program's (a mapping there is foreign to free, usable_size and ptr_info); a failing
 // allocation gives back what is free and retries, so the largest block that fits after a
 // workload of many small ones is nearly all the address space left, and memory that cannot
 // fit is NULL + ENOMEM; the limited mode's paths (tight pages, the fullest segment first, spans
-// above 128 KiB) under threads. The real-limit cases run in a forked child and skip under
+// above 32 KiB, class pages for them once cxlpool's mappings are past half their budget) under
+// threads. The real-limit cases run in a forked child and skip under
 // sanitizers (their shadow memory needs the address space); the forced mode runs everywhere.
 #include <malloc.h>
 #include <sys/mman.h>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "alloc/pool.hpp"
+#include "device/device.hpp"
 #include "test_support.hpp"
 #include "topology/model.hpp"
 
@@ -196,14 +198,14 @@ TEST_CASE("spans under an RLIMIT_AS reserve their own bytes, and the rest of the
   A::set_address_space_limited(1);
   TestPool t("numa:0");
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  for (size_t size : {200 * kKiB, 6 * kMiB + 100}) {
+  for (size_t size : {size_t(40000), 200 * kKiB + 1, 6 * kMiB + 100}) {
     INFO("block of " << size << " bytes");
     auto* p = static_cast<unsigned char*>(A::pool_malloc(t.pool, size));
     REQUIRE(p);
     A::PtrInfo pi;
     REQUIRE(A::ptr_info(p, &pi));
-    CHECK(pi.huge);  // above 128 KiB: a reservation of its own
-    const size_t reserved = (size + 64 * kKiB - 1) / (64 * kKiB) * (64 * kKiB);
+    CHECK(pi.huge);  // above 32 KiB: a reservation of its own, its bytes rounded to the page
+    const size_t reserved = (size + page - 1) / page * page;
     CHECK(A::usable_size(p) == reserved);
     std::memset(p, 0x5a, size);
     // The page right after the block is free address space: anyone may map it.
@@ -230,6 +232,33 @@ TEST_CASE("spans under an RLIMIT_AS reserve their own bytes, and the rest of the
     CHECK(A::free_any(q) == (size <= 4 * kMiB));
     CHECK(munmap(q, page) == 0);
   }
+}
+
+TEST_CASE("past half the mapping budget, blocks above 32 KiB come from class pages under an RLIMIT_AS", "[unit]") {
+  A::set_address_space_limited(1);
+  struct BudgetReset {
+    ~BudgetReset() { cxlpool::detail::set_vma_budget(0); }
+  } reset;
+  TestPool t("numa:0");
+  // Spans while cxlpool's mappings are under half their budget...
+  void* span = A::pool_malloc(t.pool, 40000);
+  REQUIRE(span);
+  A::PtrInfo pi;
+  REQUIRE(A::ptr_info(span, &pi));
+  CHECK(pi.huge);
+  // ... class pages past it: every block is still had, none is a mapping of its own.
+  cxlpool::detail::set_vma_budget(int64_t(cxlpool::detail::vma_use().vmas) + 1);
+  std::vector<void*> blocks;
+  for (int i = 0; i < 64; ++i) {
+    void* p = A::pool_malloc(t.pool, 40000 + size_t(i) * 512);
+    REQUIRE(p);
+    REQUIRE(A::ptr_info(p, &pi));
+    CHECK_FALSE(pi.huge);
+    std::memset(p, i, 40000);
+    blocks.push_back(p);
+  }
+  for (void* p : blocks) CHECK(A::free_any(p));
+  CHECK(A::free_any(span));
 }
 
 TEST_CASE("the limited mode's paths under threads: exact spans, tight pages, remote frees", "[unit]") {
