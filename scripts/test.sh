@@ -19,4 +19,10 @@ if [ -f "$table" ]; then
   echo "== cxlpool-info inside the QEMU guest (node0: 2 CPUs; node1: CPU-less, HMAT 300 ns / 5 GB/s; kernel 6.12)"
   cat "$table"
 fi
+if [ "$status" -ne 0 ] && [ -f "$BUILD/Testing/Temporary/LastTest.log" ]; then
+  # Last, where a log's tail shows it: each failed check with the lines after it.
+  echo
+  echo "== failed checks (from $BUILD/Testing/Temporary/LastTest.log)"
+  grep -a -A4 -E '^FAIL  |: FAILED:$' "$BUILD/Testing/Temporary/LastTest.log" | cut -c1-400 | head -80 || true
+fi
 exit $status

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "alloc/pool.hpp"
@@ -53,7 +54,10 @@ struct Pin {
 
 // Pins outlive engine restarts; hints are dropped when no engine runs. The mutexes are
 // constant-initialised; the containers are made on first use, because the interposer may
-// start the engine before this library's dynamic initialisers have run.
+// start the engine before this library's dynamic initialisers have run. g_pins_mu is held
+// across every move that must respect pins (the engine's and pin()'s own), with the pin read
+// or written in the same hold: a unit just pinned is never moved back out by an engine step
+// that saw it before the pin.
 std::mutex g_pins_mu;
 std::mutex g_hints_mu;
 uint64_t g_hints_dropped = 0;
@@ -421,6 +425,10 @@ class Engine final : public HeatSink {
     StepMover(Engine& e, os::write_fence::Mode fence_mode) : e_(e), fence_(fence_mode) {}
     planner::Outcome execute(const planner::Move& m) override {
       State& s = e_.units_[m.unit];
+      std::lock_guard<std::mutex> pins(g_pins_mu);
+      const auto pin = pins_table().find(s.ref.base);
+      if (pin != pins_table().end() && pin->second.serial == s.ref.serial && pin->second.tier != tier_of(s.pool, m.to))
+        return planner::Outcome{CXLPOOL_E_NOT_SUPPORTED, false, 0};  // pinned since this step began
       MoveResult r = move_unit_to(s, m.to, MoveOptions{&fence_, true, move_hook, &e_});
       if (r.status == CXLPOOL_OK) {
         s.resident = m.to;
@@ -736,23 +744,38 @@ void pin(const void* p, size_t len, int tier) {
     if (tier >= 0 && planner::first_of_tier(pool_view(u.pool).pool, tier) < 0)
       fail(CXLPOOL_E_NOT_SUPPORTED,
            "cxlpool_pin: pool '" + alloc::pool_name(u.pool) + "' has no device of tier " + std::to_string(tier));
-  for (const alloc::Unit& u : units) {
+  for (const alloc::Unit& listed : units) {
+    // The pin is written before the move, in the same hold of g_pins_mu (see there); the unit
+    // is read again under it, as the engine may have moved it since it was listed.
+    std::lock_guard<std::mutex> lock(g_pins_mu);
+    alloc::Unit u;
+    if (!alloc::unit_of(reinterpret_cast<const void*>(listed.ref.base), &u) || u.ref.serial != listed.ref.serial)
+      fail(CXLPOOL_E_NOT_FOUND, "cxlpool_pin: memory of the range was freed during the call");
+    std::map<uintptr_t, Pin>& table = pins_table();
+    const auto had = table.find(u.ref.base);
+    const std::optional<Pin> before = had != table.end() ? std::optional<Pin>(had->second) : std::nullopt;
+    if (tier < 0)
+      table.erase(u.ref.base);
+    else
+      table[u.ref.base] = {u.ref.serial, tier};
+    auto undo_and_fail = [&](cxlpool_status_t status, const std::string& why) {
+      if (before)
+        table[u.ref.base] = *before;
+      else
+        table.erase(u.ref.base);
+      fail(status, why);
+    };
     if (tier >= 0 && tier_of(u.pool, u.resident) != tier) {
       const PoolView view = pool_view(u.pool);  // room now: earlier units of the range moved
       const int to = planner::first_of_tier_with_room(view.pool, view.devices, tier, u.committed);
       if (to < 0)
-        fail(CXLPOOL_E_CAPACITY, "cxlpool_pin: no device of tier " + std::to_string(tier) + " in pool '" +
-                                     alloc::pool_name(u.pool) + "' has room for " + std::to_string(u.committed) +
-                                     " more bytes");
+        undo_and_fail(CXLPOOL_E_CAPACITY, "cxlpool_pin: no device of tier " + std::to_string(tier) + " in pool '" +
+                                              alloc::pool_name(u.pool) + "' has room for " +
+                                              std::to_string(u.committed) + " more bytes");
       MoveResult r =
           move_unit_to(u, to, MoveOptions{nullptr, false, g_engine ? Engine::monitor_hook : nullptr, g_engine});
-      if (r.status != CXLPOOL_OK) fail(r.status, "cxlpool_pin: " + r.why);
+      if (r.status != CXLPOOL_OK) undo_and_fail(r.status, "cxlpool_pin: " + r.why);
     }
-    std::lock_guard<std::mutex> lock(g_pins_mu);
-    if (tier < 0)
-      pins_table().erase(u.ref.base);
-    else
-      pins_table()[u.ref.base] = {u.ref.serial, tier};
   }
 }
 

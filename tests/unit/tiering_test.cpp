@@ -647,6 +647,37 @@ TEST_CASE("a fork child of a process sampling with the engine starts clean", "[t
   cxlpool_pool_destroy(pool);
 }
 
+TEST_CASE("a pin made while the engine moves the unit holds: the engine never moves it back out", "[tiering]") {
+  if (!copies_fenced()) CXLPOOL_SKIP("no kernel-mode userfaultfd here: copying moves are off");
+  // A hot unit is promoted by the engine, pinned back down at once, checked, unpinned; the
+  // engine's step that saw it unpinned must not undo the pin (each check is a state, not a time).
+  REQUIRE(cxlpool_tiering_start("monitors=hint,interval=5ms,min_residence=0s,halflife=10ms") == CXLPOOL_OK);
+  Topo t("fast:backing=numa:0,size=64M,tier=0;slow:backing=memfd,size=256M,tier=1");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:slow");
+  unsigned char* unit = filled_units(pool, 1)[0];
+  int undone = 0;
+  for (int round = 0; round < 100; ++round) {
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+         std::chrono::steady_clock::now() < until && info_of(unit).tier != 0;) {
+      REQUIRE(cxlpool_hint_access(unit, 3 * kMiB, 4) == CXLPOOL_OK);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(info_of(unit).tier == 0);  // promoted (within a bound, not a time)
+    REQUIRE(cxlpool_hint_access(unit, 3 * kMiB, 4) == CXLPOOL_OK);
+    REQUIRE(cxlpool_pin(unit, 1, 1) == CXLPOOL_OK);
+    REQUIRE(cxlpool_hint_access(unit, 3 * kMiB, 4) == CXLPOOL_OK);
+    undone += info_of(unit).tier != 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a step or two of the engine
+    undone += info_of(unit).tier != 1;
+    REQUIRE(cxlpool_pin(unit, 1, -1) == CXLPOOL_OK);
+  }
+  CHECK(undone == 0);
+  CHECK(holds(unit, 3 * kMiB, 0));
+  cxlpool_tiering_stop();
+  cxlpool_free(unit);
+  cxlpool_pool_destroy(pool);
+}
+
 TEST_CASE("pins count their bytes and moves, a unit larger than an interval's budget still moves", "[tiering]") {
   REQUIRE_COPIES_FENCED();
   Topo t("fast:backing=shm,size=256M,tier=0;slow:backing=shm,size=512M,tier=1");
