@@ -3,6 +3,8 @@
 // child never inherits a lock held by a thread that does not exist there. The lock order
 // (every path that holds two of these takes them in this order):
 //
+//   0. the move gate (device/move_gate.hpp): the moves in flight end first, as a move's last
+//      step takes its unit's PoolDevice::mu (alloc/residency.cpp) and two devices' locks
 //   1. g_registry_mu (the pool registry)
 //   2. per pool, in registry order: its central heaps' locks, then each PoolDevice::mu, in
 //      device order
@@ -18,11 +20,13 @@
 #include <new>
 
 #include "alloc/fast.hpp"
+#include "device/move_gate.hpp"
 #include "device/registry.hpp"
 
 namespace cxlpool::detail::alloc {
 
 void fork_prepare() noexcept {
+  move_gate::close_for_fork();
   g_registry_mu.lock();
   for (auto& e : g_registry) {
     if (!e.pool) continue;
@@ -53,11 +57,18 @@ void unlock_pools() noexcept {
 void fork_parent() noexcept {
   registry::fork_parent();
   unlock_pools();
+  move_gate::open_in_parent();
 }
 
 void fork_child() noexcept {
   registry::fork_child();
+  // No move was in flight (the gate), but a thread the child does not have may have been
+  // waiting on a condition: remade, as the mutexes would be.
+  for (auto& e : g_registry)
+    if (e.pool)
+      for (int di = 0; di < e.pool->ndev; ++di) new (&e.pool->dev[di].unit_moved) std::condition_variable();
   unlock_pools();
+  move_gate::open_in_child();
   reset_pools_alive_in_child();
   purger_reset_after_fork();
   elastic_reset_after_fork();

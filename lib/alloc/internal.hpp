@@ -54,6 +54,8 @@ bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexce
 bool device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
 bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsigned count) noexcept;
 void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noexcept;
+// Whether seg's region is being moved now (d: its home, mutex held): Region::moving.
+inline bool segment_moving(const PoolDevice& d, const Segment* seg) noexcept { return d.regions[seg->region].moving; }
 Segment* new_segment(Pool* pool, int di) noexcept;  // pool device mutex held
 void partial_add(PoolDevice& d, Segment* s) noexcept;
 void partial_remove(PoolDevice& d, Segment* s) noexcept;

@@ -30,7 +30,7 @@ Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept 
   auto any_segment = [&](unsigned slices) {
     for (int pass = 0; pass < 2 && !seg; ++pass)
       for (Segment* s = d.partial; s; s = s->next_partial)
-        if (!s->lost.load(std::memory_order_relaxed) &&
+        if (!s->lost.load(std::memory_order_relaxed) && !segment_moving(d, s) &&
             (first = find_run(pass == 0 ? s->free_slices & s->committed_slices : s->free_slices, slices)) >= 0) {
           seg = s;
           break;
@@ -42,7 +42,7 @@ Page* new_page(Pool* pool, int di, unsigned cls, bool may_add_segment) noexcept 
     int fewest = kSlicesPerSegment + 1;
     for (Segment* s = d.partial; s; s = s->next_partial) {
       const int free_count = __builtin_popcountll(s->free_slices);
-      if (free_count >= fewest || s->lost.load(std::memory_order_relaxed)) continue;
+      if (free_count >= fewest || s->lost.load(std::memory_order_relaxed) || segment_moving(d, s)) continue;
       if (int f = find_run(s->free_slices, k); f >= 0) {
         seg = s;
         first = f;
@@ -203,8 +203,11 @@ bool page_has_free(Page* pg) noexcept {
 
 bool extend_commit(Pool* pool, Page* pg, uintptr_t upto) noexcept {
   PoolDevice& d = pool->dev[pg->device];
-  std::lock_guard<std::mutex> lock(d.mu);
+  std::unique_lock<std::mutex> lock(d.mu);
   Segment* seg = pg->segment;
+  // The page is this thread's: a move of its region ends before it commits more (on the
+  // device the region lives on then).
+  d.unit_moved.wait(lock, [&] { return !segment_moving(d, seg); });
   unsigned from = unsigned((pg->commit_end - seg->base) >> kSliceShift);
   unsigned to = unsigned((upto - seg->base + kSliceSize - 1) >> kSliceShift);
   if (!commit_slices(pool, d, seg, from, to - from)) return false;

@@ -202,22 +202,32 @@ uint64_t pool_trim(Pool* pool) noexcept {
       release_page(pool, empty);
     }
     std::lock_guard<std::mutex> lock(d.mu);
-    while (HugeSpan* span = d.huge_cache) {
-      list_remove(d.huge_cache, span);
-      released += span->committed;
-      huge_release_span(pool, d, span);
+    for (HugeSpan* span = d.huge_cache; span;) {
+      HugeSpan* next = span->next;
+      if (!span->moving) {  // one that moves now stays for a purge pass after the move
+        list_remove(d.huge_cache, span);
+        --d.huge_cache_count;
+        d.huge_cache_bytes -= span->committed;
+        released += span->committed;
+        huge_release_span(pool, d, span);
+      }
+      span = next;
     }
-    d.huge_cache_count = 0;
-    d.huge_cache_bytes = 0;
+    uint64_t kept = 0;  // free committed slices of segments that move now
     for (Segment* s = d.partial; s;) {
       Segment* next = s->next_partial;
+      if (segment_moving(d, s)) {
+        kept += uint64_t(__builtin_popcountll(s->free_slices & s->committed_slices)) << kSliceShift;
+        s = next;
+        continue;
+      }
       uint64_t idle = s->free_slices & s->committed_slices;
       released += uint64_t(__builtin_popcountll(idle)) << kSliceShift;
       decommit_slices(pool, d, s, idle);
       if (s->free_slices == ~uint64_t(0)) free_segment(pool, d, s);  // back to its region
       s = next;
     }
-    d.free_committed = 0;
+    d.free_committed = kept;
   }
   return released;
 }

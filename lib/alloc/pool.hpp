@@ -232,7 +232,10 @@ struct UnitMove {
   int from = -1;
 };
 // hook (when given) runs under the same lock just before the move (after = false) and after
-// it (after = true, with the status): the engine disarms and re-arms its monitors there.
+// it (after = true, with the status): the engine disarms and re-arms its monitors there. The
+// lock is not held while the bytes move: the unit is marked moving instead (Region::moving),
+// so the pool's other units allocate and free meanwhile; a second move of it is BUSY. The
+// caller holds a PoolsAlive.
 using UnitHook = void (*)(void* ctx, const Unit& unit, bool after, cxlpool_status_t status);
 cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::string* message, UnitHook hook = nullptr,
                            void* hook_ctx = nullptr) noexcept;

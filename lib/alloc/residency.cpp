@@ -2,12 +2,14 @@
 // Residency: the tiering engine's view of the allocator. Units (regions of small segments
 // and huge spans, each one device reservation) are listed with their home and resident
 // devices, checked still alive by serial under their home lock, and moved to another device
-// of their pool with Device::move_reservation while that lock is held, so that no commit,
-// decommit, release or purge of the unit runs during the move.
+// of their pool with Device::move_reservation. The unit is marked moving under that lock and
+// the lock is released for the copy: the pool's other units keep allocating, while nothing
+// commits, decommits, releases or purges in the moving one (Region::moving).
 #include <algorithm>
 #include <atomic>
 
 #include "alloc/fast.hpp"
+#include "device/move_gate.hpp"
 
 namespace cxlpool::detail::alloc {
 
@@ -152,44 +154,59 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
     }
     return status;
   };
+  // fork() waits for the whole move, bookkeeping included, before it takes the home mutex
+  // (fork.cpp): a child never sees a unit marked moving.
+  move_gate::Scope gate;
   Pool* pool = nullptr;
   int di = 0;
   PoolDevice* home = lock_home(ref, &pool, &di);
   if (!home) return refuse(CXLPOOL_E_NOT_FOUND, "the unit is gone");
-  std::lock_guard<std::mutex> lock(home->mu, std::adopt_lock);
+  std::unique_lock<std::mutex> lock(home->mu, std::adopt_lock);
   Found f = find_unit(pool, di, ref);
   if (!f.region && !f.span) return refuse(CXLPOOL_E_NOT_FOUND, "the unit is gone");
   if (to < 0 || to >= pool->ndev) return refuse(CXLPOOL_E_INVALID_ARGUMENT, "no such device in the pool");
+  if (f.region ? f.region->moving : f.span->moving) return refuse(CXLPOOL_E_BUSY, "the unit is moving already");
   const int from = f.region ? f.region->resident : f.span->resident;
   if (from == to) return refuse(CXLPOOL_E_NOT_SUPPORTED, "already on that device");
   PoolDevice& src = pool->dev[from];
   PoolDevice& dst = pool->dev[to];
   if (dst.page_size != home->page_size || dst.coarse != home->coarse)
     return refuse(CXLPOOL_E_NOT_SUPPORTED, "the devices have different page sizes");
+  const Unit before = f.region ? region_unit(pool, di, *f.region) : span_unit(pool, di, *f.span);
+  const size_t length = f.region ? f.region->segments * kSegmentSize : f.span->block;
+  if (hook) hook(hook_ctx, before, false, CXLPOOL_OK);
+  // The copy runs with the home mutex released, so that the pool's other units on this device
+  // allocate and free meanwhile; the mark keeps commits, decommits and releases out of this
+  // one (Region::moving), and the caller's PoolsAlive keeps the pool.
+  (f.region ? f.region->moving : f.span->moving) = true;
+  lock.unlock();
   Device::MoveReport report;
   DeviceError err;
-  const Unit before = f.region ? region_unit(pool, di, *f.region) : span_unit(pool, di, *f.span);
-  if (hook) hook(hook_ctx, before, false, CXLPOOL_OK);
   cxlpool_status_t s = src.device->move_reservation(reinterpret_cast<void*>(ref.base), *dst.device, &report, &err);
+  lock.lock();
+  f = find_unit(pool, di, ref);  // the region list may have grown (and moved) meanwhile
+  if (f.region) f.region->moving = false;
+  if (f.span) f.span->moving = false;
+  home->unit_moved.notify_all();
   if (s != CXLPOOL_OK) {
     if (hook) hook(hook_ctx, before, true, s);
     if (message) {
       try {
-        *message = "moving from device '" + src.name + "' to device '" + dst.name + "': " +
-                   src.device->describe("move", reinterpret_cast<void*>(ref.base),
-                                        f.region ? f.region->segments * kSegmentSize : f.span->block, err);
+        *message = "moving from device '" + src.name + "' to device '" + dst.name +
+                   "': " + src.device->describe("move", reinterpret_cast<void*>(ref.base), length, err);
       } catch (...) {
       }
     }
     return s;
   }
+  // Nothing releases a moving unit, so it is still there.
   if (f.region) {
     f.region->resident = to;
     for (size_t i = 0; i < f.region->segments; ++i) {
       SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(f.region->base + i * kSegmentSize));
       if (hdr && hdr->kind == ArenaKind::kHeapSmall && hdr->pool == pool) set_resident(hdr, to);
     }
-  } else {
+  } else if (f.span) {
     set_resident(f.span, to);
   }
   src.resident.fetch_sub(std::min(report.bytes, src.resident.load(std::memory_order_relaxed)),
@@ -198,7 +215,7 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
   uint64_t peak = dst.peak_resident.load(std::memory_order_relaxed);
   while (now > peak && !dst.peak_resident.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
   }
-  if (hook)
+  if (hook && (f.region || f.span))
     hook(hook_ctx, f.region ? region_unit(pool, di, *f.region) : span_unit(pool, di, *f.span), true, CXLPOOL_OK);
   result.bytes = report.bytes;
   result.by_kernel = report.by_kernel;

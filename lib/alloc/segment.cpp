@@ -105,6 +105,7 @@ bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsi
 // Decommits the free committed slices of a segment selected by mask (mutex held). A coarse
 // device decommits only a whole segment (mask all ones, from free_segment).
 void decommit_slices(Pool* pool, PoolDevice& d, Segment* seg, uint64_t mask) noexcept {
+  if (segment_moving(d, seg)) return;  // stays committed: a later pass decommits it
   PoolDevice& at = pool->dev[seg->resident];
   if (d.coarse) {
     if (mask == ~uint64_t(0) && seg->committed_slices == ~uint64_t(0) &&
@@ -168,6 +169,7 @@ long new_region(Pool* pool, PoolDevice& d) noexcept {
 uintptr_t take_segment(Pool* pool, PoolDevice& d, size_t& region_out) noexcept {
   for (size_t ri = 0; ri < d.regions.size(); ++ri) {
     Region& r = d.regions[ri];
+    if (r.moving) continue;  // its segments would commit on the device it is leaving
     for (size_t s = 0; s < r.segments; ++s)
       if (!((r.used | r.lost) >> s & 1)) {
         r.used |= uint64_t(1) << s;
@@ -240,6 +242,7 @@ void partial_remove(PoolDevice& d, Segment* s) noexcept {
 }
 
 void free_segment(Pool* pool, PoolDevice& d, Segment* s) noexcept {
+  if (segment_moving(d, s)) return;  // its region is not released mid-move: a later pass frees it
   decommit_slices(pool, d, s, d.coarse ? ~uint64_t(0) : s->committed_slices);
   partial_remove(d, s);
   pagemap_release(s->base, 1);
@@ -282,6 +285,11 @@ bool purge_pass(Pool* pool, PoolDevice& d) noexcept {
     }
   for (Segment* s = d.partial; s;) {
     Segment* next = s->next_partial;
+    if (segment_moving(d, s)) {  // the next pass, after the move
+      pending = true;
+      s = next;
+      continue;
+    }
     if (d.coarse) {
       // Whole segments only: one that stayed empty for a pass goes back to its region.
       if (s->free_slices == ~uint64_t(0) && s->purge_mark)
@@ -302,7 +310,7 @@ bool purge_pass(Pool* pool, PoolDevice& d) noexcept {
   }
   for (HugeSpan* span = d.huge_cache; span;) {
     HugeSpan* next = span->next;
-    if (span->cached_at + 1 < d.purge_passes) {
+    if (span->cached_at + 1 < d.purge_passes && !span->moving) {
       d.huge_cache_bytes -= span->committed;
       --d.huge_cache_count;
       list_remove(d.huge_cache, span);

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -135,6 +136,7 @@ struct HugeSpan : SegmentHeader {
   uint64_t serial = 0;     // next_unit_serial()
   bool cached = false;
   bool lost = false;         // a forced release took part of its range: released when freed, never cached
+  bool moving = false;       // move_unit copies it now (home mutex): see Region::moving
   HugeSpan* next = nullptr;  // live list or cache list of the pool device
   HugeSpan* prev = nullptr;
 };
@@ -149,6 +151,11 @@ struct Region {
   uint64_t lost = 0;    // segments whose range a forced release took: never handed out again
   uint64_t serial = 0;  // next_unit_serial()
   int resident = 0;
+  // move_unit copies it to another device now, with the home mutex released (residency.cpp):
+  // nothing commits, decommits or releases in it until the move ends. New pages and segments
+  // go elsewhere, purges and trims pass it by, and a page growing its commit waits
+  // (PoolDevice::unit_moved).
+  bool moving = false;
 };
 
 // Single-writer counters readable by other threads (relaxed atomics, no RMW on the hot path).
@@ -198,7 +205,8 @@ struct PoolDevice {
   // stay committed until the segment is freed (device-DAX memory is not returned anyway).
   bool coarse = false;
   size_t page_size = 0;
-  std::mutex mu;  // everything below that is not atomic
+  std::mutex mu;                       // everything below that is not atomic
+  std::condition_variable unit_moved;  // a move of a unit homed here ended (mu)
   std::vector<Region> regions;
   Segment* partial = nullptr;
   Page* abandoned[kNumClasses] = {};

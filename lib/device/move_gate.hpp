@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Moves in flight and fork(). A move holds the gate open for its whole length (rebind.cpp);
-// fork() closes it before it takes any device lock, waiting for the moves in flight, and a move
+// Moves in flight and fork(). A move holds the gate open for its whole length (rebind.cpp, and
+// around it the allocator's bookkeeping in alloc/residency.cpp); fork() closes it before it
+// takes any allocator or device lock, waiting for the moves in flight, and a move
 // that starts meanwhile waits for the fork to end. So a fork never sees a move half done and
 // never waits for one while it holds a lock the move's last step needs.
 //
@@ -24,8 +25,8 @@ struct Scope {
   Scope& operator=(const Scope&) = delete;
 };
 
-// fork() handlers (device/registry.cpp): close waits for the moves in flight (other than the
-// forking thread's own) and keeps the gate's mutex; parent and child reopen it.
+// fork() handlers (alloc/fork.cpp, first and last): close waits for the moves in flight (other
+// than the forking thread's own) and keeps the gate's mutex; parent and child reopen it.
 void close_for_fork() noexcept;
 void open_in_parent() noexcept;
 void open_in_child() noexcept;

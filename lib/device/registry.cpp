@@ -94,9 +94,7 @@ std::shared_ptr<Device> find(const std::string& name, size_t* matches) {
 // Lock order: the registry lock, then each device in registry order (alloc/fork.cpp takes
 // its own locks before these).
 void fork_prepare() noexcept {
-  // Moves in flight end first: the last step of a move takes two devices' locks, so fork must
-  // not hold one of them while it waits.
-  move_gate::close_for_fork();
+  // The move gate is closed already (alloc/fork.cpp, before any lock a move's last step takes).
   g_mu.lock();
   bool copy = false;
   if (g_devices)
@@ -143,7 +141,6 @@ void fork_parent() noexcept {
     g_wait_for_child = false;
   }
   g_mu.unlock();
-  move_gate::open_in_parent();
 }
 
 void fork_child() noexcept {
@@ -175,7 +172,6 @@ void fork_child() noexcept {
   if (g_devices)
     for (auto it = g_devices->rbegin(); it != g_devices->rend(); ++it) it->device->unlock_after_fork();
   g_mu.unlock();
-  move_gate::open_in_child();
 }
 
 void reset_locks_in_child() noexcept {

@@ -21,7 +21,8 @@ std::shared_ptr<Device> acquire(const BackingSpec& spec);
 // each have opened a target of one name: then the name alone is ambiguous).
 std::shared_ptr<Device> find(const std::string& name, size_t* matches = nullptr);
 
-// fork() handlers, called by the allocator's handlers in its lock order (alloc/fork.cpp).
+// fork() handlers, called by the allocator's handlers in its lock order (alloc/fork.cpp), inside
+// the move gate it closes and opens.
 void fork_prepare() noexcept;
 void fork_parent() noexcept;
 void fork_child() noexcept;
