@@ -83,7 +83,7 @@ std::string parse_absolute_path(std::string_view arg, bool has_arg, std::string_
 }
 
 void open_unnamed_file_storage(const std::string& dir, const BackingSpec& spec, StorageOpen* out) {
-  out->fd = os::open_tmpfile(dir, "device '" + spec.device_name + "'");
+  out->fd = os::open_tmpfile(dir, "device '" + spec.device_name + "': key 'backing'");
   out->description = "unnamed file in " + dir;
   out->sized_by_cxlpool = true;
   out->room_limited = true;

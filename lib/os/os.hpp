@@ -86,6 +86,9 @@ std::string pseudo_filesystem(const std::string& path);
 std::string path_kind(const std::string& path);
 // Owner uid and permission bits of path (lstat); false when it cannot be examined.
 bool path_owner(const std::string& path, unsigned& uid, unsigned& mode);
+// " (its owner is uid N, its mode 0MMM; this process runs as uid M)" for what fd names (an
+// O_PATH descriptor is enough), or "" when it cannot be examined: why an open was refused.
+std::string ownership_text(int fd);
 // Whole contents of a regular file (at most 16 MiB); throws naming the path on failure.
 std::string read_text_file(const std::string& path);
 // The same for a file the user named (a configuration): opened through os::open_user_input,

@@ -226,6 +226,15 @@ std::string pseudo_filesystem(const std::string& path) {
   }
 }
 
+std::string ownership_text(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0) return "";
+  char who[160];
+  snprintf(who, sizeof who, " (its owner is uid %u, its mode %04o; this process runs as uid %u)", unsigned(st.st_uid),
+           unsigned(st.st_mode & 07777), unsigned(geteuid()));
+  return who;
+}
+
 int open_tmpfile(const std::string& dir, const std::string& what) {
   std::string pseudo = pseudo_filesystem(dir);
   if (!pseudo.empty())
@@ -241,6 +250,12 @@ int open_tmpfile(const std::string& dir, const std::string& what) {
   int fd = openat(r.leaf, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
   if (fd >= 0) return fd;
   int err = errno;
+  auto refused = [&](int e) {
+    if (e == EACCES || e == EPERM)
+      fail(CXLPOOL_E_PERMISSION,
+           what + ": no permission to create a file in the directory '" + dir + "'" + ownership_text(r.leaf));
+  };
+  refused(err);
   if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL) fail_os(what + ": open(\"" + dir + "\", O_TMPFILE)", err);
   // No O_TMPFILE on this filesystem: a unique name, created exclusively and unlinked at once.
   for (int attempt = 0; attempt < 16; ++attempt) {
@@ -254,7 +269,9 @@ int open_tmpfile(const std::string& dir, const std::string& what) {
       ::unlinkat(r.leaf, name, 0);
       return fd;
     }
-    if (errno != EEXIST) fail_os(what + ": open(\"" + dir + "/" + name + "\", O_CREAT|O_EXCL)", errno);
+    err = errno;
+    refused(err);
+    if (err != EEXIST) fail_os(what + ": open(\"" + dir + "/" + name + "\", O_CREAT|O_EXCL)", err);
   }
   fail(CXLPOOL_E_OS, what + ": cannot create a private file in " + dir);
 }

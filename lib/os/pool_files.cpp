@@ -47,8 +47,14 @@ int create_unnamed_file(const std::string& path, unsigned mode, const std::strin
     site->name = r.name;
   }
   int fd = ::openat(site->dir, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+  auto refused = [&](int e) {
+    if (e == EACCES || e == EPERM)
+      fail(CXLPOOL_E_PERMISSION,
+           what + ": no permission to create a file in the directory '" + dir + "'" + ownership_text(site->dir));
+  };
   if (fd < 0) {
     int err = errno;
+    refused(err);
     if (err != EOPNOTSUPP && err != EISDIR && err != EINVAL) fail_os(what + ": open(\"" + dir + "\", O_TMPFILE)", err);
     for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
       char name[96];
@@ -56,6 +62,7 @@ int create_unnamed_file(const std::string& path, unsigned mode, const std::strin
                static_cast<unsigned long>(monotonic_ns()), attempt);
       fd = ::openat(site->dir, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
       if (fd >= 0) site->temp = name;
+      if (fd < 0) refused(errno);
       if (fd < 0 && errno != EEXIST) fail_os(what + ": open(\"" + dir + "/" + name + "\", O_CREAT|O_EXCL)", errno);
     }
     if (fd < 0) fail(CXLPOOL_E_OS, what + ": cannot create a file in " + dir);
@@ -112,13 +119,10 @@ int open_checked(const std::string& path, bool char_device, int flags, const std
          what + ": \"" + path + "\" is not a " + (char_device ? "character device" : "regular file") + "; not a pool");
   const int fd = reopen_resolved(r, flags | O_NONBLOCK);
   if (fd < 0 && errno == ESTALE) fail(CXLPOOL_E_CONFIG, what + ": \"" + path + "\" was replaced while being opened");
-  if (fd < 0 && (errno == EACCES || errno == EPERM)) {
-    char who[160];
-    snprintf(who, sizeof who, " (its owner is uid %u, its mode %04o; this process runs as uid %u)", unsigned(st.st_uid),
-             unsigned(st.st_mode & 07777), unsigned(geteuid()));
+  if (fd < 0 && (errno == EACCES || errno == EPERM))
     fail(CXLPOOL_E_PERMISSION, what + ": \"" + path + "\": no permission to open it for " +
-                                   ((flags & O_ACCMODE) == O_RDWR ? "reading and writing" : "reading") + who);
-  }
+                                   ((flags & O_ACCMODE) == O_RDWR ? "reading and writing" : "reading") +
+                                   ownership_text(r.leaf));
   if (fd < 0) fail_os(what + ": open(\"" + path + "\")", errno);
   return fd;
 }

@@ -1378,6 +1378,18 @@ def mode_user_files():
           f"I8 file: device under nobody's symlink to a directory: refused in one line, the program runs "
           f"({r.describe()}, {lines[:2]})")
     check(sorted(os.listdir(private)) == listing, f"I8 nothing new in root's directory ({sorted(os.listdir(private))})")
+    # I9: as nobody, a file: device in root's directory (mode 0755): refused in one line that
+    # names the device, the key, the directory and whose it is; nothing is created there.
+    os.chmod(private, 0o755)
+    r = run(AS_NOBODY + cxl(["/bin/echo", "ok"], "bind:cxl0", f"cxl0:backing=file:{private}/heap,size=64M"),
+            timeout=60)
+    lines = [l for l in r.err.splitlines() if l.strip()]
+    check(r.returncode == 0 and r.stdout == plain.stdout and len(lines) == 1 and
+          f"device 'cxl0': key 'backing': no permission to create a file in the directory '{private}' (its owner "
+          f"is uid 0, its mode 0755; this process runs as uid {NOBODY})" in lines[0],
+          f"I9 nobody's file: device in root's directory: refused in one line saying whose it is "
+          f"({r.describe()}, {lines[:2]})")
+    check(sorted(os.listdir(private)) == listing, f"I9 nothing new in root's directory ({sorted(os.listdir(private))})")
 
 
 def current_umask():

@@ -311,6 +311,14 @@ try:
                       "its mode 0644; this process runs as uid 65534)" in r.stderr and
                       open(rootpool, "rb").read() == state,
                       f"nobody's rm of root's pool: refused saying whose it is, the pool intact ({r.stderr.strip()[-200:]})")
+                # a directory nobody may not write to: named, with whose it is
+                r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", tool, "create",
+                                    f"file:{walk}/nobodys", "--size", "16M"], capture_output=True, text=True,
+                                   timeout=60)
+                check(r.returncode == 2 and "CXLPOOL_E_PERMISSION" in r.stderr and
+                      f"no permission to create a file in the directory '{walk}' (its owner is uid 0, its mode 0755; "
+                      "this process runs as uid 65534)" in r.stderr and not os.path.exists(f"{walk}/nobodys"),
+                      f"nobody's create in root's directory: refused saying whose it is ({r.stderr.strip()[-200:]})")
     r = run("create", "--help")
     check(r.returncode == 0 and "usage:" in r.stdout, "--help after a command prints the usage")
     r = run("create", "--size", "16M")
