@@ -46,12 +46,13 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
   // the block's own, and stays with the block).
   const bool limited = address_space_limited();
   for (HugeSpan* c = d.huge_cache; c; c = c->next)
-    if (!c->lost && !c->moving && c->segments == n && c->block >= device_bytes && c->base % align == 0 &&
-        (!limited || c->block - device_bytes <= device_bytes / 4)) {
+    if (!c->lost && !c->moving && c->resident == di && c->segments == n && c->block >= device_bytes &&
+        c->base % align == 0 && (!limited || c->block - device_bytes <= device_bytes / 4)) {
       span = c;
       list_remove(d.huge_cache, c);
       --d.huge_cache_count;
       d.huge_cache_bytes -= span->committed;
+      span->serial = next_unit_serial();  // a new block: no pin or engine state of the old one
       break;
     }
   if (!span) {
@@ -140,9 +141,11 @@ void huge_free(SegmentHeader* hdr, void* p) noexcept {
     d.active.fetch_sub(span->block, std::memory_order_relaxed);
     d.huge_live_bytes.fetch_sub(span->block, std::memory_order_relaxed);
     // A span that moves now is not released mid-move: the cache keeps it, whatever its bound,
-    // until a purge pass after the move.
-    if (span->moving || (!span->lost && purge_delay_ms() && d.huge_cache_count < kHugeCacheEntries &&
-                         d.huge_cache_bytes + span->committed <= huge_cache_bound())) {
+    // until a purge pass after the move. One the tiering engine moved off its home is not
+    // reused (a new block goes where the pool's policy says): released.
+    if (span->moving ||
+        (!span->lost && span->resident == span->device && purge_delay_ms() && d.huge_cache_count < kHugeCacheEntries &&
+         d.huge_cache_bytes + span->committed <= huge_cache_bound())) {
       span->cached = true;
       span->cached_at = d.purge_passes;
       list_push(d.huge_cache, span);

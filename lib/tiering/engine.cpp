@@ -744,38 +744,81 @@ void pin(const void* p, size_t len, int tier) {
     if (tier >= 0 && planner::first_of_tier(pool_view(u.pool).pool, tier) < 0)
       fail(CXLPOOL_E_NOT_SUPPORTED,
            "cxlpool_pin: pool '" + alloc::pool_name(u.pool) + "' has no device of tier " + std::to_string(tier));
+  auto no_room = [&](const alloc::Unit& u) {
+    return "cxlpool_pin: no device of tier " + std::to_string(tier) + " in pool '" + alloc::pool_name(u.pool) +
+           "' has room for " + std::to_string(u.committed) + " more bytes";
+  };
+  // Room for the whole range first: a range that cannot all go is refused before anything moves.
+  {
+    std::map<const alloc::Pool*, PoolView> views;
+    for (const alloc::Unit& u : units) {
+      if (tier < 0 || tier_of(u.pool, u.resident) == tier) continue;
+      auto it = views.find(u.pool);
+      if (it == views.end()) it = views.emplace(u.pool, pool_view(u.pool)).first;
+      const int to = planner::first_of_tier_with_room(it->second.pool, it->second.devices, tier, u.committed);
+      if (to < 0) fail(CXLPOOL_E_CAPACITY, no_room(u));
+      it->second.devices[size_t(to)].room.committed += u.committed;
+    }
+  }
+  // What was done to each unit so far, so that a later refusal undoes it: the pin it had, and
+  // the device it left.
+  struct Done {
+    uintptr_t base;
+    std::optional<Pin> before;
+    int from;  // -1: not moved
+  };
+  std::vector<Done> done;
+  auto restore_pin = [](const Done& d) {
+    if (d.before)
+      pins_table()[d.base] = *d.before;
+    else
+      pins_table().erase(d.base);
+  };
+  auto undo_and_fail = [&](cxlpool_status_t status, std::string why) {
+    size_t not_back = 0;
+    for (auto it = done.rbegin(); it != done.rend(); ++it) {
+      std::lock_guard<std::mutex> lock(g_pins_mu);
+      alloc::Unit now;
+      if (it->from >= 0 && alloc::unit_of(reinterpret_cast<const void*>(it->base), &now) &&
+          move_unit_to(now, it->from, MoveOptions{nullptr, false, g_engine ? Engine::monitor_hook : nullptr, g_engine})
+                  .status != CXLPOOL_OK)
+        ++not_back;
+      restore_pin(*it);
+    }
+    if (done.size() > 1)
+      why += not_back ? " (" + std::to_string(not_back) + " units of the range that had moved could not go back)"
+                      : " (the units of the range that had moved went back)";
+    fail(status, why);
+  };
   for (const alloc::Unit& listed : units) {
     // The pin is written before the move, in the same hold of g_pins_mu (see there); the unit
     // is read again under it, as the engine may have moved it since it was listed.
-    std::lock_guard<std::mutex> lock(g_pins_mu);
+    std::unique_lock<std::mutex> lock(g_pins_mu);
     alloc::Unit u;
-    if (!alloc::unit_of(reinterpret_cast<const void*>(listed.ref.base), &u) || u.ref.serial != listed.ref.serial)
-      fail(CXLPOOL_E_NOT_FOUND, "cxlpool_pin: memory of the range was freed during the call");
+    if (!alloc::unit_of(reinterpret_cast<const void*>(listed.ref.base), &u) || u.ref.serial != listed.ref.serial) {
+      lock.unlock();
+      undo_and_fail(CXLPOOL_E_NOT_FOUND, "cxlpool_pin: memory of the range was freed during the call");
+    }
     std::map<uintptr_t, Pin>& table = pins_table();
     const auto had = table.find(u.ref.base);
-    const std::optional<Pin> before = had != table.end() ? std::optional<Pin>(had->second) : std::nullopt;
+    done.push_back({u.ref.base, had != table.end() ? std::optional<Pin>(had->second) : std::nullopt, -1});
     if (tier < 0)
       table.erase(u.ref.base);
     else
       table[u.ref.base] = {u.ref.serial, tier};
-    auto undo_and_fail = [&](cxlpool_status_t status, const std::string& why) {
-      if (before)
-        table[u.ref.base] = *before;
-      else
-        table.erase(u.ref.base);
-      fail(status, why);
-    };
-    if (tier >= 0 && tier_of(u.pool, u.resident) != tier) {
-      const PoolView view = pool_view(u.pool);  // room now: earlier units of the range moved
-      const int to = planner::first_of_tier_with_room(view.pool, view.devices, tier, u.committed);
-      if (to < 0)
-        undo_and_fail(CXLPOOL_E_CAPACITY, "cxlpool_pin: no device of tier " + std::to_string(tier) + " in pool '" +
-                                              alloc::pool_name(u.pool) + "' has room for " +
-                                              std::to_string(u.committed) + " more bytes");
-      MoveResult r =
-          move_unit_to(u, to, MoveOptions{nullptr, false, g_engine ? Engine::monitor_hook : nullptr, g_engine});
-      if (r.status != CXLPOOL_OK) undo_and_fail(r.status, "cxlpool_pin: " + r.why);
+    if (tier < 0 || tier_of(u.pool, u.resident) == tier) continue;
+    const PoolView view = pool_view(u.pool);  // room now: earlier units of the range moved
+    const int to = planner::first_of_tier_with_room(view.pool, view.devices, tier, u.committed);
+    MoveResult r;
+    if (to >= 0)
+      r = move_unit_to(u, to, MoveOptions{nullptr, false, g_engine ? Engine::monitor_hook : nullptr, g_engine});
+    if (to < 0 || r.status != CXLPOOL_OK) {
+      restore_pin(done.back());
+      done.pop_back();
+      lock.unlock();
+      undo_and_fail(to < 0 ? CXLPOOL_E_CAPACITY : r.status, to < 0 ? no_room(u) : "cxlpool_pin: " + r.why);
     }
+    done.back().from = u.resident;
   }
 }
 
