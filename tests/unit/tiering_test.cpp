@@ -679,7 +679,7 @@ TEST_CASE("a pin made while the engine moves the unit holds: the engine never mo
   cxlpool_pool_destroy(pool);
 }
 
-TEST_CASE("a pin refused for part of its range moves nothing; a freed block's place passes on no pin nor tier",
+TEST_CASE("a pin refused for part of its range moves nothing, and a freed block's place passes on no pin nor tier",
           "[tiering]") {
   REQUIRE_COPIES_FENCED();
   Topo t("fast:backing=memfd,size=64M,tier=0;slow:backing=memfd,size=1G,tier=1");
