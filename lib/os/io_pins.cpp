@@ -226,7 +226,8 @@ Result scan_once(uintptr_t begin, uintptr_t end) noexcept {
     // Only anonymous inodes (no file type: eventfd, epoll, io_uring, ...) can be rings; one
     // fstat rules out files, sockets and pipes far more cheaply than a readlink in /proc.
     struct stat st {};
-    if (fstat(fd, &st) != 0 || (st.st_mode & S_IFMT) != 0) return false;
+    // Through the directory entry (the same open file): the descriptor itself is the program's.
+    if (fstatat(dir, name, &st, 0) != 0 || (st.st_mode & S_IFMT) != 0) return false;
     char link[sizeof kRingLink + 1];
     const ssize_t k = readlinkat(dir, name, link, sizeof link);
     if (k != ssize_t(sizeof kRingLink - 1) || std::memcmp(link, kRingLink, sizeof kRingLink - 1) != 0) return false;

@@ -206,8 +206,12 @@ TEST_CASE("a withdrawal that cannot move what it holds is BUSY, names it, and ch
     CHECK(capacity_of("dev").capacity_bytes == 256 * kMiB);
     CHECK(capacity_of("dev").refusals == 1);
     CHECK(all_intact(blocks));
-    // The capacity is whole again: the pool uses more than the withdrawal would have left.
-    std::vector<Block> more = allocate_until(pool, 0, 220 * kMiB);
+    // The capacity is whole again: the pool, past what the withdrawal would have left, takes
+    // more (a few MiB: an fd device near full may have no run of offsets for a huge block,
+    // docs/allocator.md "Known limit").
+    cxlpool_stats_t now{};
+    REQUIRE(cxlpool_pool_get_stats(pool, 0, &now) == CXLPOOL_OK);
+    std::vector<Block> more = allocate_until(pool, 0, now.resident_bytes + 4 * kMiB);
     CHECK(all_intact(more));
     for (const Block& b : blocks) cxlpool_free(b.p);
     for (const Block& b : more) cxlpool_free(b.p);
