@@ -42,7 +42,7 @@ class Proc:
         self.p = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True, env=env)
 
-    def line(self, timeout=30):
+    def line(self, timeout=120):  # a hang guard: a sanitizer build on a loaded machine is slow
         import select
         r, _, _ = select.select([self.p.stdout], [], [], timeout)
         if not r:
@@ -52,7 +52,7 @@ class Proc:
             raise RuntimeError(f"{self.argv[-3:]}: exited ({self.p.wait()}): {self.p.stderr.read()[-2000:]}")
         return out.strip()
 
-    def ask(self, text, timeout=30):
+    def ask(self, text, timeout=120):
         self.p.stdin.write(text + "\n")
         self.p.stdin.flush()
         return self.line(timeout)
