@@ -13,6 +13,7 @@ PACKAGES=(
   libbenchmark-dev                                      # Google Benchmark
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev libmemkind-dev  # benchmark peers
   qemu-system-x86 busybox-static cpio kmod xz-utils     # the multi-node guest test bed (tests/vm)
+  ndctl daxctl                                          # cxl/ndctl/daxctl in the CXL guest (tests/vm)
   gnuplot-nox                                           # benchmark plots (bench/tiering)
   libucx-dev ucx-utils iproute2                         # KV cache transport between hosts (libcxlpool_ucx), netns tests
   pybind11-dev python3-pybind11 python3-dev             # the Python module (python/)

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <string_view>
 
 namespace cxlpool::os {
 
@@ -105,6 +106,16 @@ std::optional<std::string> FsRoot::link_basename(const std::string& rel) const {
   std::string target(buf, size_t(n));
   auto slash = target.find_last_of('/');
   return slash == std::string::npos ? target : target.substr(slash + 1);
+}
+
+std::optional<std::string> FsRoot::link_path(const std::string& rel) const {
+  if (!valid()) return std::nullopt;
+  char buf[PATH_MAX];
+  ssize_t n = readlink(path(rel).c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return std::nullopt;
+  std::string_view target(buf, size_t(n));
+  while (target.substr(0, 3) == "../") target.remove_prefix(3);
+  return std::string(target);
 }
 
 bool FsRoot::exists(const std::string& rel) const {

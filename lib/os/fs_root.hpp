@@ -31,6 +31,9 @@ class FsRoot {
   std::vector<std::string> list(const std::string& rel) const;
   // Last path component of a symlink's target (e.g. a device's driver); nullopt if no link.
   std::optional<std::string> link_basename(const std::string& rel) const;
+  // A symlink's target with its leading "../" components removed: sysfs class and bus links
+  // point into devices/ ("devices/platform/ACPI0017:00/root0"); nullopt if no link.
+  std::optional<std::string> link_path(const std::string& rel) const;
   bool exists(const std::string& rel) const;
 
  private:

@@ -177,6 +177,18 @@ class TreeReader {
     return v;
   }
 
+  // A number the kernel prints in hex without "0x" (memory block size and index).
+  std::optional<uint64_t> bare_hex(const std::string& rel, uint64_t lo, uint64_t hi, const std::string& range) {
+    auto raw = text(rel);
+    if (!raw) return std::nullopt;
+    auto v = sysfs_u64("0x" + std::string(trim(*raw)));
+    if (!v || *v < lo || *v > hi) {
+      implausible(rel, *raw, "expected hex digits, " + range);
+      return std::nullopt;
+    }
+    return v;
+  }
+
   std::optional<int64_t> signed_number(const std::string& rel, int64_t lo, int64_t hi, const std::string& range) {
     auto raw = text(rel);
     if (!raw) return std::nullopt;
@@ -441,6 +453,7 @@ void discover_cxl_and_dax(TreeReader& r, Topology& topo) {
       dev.align.reset();
     }
     if (auto tn = r.signed_number(d + "/target_node", -1, kMaxNodeId, node_range)) dev.target_node = int(*tn);
+    dev.resource = r.number(d + "/resource", 0, kMaxPhysicalBytes, kSizeRange);  // unreadable unless root
     if (auto drv = sys.link_basename(d + "/driver")) {
       if (is_identifier(*drv, 64))
         dev.driver = *drv;
@@ -450,9 +463,12 @@ void discover_cxl_and_dax(TreeReader& r, Topology& topo) {
     topo.dax_devices.push_back(dev);
   }
   const std::string cxl_dir = "bus/cxl/devices";
+  std::vector<std::string> cxl_roots;  // "devices/platform/ACPI0017:00/root0/"
   for (auto& e : sys.list(cxl_dir)) {
     const std::string d = cxl_dir + "/" + e;
-    if (e.compare(0, 3, "mem") == 0 && parse_u64(std::string_view(e).substr(3))) {
+    if (e.compare(0, 4, "root") == 0 && parse_u64(std::string_view(e).substr(4))) {
+      if (auto p = sys.link_path(d); p && p->size() > e.size()) cxl_roots.push_back(*p + "/");
+    } else if (e.compare(0, 3, "mem") == 0 && parse_u64(std::string_view(e).substr(3))) {
       CxlMemdev m;
       m.name = e;
       m.ram_bytes = r.number(d + "/ram/size", 0, kMaxPhysicalBytes, kSizeRange);
@@ -475,6 +491,7 @@ void discover_cxl_and_dax(TreeReader& r, Topology& topo) {
           r.implausible(d + "/mode", *m, "not a region mode", "mode");
       }
       reg.size = r.number(d + "/size", 0, kMaxPhysicalBytes, kSizeRange);
+      reg.resource = r.number(d + "/resource", 0, kMaxPhysicalBytes, kSizeRange);
       const std::string ways = d + "/interleave_ways";
       reg.interleave_ways = r.number(ways, 1, 16, kWaysRange);
       if (reg.interleave_ways && std::find(std::begin(kInterleaveWays), std::end(kInterleaveWays),
@@ -499,19 +516,50 @@ void discover_cxl_and_dax(TreeReader& r, Topology& topo) {
       topo.regions.push_back(reg);
     }
   }
-  // A CXL region whose DAX device was onlined as system RAM (kmem) provides a node's memory.
-  for (auto& reg : topo.regions) {
-    for (auto& dax : topo.dax_devices) {
-      if (dax.name != reg.dax_device || dax.driver != "kmem" || dax.target_node < 0) continue;
-      for (auto& t : topo.targets)
-        if (t.kind == CXLPOOL_TARGET_NUMA_NODE && t.numa_node == dax.target_node) {
+  // A RAM region names its DAX device (regionN/dax_regionN/daxN.M). A persistent-memory region's
+  // DAX device sits under the NVDIMM bus instead (root0/nvdimm-bridge0/ndbus0/region0/dax0.0):
+  // it is known to be CXL memory by that path, and matched to its region by physical address,
+  // which the kernel shows to root only.
+  auto within = [](const CxlRegion& reg, uint64_t addr) {
+    return reg.resource && reg.size && addr >= *reg.resource && addr - *reg.resource < *reg.size;
+  };
+  for (auto& dax : topo.dax_devices) {
+    if (auto p = sys.link_path(dax_dir + "/" + dax.name))
+      for (auto& root : cxl_roots) dax.under_cxl_root |= p->compare(0, root.size(), root) == 0;
+    for (auto& reg : topo.regions)
+      if (reg.dax_device.empty() && dax.resource && within(reg, *dax.resource)) reg.dax_device = dax.name;
+  }
+  // A node onlined from a CXL region (kmem) is CXL memory: its memory blocks lie in the region's
+  // range (memoryN/phys_index x block_size_bytes, readable by anyone), whether or not the DAX
+  // device it came from could be matched.
+  std::optional<uint64_t> block =
+      r.bare_hex("devices/system/memory/block_size_bytes", 4096, kMaxPhysicalBytes, "a block size up to 4 PiB");
+  for (auto& t : topo.targets) {
+    if (t.kind != CXLPOOL_TARGET_NUMA_NODE) continue;
+    for (auto& reg : topo.regions)
+      for (auto& dax : topo.dax_devices)
+        if (dax.name == reg.dax_device && dax.driver == "kmem" && dax.target_node == t.numa_node) {
+          t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);
+          t.cxl_region = reg.name;
+        }
+    if (t.cxl_backed.known() || topo.regions.empty() || !block) continue;
+    const std::string node_dir = "devices/system/node/node" + std::to_string(t.numa_node);
+    for (auto& e : sys.list(node_dir)) {
+      if (e.compare(0, 6, "memory") != 0 || !parse_u64(std::string_view(e).substr(6))) continue;
+      auto index = r.bare_hex(node_dir + "/" + e + "/phys_index", 0, kMaxPhysicalBytes / *block, "a block number");
+      for (auto& reg : topo.regions)
+        if (index && within(reg, *index * *block) && !t.cxl_backed.known()) {
           t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);
           t.cxl_region = reg.name;
         }
     }
   }
+  // Not CXL memory: only said when every region's range was readable and matched nothing.
+  bool ranges_known = block.has_value();
+  for (auto& reg : topo.regions) ranges_known &= reg.resource && reg.size;
   for (auto& t : topo.targets)
-    if (t.kind == CXLPOOL_TARGET_NUMA_NODE && !t.cxl_backed.known() && sys.exists("bus/cxl"))
+    if (t.kind == CXLPOOL_TARGET_NUMA_NODE && !t.cxl_backed.known() && sys.exists("bus/cxl") &&
+        (topo.regions.empty() || ranges_known))
       t.cxl_backed.set(false, CXLPOOL_SOURCE_SYSFS);
   // DAX devices bound to device_dax are mappable targets of their own; kmem ones are system
   // RAM (a node); unbound ones cannot be opened (ENXIO) and are only listed.
@@ -534,6 +582,7 @@ void discover_cxl_and_dax(TreeReader& r, Topology& topo) {
         t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);
         t.cxl_region = reg.name;
       }
+    if (dax.under_cxl_root) t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);
     t.backing.device_name = t.name;
     t.backing.kind = CXLPOOL_BACKING_DEVDAX;
     t.backing.path = "/dev/" + dax.name;
@@ -727,7 +776,42 @@ bool has_cxl_hardware(const Topology& topo) {
     if (t.kind == CXLPOOL_TARGET_DAX) return true;
     if (t.kind == CXLPOOL_TARGET_NUMA_NODE && t.cpuless.known() && t.cpuless.value) return true;
   }
-  return !topo.regions.empty();
+  // A memdev or region with no DAX device or node gives nothing to allocate from (a warning
+  // says what to do), so the emulated default still stands in.
+  return false;
+}
+
+// What the kernel's CXL stack has that cxlpool cannot use yet, and the step that makes it usable.
+void add_cxl_warnings(Topology& topo) {
+  auto& w = topo.warnings;
+  if (!topo.memdevs.empty() && topo.regions.empty()) {
+    std::string devs;
+    for (auto& m : topo.memdevs) {
+      std::string what;
+      if (m.ram_bytes && *m.ram_bytes) what += format_bytes(*m.ram_bytes) + " volatile";
+      if (m.pmem_bytes && *m.pmem_bytes)
+        what += (what.empty() ? "" : ", ") + format_bytes(*m.pmem_bytes) + " persistent";
+      append_item(devs, m.name + (what.empty() ? "" : " (" + what + ")"));
+    }
+    w.push_back("CXL memory device(s) " + devs +
+                " have no region, so none of their memory can be used yet: create one with "
+                "'cxl create-region' (docs/devices.md)");
+  }
+  bool unmatched_cxl_dax = false;
+  for (auto& dax : topo.dax_devices) {
+    bool matched = false;
+    for (auto& reg : topo.regions) matched |= reg.dax_device == dax.name;
+    unmatched_cxl_dax |= dax.under_cxl_root && !matched;
+  }
+  for (auto& reg : topo.regions) {
+    bool used = !reg.dax_device.empty();
+    for (auto& t : topo.targets) used |= t.cxl_region == reg.name;
+    if (used || unmatched_cxl_dax) continue;
+    w.push_back("CXL region " + reg.name + " (" + (reg.mode.empty() ? std::string("mode unknown") : reg.mode) +
+                (reg.size ? ", " + format_bytes(*reg.size) : std::string()) +
+                ") has no DAX device or NUMA node: make one with 'ndctl create-namespace -m devdax' (a "
+                "persistent-memory region) and, for system RAM, 'daxctl reconfigure-device --mode=system-ram'");
+  }
 }
 
 void add_warnings(Topology& topo, bool multi_node_without_hmat) {
@@ -750,10 +834,12 @@ void add_warnings(Topology& topo, bool multi_node_without_hmat) {
                 "(/sys/kernel/mm/numa/demotion_enabled=false): reclaim will not demote to slower memory");
   if (multi_node_without_hmat)
     w.push_back("no HMAT latency/bandwidth in sysfs for a multi-node machine: tiers are ranked by SLIT distance");
+  add_cxl_warnings(topo);
   if (topo.default_device) {
     const Target& d = topo.targets.back();
-    w.push_back("no CXL memory found and no devices configured: using the default emulated device '" + d.name +
-                "' (memfd, " + format_bytes(d.capacity.value) +
+    w.push_back(std::string(topo.memdevs.empty() ? "no CXL memory found" : "no usable CXL memory found") +
+                " and no devices configured: using the default emulated device '" + d.name + "' (memfd, " +
+                format_bytes(d.capacity.value) +
                 "); its latency/bandwidth are cxlpool defaults, not measurements. Declare devices with "
                 "CXLPOOL_DEVICES (docs/config.md)");
   }

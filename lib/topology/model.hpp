@@ -66,6 +66,7 @@ struct CxlRegion {
   std::optional<uint64_t> interleave_ways;
   std::vector<std::string> targets;  // endpoint decoders
   std::string dax_device;            // "dax0.0" when a DAX device sits on the region
+  std::optional<uint64_t> resource;  // host physical start
 };
 
 struct DaxDevice {
@@ -73,7 +74,9 @@ struct DaxDevice {
   std::optional<uint64_t> size;
   std::optional<uint64_t> align;
   int target_node = -1;
-  std::string driver;  // "device_dax" (devdax mode) or "kmem" (system RAM)
+  std::string driver;                // "device_dax" (devdax mode) or "kmem" (system RAM)
+  std::optional<uint64_t> resource;  // host physical start (the kernel shows it to root only)
+  bool under_cxl_root = false;       // its sysfs device sits below a CXL root port (cxl_acpi)
 };
 
 struct KernelState {

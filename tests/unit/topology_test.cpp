@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: MIT
 // Topology discovery against fake sysfs trees (tests/fixtures/sysfs): the model, the tier
 // ranking and the source of every attribute; emulated and default devices; kernel state.
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 #include "common/error.hpp"
 #include "test_support.hpp"
@@ -169,6 +173,122 @@ TEST_CASE("CXL memdevs, regions and DAX devices", "[unit]") {
   CHECK(dax.cxl_backed.value);
   CHECK(t.find("dax0.0") == nullptr);  // kmem mode: its memory is node1
   CHECK_FALSE(t.default_device);
+}
+
+// The layout the kernel's own stack makes of a persistent-memory CXL region (recorded in the
+// CXL guest, kernels 6.1 and 6.12): the DAX device sits under the NVDIMM bus below the CXL
+// root, not under the region, and its physical address is root-only.
+struct PmemRegionTree {
+  std::filesystem::path root;
+  explicit PmemRegionTree(bool kmem) {
+    char tmpl[] = "/tmp/cxlpool-pmem-tree-XXXXXX";
+    root = mkdtemp(tmpl);
+    file("sys/devices/system/node/online", "0-1");
+    file("sys/devices/system/node/possible", "0-1");
+    file("sys/devices/system/node/has_cpu", "0");
+    file("sys/devices/system/node/node0/cpulist", "0-1");
+    file("sys/devices/system/node/node0/distance", "10 20");
+    file("sys/devices/system/node/node0/meminfo", "Node 0 MemTotal:         921232 kB");
+    file("sys/devices/system/node/node0/memory1/phys_index", "00000001");
+    file("sys/devices/system/memory/block_size_bytes", "8000000");
+    if (kmem) {
+      file("sys/devices/system/node/has_memory", "0-1");
+      file("sys/devices/system/node/node1/cpulist", "");
+      file("sys/devices/system/node/node1/distance", "20 10");
+      file("sys/devices/system/node/node1/meminfo", "Node 1 MemTotal:         393216 kB");
+      for (int b : {123, 124, 125}) {
+        char hex[16];
+        std::snprintf(hex, sizeof hex, "%08x", b);
+        file("sys/devices/system/node/node1/memory" + std::to_string(b) + "/phys_index", hex);
+      }
+    }
+    const std::string platform = "sys/devices/platform/ACPI0017:00/root0";
+    std::filesystem::create_directories(root / platform);
+    link("sys/bus/cxl/devices/root0", "../../../devices/platform/ACPI0017:00/root0");
+    file("sys/bus/cxl/devices/mem0/pmem/size", "0x20000000");
+    file("sys/bus/cxl/devices/mem0/ram/size", "0x0");
+    file("sys/bus/cxl/devices/mem0/serial", "0x0");
+    file("sys/bus/cxl/devices/mem0/numa_node", "-1");
+    file("sys/bus/cxl/devices/region0/mode", "pmem");
+    file("sys/bus/cxl/devices/region0/size", "0x20000000");
+    file("sys/bus/cxl/devices/region0/resource", "0x3d0000000");
+    file("sys/bus/cxl/devices/region0/interleave_ways", "1");
+    file("sys/bus/cxl/devices/region0/target0", "decoder2.0");
+    const std::string dax = platform + "/nvdimm-bridge0/ndbus0/region0/dax0.0/dax0.0";
+    file(dax + "/size", "526385152");
+    file(dax + "/align", "2097152");
+    file(dax + "/target_node", "1");
+    link(dax + "/driver", kmem ? "../../../bus/dax/drivers/kmem" : "../../../bus/dax/drivers/device_dax");
+    link("sys/bus/dax/devices/dax0.0",
+         "../../../devices/platform/ACPI0017:00/root0/nvdimm-bridge0/ndbus0/region0/dax0.0/dax0.0");
+  }
+  ~PmemRegionTree() { std::filesystem::remove_all(root); }
+  void file(const std::string& rel, const std::string& text) {
+    std::filesystem::create_directories((root / rel).parent_path());
+    std::ofstream(root / rel) << text << "\n";
+  }
+  void link(const std::string& rel, const std::string& target) {
+    std::filesystem::create_directories((root / rel).parent_path());
+    std::filesystem::create_symlink(target, root / rel);
+  }
+  Topology load() {
+    DiscoverOptions o;
+    o.sysfs_root = (root / "sys").string();
+    o.ignore_env = true;
+    return discover(o);
+  }
+};
+
+TEST_CASE("a persistent-memory CXL region: its DAX device and its node are CXL memory", "[unit]") {
+  SECTION("devdax, as a user (no physical address): CXL memory by its place below the CXL root") {
+    PmemRegionTree tree(false);
+    Topology t = tree.load();
+    const Target& dax = get(t, "dax0.0");
+    CHECK(dax.cxl_backed.value);
+    CHECK(dax.cxl_backed.source == CXLPOOL_SOURCE_SYSFS);
+    CHECK(dax.cxl_region.empty());  // which region: root only
+    CHECK(t.find("cxl0") == nullptr);
+  }
+  SECTION("devdax, as root: matched to its region by address") {
+    PmemRegionTree tree(false);
+    tree.file("sys/devices/platform/ACPI0017:00/root0/nvdimm-bridge0/ndbus0/region0/dax0.0/dax0.0/resource",
+              "0x3d8000000");
+    Topology t = tree.load();
+    CHECK(get(t, "dax0.0").cxl_region == "region0");
+    REQUIRE(t.regions.size() == 1);
+    CHECK(t.regions[0].dax_device == "dax0.0");
+    CHECK(t.regions[0].resource == 0x3d0000000ull);
+  }
+  SECTION("system RAM (kmem): the node's memory blocks lie in the region, the DRAM node's do not") {
+    PmemRegionTree tree(true);
+    Topology t = tree.load();
+    const Target& n1 = get(t, "node1");
+    CHECK(n1.cxl_backed.value);
+    CHECK(n1.cxl_region == "region0");
+    const Target& n0 = get(t, "node0");
+    CHECK(n0.cxl_backed.known());
+    CHECK_FALSE(n0.cxl_backed.value);
+    CHECK(t.find("dax0.0") == nullptr);
+  }
+  SECTION("a region with no DAX device, a memdev with no region: warnings say the next step") {
+    PmemRegionTree tree(false);
+    std::filesystem::remove(tree.root / "sys/bus/dax/devices/dax0.0");
+    Topology t = tree.load();
+    auto has = [&](const std::string& text) {
+      return std::any_of(t.warnings.begin(), t.warnings.end(),
+                         [&](const std::string& w) { return w.find(text) != std::string::npos; });
+    };
+    CHECK(
+        has("CXL region region0 (pmem, 512.0 MiB) has no DAX device or NUMA node: make one with "
+            "'ndctl create-namespace -m devdax'"));
+    CHECK(t.find("cxl0") != nullptr);  // nothing usable: the emulated default stands in
+    CHECK(has("no usable CXL memory found"));
+    std::filesystem::remove_all(tree.root / "sys/bus/cxl/devices/region0");
+    Topology bare = tree.load();
+    CHECK(std::any_of(bare.warnings.begin(), bare.warnings.end(), [](const std::string& w) {
+      return w.find("CXL memory device(s) mem0 (512.0 MiB persistent) have no region") != std::string::npos;
+    }));
+  }
 }
 
 TEST_CASE("declared devices: numa:N inherits the node, declared figures are config", "[unit]") {

@@ -19,7 +19,7 @@ plan=$(sed -n 's/.*cxlpool\.plan=\([a-z0-9_,-]*\).*/\1/p' /proc/cmdline)
 section() {
   name=$1
   shift
-  echo "=== CXLPOOL-VM BEGIN $name"
+  echo "=== CXLPOOL-VM BEGIN $name at $(cut -d' ' -f1 /proc/uptime) s"
   "$@" 2>&1
   rc=$?
   echo "=== CXLPOOL-VM END $name rc=$rc"
@@ -68,6 +68,43 @@ if has hotremove; then
   online_kmem
   section hotremove-info "$INFO"
   section hotremove "$HOTREMOVE"
+fi
+if has cxl; then
+  # The kernel's own CXL stack (../shared/testbed/cxl): the type-3 device's persistent memory
+  # becomes a CXL region, a device-DAX namespace on it, then system RAM on a CPU-less node.
+  # Discovery is recorded after every step; the pool, tiering and hot-remove programs run on
+  # the result with small sizes (the CXL window is emulated MMIO: ~3 MiB/s of stores under TCG).
+  cxl_modules() {
+    for m in cxl_acpi cxl_pci cxl_mem cxl_pmem libnvdimm nd_pmem dax_pmem device_dax kmem; do
+      modprobe $m || echo "modprobe $m failed"
+    done
+    i=0  # the port and memdev drivers probe asynchronously
+    while [ ! -e /sys/bus/cxl/devices/endpoint2 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+    ls /sys/bus/cxl/devices
+  }
+  cxl_devdax() {
+    r=$(/usr/bin/ndctl list -R | sed -n 's/.*"dev":"\(region[0-9]*\)".*/\1/p' | head -n 1)
+    /usr/bin/ndctl create-namespace -m devdax -a 2M -r "$r"
+  }
+  cxl_sysram() {
+    # 6.12 boots with auto_online_blocks=online, which daxctl refuses; it onlines them movable.
+    echo offline > /sys/devices/system/memory/auto_online_blocks
+    /usr/bin/daxctl reconfigure-device --mode=system-ram dax0.0
+  }
+  section cxl-modules cxl_modules
+  section cxl-info-mem "$INFO" --json
+  section cxl-region /usr/bin/cxl create-region -m -d decoder0.0 -w 1 -t pmem mem0
+  section cxl-list /usr/bin/cxl list -M -D -R -v
+  section cxl-info-region "$INFO" --json
+  section cxl-devdax cxl_devdax
+  section cxl-info-dax "$INFO" --json
+  has cxl-devdax && section cxl-devdax-checks "$CHECKS" devdax
+  section cxl-sysram cxl_sysram
+  section cxl-info-kmem "$INFO" --json
+  section cxl-info-table "$INFO"
+  has cxl-node && section cxl-checks "$CHECKS"
+  has cxl-tiering && section cxl-tiering "$TIERING" writers 20 10
+  has cxl-hotremove && section cxl-hotremove "$HOTREMOVE" 16
 fi
 if has multihost; then
   # The two-host bed (run_multihost_test.py): node1 is one host file every guest maps as

@@ -4,8 +4,8 @@
 # binaries (cxlpool-info, vm_checks, vm_multihost, vm_tiering, vm_rebind, vm_hotremove, the backing test
 # suite) with their shared libraries, each at its build-tree path so RUNPATHs resolve
 # unchanged inside the guest.
-# With CACHE_DIR (fetch-kernels.sh), the DAX modules (device_dax, dax_hmem, kmem) of every
-# cached kernel are added, uncompressed, with their dependencies and a modules.dep.
+# With CACHE_DIR (fetch-kernels.sh), the DAX modules (device_dax, dax_hmem, kmem; with ndctl
+# installed also the CXL and NVDIMM ones) of every cached kernel are added, uncompressed, with their dependencies and a modules.dep.
 # When the build has libcxlpool_ucx (tests/kv_remote_peer), the Soft-RoCE run's parts are added
 # too: UCX's transport modules, the rxe verbs provider, iproute2's ip and rdma (at /usr/bin: busybox
 # installs its applets in /bin), and the kernel
@@ -45,6 +45,13 @@ for b in "$info" "$checks" "$backing" "$peer" "$multihost" "$tiering" "$rebind" 
 done
 kvpeer=$build/tests/kv_remote_peer
 mods="device_dax dax_hmem kmem"
+# The CXL guest (plan cxl): Debian's cxl, ndctl and daxctl, and the CXL and NVDIMM drivers a
+# persistent-memory region becomes a device-DAX device through (cxl_core, cxl_port and the region
+# code are built into both kernels).
+if [ -x /usr/bin/cxl ] && [ -x /usr/bin/ndctl ] && [ -x /usr/bin/daxctl ]; then
+  for b in /usr/bin/cxl /usr/bin/ndctl /usr/bin/daxctl; do copy "$b"; done
+  mods="$mods cxl_acpi cxl_pci cxl_mem cxl_pmem libnvdimm nd_pmem dax_pmem"
+fi
 if [ -x "$kvpeer" ]; then
   copy "$kvpeer"
   # UCX loads its transports (and the verbs library its providers) at run time.

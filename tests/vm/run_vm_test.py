@@ -7,12 +7,13 @@
 #   run_vm_test.py --topology hmat2 --kernel 6.12 --cache /var/cache/cxlpool-vm \
 #                  --initrd build/test/tests/vm/initramfs.cpio.gz --log-dir build/test/tests/vm
 import argparse
+import json
 import os
 import re
 import sys
 import time
 
-from vmlib import Checker, died_before_plan, parse_json, qemu_command, require_runnable, run_guest, sections
+from vmlib import Checker, died_before_plan, parse_json, qemu_command, require_runnable, run_guest, sections, skip
 
 # node: (cpus or None, memory); hmat: (target, latency ns, bandwidth) from initiator 0.
 TOPOLOGIES = {
@@ -24,6 +25,10 @@ TOPOLOGIES = {
     # node1's range (the 1 GiB above 4 GiB) marked soft-reserved: dax_hmem makes it /dev/dax0.0.
     "dax2": {"nodes": [("0-1", "2G"), (None, "1G")], "dist": {(0, 1): 20},
              "hmat": [(0, 100, "20G"), (1, 300, "5G")], "append": "memmap=1G%0x100000000-1+0xefffffff"},
+    # An emulated CXL type-3 device (vmlib.cxl_command): 512 MiB of persistent memory behind a
+    # host bridge and a root port; the guest makes it a region, a devdax namespace, a node.
+    # pcie_ports=compat: without it 6.12's cxl_pci fails on event interrupts QEMU 7.2 lacks.
+    "cxl": {"ram": "1G", "cxl_size": "512M", "hmat": [], "append": "pcie_ports=compat"},
 }
 
 
@@ -108,6 +113,115 @@ def check_dax2(c, doc, kernel, sec):
         c("dax0.0" not in k, "after kmem: dax0.0 is system RAM, not a devdax target")
         if n1:
             c(n1["tier"]["value"] > k["node0"]["tier"]["value"], "after kmem: node1 ranks in a slower tier")
+
+
+# Plan cxl: the stack and discovery after each step; the other items run programs on it.
+CXL_SECTIONS = {"cxl": ["cxl-modules", "cxl-info-mem", "cxl-region", "cxl-list", "cxl-info-region", "cxl-devdax",
+                        "cxl-info-dax", "cxl-sysram", "cxl-info-kmem"],
+                "cxl-devdax": ["cxl-devdax-checks"], "cxl-node": ["cxl-checks"], "cxl-tiering": ["cxl-tiering"],
+                "cxl-hotremove": ["cxl-hotremove"]}
+
+
+def cxl_list_facts(text):
+    """memdevs and regions from `cxl list -M -D -R -v` (the tree under root0)."""
+    memdevs, regions = {}, {}
+
+    def walk(x):
+        if isinstance(x, dict):
+            m = x.get("memdev")
+            if isinstance(m, dict):
+                memdevs[m["memdev"]] = m
+            if "region" in x and "mappings" in x:
+                regions[x["region"]] = x
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+    walk(parse_json(text))
+    return memdevs, regions
+
+
+def check_cxl(c, sec, plan):
+    """The kernel's own CXL stack, step by step: what cxlpool discovers after each step against
+    what `cxl list`, ndctl and daxctl say, then the programs' ok/FAIL lines."""
+    for s in [s for p in plan for s in CXL_SECTIONS.get(p, [])]:
+        c(s in sec and sec[s][1] == 0, f"cxl: guest section {s} exited 0")
+    info = {s: parse_json(sec[s][0]) for s in ("cxl-info-mem", "cxl-info-region", "cxl-info-dax", "cxl-info-kmem")
+            if s in sec and sec[s][1] == 0}
+    if "cxl-list" not in sec or len(info) < 4:
+        return
+    memdevs, regions = cxl_list_facts(sec["cxl-list"][0])
+    c(list(memdevs) == ["mem0"] and list(regions) == ["region0"], f"cxl list: memdevs {list(memdevs)}, "
+      f"regions {list(regions)}")
+    if "mem0" not in memdevs or "region0" not in regions:
+        return
+    m, r = memdevs["mem0"], regions["region0"]
+    print(f"cxl list: mem0 pmem {m.get('pmem_size')} B, region0 {r['size']} B at {r['resource']:#x}, "
+          f"{r['interleave_ways']} way(s), decoders {[x['decoder'] for x in r['mappings']]}")
+
+    before = info["cxl-info-mem"]
+    mine = {d["name"]: d for d in before["cxl"]["memdevs"]}
+    c(list(mine) == ["mem0"] and mine["mem0"]["pmem_bytes"] == m["pmem_size"] and
+      mine["mem0"]["ram_bytes"] == m.get("ram_size", 0) and int(mine["mem0"]["serial"], 16) == m["serial"],
+      f"memdev: discovery agrees with cxl list (mem0, {m['pmem_size']} B persistent, serial {m['serial']})")
+    c(any("mem0 (512.0 MiB persistent) have no region" in w for w in before["warnings"]),
+      "memdev without a region: a warning names it and says 'cxl create-region'")
+    c(any(t["name"] == "cxl0" for t in before["targets"]),
+      "memdev without a region: nothing usable, the emulated default device stands in")
+
+    region_doc = info["cxl-info-region"]
+    regs = {x["name"]: x for x in region_doc["cxl"]["regions"]}
+    g = regs.get("region0")
+    c(g is not None and g["size_bytes"] == r["size"] and g["interleave_ways"] == r["interleave_ways"] and
+      g["targets"] == [x["decoder"] for x in r["mappings"]] and g["mode"] in ("pmem", ""),
+      f"region: discovery agrees with cxl list (region0: {g and g['size_bytes']} B, {g and g['interleave_ways']} "
+      f"way(s), targets {g and g['targets']}, mode '{g and g['mode']}'; 6.1 has no mode attribute)")
+    c(any("CXL region region0" in w and "ndctl create-namespace" in w for w in region_doc["warnings"]),
+      "region without a DAX device: a warning names it and says 'ndctl create-namespace'")
+
+    text = sec["cxl-devdax"][0]
+    ndctl = json.JSONDecoder().raw_decode(text[text.index("{"):])[0]
+    nd_dax = ndctl["daxregion"]["devices"][0]
+    dax_doc = info["cxl-info-dax"]
+    t = targets_of(dax_doc)
+    d = t.get("dax0.0")
+    c(d is not None and d["kind"] == "dax" and d["backing"]["path"] == "/dev/dax0.0" and
+      d["backing"]["page_size"] == nd_dax["align"], "devdax namespace: /dev/dax0.0 is a device-DAX target with "
+      f"ndctl's alignment ({nd_dax['align']})")
+    if d:
+        c(d["cxl_backed"] == {"value": True, "source": "sysfs"} and d.get("cxl_region") == "region0",
+          f"dax0.0 is CXL memory from region0 (cxl_backed {d['cxl_backed']}, region {d.get('cxl_region')})")
+        c(d["capacity_bytes"]["value"] > (500 << 20) and d["capacity_bytes"]["source"] == "sysfs",
+          f"dax0.0 capacity {d['capacity_bytes']['value']} B from sysfs (ndctl: {nd_dax['size']})")
+        c(d["read_latency_ns"]["source"] != "hmat", "no HMAT figure is claimed for the CXL device: "
+          f"latency source '{d['read_latency_ns']['source']}'")
+    c("cxl0" not in t, "with a usable CXL device, no emulated default")
+    if "cxl-devdax-checks" in sec:
+        print("\n".join(l for l in sec["cxl-devdax-checks"][0].splitlines() if l.startswith(("ok", "FAIL"))))
+
+    text = sec["cxl-sysram"][0]  # daxctl's JSON, then "reconfigured 1 device"
+    daxctl = json.JSONDecoder().raw_decode(text[text.index("["):])[0][0]
+    kmem = info["cxl-info-kmem"]
+    k = targets_of(kmem)
+    n0, n1 = k.get("node0"), k.get("node1")
+    c(n1 is not None and daxctl["target_node"] == 1 and daxctl["mode"] == "system-ram",
+      f"system RAM: daxctl onlined dax0.0 as node {daxctl['target_node']}; node1 is a target")
+    if n0 and n1:
+        c(n1["cpuless"]["value"] is True and n1["capacity_bytes"]["value"] == daxctl["online_memblocks"] * (128 << 20),
+          f"node1: CPU-less, {n1['capacity_bytes']['value']} B = {daxctl['online_memblocks']} memory blocks of 128 MiB")
+        c(n1["cxl_backed"] == {"value": True, "source": "sysfs"} and n1.get("cxl_region") == "region0",
+          f"node1 is CXL memory from region0 ({n1['cxl_backed']}, {n1.get('cxl_region')})")
+        c(n0["cxl_backed"] == {"value": False, "source": "sysfs"}, "node0 is not CXL memory")
+        c(n1["tier"]["value"] > n0["tier"]["value"], "node1 ranks in a slower cxlpool tier than node0")
+        c(n1["read_latency_ns"]["source"] == "unknown",
+          "node1: no access0 latency in sysfs (QEMU's CDAT gives the node none), and none is invented")
+    c("dax0.0" not in k and "cxl0" not in k, "after kmem: dax0.0 is system RAM, no emulated default")
+    for s in ("cxl-checks", "cxl-tiering", "cxl-hotremove"):
+        if s in sec:
+            print(f"---- guest {s} ----")
+            print("\n".join(l for l in sec[s][0].splitlines() if l.lstrip().startswith(("ok", "FAIL", "vm_", "cxlpool:",
+                                                                                        "writers:", "node1"))))
 
 
 CHECKS = {"hmat2": check_hmat2, "tier3": check_tier3, "nohmat2": check_nohmat2, "dax2": check_dax2}
@@ -215,15 +329,25 @@ def main():
 
     kernel = os.path.join(a.cache, f"vmlinuz-{a.kernel}")
     require_runnable(a.require, kernel, a.initrd)
+    if a.topology == "cxl" and not all(os.path.exists(f"/usr/bin/{t}") for t in ("cxl", "ndctl", "daxctl")):
+        skip(a.require, "the CXL guest needs Debian's cxl, ndctl and daxctl in its initramfs "
+                        "(bash scripts/install-deps.sh installs ndctl and daxctl; then rebuild the initramfs)")
 
     name = f"{a.topology}-{a.kernel}" + (f"-{a.label}" if a.label else "")
     os.makedirs(a.log_dir, exist_ok=True)
     log_path = os.path.join(a.log_dir, f"{name}.log")
-    cmd = qemu_command(TOPOLOGIES[a.topology], kernel, a.initrd, f"cxlpool.plan={a.plan}")
+    spec = dict(TOPOLOGIES[a.topology])
+    if "cxl_size" in spec:
+        files = [os.path.join(a.log_dir, f"{name}-{f}.raw") for f in ("cxl-mem0", "cxl-lsa0")]
+        spec["cxl"] = (files[0], files[1], spec["cxl_size"])
+    cmd = qemu_command(spec, kernel, a.initrd, f"cxlpool.plan={a.plan}")
     # A guest that dies in early boot (vmlib.died_before_plan) or hangs there (no plan after
     # 180 s, a generous bound for a loaded host: TCG sometimes stops at "Booting from ROM..." before the kernel prints anything) is
     # booted again, at most twice, and the retry is reported.
     for attempt in range(1, 4):
+        for f in spec.get("cxl", ())[:2]:  # an empty label area for every boot
+            if os.path.exists(f):
+                os.unlink(f)
         t0 = time.time()
         log, rc, hung = run_guest(cmd, a.timeout)
         wall = time.time() - t0
@@ -232,6 +356,9 @@ def main():
             break
         print(f"guest {a.topology}-{a.kernel}: the guest did not reach its plan ({why}); "
               f"booting again (attempt {attempt + 1} of 3)")
+    for f in spec.get("cxl", ())[:2]:
+        if os.path.exists(f):
+            os.unlink(f)
     with open(log_path, "w") as f:
         f.write(" ".join(cmd) + "\n\n" + log)
     print(f"guest {name}: qemu rc={rc}, {wall:.1f} s wall, log {log_path}")
@@ -268,7 +395,9 @@ def main():
     plan = a.plan.split(",")
     # The topology's own checks read the dax plan's sections; the hotremove plan onlines the
     # device-DAX range without them (its program's ok/FAIL lines are its checks).
-    if doc is not None and plan != ["hotremove"]:
+    if a.topology == "cxl":
+        check_cxl(c, sec, plan)
+    elif doc is not None and plan != ["hotremove"]:
         CHECKS[a.topology](c, doc, a.kernel, sec)
     if "rxe" in plan:
         check_rxe(c, sec)

@@ -18,6 +18,8 @@ def qemu_command(spec, kernel, initrd, kernel_args, files=None, pidfile=None):
     """spec: {"nodes": [(cpus or None, size)], "dist": {(a, b): d}, "hmat": [(target, ns, bw)],
     optional "smp", "machine" (extra -machine options), "append" (kernel arguments)}.
     files: {node: host file} backs those nodes with a shared file instead of private RAM."""
+    if "cxl" in spec:
+        return cxl_command(spec, kernel, initrd, kernel_args, pidfile)
     hmat = bool(spec["hmat"])
     total = sum(size_mib(m) for _, m in spec["nodes"])
     machine = "q35" + (",hmat=on" if hmat else "") + "".join("," + o for o in spec.get("machine", []))
@@ -44,6 +46,31 @@ def qemu_command(spec, kernel, initrd, kernel_args, files=None, pidfile=None):
     cmd += ["-kernel", kernel, "-initrd", initrd,
             "-append", f"console=ttyS0 panic=-1 quiet loglevel=3 {kernel_args} {spec.get('append', '')}",
             "-nographic", "-no-reboot", "-net", "none"]
+    if pidfile:
+        cmd += ["-pidfile", pidfile]
+    return cmd
+
+
+def cxl_command(spec, kernel, initrd, kernel_args, pidfile=None):
+    """An emulated CXL 2.0 hierarchy (QEMU 7.2; ../shared/testbed/cxl): one pxb-cxl host bridge
+    with two root ports (with one, kernel 6.1 reads zeros from the region), a cxl-type3 memory
+    device (persistent memory: QEMU 7.2 has no volatile type-3) on the first, and a 4 GiB fixed
+    memory window. spec["cxl"] = (memdev file, label-area file, memdev size): the caller makes
+    the files new for every boot (an old label area holds an old namespace).
+    -cpu max,-hypervisor: kernel 6.12 refuses to commit a region when CPUID says hypervisor."""
+    mem, lsa, size = spec["cxl"]
+    cmd = ["qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max,-hypervisor", "-smp", "2",
+           "-machine", "q35,cxl=on", "-m", f"{spec['ram']},maxmem=8G,slots=4",
+           "-object", f"memory-backend-file,id=cxl-mem0,share=on,mem-path={mem},size={size}",
+           "-object", f"memory-backend-file,id=cxl-lsa0,share=on,mem-path={lsa},size=256M",
+           "-device", "pxb-cxl,bus_nr=12,bus=pcie.0,id=cxl.1",
+           "-device", "cxl-rp,port=0,bus=cxl.1,id=root_port13,chassis=0,slot=2",
+           "-device", "cxl-rp,port=1,bus=cxl.1,id=root_port14,chassis=0,slot=3",
+           "-device", "cxl-type3,bus=root_port13,memdev=cxl-mem0,lsa=cxl-lsa0,id=cxl-pmem0",
+           "-M", "cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G",
+           "-kernel", kernel, "-initrd", initrd,
+           "-append", f"console=ttyS0 panic=-1 quiet loglevel=3 {kernel_args} {spec.get('append', '')}",
+           "-nographic", "-no-reboot", "-net", "none"]
     if pidfile:
         cmd += ["-pidfile", pidfile]
     return cmd
