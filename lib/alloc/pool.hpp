@@ -205,6 +205,7 @@ struct Unit {
   uint64_t committed = 0;  // bytes committed (what a move copies)
   int home = 0, resident = 0;
   bool huge = false;
+  bool moving = false;  // a move of it runs: resident is where it was, not where it will be
 };
 // Calls fn for every unit of every pool that may move: private pools of two devices or more
 // (not detached fork views). fn runs with the unit's home PoolDevice::mu held: it must not
@@ -226,17 +227,22 @@ void set_unit_release_hook(UnitReleaseHook hook) noexcept;
 // shared memory, or devices of different page sizes); INVALID_ARGUMENT (no device `to`);
 // and the move's own (CAPACITY, NO_MEMORY, OS). *message (when given) says why, on failure.
 struct UnitMove {
+  bool declined = false;  // the hook declined it before anything was done (NOT_SUPPORTED)
+  bool moving = false;    // BUSY because the unit is being moved already (that move will end)
   uint64_t bytes = 0;
   bool by_kernel = false;
   size_t pages_left_behind = 0;
   int from = -1;
 };
 // hook (when given) runs under the same lock just before the move (after = false) and after
-// it (after = true, with the status): the engine disarms and re-arms its monitors there. The
-// lock is not held while the bytes move: the unit is marked moving instead (Region::moving),
-// so the pool's other units allocate and free meanwhile; a second move of it is BUSY. The
-// caller holds a PoolsAlive.
-using UnitHook = void (*)(void* ctx, const Unit& unit, bool after, cxlpool_status_t status);
+// it (after = true, with the status): the engine disarms and re-arms its monitors there. A
+// hook that returns false before the move declines it (NOT_SUPPORTED, UnitMove::declined, no
+// after call): the engine checks pins there, atomically with the unit's becoming moving (it
+// must not block: it runs under the home lock). The lock is not held while the bytes move:
+// the unit is marked moving instead (Region::moving), so the pool's other units allocate and
+// free meanwhile; a second move of it is BUSY (UnitMove::moving). The caller holds a
+// PoolsAlive.
+using UnitHook = bool (*)(void* ctx, const Unit& unit, bool after, cxlpool_status_t status);
 cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::string* message, UnitHook hook = nullptr,
                            void* hook_ctx = nullptr) noexcept;
 // Moves made outside the tiering engine (a withdrawal's evacuation: elastic.cpp) while it

@@ -42,6 +42,7 @@ Unit region_unit(Pool* pool, int di, const Region& r) noexcept {
   u.committed = region_committed(pool, pool->dev[di], r);
   u.home = di;
   u.resident = r.resident;
+  u.moving = r.moving;
   return u;
 }
 
@@ -54,6 +55,7 @@ Unit span_unit(Pool* pool, int di, const HugeSpan& s) noexcept {
   u.home = di;
   u.resident = s.resident;
   u.huge = true;
+  u.moving = s.moving;
   return u;
 }
 
@@ -165,7 +167,10 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
   Found f = find_unit(pool, di, ref);
   if (!f.region && !f.span) return refuse(CXLPOOL_E_NOT_FOUND, "the unit is gone");
   if (to < 0 || to >= pool->ndev) return refuse(CXLPOOL_E_INVALID_ARGUMENT, "no such device in the pool");
-  if (f.region ? f.region->moving : f.span->moving) return refuse(CXLPOOL_E_BUSY, "the unit is moving already");
+  if (f.region ? f.region->moving : f.span->moving) {
+    result.moving = true;
+    return refuse(CXLPOOL_E_BUSY, "the unit is moving already");
+  }
   const int from = f.region ? f.region->resident : f.span->resident;
   if (from == to) return refuse(CXLPOOL_E_NOT_SUPPORTED, "already on that device");
   PoolDevice& src = pool->dev[from];
@@ -174,7 +179,10 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
     return refuse(CXLPOOL_E_NOT_SUPPORTED, "the devices have different page sizes");
   const Unit before = f.region ? region_unit(pool, di, *f.region) : span_unit(pool, di, *f.span);
   const size_t length = f.region ? f.region->segments * kSegmentSize : f.span->block;
-  if (hook) hook(hook_ctx, before, false, CXLPOOL_OK);
+  if (hook && !hook(hook_ctx, before, false, CXLPOOL_OK)) {
+    result.declined = true;
+    return refuse(CXLPOOL_E_NOT_SUPPORTED, "declined: a pin of the unit forbids the move");
+  }
   // The copy runs with the home mutex released, so that the pool's other units on this device
   // allocate and free meanwhile; the mark keeps commits, decommits and releases out of this
   // one (Region::moving), and the caller's PoolsAlive keeps the pool.

@@ -54,10 +54,12 @@ struct Pin {
 
 // Pins outlive engine restarts; hints are dropped when no engine runs. The mutexes are
 // constant-initialised; the containers are made on first use, because the interposer may
-// start the engine before this library's dynamic initialisers have run. g_pins_mu is held
-// across every move that must respect pins (the engine's and pin()'s own), with the pin read
-// or written in the same hold: a unit just pinned is never moved back out by an engine step
-// that saw it before the pin.
+// start the engine before this library's dynamic initialisers have run. No move runs under
+// g_pins_mu: pin() writes a pin before it moves the unit, and the engine reads it in its move's
+// hook (pin_allows), atomically with the unit's becoming moving under its home lock. So a pin
+// written before that point declines the engine's move, and a pin written after it finds the
+// unit moving (BUSY), waits for the engine's move to end and then moves the unit itself: a unit
+// just pinned is never left where an engine step that saw it before the pin put it.
 std::mutex g_pins_mu;
 std::mutex g_hints_mu;
 uint64_t g_hints_dropped = 0;
@@ -291,18 +293,39 @@ class Engine final : public HeatSink {
 
  public:
   // For moves made outside the engine (cxlpool_pin) while it runs: the same disarm and re-arm.
-  static void monitor_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t st) {
-    move_hook(ctx, u, after, st);
+  static bool monitor_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t st) {
+    return move_hook(ctx, u, after, st);
   }
 
  private:
-  static void move_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t) {
+  // The engine's own moves: declined where a pin forbids them (read as the unit becomes moving).
+  struct StepHook {
+    Engine* engine;
+    int to_tier;
+  };
+  static bool step_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t st) {
+    auto* h = static_cast<StepHook*>(ctx);
+    if (!after && !pin_allows(u, h->to_tier)) return false;
+    return move_hook(h->engine, u, after, st);
+  }
+  // Runs under the unit's home lock, so it must not wait for g_pins_mu: pin() takes the home
+  // lock under it, and fork() holds it while it waits for moves to end. Not getting it declines
+  // the move; the next step decides again.
+  static bool pin_allows(const alloc::Unit& u, int to_tier) {
+    std::unique_lock<std::mutex> lock(g_pins_mu, std::try_to_lock);
+    if (!lock.owns_lock()) return false;
+    const auto pin = pins_table().find(u.ref.base);
+    return pin == pins_table().end() || pin->second.serial != u.ref.serial || pin->second.tier == to_tier;
+  }
+
+  static bool move_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t) {
     for (auto& m : static_cast<Engine*>(ctx)->monitors_) {
       if (after)
         m->watch(u.ref.base, u.size);  // the mapping was replaced (or left as it was): arm again
       else
         m->unwatch(u.ref.base, u.size);
     }
+    return true;
   }
 
   // The unit table follows the allocator: new units are watched, gone ones dropped.
@@ -425,11 +448,8 @@ class Engine final : public HeatSink {
     StepMover(Engine& e, os::write_fence::Mode fence_mode) : e_(e), fence_(fence_mode) {}
     planner::Outcome execute(const planner::Move& m) override {
       State& s = e_.units_[m.unit];
-      std::lock_guard<std::mutex> pins(g_pins_mu);
-      const auto pin = pins_table().find(s.ref.base);
-      if (pin != pins_table().end() && pin->second.serial == s.ref.serial && pin->second.tier != tier_of(s.pool, m.to))
-        return planner::Outcome{CXLPOOL_E_NOT_SUPPORTED, false, 0};  // pinned since this step began
-      MoveResult r = move_unit_to(s, m.to, MoveOptions{&fence_, true, move_hook, &e_});
+      StepHook hook{&e_, tier_of(s.pool, m.to)};  // a pin made since this step began declines it
+      MoveResult r = move_unit_to(s, m.to, MoveOptions{&fence_, true, step_hook, &hook});
       if (r.status == CXLPOOL_OK) {
         s.resident = m.to;
       } else if (r.attempted) {
@@ -586,7 +606,33 @@ class Engine final : public HeatSink {
 
 std::mutex g_engine_mu;
 Engine* g_engine = nullptr;
+// Moves made outside the engine's thread (pin(), a withdrawal's) that use the running engine's
+// monitor hook: the engine is not deleted while any runs. Counted under g_engine_mu, which is
+// never held across a move (a long pin would stall the engine, hints and fork()).
+int g_engine_users = 0;
 bool g_env_done = false;
+
+// The running engine (or none), kept alive for as long as this lives.
+class EngineUse {
+ public:
+  EngineUse() {
+    std::lock_guard<std::mutex> lock(g_engine_mu);
+    e_ = g_engine;
+    if (e_) ++g_engine_users;
+  }
+  ~EngineUse() {
+    if (!e_) return;
+    std::lock_guard<std::mutex> lock(g_engine_mu);
+    --g_engine_users;
+  }
+  EngineUse(const EngineUse&) = delete;
+  EngineUse& operator=(const EngineUse&) = delete;
+  alloc::UnitHook hook() const { return e_ ? Engine::monitor_hook : nullptr; }
+  void* ctx() const { return e_; }
+
+ private:
+  Engine* e_ = nullptr;
+};
 
 }  // namespace
 
@@ -594,16 +640,17 @@ namespace {
 // A withdrawal's moves (alloc/elastic.cpp) while the engine runs: its monitors stop watching
 // the unit while it moves, as for pin(); the engine stays until the move is done.
 bool outside_move_begin(alloc::UnitHook* hook, void** ctx) noexcept {
-  g_engine_mu.lock();
-  if (!g_engine) {
-    g_engine_mu.unlock();
-    return false;
-  }
+  std::lock_guard<std::mutex> lock(g_engine_mu);
+  if (!g_engine) return false;
+  ++g_engine_users;
   *hook = Engine::monitor_hook;
   *ctx = g_engine;
   return true;
 }
-void outside_move_end() noexcept { g_engine_mu.unlock(); }
+void outside_move_end() noexcept {
+  std::lock_guard<std::mutex> lock(g_engine_mu);
+  --g_engine_users;
+}
 }  // namespace
 
 void start(const Config& c) {
@@ -642,9 +689,17 @@ void start_from_environment(bool under_interposer) {
 void stop() noexcept {
   Engine* e = nullptr;
   {
-    std::lock_guard<std::mutex> lock(g_engine_mu);
+    std::unique_lock<std::mutex> lock(g_engine_mu);
     e = g_engine;
     g_engine = nullptr;
+    // A move outside the engine's thread may still call its hook: each ends (it never waits
+    // for this lock while it moves). Rare (a stop), so a poll rather than a condition variable
+    // (the interposer may run this before dynamic initialisation).
+    while (e && g_engine_users > 0) {
+      lock.unlock();
+      os::prim::sleep_ms(1);
+      lock.lock();
+    }
   }
   delete e;
   counters().running.set(0);
@@ -695,6 +750,29 @@ cxlpool_status_t hint_access(const void* p, size_t len, uint32_t weight, std::st
 
 namespace {
 
+// pin()'s own moves: made only while this call's pin is still the unit's, read under its home
+// lock as it becomes moving (as the engine's, Engine::pin_allows): a second pin of the same
+// memory written since declines it (replaced), so the last pin written is the last to move.
+struct PinHook {
+  void* engine;  // the running engine's monitors stop watching the unit while it moves
+  uint64_t serial;
+  int tier;
+  bool replaced;
+  static bool before_move(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t st) {
+    auto* h = static_cast<PinHook*>(ctx);
+    if (!after) {
+      std::unique_lock<std::mutex> lock(g_pins_mu, std::try_to_lock);
+      if (!lock.owns_lock()) return false;  // tried again
+      const auto pin = pins_table().find(u.ref.base);
+      if (pin == pins_table().end() || pin->second.serial != h->serial || pin->second.tier != h->tier) {
+        h->replaced = true;
+        return false;
+      }
+    }
+    return !h->engine || Engine::monitor_hook(h->engine, u, after, st);
+  }
+};
+
 // A pool as the planner sees it, for pin()'s choice of device: its devices' tiers and room now.
 struct PoolView {
   planner::Pool pool;
@@ -721,8 +799,8 @@ void pin(const void* p, size_t len, int tier) {
   if (a + len < a) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: range wraps around");
   counters().pins.add(1);  // calls with valid arguments, refused ones too
   // A running engine's monitors stop watching a unit while it moves (as for the engine's own
-  // moves): the engine stays while this pin runs.
-  std::lock_guard<std::mutex> engine_lock(g_engine_mu);
+  // moves): the engine stays while this pin runs. No global lock is held across a move.
+  const EngineUse engine;
   alloc::PoolsAlive alive;  // the units' Pool pointers stay valid until the moves are done
   // Every unit overlapping the range, first checked, then moved.
   std::vector<alloc::Unit> units;
@@ -768,7 +846,12 @@ void pin(const void* p, size_t len, int tier) {
     int from;  // -1: not moved
   };
   std::vector<Done> done;
-  auto restore_pin = [](const Done& d) {
+  // Only where this call's pin is still the unit's: a pin of the same memory made by another
+  // thread since then stands.
+  auto restore_pin = [&](const Done& d) {
+    const auto now = pins_table().find(d.base);
+    const bool mine = tier < 0 ? now == pins_table().end() : now != pins_table().end() && now->second.tier == tier;
+    if (!mine) return;
     if (d.before)
       pins_table()[d.base] = *d.before;
     else
@@ -777,13 +860,14 @@ void pin(const void* p, size_t len, int tier) {
   auto undo_and_fail = [&](cxlpool_status_t status, std::string why) {
     size_t not_back = 0;
     for (auto it = done.rbegin(); it != done.rend(); ++it) {
-      std::lock_guard<std::mutex> lock(g_pins_mu);
+      {
+        std::lock_guard<std::mutex> lock(g_pins_mu);
+        restore_pin(*it);  // first: the engine may move it again by the pin it had
+      }
       alloc::Unit now;
       if (it->from >= 0 && alloc::unit_of(reinterpret_cast<const void*>(it->base), &now) &&
-          move_unit_to(now, it->from, MoveOptions{nullptr, false, g_engine ? Engine::monitor_hook : nullptr, g_engine})
-                  .status != CXLPOOL_OK)
+          move_unit_to(now, it->from, MoveOptions{nullptr, false, engine.hook(), engine.ctx()}).status != CXLPOOL_OK)
         ++not_back;
-      restore_pin(*it);
     }
     if (done.size() > 1)
       why += not_back ? " (" + std::to_string(not_back) + " units of the range that had moved could not go back)"
@@ -791,35 +875,62 @@ void pin(const void* p, size_t len, int tier) {
     fail(status, why);
   };
   for (const alloc::Unit& listed : units) {
-    // The pin is written before the move, in the same hold of g_pins_mu (see there); the unit
-    // is read again under it, as the engine may have moved it since it was listed.
-    std::unique_lock<std::mutex> lock(g_pins_mu);
-    alloc::Unit u;
-    if (!alloc::unit_of(reinterpret_cast<const void*>(listed.ref.base), &u) || u.ref.serial != listed.ref.serial) {
-      lock.unlock();
-      undo_and_fail(CXLPOOL_E_NOT_FOUND, "cxlpool_pin: memory of the range was freed during the call");
+    {
+      // The pin is written before the move (see g_pins_mu); the unit is read again under the
+      // lock, as the engine may have moved it since it was listed.
+      std::lock_guard<std::mutex> lock(g_pins_mu);
+      alloc::Unit u;
+      if (!alloc::unit_of(reinterpret_cast<const void*>(listed.ref.base), &u) || u.ref.serial != listed.ref.serial)
+        goto freed;
+      std::map<uintptr_t, Pin>& table = pins_table();
+      const auto had = table.find(u.ref.base);
+      done.push_back({u.ref.base, had != table.end() ? std::optional<Pin>(had->second) : std::nullopt, -1});
+      if (tier < 0)
+        table.erase(u.ref.base);
+      else
+        table[u.ref.base] = {u.ref.serial, tier};
     }
-    std::map<uintptr_t, Pin>& table = pins_table();
-    const auto had = table.find(u.ref.base);
-    done.push_back({u.ref.base, had != table.end() ? std::optional<Pin>(had->second) : std::nullopt, -1});
-    if (tier < 0)
-      table.erase(u.ref.base);
-    else
-      table[u.ref.base] = {u.ref.serial, tier};
-    if (tier < 0 || tier_of(u.pool, u.resident) == tier) continue;
-    const PoolView view = pool_view(u.pool);  // room now: earlier units of the range moved
-    const int to = planner::first_of_tier_with_room(view.pool, view.devices, tier, u.committed);
-    MoveResult r;
-    if (to >= 0)
-      r = move_unit_to(u, to, MoveOptions{nullptr, false, g_engine ? Engine::monitor_hook : nullptr, g_engine});
-    if (to < 0 || r.status != CXLPOOL_OK) {
-      restore_pin(done.back());
-      done.pop_back();
-      lock.unlock();
+    // Moved until it is on the tier. BUSY for a move of it already running (the engine's, a
+    // withdrawal's, another pin's) is waited out: that move ends, and the unit is then moved
+    // from wherever it put it.
+    for (unsigned wait_ms = 1; tier >= 0; wait_ms = std::min(wait_ms * 2, 8u)) {
+      alloc::Unit u;
+      if (!alloc::unit_of(reinterpret_cast<const void*>(listed.ref.base), &u) || u.ref.serial != listed.ref.serial)
+        goto freed;
+      if (u.moving) {  // where it is now says nothing: wait for that move to end
+        os::prim::sleep_ms(wait_ms);
+        continue;
+      }
+      if (tier_of(u.pool, u.resident) == tier) break;
+      const PoolView view = pool_view(u.pool);  // room now: earlier units of the range moved
+      const int to = planner::first_of_tier_with_room(view.pool, view.devices, tier, u.committed);
+      MoveResult r;
+      PinHook hook{engine.ctx(), u.ref.serial, tier, false};
+      if (to >= 0) r = move_unit_to(u, to, MoveOptions{nullptr, false, PinHook::before_move, &hook});
+      if (to >= 0 && r.status == CXLPOOL_OK) {
+        if (done.back().from < 0) done.back().from = u.resident;
+        break;
+      }
+      if (hook.replaced) {
+        const std::string why = "cxlpool_pin: another cxlpool_pin of the same memory replaced this one during the call";
+        done.pop_back();  // its pin is the other call's now
+        undo_and_fail(CXLPOOL_E_BUSY, why);
+      }
+      if (to >= 0 && ((r.status == CXLPOOL_E_BUSY && r.unit_moving) || (r.status == CXLPOOL_E_NOT_SUPPORTED && !r.attempted))) {
+        os::prim::sleep_ms(wait_ms);  // a move of it runs, or the pin table was busy: try again
+        continue;
+      }
+      {
+        std::lock_guard<std::mutex> lock(g_pins_mu);
+        restore_pin(done.back());
+      }
+      if (done.back().from < 0) done.pop_back();
       undo_and_fail(to < 0 ? CXLPOOL_E_CAPACITY : r.status, to < 0 ? no_room(u) : "cxlpool_pin: " + r.why);
     }
-    done.back().from = u.resident;
   }
+  return;
+freed:
+  undo_and_fail(CXLPOOL_E_NOT_FOUND, "cxlpool_pin: memory of the range was freed during the call");
 }
 
 std::string stats_json() {
@@ -872,6 +983,7 @@ void after_fork_child() noexcept {
   new (&g_pins_mu) std::mutex();
   Engine::after_fork_child();
   g_engine = nullptr;  // leaked on purpose: its destructor would join a thread that is not here
+  g_engine_users = 0;  // the parent's movers are not in the child
   counters().running.set(0);
   hint_queue().clear();
 }

@@ -54,6 +54,11 @@ MoveResult move_unit_to(const alloc::Unit& u, int to, const MoveOptions& o) {
   alloc::UnitMove moved;
   const uint64_t t0 = o.timed ? os::monotonic_ns() : 0;
   r.status = alloc::move_unit(u.ref, to, &moved, &r.why, o.hook, o.hook_ctx);
+  r.unit_moving = moved.moving;
+  if (moved.declined) {  // nothing was tried: not a move, not a failure
+    r.attempted = false;
+    return r;
+  }
   if (o.timed) c.move_ns.add(os::monotonic_ns() - t0);
   c.moves.add(1);
   if (r.status != CXLPOOL_OK) {

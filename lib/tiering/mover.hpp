@@ -41,7 +41,8 @@ struct MoveOptions {
 
 struct MoveResult {
   cxlpool_status_t status = CXLPOOL_OK;
-  bool attempted = false;  // false: declined for the fence
+  bool attempted = false;  // false: declined for the fence, or by the hook (a pin)
+  bool unit_moving = false;  // BUSY because another move of the unit runs (it will end)
   uint64_t bytes = 0;      // moved, on success
   std::string why;         // on failure
 };
