@@ -916,7 +916,8 @@ void pin(const void* p, size_t len, int tier) {
         done.pop_back();  // its pin is the other call's now
         undo_and_fail(CXLPOOL_E_BUSY, why);
       }
-      if (to >= 0 && ((r.status == CXLPOOL_E_BUSY && r.unit_moving) || (r.status == CXLPOOL_E_NOT_SUPPORTED && !r.attempted))) {
+      if (to >= 0 &&
+          ((r.status == CXLPOOL_E_BUSY && r.unit_moving) || (r.status == CXLPOOL_E_NOT_SUPPORTED && !r.attempted))) {
         os::prim::sleep_ms(wait_ms);  // a move of it runs, or the pin table was busy: try again
         continue;
       }

@@ -41,10 +41,10 @@ struct MoveOptions {
 
 struct MoveResult {
   cxlpool_status_t status = CXLPOOL_OK;
-  bool attempted = false;  // false: declined for the fence, or by the hook (a pin)
+  bool attempted = false;    // false: declined for the fence, or by the hook (a pin)
   bool unit_moving = false;  // BUSY because another move of the unit runs (it will end)
-  uint64_t bytes = 0;      // moved, on success
-  std::string why;         // on failure
+  uint64_t bytes = 0;        // moved, on success
+  std::string why;           // on failure
 };
 
 // Moves u to device `to` of its pool. Statuses: OK; NOT_SUPPORTED (declined for the fence, or

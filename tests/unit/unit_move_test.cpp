@@ -5,6 +5,7 @@
 // move ends, a page of it that grows its commit waits and then commits where the unit went).
 // The device layer's move hook runs in the middle of each copy; what it starts on another
 // thread must finish before the copy does (a lock held by the move would keep it waiting).
+// The same holds for a pin's copy and the tiering engine's calls.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -19,6 +20,8 @@
 #include "device/device.hpp"
 #include "os/write_fence.hpp"
 #include "test_support.hpp"
+#include "tiering/config.hpp"
+#include "tiering/engine.hpp"
 #include "topology/model.hpp"
 
 namespace {
@@ -243,4 +246,42 @@ TEST_CASE("a page whose region moves grows its commit after the move, on the dev
   for (int d = 0; d < 2; ++d) CHECK(t.resident(d) == A::pool_device_of(t.pool, d).committed());
   for (unsigned char* p : blocks)
     if (p) A::free_any(p);
+}
+
+TEST_CASE("while cxlpool_pin copies a unit, hints, the engine's stats and a pin of another unit go on", "[unit]") {
+  if (!copies_fenced()) CXLPOOL_SKIP("no kernel-mode userfaultfd here: moves that copy are off");
+  namespace T = cxlpool::detail::tiering;
+  TwoTiers t;
+  T::start(T::parse_config("monitors=hint,interval=5ms", "test"));
+  auto* big = static_cast<unsigned char*>(A::pool_malloc(t.pool, 64 * kMiB));
+  auto* other = static_cast<unsigned char*>(A::pool_malloc(t.pool, 8 * kMiB));
+  REQUIRE((big && other));
+  fill(big, 64 * kMiB, 5);
+  fill(other, 8 * kMiB, 6);
+  std::atomic<int> failed{0};
+  std::string stats, why;
+  DuringCopy copy([&] {
+    if (T::hint_access(other, 4096, 10, &why) != CXLPOOL_OK) ++failed;
+    stats = T::stats_json();
+    try {
+      T::pin(other, 8 * kMiB, 1);  // a move of its own, beside the one in progress
+    } catch (const std::exception& e) {
+      why = e.what();
+      ++failed;
+    }
+  });
+  T::pin(big, 64 * kMiB, 1);
+  CHECK(copy.finished_in_copy);  // nothing of it waited for the pin's copy
+  CHECK(failed.load() == 0);
+  INFO(why);
+  CHECK(stats.find("\"running\"") != std::string::npos);
+  CHECK(unit_of(big).resident == t.slow);
+  CHECK(unit_of(other).resident == t.slow);
+  CHECK(holds(big, 64 * kMiB, 5));
+  CHECK(holds(other, 8 * kMiB, 6));
+  T::pin(big, 64 * kMiB, -1);   // unpin
+  T::pin(other, 8 * kMiB, -1);  // unpin
+  T::stop();
+  A::free_any(big);
+  A::free_any(other);
 }
