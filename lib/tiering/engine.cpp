@@ -5,6 +5,7 @@
 #include "tiering/engine.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <map>
@@ -50,7 +51,9 @@ struct Hint {
 struct Pin {
   uint64_t serial;
   int tier;
+  uint64_t call = 0;  // the cxlpool_pin call that wrote it (g_pin_calls)
 };
+std::atomic<uint64_t> g_pin_calls{0};
 
 // Pins outlive engine restarts; hints are dropped when no engine runs. The mutexes are
 // constant-initialised; the containers are made on first use, because the interposer may
@@ -754,9 +757,8 @@ namespace {
 // lock as it becomes moving (as the engine's, Engine::pin_allows): a second pin of the same
 // memory written since declines it (replaced), so the last pin written is the last to move.
 struct PinHook {
-  void* engine;  // the running engine's monitors stop watching the unit while it moves
-  uint64_t serial;
-  int tier;
+  void* engine;   // the running engine's monitors stop watching the unit while it moves
+  uint64_t call;  // the pin the unit must still have: this pin() call's (0: none at all)
   bool replaced;
   static bool before_move(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t st) {
     auto* h = static_cast<PinHook*>(ctx);
@@ -764,7 +766,7 @@ struct PinHook {
       std::unique_lock<std::mutex> lock(g_pins_mu, std::try_to_lock);
       if (!lock.owns_lock()) return false;  // tried again
       const auto pin = pins_table().find(u.ref.base);
-      if (pin == pins_table().end() || pin->second.serial != h->serial || pin->second.tier != h->tier) {
+      if (h->call == 0 ? pin != pins_table().end() : pin == pins_table().end() || pin->second.call != h->call) {
         h->replaced = true;
         return false;
       }
@@ -801,6 +803,7 @@ void pin(const void* p, size_t len, int tier) {
   // A running engine's monitors stop watching a unit while it moves (as for the engine's own
   // moves): the engine stays while this pin runs. No global lock is held across a move.
   const EngineUse engine;
+  const uint64_t call = g_pin_calls.fetch_add(1, std::memory_order_relaxed) + 1;
   alloc::PoolsAlive alive;  // the units' Pool pointers stay valid until the moves are done
   // Every unit overlapping the range, first checked, then moved.
   std::vector<alloc::Unit> units;
@@ -827,10 +830,11 @@ void pin(const void* p, size_t len, int tier) {
            "' has room for " + std::to_string(u.committed) + " more bytes";
   };
   // Room for the whole range first: a range that cannot all go is refused before anything moves.
+  // A unit moving now is judged after that move (below): it may be going to this tier already.
   {
     std::map<const alloc::Pool*, PoolView> views;
     for (const alloc::Unit& u : units) {
-      if (tier < 0 || tier_of(u.pool, u.resident) == tier) continue;
+      if (tier < 0 || u.moving || tier_of(u.pool, u.resident) == tier) continue;
       auto it = views.find(u.pool);
       if (it == views.end()) it = views.emplace(u.pool, pool_view(u.pool)).first;
       const int to = planner::first_of_tier_with_room(it->second.pool, it->second.devices, tier, u.committed);
@@ -850,24 +854,43 @@ void pin(const void* p, size_t len, int tier) {
   // thread since then stands.
   auto restore_pin = [&](const Done& d) {
     const auto now = pins_table().find(d.base);
-    const bool mine = tier < 0 ? now == pins_table().end() : now != pins_table().end() && now->second.tier == tier;
-    if (!mine) return;
+    const bool mine = tier < 0 ? now == pins_table().end() : now != pins_table().end() && now->second.call == call;
+    if (!mine) return false;
     if (d.before)
       pins_table()[d.base] = *d.before;
     else
       pins_table().erase(d.base);
+    return true;
   };
   auto undo_and_fail = [&](cxlpool_status_t status, std::string why) {
     size_t not_back = 0;
     for (auto it = done.rbegin(); it != done.rend(); ++it) {
+      bool mine = false;
       {
         std::lock_guard<std::mutex> lock(g_pins_mu);
-        restore_pin(*it);  // first: the engine may move it again by the pin it had
+        mine = restore_pin(*it);  // first: the engine may move it again by the pin it had
       }
-      alloc::Unit now;
-      if (it->from >= 0 && alloc::unit_of(reinterpret_cast<const void*>(it->base), &now) &&
-          move_unit_to(now, it->from, MoveOptions{nullptr, false, engine.hook(), engine.ctx()}).status != CXLPOOL_OK)
-        ++not_back;
+      // Moved back only while the pin it had is still its own: a pin another call made since
+      // stands, with the unit where that call put it.
+      for (unsigned wait_ms = 1; mine && it->from >= 0; wait_ms = std::min(wait_ms * 2, 8u)) {
+        alloc::Unit now;
+        if (!alloc::unit_of(reinterpret_cast<const void*>(it->base), &now)) break;
+        if (now.moving) {
+          os::prim::sleep_ms(wait_ms);
+          continue;
+        }
+        if (now.resident == it->from) break;
+        PinHook hook{engine.ctx(), it->before ? it->before->call : 0, false};
+        const MoveResult r = move_unit_to(now, it->from, MoveOptions{nullptr, false, PinHook::before_move, &hook});
+        if (r.status == CXLPOOL_OK || hook.replaced) break;
+        const bool again =
+            (r.status == CXLPOOL_E_BUSY && r.unit_moving) || (r.status == CXLPOOL_E_NOT_SUPPORTED && !r.attempted);
+        if (!again) {
+          ++not_back;
+          break;
+        }
+        os::prim::sleep_ms(wait_ms);  // a move of it runs, or the pin table was busy: try again
+      }
     }
     if (done.size() > 1)
       why += not_back ? " (" + std::to_string(not_back) + " units of the range that had moved could not go back)"
@@ -888,7 +911,7 @@ void pin(const void* p, size_t len, int tier) {
       if (tier < 0)
         table.erase(u.ref.base);
       else
-        table[u.ref.base] = {u.ref.serial, tier};
+        table[u.ref.base] = {u.ref.serial, tier, call};
     }
     // Moved until it is on the tier. BUSY for a move of it already running (the engine's, a
     // withdrawal's, another pin's) is waited out: that move ends, and the unit is then moved
@@ -905,7 +928,7 @@ void pin(const void* p, size_t len, int tier) {
       const PoolView view = pool_view(u.pool);  // room now: earlier units of the range moved
       const int to = planner::first_of_tier_with_room(view.pool, view.devices, tier, u.committed);
       MoveResult r;
-      PinHook hook{engine.ctx(), u.ref.serial, tier, false};
+      PinHook hook{engine.ctx(), call, false};
       if (to >= 0) r = move_unit_to(u, to, MoveOptions{nullptr, false, PinHook::before_move, &hook});
       if (to >= 0 && r.status == CXLPOOL_OK) {
         if (done.back().from < 0) done.back().from = u.resident;

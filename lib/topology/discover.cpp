@@ -467,7 +467,10 @@ void discover_cxl_and_dax(TreeReader& r, Topology& topo) {
   for (auto& e : sys.list(cxl_dir)) {
     const std::string d = cxl_dir + "/" + e;
     if (e.compare(0, 4, "root") == 0 && parse_u64(std::string_view(e).substr(4))) {
-      if (auto p = sys.link_path(d); p && p->size() > e.size()) cxl_roots.push_back(*p + "/");
+      // The root port device itself (".../ACPI0017:00/root0"), never a directory above it.
+      auto p = sys.link_path(d);
+      if (p && p->size() > e.size() + 1 && p->compare(p->size() - e.size() - 1, e.size() + 1, "/" + e) == 0)
+        cxl_roots.push_back(*p + "/");
     } else if (e.compare(0, 3, "mem") == 0 && parse_u64(std::string_view(e).substr(3))) {
       CxlMemdev m;
       m.name = e;
@@ -534,32 +537,39 @@ void discover_cxl_and_dax(TreeReader& r, Topology& topo) {
   // device it came from could be matched.
   std::optional<uint64_t> block =
       r.bare_hex("devices/system/memory/block_size_bytes", 4096, kMaxPhysicalBytes, "a block size up to 4 PiB");
+  bool ranges_known = block.has_value();
+  for (auto& reg : topo.regions) ranges_known &= reg.resource && reg.size;
   for (auto& t : topo.targets) {
     if (t.kind != CXLPOOL_TARGET_NUMA_NODE) continue;
-    for (auto& reg : topo.regions)
-      for (auto& dax : topo.dax_devices)
-        if (dax.name == reg.dax_device && dax.driver == "kmem" && dax.target_node == t.numa_node) {
+    for (auto& dax : topo.dax_devices) {
+      if (dax.driver != "kmem" || dax.target_node != t.numa_node) continue;
+      for (auto& reg : topo.regions)
+        if (dax.name == reg.dax_device) {
           t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);
           t.cxl_region = reg.name;
         }
-    if (t.cxl_backed.known() || topo.regions.empty() || !block) continue;
+      if (dax.under_cxl_root) t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);  // which region: by its blocks
+    }
+    if (!t.cxl_region.empty() || topo.regions.empty() || !block) continue;
     const std::string node_dir = "devices/system/node/node" + std::to_string(t.numa_node);
+    size_t blocks = 0, read = 0;
     for (auto& e : sys.list(node_dir)) {
       if (e.compare(0, 6, "memory") != 0 || !parse_u64(std::string_view(e).substr(6))) continue;
+      ++blocks;
       auto index = r.bare_hex(node_dir + "/" + e + "/phys_index", 0, kMaxPhysicalBytes / *block, "a block number");
+      read += index.has_value();
       for (auto& reg : topo.regions)
-        if (index && within(reg, *index * *block) && !t.cxl_backed.known()) {
+        if (index && within(reg, *index * *block) && t.cxl_region.empty()) {
           t.cxl_backed.set(true, CXLPOOL_SOURCE_SYSFS);
           t.cxl_region = reg.name;
         }
     }
+    // Not CXL memory: only said when every region's range and every block of the node were read.
+    if (!t.cxl_backed.known() && ranges_known && blocks > 0 && read == blocks)
+      t.cxl_backed.set(false, CXLPOOL_SOURCE_SYSFS);
   }
-  // Not CXL memory: only said when every region's range was readable and matched nothing.
-  bool ranges_known = block.has_value();
-  for (auto& reg : topo.regions) ranges_known &= reg.resource && reg.size;
   for (auto& t : topo.targets)
-    if (t.kind == CXLPOOL_TARGET_NUMA_NODE && !t.cxl_backed.known() && sys.exists("bus/cxl") &&
-        (topo.regions.empty() || ranges_known))
+    if (t.kind == CXLPOOL_TARGET_NUMA_NODE && !t.cxl_backed.known() && sys.exists("bus/cxl") && topo.regions.empty())
       t.cxl_backed.set(false, CXLPOOL_SOURCE_SYSFS);
   // DAX devices bound to device_dax are mappable targets of their own; kmem ones are system
   // RAM (a node); unbound ones cannot be opened (ENXIO) and are only listed.

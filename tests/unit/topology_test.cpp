@@ -270,6 +270,20 @@ TEST_CASE("a persistent-memory CXL region: its DAX device and its node are CXL m
     CHECK_FALSE(n0.cxl_backed.value);
     CHECK(t.find("dax0.0") == nullptr);
   }
+  SECTION("no claim without evidence: a kmem node with no memory blocks listed, a root link to a directory above") {
+    PmemRegionTree tree(true);
+    for (int b : {123, 124, 125})
+      std::filesystem::remove_all(tree.root / ("sys/devices/system/node/node1/memory" + std::to_string(b)));
+    std::filesystem::remove_all(tree.root / "sys/devices/system/node/node0/memory1");
+    Topology t = tree.load();
+    CHECK(get(t, "node1").cxl_backed.value);  // onlined from a DAX device below the CXL root
+    CHECK(get(t, "node1").cxl_region.empty());
+    CHECK_FALSE(get(t, "node0").cxl_backed.known());  // no block read: nothing said
+    std::filesystem::remove(tree.root / "sys/bus/cxl/devices/root0");
+    tree.link("sys/bus/cxl/devices/root0", "../../../devices");
+    Topology wide = tree.load();
+    CHECK_FALSE(get(wide, "node1").cxl_backed.known());  // "devices" is no root port
+  }
   SECTION("a region with no DAX device, a memdev with no region: warnings say the next step") {
     PmemRegionTree tree(false);
     std::filesystem::remove(tree.root / "sys/bus/dax/devices/dax0.0");
