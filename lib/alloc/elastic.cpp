@@ -246,7 +246,17 @@ void evacuate(Device& dev, bool all_or_nothing, Outcome* out) {
         if (!has_room(*c.target[i], c.committed)) continue;  // skipped, not tried
         UnitMove um;
         std::string why;
-        last = move_outside(c.ref, c.order[i], &um, &why);
+        // A move of the unit already running (the tiering engine's, a pin's) is waited out; if
+        // it took the unit to this target, the unit has left the device all the same.
+        for (unsigned wait_ms = 1;; wait_ms = std::min(wait_ms * 2, 8u)) {
+          last = move_outside(c.ref, c.order[i], &um, &why);
+          if (last != CXLPOOL_E_BUSY || !um.moving) break;
+          os::prim::sleep_ms(wait_ms);
+        }
+        if (last == CXLPOOL_E_NOT_SUPPORTED && um.already) {
+          last = CXLPOOL_E_NOT_FOUND;  // not on dev any more: nothing to move, nothing refused
+          break;
+        }
         if (last == CXLPOOL_OK) {
           ++out->units;
           out->bytes += um.bytes;

@@ -229,6 +229,7 @@ void set_unit_release_hook(UnitReleaseHook hook) noexcept;
 struct UnitMove {
   bool declined = false;  // the hook declined it before anything was done (NOT_SUPPORTED)
   bool moving = false;    // BUSY because the unit is being moved already (that move will end)
+  bool already = false;   // NOT_SUPPORTED because the unit is on `to` already (moved there meanwhile)
   uint64_t bytes = 0;
   bool by_kernel = false;
   size_t pages_left_behind = 0;

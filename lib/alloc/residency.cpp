@@ -172,7 +172,10 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
     return refuse(CXLPOOL_E_BUSY, "the unit is moving already");
   }
   const int from = f.region ? f.region->resident : f.span->resident;
-  if (from == to) return refuse(CXLPOOL_E_NOT_SUPPORTED, "already on that device");
+  if (from == to) {
+    result.already = true;
+    return refuse(CXLPOOL_E_NOT_SUPPORTED, "already on that device");
+  }
   PoolDevice& src = pool->dev[from];
   PoolDevice& dst = pool->dev[to];
   if (dst.page_size != home->page_size || dst.coarse != home->coarse)
