@@ -99,13 +99,10 @@ std::vector<std::string> FsRoot::list(const std::string& rel) const {
 }
 
 std::optional<std::string> FsRoot::link_basename(const std::string& rel) const {
-  if (!valid()) return std::nullopt;
-  char buf[PATH_MAX];
-  ssize_t n = readlink(path(rel).c_str(), buf, sizeof buf - 1);
-  if (n <= 0) return std::nullopt;
-  std::string target(buf, size_t(n));
-  auto slash = target.find_last_of('/');
-  return slash == std::string::npos ? target : target.substr(slash + 1);
+  auto target = link_path(rel);
+  if (!target) return std::nullopt;
+  auto slash = target->find_last_of('/');
+  return slash == std::string::npos ? *target : target->substr(slash + 1);
 }
 
 std::optional<std::string> FsRoot::link_path(const std::string& rel) const {
