@@ -49,7 +49,10 @@ typedef struct cxlpool_device_capacity {
 } cxlpool_device_capacity_t;
 
 /* device: a target name (e.g. "cxl0") of a device open in this process; NOT_FOUND otherwise.
- * report may be NULL. */
+ * report may be NULL. A shared pool's device open in this process (named by its location,
+ * e.g. "shm:q", or its path) reports the pool's size as its capacity, one extent, and the
+ * bytes this process holds in the pool as committed; every capacity change of it is BUSY (a
+ * shared pool's size is fixed in its superblock). */
 CXLPOOL_API cxlpool_status_t cxlpool_device_get_capacity(const char* device, cxlpool_device_capacity_t* out);
 /* The online extents as [offset, end) pairs: pairs[2i], pairs[2i+1] for i < min(*count, max). */
 CXLPOOL_API cxlpool_status_t cxlpool_device_get_extents(const char* device, uint64_t* pairs, size_t max, size_t* count);

@@ -36,12 +36,17 @@ void* g_lost_ctx = nullptr;
 
 std::atomic<OutsideMoveBegin> g_outside_begin{nullptr};
 std::atomic<OutsideMoveEnd> g_outside_end{nullptr};
+std::atomic<PinCheck> g_pin_check{nullptr};
 
-// Units a withdrawal moved off their home device (g_elastic_mu): when the device grows again
-// they go home, so that the policy's placement holds again (bind:DEV means DEV).
+// Units a withdrawal moved off a device (g_elastic_mu): when the device grows again they go
+// back to it, so that the placement they had holds again: the policy's (bind:DEV means DEV),
+// a pin's (a unit pinned to DEV's tier) or the tiering engine's. A unit moved since by anyone
+// else stays where that move put it.
 struct Evacuated {
-  const Device* home_device;  // compared, never dereferenced
+  const Device* from_device;  // compared, never dereferenced
   UnitRef ref;
+  int from;  // the pool's index of from_device
+  int to;    // where the withdrawal put the unit
 };
 std::vector<Evacuated>* g_evacuated = nullptr;
 
@@ -265,7 +270,7 @@ void evacuate(Device& dev, bool all_or_nothing, Outcome* out) {
           moved_any = true;
           try {
             if (!g_evacuated) g_evacuated = new std::vector<Evacuated>();
-            g_evacuated->push_back({&dev, c.ref});
+            g_evacuated->push_back({&dev, c.ref, um.from, c.order[i]});
           } catch (...) {
             // Out of host memory for the note: the unit stays where it went when the device grows.
           }
@@ -280,13 +285,34 @@ void evacuate(Device& dev, bool all_or_nothing, Outcome* out) {
   }
 }
 
-// After dev grew: units a withdrawal had moved off it go home while it has room for them.
+// The hook of a move back, checked under the home lock atomically with the unit's becoming
+// moving: declines when the unit is no longer where the withdrawal put it (a pin or the engine
+// that moved it since has the last word) or a pin keeps it from the device; then runs the
+// engine's hook when one watches.
+struct ReturnCheck {
+  int expected, to;
+  UnitHook inner;
+  void* inner_ctx;
+  bool moved_since = false;
+};
+bool return_check(void* p, const Unit& unit, bool after, cxlpool_status_t status) {
+  auto* c = static_cast<ReturnCheck*>(p);
+  if (!after) {
+    c->moved_since = unit.resident != c->expected;
+    if (c->moved_since) return false;
+    const PinCheck pinned = g_pin_check.load(std::memory_order_acquire);
+    if (pinned && !pinned(unit, c->to)) return false;
+  }
+  return c->inner ? c->inner(c->inner_ctx, unit, after, status) : true;
+}
+
+// After dev grew: units a withdrawal had moved off it go back while it has room for them.
 void return_home(Device& dev, CapacityReport* report) {
   if (!g_evacuated) return;
   PoolsAlive alive;
   std::vector<Evacuated> keep;
   for (const Evacuated& e : *g_evacuated) {
-    if (e.home_device != &dev) {
+    if (e.from_device != &dev) {
       keep.push_back(e);
       continue;
     }
@@ -296,17 +322,22 @@ void return_home(Device& dev, CapacityReport* report) {
     } ctx{&u};
     const bool alive_unit = with_unit(
         e.ref, [](void* p, const Unit& unit) { *static_cast<Ctx*>(p)->u = unit; }, &ctx);
-    if (!alive_unit || u.resident == u.home) continue;  // freed, or home already
+    if (!alive_unit || u.resident != e.to) continue;  // freed, or moved since by someone else
     if (!has_room(dev, u.committed)) {
       keep.push_back(e);  // the next growth may have room
       continue;
     }
+    ReturnCheck check{e.to, e.from, nullptr, nullptr};
+    const OutsideMoveBegin begin = g_outside_begin.load(std::memory_order_acquire);
+    const bool engine = begin && begin(&check.inner, &check.inner_ctx);
     UnitMove um;
-    if (move_outside(e.ref, u.home, &um, nullptr) == CXLPOOL_OK) {
+    const cxlpool_status_t s = move_unit(e.ref, e.from, &um, nullptr, return_check, &check);
+    if (engine) g_outside_end.load(std::memory_order_acquire)();
+    if (s == CXLPOOL_OK) {
       ++report->returned_units;
       report->returned_bytes += um.bytes;
-    } else {
-      keep.push_back(e);
+    } else if (s != CXLPOOL_E_NOT_FOUND && !check.moved_since) {
+      keep.push_back(e);  // no room after all, moving now or pinned away: the next growth asks again
     }
   }
   g_evacuated->swap(keep);
@@ -556,6 +587,14 @@ std::shared_ptr<Device> find_device(const std::string& name, cxlpool_status_t* s
   *status = CXLPOOL_E_NOT_FOUND;
   size_t matches = 0;
   std::shared_ptr<Device> dev = registry::find(name, &matches);
+  if (!dev && matches == 0)
+    if (std::shared_ptr<registry::SharedDevice> shared = registry::find_shared(name)) {
+      *status = CXLPOOL_E_BUSY;
+      say(message, "device '" + name + "' holds the shared pool '" + shared->location +
+                       "' this process has open: every participant maps all of a shared pool, so its capacity is "
+                       "its size, fixed when it was created; capacity moves between its participants by quotas");
+      return nullptr;
+    }
   if (!dev)
     say(message, "device '" + name +
                      "' is not open in this process (capacity changes apply to the devices its "
@@ -573,6 +612,8 @@ void elastic_reset_after_fork() noexcept {
   new (&g_elastic_mu) std::mutex();
   new (&g_lost_mu) std::mutex();
 }
+
+void set_pin_check(PinCheck check) noexcept { g_pin_check.store(check, std::memory_order_release); }
 
 void set_outside_moves(OutsideMoveBegin begin, OutsideMoveEnd end) noexcept {
   g_outside_end.store(end, std::memory_order_release);

@@ -254,6 +254,13 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
 using OutsideMoveBegin = bool (*)(UnitHook* hook, void** ctx) noexcept;
 using OutsideMoveEnd = void (*)() noexcept;
 void set_outside_moves(OutsideMoveBegin begin, OutsideMoveEnd end) noexcept;
+// Whether a unit's pin (kept by the tiering layer) lets it move to device `to` of its pool:
+// what a withdrawal asks before it brings a unit back to the device it evacuated, so a unit
+// pinned elsewhere since stays. Runs under the unit's home lock: it must not wait (false when
+// it cannot tell at once; the next growth asks again). Installed by the tiering layer on its
+// first pin; none installed means no pins.
+using PinCheck = bool (*)(const Unit& unit, int to) noexcept;
+void set_pin_check(PinCheck check) noexcept;
 // The Device behind a pool device (shared by every pool on its target) and its declared read
 // bandwidth (MB/s, 0 when unknown).
 const Device& pool_device_of(const Pool* pool, int device) noexcept;

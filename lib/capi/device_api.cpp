@@ -8,6 +8,7 @@
 #include "alloc/pool.hpp"
 #include "capi/capi_guard.hpp"
 #include "cxlpool/device.h"
+#include "device/registry.hpp"
 
 using namespace cxlpool::detail;
 
@@ -56,6 +57,17 @@ extern "C" {
 cxlpool_status_t cxlpool_device_get_capacity(const char* device, cxlpool_device_capacity_t* out) {
   return guarded([&] {
     require(out != nullptr, "cxlpool_device_get_capacity", "out is NULL");
+    require(device && *device, "cxlpool_device_get_capacity", "device is NULL or empty");
+    if (!registry::find(device))
+      if (std::shared_ptr<registry::SharedDevice> s = registry::find_shared(device)) {
+        // A shared pool's device: its size, one extent, and what this process holds in it.
+        cxlpool_device_capacity_t c{};
+        c.capacity_bytes = c.space_bytes = c.max_space_bytes = s->ledger.capacity.load();
+        c.committed_bytes = s->ledger.committed.load();
+        c.extents = 1;
+        *out = c;
+        return;
+      }
     std::shared_ptr<Device> d = open_device(device, "cxlpool_device_get_capacity");
     const ElasticCounters& e = d->ledger().elastic;
     cxlpool_device_capacity_t c{};

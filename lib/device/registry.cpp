@@ -8,6 +8,8 @@
 #include <new>
 #include <vector>
 
+#include "backing/claim.hpp"
+#include "backing/provider.hpp"
 #include "common/error.hpp"
 #include "device/move_gate.hpp"
 #include "os/prim.hpp"
@@ -23,6 +25,7 @@ struct Entry {
 
 std::mutex g_mu;
 std::vector<Entry>* g_devices = nullptr;  // never destroyed: devices may outlive static destructors
+std::vector<std::weak_ptr<SharedDevice>>* g_shared = nullptr;  // (g_mu) likewise
 
 // fork(): a page shared with the child, on which it reports that its copies are taken (only
 // while some device has private copy-mode memory committed). No descriptor is needed, so a
@@ -58,11 +61,33 @@ void destroy(Device* d) {
   delete d;
 }
 
+// The live shared device of identity (g_mu held), or nullptr; drops expired records.
+std::shared_ptr<SharedDevice> shared_of(const std::string& identity) {
+  std::shared_ptr<SharedDevice> found;
+  if (!g_shared) return found;
+  for (auto it = g_shared->begin(); it != g_shared->end();) {
+    std::shared_ptr<SharedDevice> live = it->lock();
+    if (!live) {
+      it = g_shared->erase(it);
+      continue;
+    }
+    if (!found && live->identity == identity) found = std::move(live);
+    ++it;
+  }
+  return found;
+}
+
 }  // namespace
 
 std::shared_ptr<Device> acquire(const BackingSpec& spec) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_devices) g_devices = new std::vector<Entry>();
+  const std::string identity = DeviceClaim::identity_of(spec);
+  if (!identity.empty())
+    if (std::shared_ptr<SharedDevice> s = shared_of(identity))
+      fail(CXLPOOL_E_BUSY, "device '" + spec.device_name + "': " + s->path +
+                               " holds a shared pool this process has open ('" + s->location +
+                               "'); a private device never takes a shared pool's device");
   for (Entry& e : *g_devices) {
     if (same_spec(e.device->requested_spec(), spec))
       if (auto live = e.weak.lock()) return live;
@@ -89,6 +114,39 @@ std::shared_ptr<Device> find(const std::string& name, size_t* matches) {
         }
   if (matches) *matches = n;
   return found;
+}
+
+std::shared_ptr<SharedDevice> add_shared(const BackingSpec& spec, const std::string& path, uint64_t pool_bytes) {
+  std::string identity = DeviceClaim::identity_of(spec);
+  if (identity.empty()) identity = "path:" + path;  // no kind can hold a pool without one today
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_shared) g_shared = new std::vector<std::weak_ptr<SharedDevice>>();
+  if (std::shared_ptr<SharedDevice> s = shared_of(identity)) return s;
+  if (g_devices)
+    for (Entry& e : *g_devices)
+      if (DeviceClaim::identity_of(e.device->spec()) == identity && !e.weak.expired())
+        fail(CXLPOOL_E_BUSY, path + " is open in this process as private device '" + e.device->name() +
+                                 "'; a shared pool never shares a device with a private one");
+  auto s = std::make_shared<SharedDevice>();
+  s->location = format_location(spec);
+  s->path = path;
+  s->identity = identity;
+  s->ledger.capacity.store(pool_bytes, std::memory_order_relaxed);
+  g_shared->push_back(s);
+  return s;
+}
+
+std::shared_ptr<SharedDevice> find_shared(const std::string& name) {
+  BackingSpec spec;
+  const bool location = parse_location(name, &spec).empty();
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (!g_shared) return nullptr;
+  if (location)
+    if (std::shared_ptr<SharedDevice> s = shared_of(DeviceClaim::identity_of(spec))) return s;
+  for (const std::weak_ptr<SharedDevice>& w : *g_shared)
+    if (std::shared_ptr<SharedDevice> s = w.lock())
+      if (s->location == name || s->path == name) return s;
+  return nullptr;
 }
 
 // Lock order: the registry lock, then each device in registry order (alloc/fork.cpp takes

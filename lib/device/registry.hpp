@@ -21,6 +21,26 @@ std::shared_ptr<Device> acquire(const BackingSpec& spec);
 // each have opened a target of one name: then the name alone is ambiguous).
 std::shared_ptr<Device> find(const std::string& name, size_t* matches = nullptr);
 
+// A shared pool's device open in this process: lib/shared registers it for as long as a pool
+// is open on it, so that the registry knows every device the process has open. A private
+// device of the same object is refused naming the pool, and a capacity change naming it is
+// refused with the reason (alloc/elastic.cpp). Its ledger: capacity is the pool's size, fixed
+// by its superblock; committed is what this process holds in it (its pools on the device
+// together; other participants hold the rest).
+struct SharedDevice {
+  std::string location;  // as the provider formats it: "shm:q", "file:/p", "devdax:/dev/dax0.0"
+  std::string path;      // the named object
+  std::string identity;  // the claim identity (one object however spelled)
+  Ledger ledger;
+};
+
+// The record for the shared device spec names, made on first use (capacity = pool_bytes) and
+// removed with its last reference. Throws Failure (BUSY) when a private device of this process
+// has the same object open.
+std::shared_ptr<SharedDevice> add_shared(const BackingSpec& spec, const std::string& path, uint64_t pool_bytes);
+// The shared device named name (its location however spelled, or its path), or nullptr.
+std::shared_ptr<SharedDevice> find_shared(const std::string& name);
+
 // fork() handlers, called by the allocator's handlers in its lock order (alloc/fork.cpp), inside
 // the move gate it closes and opens.
 void fork_prepare() noexcept;

@@ -194,7 +194,7 @@ bool SharedPool::alloc_small(uint32_t cls, bool may_grab, CachedBlock* out) {
     view_.store(view_.block_word(e, b), encode_block({gen, kBlockAllocated}, offset, salt));
     o.max_gen = gen;
     ++o.used;
-    bytes_in_use_ += view_.class_size(cls);
+    in_use_add(view_.class_size(cls));
     *out = CachedBlock{e, b};
     return true;
   }
@@ -291,7 +291,7 @@ void* SharedPool::alloc_large(uint64_t size) {
   if (count == 0 || count > kMaxSpan || count > view_.extent_count()) return nullptr;
   uint64_t first = 0;
   if (!grab_extents(static_cast<uint32_t>(count), kExtentLargeHead, 0, &first)) return nullptr;
-  bytes_in_use_ += count * es;
+  in_use_add(count * es);
   return user_ptr(view_.extent_offset(first));
 }
 
@@ -447,12 +447,12 @@ bool SharedPool::try_finish_release(const BlockRef& at, BlockWord bw) {
   Owned& o = *found;
   o.max_gen = std::max(o.max_gen, bw.generation);
   if (o.cls >= view_.sb().class_count) {  // large: the extents go back to the pool
-    bytes_in_use_ -= std::min<uint64_t>(bytes_in_use_, uint64_t{o.span} * view_.extent_size());
+    in_use_sub(uint64_t{o.span} * view_.extent_size());
     release_extents(at.extent, o.span, o.max_gen + 1);
     owned_.erase(at.extent);
     return true;
   }
-  bytes_in_use_ -= std::min<uint64_t>(bytes_in_use_, view_.class_size(o.cls));
+  in_use_sub(view_.class_size(o.cls));
   if (o.free_blocks.empty()) partial_[o.cls].push_back(at.extent);
   o.free_blocks.push_back(static_cast<uint32_t>(at.block));
   // Keep one extent per class for the next allocations (the cache's, or one empty one); give

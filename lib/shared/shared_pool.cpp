@@ -217,6 +217,8 @@ Mapped map_existing(int fd, bool devdax, const std::string& what, Superblock* sb
 
 std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const SharedParams& params, unsigned flags) {
   const PoolLocation loc = locate_pool(device);
+  // In the registry first: a private device of this process on the object refuses it (BUSY).
+  std::shared_ptr<registry::SharedDevice> registered = registry::add_shared(loc.spec, loc.path, 0);
   const std::string what = pool_what(device);
   if (flags & ~unsigned{CXLPOOL_SHARED_FORMAT_DEVICE})
     fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_shared_pool_create: unknown flags " + std::to_string(flags));
@@ -263,13 +265,15 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
   identity = os::fd_identity(obj.fd);
   std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, &params));
   m.release();  // the pool unmaps it now
-  pool->hold_device(loc, identity, &obj);
+  pool->hold_device(loc, identity, &obj, std::move(registered));
   pool->join(&params);
   return pool;
 }
 
 std::unique_ptr<SharedPool> SharedPool::open(const std::string& device, const SharedParams* params) {
   const PoolLocation loc = locate_pool(device);
+  // In the registry first: a private device of this process on the object refuses it (BUSY).
+  std::shared_ptr<registry::SharedDevice> registered = registry::add_shared(loc.spec, loc.path, 0);
   const std::string what = pool_what(device);
   SharedObject obj = loc.ops->open(loc.spec, true, what);
   Mapped m;
@@ -280,7 +284,7 @@ std::unique_ptr<SharedPool> SharedPool::open(const std::string& device, const Sh
   identity = os::fd_identity(obj.fd);
   std::unique_ptr<SharedPool> pool(new SharedPool(m.base, m.size, sb, what, params));
   m.release();  // the pool unmaps it now
-  pool->hold_device(loc, identity, &obj);
+  pool->hold_device(loc, identity, &obj, std::move(registered));
   pool->join(params);
   return pool;
 }
@@ -309,7 +313,10 @@ void SharedPool::unlink(const std::string& device) {
   loc.ops->remove(loc.spec, identity, what);
 }
 
-void SharedPool::hold_device(const PoolLocation& loc, const os::PathIdentity& identity, SharedObject* obj) {
+void SharedPool::hold_device(const PoolLocation& loc, const os::PathIdentity& identity, SharedObject* obj,
+                             std::shared_ptr<registry::SharedDevice> device) {
+  device_ = std::move(device);
+  device_->ledger.capacity.store(view_.sb().size, std::memory_order_relaxed);
   path_ = loc.path;
   identity_ = identity;
   check_path_ = true;
@@ -353,6 +360,7 @@ SharedPool::~SharedPool() {
   } catch (...) {  // leaving is best effort in a destructor; survivors recover what is left
   }
   stop_threads();
+  in_use_sub(bytes_in_use_);  // what this process held in the pool is the survivors' to recover now
   {
     std::unique_lock<std::shared_mutex> lock(g_open_mu);
     g_open.erase(std::remove(g_open.begin(), g_open.end(), this), g_open.end());
@@ -363,6 +371,22 @@ SharedPool::~SharedPool() {
   os::prim::FileId now;
   if (device_fd_ >= 0 && os::prim::file_id(device_fd_, &now) == 0 && now == device_fd_id_)
     os::prim::close_fd(device_fd_);
+}
+
+void SharedPool::in_use_add(uint64_t bytes) noexcept {
+  bytes_in_use_ += bytes;
+  if (!device_) return;
+  Ledger& l = device_->ledger;
+  const uint64_t now = l.committed.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  uint64_t peak = l.peak.load(std::memory_order_relaxed);
+  while (now > peak && !l.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void SharedPool::in_use_sub(uint64_t bytes) noexcept {
+  bytes = std::min(bytes, bytes_in_use_);
+  bytes_in_use_ -= bytes;
+  if (device_) device_->ledger.committed.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 void SharedPool::join(const SharedParams* params) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cxlpool/shared.h"
+#include "device/registry.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
 #include "shared/noncoherent_view.hpp"
@@ -337,7 +338,8 @@ class SharedPool {
   void check_device();
   const char* device_problem(os::PathIdentity* now) const noexcept;  // nullptr: intact
   // Watches the pool's name for the health check; keeps a device node's descriptor (its lock).
-  void hold_device(const PoolLocation& loc, const os::PathIdentity& identity, SharedObject* obj);
+  void hold_device(const PoolLocation& loc, const os::PathIdentity& identity, SharedObject* obj,
+                   std::shared_ptr<registry::SharedDevice> device);
   bool devdax_ = false;
   int device_fd_ = -1;  // a device node under flock(LOCK_SH) while the pool is open here
   os::prim::FileId device_fd_id_{};
@@ -371,6 +373,10 @@ class SharedPool {
   };
   std::unordered_map<uint64_t, Lease> leases_;  // offset -> lease
   uint64_t bytes_in_use_ = 0;                   // blocks owned in the pool: held by the application, cached, or leased
+  // Every change of bytes_in_use_ goes through these: the device's ledger follows.
+  void in_use_add(uint64_t bytes) noexcept;
+  void in_use_sub(uint64_t bytes) noexcept;
+  std::shared_ptr<detail::registry::SharedDevice> device_;  // this pool's device in the process's registry
   std::atomic<uint64_t> corrupt_words_{0};
   uint64_t recovered_slots_ = 0;
   uint64_t extent_hint_ = 0;

@@ -349,7 +349,7 @@ void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
       if (view_.anyone_holds(offset, bw.generation)) {
         held.push_back(offset);
         ++o.used;
-        if (!large) bytes_in_use_ += view_.class_size(w.cls);  // ours now, until the last lease goes
+        if (!large) in_use_add(view_.class_size(w.cls));  // ours now, until the last lease goes
         continue;
       }
     }
@@ -361,7 +361,7 @@ void SharedPool::adopt_extent(uint64_t e, const ExtentWord& w) {
     return;
   }
   std::reverse(o.free_blocks.begin(), o.free_blocks.end());
-  if (large) bytes_in_use_ += uint64_t{span} * view_.extent_size();
+  if (large) in_use_add(uint64_t{span} * view_.extent_size());
   if (!large && !o.free_blocks.empty()) partial_[o.cls].push_back(e);
   owned_[e] = std::move(o);
   released_pending_.insert(released_pending_.end(), held.begin(), held.end());

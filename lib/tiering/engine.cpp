@@ -77,6 +77,18 @@ std::vector<Hint>& hint_queue() {
 
 int tier_of(const alloc::Pool* pool, int di) { return alloc::pool_device_tier(pool, di); }
 
+// Whether u's pin lets it move to tier to_tier. Asked under the unit's home lock, so it must
+// not wait for g_pins_mu: pin() takes home locks under it, and fork() holds it while it waits
+// for moves to end. Not getting it says no; the caller asks again later.
+bool pin_allows(const alloc::Unit& u, int to_tier) noexcept {
+  std::unique_lock<std::mutex> lock(g_pins_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  const auto pin = pins_table().find(u.ref.base);
+  return pin == pins_table().end() || pin->second.serial != u.ref.serial || pin->second.tier == to_tier;
+}
+// The same for device `to` of u's pool: a withdrawal's move back (alloc::PinCheck).
+bool pin_lets_move(const alloc::Unit& u, int to) noexcept { return pin_allows(u, tier_of(u.pool, to)); }
+
 // kernel.numa_balancing (0 when it cannot be read).
 int kernel_numa_balancing() {
   try {
@@ -311,16 +323,6 @@ class Engine final : public HeatSink {
     if (!after && !pin_allows(u, h->to_tier)) return false;
     return move_hook(h->engine, u, after, st);
   }
-  // Runs under the unit's home lock, so it must not wait for g_pins_mu: pin() takes the home
-  // lock under it, and fork() holds it while it waits for moves to end. Not getting it declines
-  // the move; the next step decides again.
-  static bool pin_allows(const alloc::Unit& u, int to_tier) {
-    std::unique_lock<std::mutex> lock(g_pins_mu, std::try_to_lock);
-    if (!lock.owns_lock()) return false;
-    const auto pin = pins_table().find(u.ref.base);
-    return pin == pins_table().end() || pin->second.serial != u.ref.serial || pin->second.tier == to_tier;
-  }
-
   static bool move_hook(void* ctx, const alloc::Unit& u, bool after, cxlpool_status_t) {
     for (auto& m : static_cast<Engine*>(ctx)->monitors_) {
       if (after)
@@ -754,7 +756,7 @@ cxlpool_status_t hint_access(const void* p, size_t len, uint32_t weight, std::st
 namespace {
 
 // pin()'s own moves: made only while this call's pin is still the unit's, read under its home
-// lock as it becomes moving (as the engine's, Engine::pin_allows): a second pin of the same
+// lock as it becomes moving (as the engine's, pin_allows): a second pin of the same
 // memory written since declines it (replaced), so the last pin written is the last to move.
 struct PinHook {
   void* engine;   // the running engine's monitors stop watching the unit while it moves
@@ -799,7 +801,8 @@ void pin(const void* p, size_t len, int tier) {
                                          std::to_string(kMaxTiers - 1) + ", or -1 to unpin)");
   auto a = reinterpret_cast<uintptr_t>(p);
   if (a + len < a) fail(CXLPOOL_E_INVALID_ARGUMENT, "cxlpool_pin: range wraps around");
-  counters().pins.add(1);  // calls with valid arguments, refused ones too
+  counters().pins.add(1);               // calls with valid arguments, refused ones too
+  alloc::set_pin_check(pin_lets_move);  // from the first pin on, a withdrawal's returns respect pins
   // A running engine's monitors stop watching a unit while it moves (as for the engine's own
   // moves): the engine stays while this pin runs. No global lock is held across a move.
   const EngineUse engine;

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -416,6 +417,42 @@ TEST_CASE("units a withdrawal moved go home when the device grows again", "[unit
   for (const Block& b : blocks) cxlpool_free(b.p);
 }
 
+TEST_CASE("units pinned away from home go back to their pinned device when it grows again", "[unit]") {
+  if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
+  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 40 * kMiB);
+  INFO(cxlpool_last_error_message());
+  for (const Block& b : blocks) REQUIRE(cxlpool_pin(b.p, b.n, 1) == CXLPOOL_OK);
+  for (const Block& b : blocks) REQUIRE(device_of(b.p) == "slow");
+  // The pinned device goes almost away: the pinned units have to leave it (for fast, their home).
+  cxlpool_capacity_report_t r{};
+  REQUIRE(cxlpool_device_resize("slow", 4 * kMiB, &r) == CXLPOOL_OK);
+  REQUIRE(r.evacuated_units > 0);
+  size_t away = 0;
+  for (const Block& b : blocks) away += device_of(b.p) == "fast";
+  REQUIRE(away > 0);
+  std::vector<const Block*> repinned;
+  SECTION("without a new pin, all of them") {}
+  SECTION("except those pinned to where they are now") {
+    for (const Block& b : blocks)
+      if (b.n == 8 * kMiB && device_of(b.p) == "fast") {
+        REQUIRE(cxlpool_pin(b.p, b.n, 0) == CXLPOOL_OK);
+        repinned.push_back(&b);
+      }
+    REQUIRE(!repinned.empty());
+  }
+  REQUIRE(cxlpool_device_resize("slow", 256 * kMiB, &r) == CXLPOOL_OK);
+  CHECK(r.returned_units > 0);
+  for (const Block& b : blocks) {
+    const bool stays = std::find(repinned.begin(), repinned.end(), &b) != repinned.end();
+    CHECK(device_of(b.p) == (stays ? "fast" : "slow"));
+  }
+  CHECK(all_intact(blocks));
+  for (const Block& b : blocks) cxlpool_free(b.p);
+}
+
 TEST_CASE("storage opened after a capacity change has the device's offsets", "[unit]") {
   // The shared storage of a raw backing opens on its first reservation: after a growth and a
   // withdrawal it must hand out the grown offsets and none of the withdrawn ones.
@@ -436,4 +473,82 @@ TEST_CASE("storage opened after a capacity change has the device's offsets", "[u
   std::memset(p, 1, 200 * kMiB);
   REQUIRE(cxlpool_backing_release(b, p) == CXLPOOL_OK);
   REQUIRE(cxlpool_backing_close(b) == CXLPOOL_OK);
+}
+
+TEST_CASE("a shared pool's device is in the registry: its size, this process's bytes, and no capacity change",
+          "[unit]") {
+  const std::string name = "cxlpool-test-elastic-shared-" + std::to_string(getpid());
+  const std::string location = "shm:" + name;
+  // Declared before the pool exists (discovery refuses a name that holds an object already).
+  Topo t("x:backing=" + location + ",size=16M,latency=90ns");
+  cxlpool_shared_params_t* params = nullptr;
+  REQUIRE(cxlpool_shared_params_create(&params) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_params_set_size(params, 64 * kMiB) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* shared = nullptr;
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_shared_pool_create(location.c_str(), params, 0, &shared) == CXLPOOL_OK);
+  cxlpool_shared_params_destroy(params);
+  struct Unlink {
+    std::string location;
+    ~Unlink() { cxlpool_shared_pool_unlink(location.c_str()); }
+  } unlink_at_end{location};
+
+  cxlpool_device_capacity_t c{};
+  REQUIRE(cxlpool_device_get_capacity(location.c_str(), &c) == CXLPOOL_OK);
+  CHECK(c.capacity_bytes >= 64 * kMiB);
+  CHECK(c.capacity_bytes < 80 * kMiB);
+  CHECK(c.extents == 1);
+  const uint64_t before = c.committed_bytes;
+  void* big = nullptr;
+  REQUIRE(cxlpool_shared_alloc(shared, 4 * kMiB, &big) == CXLPOOL_OK);
+  REQUIRE(cxlpool_device_get_capacity(("/dev/shm/" + name).c_str(), &c) == CXLPOOL_OK);  // by its path
+  CHECK(c.committed_bytes >= before + 4 * kMiB);
+  REQUIRE(cxlpool_shared_free(shared, big) == CXLPOOL_OK);
+  REQUIRE(cxlpool_device_get_capacity(location.c_str(), &c) == CXLPOOL_OK);
+  CHECK(c.committed_bytes == before);
+
+  // No capacity change: BUSY, naming the pool and why.
+  cxlpool_capacity_report_t r{};
+  CHECK(cxlpool_device_resize(location.c_str(), 32 * kMiB, &r) == CXLPOOL_E_BUSY);
+  std::string message = cxlpool_last_error_message();
+  CHECK(message.find("shared pool '" + location + "'") != std::string::npos);
+  CHECK(message.find("fixed when it was created") != std::string::npos);
+  CHECK(cxlpool_device_withdraw_extent(location.c_str(), 0, 4 * kMiB, &r) == CXLPOOL_E_BUSY);
+
+  // The private device declared on the same object is refused while the pool is open here.
+  cxlpool_pool_params_t* p = nullptr;
+  REQUIRE(cxlpool_pool_params_create(&p) == CXLPOOL_OK);
+  cxlpool_pool_params_set_devices(p, "x");
+  cxlpool_pool_t* priv = nullptr;
+  CHECK(cxlpool_pool_create(t.topo, p, &priv) == CXLPOOL_E_BUSY);
+  message = cxlpool_last_error_message();
+  CHECK(message.find("holds a shared pool this process has open") != std::string::npos);
+  CHECK(priv == nullptr);
+
+  // Closed, the record goes with it; a pool of the private device then refuses the object for
+  // what it is (a shared pool's device), and the name is no device of this process any more.
+  REQUIRE(cxlpool_shared_pool_close(shared) == CXLPOOL_OK);
+  CHECK(cxlpool_device_get_capacity(location.c_str(), &c) == CXLPOOL_E_NOT_FOUND);
+  CHECK(cxlpool_pool_create(t.topo, p, &priv) != CXLPOOL_OK);
+  CHECK(priv == nullptr);
+  cxlpool_pool_params_destroy(p);
+}
+
+TEST_CASE("a shared pool is refused on a device a private pool of this process holds", "[unit]") {
+  const std::string name = "cxlpool-test-elastic-private-" + std::to_string(getpid());
+  const std::string location = "shm:" + name;
+  Topo t("x:backing=" + location + ",size=16M,latency=90ns");
+  cxlpool_pool_t* pool = t.pool("x", "bind:x");
+  PoolGuard guard{pool};
+  cxlpool_shared_params_t* params = nullptr;
+  REQUIRE(cxlpool_shared_params_create(&params) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_params_set_size(params, 16 * kMiB) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* shared = nullptr;
+  CHECK(cxlpool_shared_pool_create(location.c_str(), params, 0, &shared) == CXLPOOL_E_BUSY);
+  const std::string message = cxlpool_last_error_message();
+  INFO(message);
+  CHECK(message.find("private device 'x'") != std::string::npos);
+  CHECK(shared == nullptr);
+  CHECK(access(("/dev/shm/" + name).c_str(), F_OK) != 0);  // nothing was created
+  cxlpool_shared_params_destroy(params);
 }
