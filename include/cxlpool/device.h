@@ -35,8 +35,8 @@ typedef struct cxlpool_device_capacity {
   uint64_t committed_bytes; /* committed by every pool and backing of this process */
   uint64_t space_bytes;     /* end of the device's offset space (its files' length) */
   uint64_t extents;         /* online extents */
-  uint64_t grows;           /* extents added */
-  uint64_t shrinks;         /* withdrawals finished */
+  uint64_t grows;           /* growths: one per add, accepted offer or resize up */
+  uint64_t shrinks;         /* withdrawals finished: one per withdraw, release or resize down */
   uint64_t refusals;        /* withdrawals given up (BUSY) */
   uint64_t relocated;       /* reservations given other offsets */
   uint64_t evacuated_units;

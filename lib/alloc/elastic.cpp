@@ -62,6 +62,17 @@ cxlpool_status_t move_outside(const UnitRef& ref, int to, UnitMove* um, std::str
   return s;
 }
 
+// A numa device's capacity is a budget of pages on its node: never more than the node has
+// (its MemTotal now), or a policy would keep binding pages there past the node's memory
+// instead of spilling. Empty when capacity fits (or the node's memory cannot be read).
+std::string past_node_memory(const Device& dev, uint64_t capacity) {
+  if (dev.caps().kind != CXLPOOL_BACKING_NUMA) return "";
+  const std::optional<uint64_t> node = node_memory_of(dev);
+  if (!node || capacity <= *node) return "";
+  return "a capacity of " + format_bytes(capacity) + " is more than node " + std::to_string(dev.spec().numa_node) +
+         " has (" + format_bytes(*node) + " of memory now)";
+}
+
 bool has_room(const Device& d, uint64_t bytes) noexcept { return d.committed() + bytes <= d.capacity(); }
 
 std::string format_hex(uint64_t v) {
@@ -258,19 +269,21 @@ void evacuate(Device& dev, bool all_or_nothing, Outcome* out) {
           if (last != CXLPOOL_E_BUSY || !um.moving) break;
           os::prim::sleep_ms(wait_ms);
         }
-        if (last == CXLPOOL_E_NOT_SUPPORTED && um.already) {
-          last = CXLPOOL_E_NOT_FOUND;  // not on dev any more: nothing to move, nothing refused
-          break;
-        }
-        if (last == CXLPOOL_OK) {
+        // A move running meanwhile (the tiering engine's) took the unit where this one would
+        // have: it has left the device for this withdrawal all the same, counted and noted as
+        // if moved here, so that it comes back when the device grows.
+        const bool carried = last == CXLPOOL_E_NOT_SUPPORTED && um.already;
+        if (last == CXLPOOL_OK || carried) {
+          const uint64_t bytes = carried ? c.committed : um.bytes;
+          last = CXLPOOL_OK;
           ++out->units;
-          out->bytes += um.bytes;
-          dev.note_evacuated(1, um.bytes);
-          excess -= std::min(excess, um.bytes);
+          out->bytes += bytes;
+          dev.note_evacuated(1, bytes);
+          excess -= std::min(excess, bytes);
           moved_any = true;
           try {
             if (!g_evacuated) g_evacuated = new std::vector<Evacuated>();
-            g_evacuated->push_back({&dev, c.ref, um.from, c.order[i]});
+            g_evacuated->push_back({&dev, c.ref, c.here, c.order[i]});
           } catch (...) {
             // Out of host memory for the note: the unit stays where it went when the device grows.
           }
@@ -650,6 +663,10 @@ cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uin
                                    std::string* message) noexcept {
   return change(name, report, message, [&](Device& dev, CapacityReport& r) {
     if (cxlpool_status_t bad = check_extent(dev, "add", offset, length, message)) return bad;
+    if (std::string why = past_node_memory(dev, dev.capacity() + length); !why.empty()) {
+      say(message, "device '" + name + "': add extent: " + why);
+      return CXLPOOL_E_CAPACITY;
+    }
     DeviceError err;
     cxlpool_status_t s = dev.add_extent(offset, offset + length, &err);
     if (s) {
@@ -675,6 +692,10 @@ namespace {
 // Grows dev to capacity: holes of the offset space first (extents withdrawn before), then past
 // its end; units a withdrawal moved off the device then go home.
 cxlpool_status_t grow_to_locked(Device& dev, uint64_t capacity, CapacityReport& r, std::string* message) {
+  if (std::string why = past_node_memory(dev, capacity); !why.empty()) {
+    say(message, "device '" + dev.name() + "': grow: " + why);
+    return CXLPOOL_E_CAPACITY;
+  }
   cxlpool_status_t s = CXLPOOL_OK;
   DeviceError err;
   uint64_t want = capacity - std::min(capacity, dev.capacity()), at = 0;
@@ -768,6 +789,10 @@ cxlpool_status_t device_offer_extents(const std::string& name, const std::vector
       cxlpool_status_t s =
           extents[i].hi < extents[i].lo ? CXLPOOL_E_INVALID_ARGUMENT : check_extent(dev, "offer", offset, length, &why);
       if (extents[i].hi < extents[i].lo) why = "extent end before its start";
+      if (s == CXLPOOL_OK) {
+        why = past_node_memory(dev, dev.capacity() + length);
+        if (!why.empty()) s = CXLPOOL_E_CAPACITY;
+      }
       if (s == CXLPOOL_OK) {
         DeviceError err;
         if ((s = dev.add_extent(offset, offset + length, &err)))

@@ -192,6 +192,31 @@ size_t node_watch_pass() noexcept {
   }
 }
 
+std::optional<uint64_t> node_memory_of(const Device& dev) noexcept {
+  std::string root;
+  int node = -1;
+  {
+    std::lock_guard<std::mutex> lock(g_watch_mu);
+    if (!g_watched) return std::nullopt;
+    for (const Watched& w : *g_watched)
+      if (w.key == &dev) {
+        try {
+          root = w.root;
+        } catch (...) {
+          return std::nullopt;
+        }
+        node = w.node;
+        break;
+      }
+  }
+  if (node < 0) return std::nullopt;
+  try {
+    return node_memory_now(root, node);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
 void set_node_watch_ms(uint64_t ms) noexcept {
   g_watch_ms.store(ms, std::memory_order_relaxed);
   if (ms && anything_watched()) start_watcher();

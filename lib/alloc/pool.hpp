@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -361,6 +362,10 @@ cxlpool_status_t device_follow(Device& dev, uint64_t capacity, CapacityReport* r
 // default 1000; 0: none, passes only when the program asks). Returns the devices changed.
 void node_watch_add(const std::shared_ptr<Device>& dev, const std::string& sysfs_root, bool whole_node) noexcept;
 size_t node_watch_pass() noexcept;
+// The memory of the node under a watched numa device now (its MemTotal, read under the sysfs
+// root its pool's topology came from); nullopt for other devices or when it cannot be read.
+// A capacity change never takes a numa device past it.
+std::optional<uint64_t> node_memory_of(const Device& dev) noexcept;
 void set_node_watch_ms(uint64_t ms) noexcept;
 // fork(): the watched list's lock is held across it (alloc/fork.cpp's order, last); the child
 // gets fresh pass locks and a watcher thread of its own (none under g++'s sanitizers, as the

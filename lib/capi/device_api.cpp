@@ -2,6 +2,8 @@
 // C ABI for the elastic capacity of open devices (cxlpool/device.h): argument checks around
 // the allocator's capacity changes (alloc/elastic.cpp), which move the pools' memory out of a
 // withdrawn range before the device frees it.
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +87,8 @@ cxlpool_status_t cxlpool_device_get_capacity(const char* device, cxlpool_device_
     c.lost_units = e.lost_units.load();
     c.lost_bytes = e.lost_bytes.load();
     c.max_space_bytes = d->max_space();
+    if (const std::optional<uint64_t> node = alloc::node_memory_of(*d))  // a numa device: its node's memory
+      c.max_space_bytes = std::min(c.max_space_bytes, std::max(*node, c.capacity_bytes));
     *out = c;
   });
 }

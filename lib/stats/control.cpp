@@ -5,11 +5,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -77,6 +79,9 @@ std::string show(const std::string& name) {
   std::shared_ptr<Device> d = alloc::find_device(name, &status, &message);
   if (!d) return failure(status, message);
   const ElasticCounters& e = d->ledger().elastic;
+  uint64_t max_space = d->max_space();
+  if (const std::optional<uint64_t> node = alloc::node_memory_of(*d))  // a numa device: its node's memory
+    max_space = std::min(max_space, std::max(*node, d->capacity()));
   std::string text = "OK\ndevice=" + name + "\ncapacity=" + std::to_string(d->capacity()) +
                      "\ncommitted=" + std::to_string(d->committed()) + "\nspace=" + std::to_string(d->space()) +
                      "\nextents=";
@@ -90,8 +95,7 @@ std::string show(const std::string& name) {
           "\nevacuated_units=" + std::to_string(e.evacuated_units.load()) +
           "\nevacuated_bytes=" + std::to_string(e.evacuated_bytes.load()) +
           "\nforced=" + std::to_string(e.forced.load()) + "\nlost_units=" + std::to_string(e.lost_units.load()) +
-          "\nlost_bytes=" + std::to_string(e.lost_bytes.load()) + "\nmax_space=" + std::to_string(d->max_space()) +
-          "\n";
+          "\nlost_bytes=" + std::to_string(e.lost_bytes.load()) + "\nmax_space=" + std::to_string(max_space) + "\n";
   return text;
 }
 

@@ -552,3 +552,30 @@ TEST_CASE("a shared pool is refused on a device a private pool of this process h
   CHECK(access(("/dev/shm/" + name).c_str(), F_OK) != 0);  // nothing was created
   cxlpool_shared_params_destroy(params);
 }
+
+TEST_CASE("a numa device never grows past its node's memory", "[unit]") {
+  Topo t("n0:backing=numa:0,size=64M;slow:backing=shm,size=256M,latency=400ns");
+  cxlpool_pool_t* pool = t.pool("n0,slow", "spill:near=n0,far=slow,watermark=50%");
+  PoolGuard guard{pool};
+  cxlpool_device_capacity_t c{};
+  REQUIRE(cxlpool_device_get_capacity("n0", &c) == CXLPOOL_OK);
+  const uint64_t node = c.max_space_bytes;  // the node's memory now
+  CHECK(node >= 64 * kMiB);
+  CHECK(node < (uint64_t{1} << 50));
+  cxlpool_capacity_report_t r{};
+  const uint64_t beyond = (node / kMiB + 1024) * kMiB;  // page- and MiB-aligned, past the node
+  CHECK(cxlpool_device_resize("n0", beyond, &r) == CXLPOOL_E_CAPACITY);
+  std::string message = cxlpool_last_error_message();
+  INFO(message);
+  CHECK(message.find("more than node 0 has") != std::string::npos);
+  CHECK(cxlpool_device_add_extent("n0", beyond, beyond, &r) == CXLPOOL_E_CAPACITY);
+  const uint64_t pair[2] = {beyond, 2 * beyond};
+  cxlpool_status_t verdict = CXLPOOL_OK;
+  CHECK(cxlpool_device_offer_extents("n0", pair, 1, &verdict, &r) == CXLPOOL_E_CAPACITY);
+  CHECK(verdict == CXLPOOL_E_CAPACITY);
+  REQUIRE(cxlpool_device_get_capacity("n0", &c) == CXLPOOL_OK);
+  CHECK(c.capacity_bytes == 64 * kMiB);
+  CHECK(c.grows == 0);
+  // Within the node's memory it grows as before.
+  CHECK(cxlpool_device_resize("n0", 128 * kMiB, &r) == CXLPOOL_OK);
+}

@@ -129,16 +129,18 @@ TEST_CASE("a numa device follows its node's memory: removal shrinks it, moving w
   else
     CHECK(resident(pool, 1) >= far_before + 16 * kMiB);
 
-  // A capacity set meanwhile is the device's own: the node's memory bounds it, and it is what
-  // the device returns to when the memory comes back. Units that moved off come home while it
-  // has room.
-  REQUIRE(cxlpool_device_resize("numa0", 24 * kMiB, nullptr) == CXLPOOL_OK);
+  // A capacity set meanwhile is the device's own: never past the node's memory now, bounded by
+  // the node's memory as it changes, and what the device returns to when the memory comes
+  // back. Units that moved off come home while it has room.
+  CHECK(cxlpool_device_resize("numa0", 24 * kMiB, nullptr) == CXLPOOL_E_CAPACITY);
+  CHECK(std::string(cxlpool_last_error_message()).find("more than node 0 has (16.0 MiB") != std::string::npos);
+  REQUIRE(cxlpool_device_resize("numa0", 14 * kMiB, nullptr) == CXLPOOL_OK);
   tree.set_memory(12 * kMiB);
   watch();
   CHECK(capacity_of("numa0").capacity_bytes == 12 * kMiB);
   tree.set_memory(16 * kGiB);
   watch();
-  CHECK(capacity_of("numa0").capacity_bytes == 24 * kMiB);
+  CHECK(capacity_of("numa0").capacity_bytes == 14 * kMiB);
   REQUIRE(cxlpool_device_resize("numa0", 64 * kMiB, nullptr) == CXLPOOL_OK);
   watch();
   c = capacity_of("numa0");
