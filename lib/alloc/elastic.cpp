@@ -65,12 +65,16 @@ cxlpool_status_t move_outside(const UnitRef& ref, int to, UnitMove* um, std::str
 // A numa device's capacity is a budget of pages on its node: never more than the node has
 // (its MemTotal now), or a policy would keep binding pages there past the node's memory
 // instead of spilling. Empty when capacity fits (or the node's memory cannot be read).
-std::string past_node_memory(const Device& dev, uint64_t capacity) {
+// Its offsets stay below the node's memory too, as max_space_bytes says.
+std::string past_node_memory(const Device& dev, uint64_t capacity, uint64_t end) {
   if (dev.caps().kind != CXLPOOL_BACKING_NUMA) return "";
   const std::optional<uint64_t> node = node_memory_of(dev);
-  if (!node || capacity <= *node) return "";
-  return "a capacity of " + format_bytes(capacity) + " is more than node " + std::to_string(dev.spec().numa_node) +
-         " has (" + format_bytes(*node) + " of memory now)";
+  if (!node || (capacity <= *node && end <= *node)) return "";
+  const std::string has = "node " + std::to_string(dev.spec().numa_node) + " has (" + format_bytes(*node) + ", " +
+                          std::to_string(*node) + " bytes of memory now)";
+  if (capacity > *node)
+    return "a capacity of " + format_bytes(capacity) + " (" + std::to_string(capacity) + " bytes) is more than " + has;
+  return "offsets up to " + std::to_string(end) + " are past the memory " + has;
 }
 
 bool has_room(const Device& d, uint64_t bytes) noexcept { return d.committed() + bytes <= d.capacity(); }
@@ -335,7 +339,9 @@ void return_home(Device& dev, CapacityReport* report) {
     } ctx{&u};
     const bool alive_unit = with_unit(
         e.ref, [](void* p, const Unit& unit) { *static_cast<Ctx*>(p)->u = unit; }, &ctx);
-    if (!alive_unit || u.resident != e.to) continue;  // freed, or moved since by someone else
+    // Freed (its reservation gone, or nothing committed in it: the next block placed in it goes
+    // where it is, and nothing is worth a move), or moved since by someone else.
+    if (!alive_unit || u.committed == 0 || u.resident != e.to) continue;
     if (!has_room(dev, u.committed)) {
       keep.push_back(e);  // the next growth may have room
       continue;
@@ -646,6 +652,9 @@ cxlpool_status_t change(const std::string& name, CapacityReport* report, std::st
     r = CapacityReport{};
     cxlpool_status_t missing = CXLPOOL_OK;
     std::shared_ptr<Device> dev = find_device(name, &missing, message);
+    if (!dev && missing == CXLPOOL_E_BUSY)
+      if (std::shared_ptr<registry::SharedDevice> shared = registry::find_shared(name))
+        r.capacity_before = r.capacity_after = shared->ledger.capacity.load();
     if (!dev) return missing;
     std::lock_guard<std::mutex> serial(g_elastic_mu);
     r.capacity_before = r.capacity_after = dev->capacity();
@@ -663,7 +672,7 @@ cxlpool_status_t device_add_extent(const std::string& name, uint64_t offset, uin
                                    std::string* message) noexcept {
   return change(name, report, message, [&](Device& dev, CapacityReport& r) {
     if (cxlpool_status_t bad = check_extent(dev, "add", offset, length, message)) return bad;
-    if (std::string why = past_node_memory(dev, dev.capacity() + length); !why.empty()) {
+    if (std::string why = past_node_memory(dev, dev.capacity() + length, offset + length); !why.empty()) {
       say(message, "device '" + name + "': add extent: " + why);
       return CXLPOOL_E_CAPACITY;
     }
@@ -692,7 +701,8 @@ namespace {
 // Grows dev to capacity: holes of the offset space first (extents withdrawn before), then past
 // its end; units a withdrawal moved off the device then go home.
 cxlpool_status_t grow_to_locked(Device& dev, uint64_t capacity, CapacityReport& r, std::string* message) {
-  if (std::string why = past_node_memory(dev, capacity); !why.empty()) {
+  // Holes of the offset space fill first: it ends past where it does only by what they lack.
+  if (std::string why = past_node_memory(dev, capacity, std::max(capacity, dev.space())); !why.empty()) {
     say(message, "device '" + dev.name() + "': grow: " + why);
     return CXLPOOL_E_CAPACITY;
   }
@@ -790,7 +800,7 @@ cxlpool_status_t device_offer_extents(const std::string& name, const std::vector
           extents[i].hi < extents[i].lo ? CXLPOOL_E_INVALID_ARGUMENT : check_extent(dev, "offer", offset, length, &why);
       if (extents[i].hi < extents[i].lo) why = "extent end before its start";
       if (s == CXLPOOL_OK) {
-        why = past_node_memory(dev, dev.capacity() + length);
+        why = past_node_memory(dev, dev.capacity() + length, offset + length);
         if (!why.empty()) s = CXLPOOL_E_CAPACITY;
       }
       if (s == CXLPOOL_OK) {
@@ -832,7 +842,9 @@ cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset,
       const bool last = os::monotonic_ns() >= deadline;
       const bool forcing = force && last;
       CapacityReport r;
+      bool found = false;  // not: a refusal that waiting cannot change (a shared pool's device)
       s = change(name, &r, message, [&](Device& dev, CapacityReport& rr) {
+        found = true;
         if (cxlpool_status_t bad = check_extent(dev, "release", offset, length, message)) return bad;
         // A forced release forces only what a plain withdrawal cannot have: the counters
         // (forced) then say what was taken by force, whatever the deadline.
@@ -848,7 +860,7 @@ cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset,
       total.evacuated_bytes += r.evacuated_bytes;
       total.lost_units += r.lost_units;
       total.lost_bytes += r.lost_bytes;
-      if (s != CXLPOOL_E_BUSY || forcing) break;
+      if (s != CXLPOOL_E_BUSY || forcing || !found) break;
       if (last) {
         if (deadline_ms && message)
           *message = "still held at the deadline (" + std::to_string(total.attempts) + " attempts in " +

@@ -97,8 +97,12 @@ cxlpool_status_t cxlpool_device_get_extents(const char* device, uint64_t* pairs,
   return guarded([&] {
     require(count != nullptr && (pairs || max == 0), "cxlpool_device_get_extents",
             "count is NULL, or pairs is NULL with max > 0");
-    std::shared_ptr<Device> d = open_device(device, "cxlpool_device_get_extents");
-    std::vector<Device::Extent> online = d->online_extents();
+    require(device && *device, "cxlpool_device_get_extents", "device is NULL or empty");
+    std::vector<Device::Extent> online;
+    if (std::shared_ptr<registry::SharedDevice> s = registry::find(device) ? nullptr : registry::find_shared(device))
+      online.push_back({0, s->ledger.capacity.load()});  // a shared pool's device: all of it
+    else
+      online = open_device(device, "cxlpool_device_get_extents")->online_extents();
     for (size_t i = 0; i < online.size() && i < max; ++i) {
       pairs[2 * i] = online[i].lo;
       pairs[2 * i + 1] = online[i].hi;

@@ -12,6 +12,7 @@
 #include "backing/provider.hpp"
 #include "common/error.hpp"
 #include "device/move_gate.hpp"
+#include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/write_fence.hpp"
 
@@ -119,6 +120,7 @@ std::shared_ptr<Device> find(const std::string& name, size_t* matches) {
 std::shared_ptr<SharedDevice> add_shared(const BackingSpec& spec, const std::string& path, uint64_t pool_bytes) {
   std::string identity = DeviceClaim::identity_of(spec);
   if (identity.empty()) identity = "path:" + path;  // no kind can hold a pool without one today
+  const std::string real = os::real_path_or(path);
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_shared) g_shared = new std::vector<std::weak_ptr<SharedDevice>>();
   if (std::shared_ptr<SharedDevice> s = shared_of(identity)) return s;
@@ -131,21 +133,30 @@ std::shared_ptr<SharedDevice> add_shared(const BackingSpec& spec, const std::str
   s->location = format_location(spec);
   s->path = path;
   s->identity = identity;
+  s->real_path = real;
   s->ledger.capacity.store(pool_bytes, std::memory_order_relaxed);
   g_shared->push_back(s);
   return s;
 }
 
 std::shared_ptr<SharedDevice> find_shared(const std::string& name) {
+  // However spelled: a location ("shm:q", "file:/dev/shm/./q") or a path, through symbolic
+  // links (resolved here, read-only: the object is ours and open already).
   BackingSpec spec;
-  const bool location = parse_location(name, &spec).empty();
+  std::string identity, real;
+  if (parse_location(name, &spec).empty()) {
+    identity = DeviceClaim::identity_of(spec);
+    if (const Provider* p = provider_for(spec.kind)) real = os::real_path_or(p->named_path(spec));
+  } else if (!name.empty() && name[0] == '/') {
+    real = os::real_path_or(name);
+  }
   std::lock_guard<std::mutex> lock(g_mu);
   if (!g_shared) return nullptr;
-  if (location)
-    if (std::shared_ptr<SharedDevice> s = shared_of(DeviceClaim::identity_of(spec))) return s;
   for (const std::weak_ptr<SharedDevice>& w : *g_shared)
     if (std::shared_ptr<SharedDevice> s = w.lock())
-      if (s->location == name || s->path == name) return s;
+      if (s->location == name || s->path == name || (!identity.empty() && s->identity == identity) ||
+          (!real.empty() && s->real_path == real))
+        return s;
   return nullptr;
 }
 
@@ -229,6 +240,10 @@ void fork_child() noexcept {
   }
   if (g_devices)
     for (auto it = g_devices->rbegin(); it != g_devices->rend(); ++it) it->device->unlock_after_fork();
+  // A fork child is no participant of its parent's shared pools (it opens them itself): it has
+  // none of their devices open. The records stay alive with the pool objects the child
+  // inherited, unlisted. (Only weak references are dropped: nothing is freed here.)
+  if (g_shared) g_shared->clear();
   g_mu.unlock();
 }
 

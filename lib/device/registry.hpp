@@ -28,9 +28,10 @@ std::shared_ptr<Device> find(const std::string& name, size_t* matches = nullptr)
 // by its superblock; committed is what this process holds in it (its pools on the device
 // together; other participants hold the rest).
 struct SharedDevice {
-  std::string location;  // as the provider formats it: "shm:q", "file:/p", "devdax:/dev/dax0.0"
-  std::string path;      // the named object
-  std::string identity;  // the claim identity (one object however spelled)
+  std::string location;   // as the provider formats it: "shm:q", "file:/p", "devdax:/dev/dax0.0"
+  std::string path;       // the named object
+  std::string identity;   // the claim identity (one object however spelled)
+  std::string real_path;  // path with every symbolic link resolved, when it could be
   Ledger ledger;
 };
 

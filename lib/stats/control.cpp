@@ -21,6 +21,7 @@
 #include "common/names.hpp"
 #include "common/parse.hpp"
 #include "config/options.hpp"
+#include "device/registry.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
 #include "os/thread.hpp"
@@ -74,6 +75,14 @@ std::string hex(uint64_t v) {
 }
 
 std::string show(const std::string& name) {
+  if (!registry::find(name))
+    if (std::shared_ptr<registry::SharedDevice> s = registry::find_shared(name)) {
+      // A shared pool's device: its size, all of it online, what this process holds in it.
+      const std::string size = std::to_string(s->ledger.capacity.load());
+      return "OK\ndevice=" + name + "\nshared_pool=" + s->location + "\ncapacity=" + size +
+             "\ncommitted=" + std::to_string(s->ledger.committed.load()) + "\nspace=" + size + "\nextents=0-" + size +
+             "\nmax_space=" + size + "\n";
+    }
   cxlpool_status_t status = CXLPOOL_OK;
   std::string message;
   std::shared_ptr<Device> d = alloc::find_device(name, &status, &message);

@@ -453,6 +453,29 @@ TEST_CASE("units pinned away from home go back to their pinned device when it gr
   for (const Block& b : blocks) cxlpool_free(b.p);
 }
 
+TEST_CASE("units a withdrawal moved and the program then freed do not come back", "[unit]") {
+  if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
+  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
+  PoolGuard guard{pool};
+  std::vector<void*> blocks;
+  for (int i = 0; i < 10; ++i) {
+    blocks.push_back(cxlpool_malloc(pool, 2 * kMiB));
+    REQUIRE(blocks.back() != nullptr);
+    std::memset(blocks.back(), i, 2 * kMiB);
+  }
+  cxlpool_capacity_report_t r{};
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_device_resize("fast", 4 * kMiB, &r) == CXLPOOL_OK);
+  REQUIRE(r.evacuated_units > 0);
+  for (void* p : blocks) cxlpool_free(p);
+  const uint64_t fast_before = capacity_of("fast").committed_bytes;
+  REQUIRE(cxlpool_device_resize("fast", 64 * kMiB, &r) == CXLPOOL_OK);
+  CHECK(r.returned_units == 0);
+  CHECK(r.returned_bytes == 0);
+  CHECK(capacity_of("fast").committed_bytes == fast_before);
+}
+
 TEST_CASE("storage opened after a capacity change has the device's offsets", "[unit]") {
   // The shared storage of a raw backing opens on its first reservation: after a growth and a
   // withdrawal it must hand out the grown offsets and none of the withdrawn ones.
@@ -513,7 +536,38 @@ TEST_CASE("a shared pool's device is in the registry: its size, this process's b
   std::string message = cxlpool_last_error_message();
   CHECK(message.find("shared pool '" + location + "'") != std::string::npos);
   CHECK(message.find("fixed when it was created") != std::string::npos);
+  CHECK(r.capacity_before == c.capacity_bytes);
   CHECK(cxlpool_device_withdraw_extent(location.c_str(), 0, 4 * kMiB, &r) == CXLPOOL_E_BUSY);
+  // Waiting cannot change that: a release request is refused at once, not at its deadline (a
+  // wait would outlast the test's time limit), forced or not.
+  CHECK(cxlpool_device_release_extent(location.c_str(), 0, 4 * kMiB, 3600 * 1000, 0, &r) == CXLPOOL_E_BUSY);
+  CHECK(cxlpool_device_release_extent(location.c_str(), 0, 4 * kMiB, 3600 * 1000, CXLPOOL_RELEASE_FORCE, &r) ==
+        CXLPOOL_E_BUSY);
+  // All of it is one extent, however the device is spelled.
+  uint64_t pair[2] = {};
+  size_t count = 0;
+  REQUIRE(cxlpool_device_get_extents(location.c_str(), pair, 1, &count) == CXLPOOL_OK);
+  CHECK(count == 1);
+  CHECK(pair[0] == 0);
+  CHECK(pair[1] == c.capacity_bytes);
+  const std::string link = t.dir.path() + "/link";
+  REQUIRE(symlink(("/dev/shm/" + name).c_str(), link.c_str()) == 0);
+  for (const std::string& spelling : {"/dev/shm/./" + name, "file:/dev/shm/" + name, link, "file:" + link}) {
+    INFO(spelling);
+    CHECK(cxlpool_device_get_capacity(spelling.c_str(), &c) == CXLPOOL_OK);
+    CHECK(cxlpool_device_resize(spelling.c_str(), 32 * kMiB, &r) == CXLPOOL_E_BUSY);
+  }
+  // A fork child is no participant: it has no shared pool's device open.
+  const pid_t child = fork();
+  if (child == 0) {
+    cxlpool_device_capacity_t cc{};
+    _exit(cxlpool_device_get_capacity(location.c_str(), &cc) == CXLPOOL_E_NOT_FOUND ? 0 : 1);
+  }
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
 
   // The private device declared on the same object is refused while the pool is open here.
   cxlpool_pool_params_t* p = nullptr;
