@@ -26,6 +26,9 @@ namespace {
 
 using namespace cxlpool_test::elastic;
 
+// The two devices most tests move units between: a small fast one and a larger slow one.
+constexpr const char* kFastSlow = "fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns";
+
 std::string device_of(const void* p) {
   cxlpool_ptr_info_t info{};
   REQUIRE(cxlpool_ptr_info(p, &info) == CXLPOOL_OK);
@@ -53,7 +56,7 @@ std::string next_block_device(cxlpool_pool_t* pool, std::vector<void*>* keep) {
 }  // namespace
 
 TEST_CASE("a device grows while a pool spills: new capacity is used at once", "[unit]") {
-  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  Topo t(kFastSlow);
   cxlpool_pool_t* pool = t.pool("fast,slow", "spill:near=fast,far=slow,watermark=50%");
   PoolGuard guard{pool};
   std::vector<void*> keep;
@@ -346,7 +349,7 @@ uint64_t tiering_counter(const char* key) {
 
 TEST_CASE("a withdrawal while the tiering engine watches the units: its monitors stand aside", "[unit]") {
   if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
-  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  Topo t(kFastSlow);
   REQUIRE(cxlpool_tiering_start("interval=20ms") == CXLPOOL_OK);
   struct Stop {
     ~Stop() { cxlpool_tiering_stop(); }
@@ -389,7 +392,7 @@ TEST_CASE("a withdrawal the other devices have no room for is refused before any
 
 TEST_CASE("units a withdrawal moved go home when the device grows again", "[unit]") {
   if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
-  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  Topo t(kFastSlow);
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
   PoolGuard guard{pool};
   std::vector<Block> blocks = allocate_until(pool, 0, 40 * kMiB);
@@ -419,7 +422,7 @@ TEST_CASE("units a withdrawal moved go home when the device grows again", "[unit
 
 TEST_CASE("units pinned away from home go back to their pinned device when it grows again", "[unit]") {
   if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
-  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  Topo t(kFastSlow);
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
   PoolGuard guard{pool};
   std::vector<Block> blocks = allocate_until(pool, 0, 40 * kMiB);
@@ -455,7 +458,7 @@ TEST_CASE("units pinned away from home go back to their pinned device when it gr
 
 TEST_CASE("units a withdrawal moved and the program then freed do not come back", "[unit]") {
   if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
-  Topo t("fast:backing=shm,size=64M,latency=90ns;slow:backing=shm,size=256M,latency=400ns");
+  Topo t(kFastSlow);
   cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
   PoolGuard guard{pool};
   std::vector<void*> blocks;
