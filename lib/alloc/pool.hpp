@@ -231,6 +231,7 @@ struct UnitMove {
   bool declined = false;  // the hook declined it before anything was done (NOT_SUPPORTED)
   bool moving = false;    // BUSY because the unit is being moved already (that move will end)
   bool already = false;   // NOT_SUPPORTED because the unit is on `to` already (moved there meanwhile)
+  bool freed = false;     // NOT_FOUND because the unit was a freed huge span: released, not moved
   uint64_t bytes = 0;
   bool by_kernel = false;
   size_t pages_left_behind = 0;
@@ -242,8 +243,9 @@ struct UnitMove {
 // after call): the engine checks pins there, atomically with the unit's becoming moving (it
 // must not block: it runs under the home lock). The lock is not held while the bytes move:
 // the unit is marked moving instead (Region::moving), so the pool's other units allocate and
-// free meanwhile; a second move of it is BUSY (UnitMove::moving). The caller holds a
-// PoolsAlive.
+// free meanwhile; a second move of it is BUSY (UnitMove::moving). Free memory is not copied:
+// a region's free committed slices are decommitted first, and a freed huge span the cache
+// keeps is released instead (NOT_FOUND, UnitMove::freed). The caller holds a PoolsAlive.
 using UnitHook = bool (*)(void* ctx, const Unit& unit, bool after, cxlpool_status_t status);
 cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::string* message, UnitHook hook = nullptr,
                            void* hook_ctx = nullptr) noexcept;

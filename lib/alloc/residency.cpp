@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "alloc/fast.hpp"
+#include "common/intrusive_list.hpp"
 #include "device/move_gate.hpp"
 
 namespace cxlpool::detail::alloc {
@@ -32,6 +33,24 @@ uint64_t region_committed(const Pool* pool, const PoolDevice& d, const Region& r
                                                : uint64_t(__builtin_popcountll(seg->committed_slices)) << kSliceShift;
   }
   return bytes;
+}
+
+// Decommits the free committed slices of a region's segments (home mutex held), as a purge
+// pass would later: a move copies what is committed, and free slices hold nothing to keep.
+// A coarse device decommits only whole free segments.
+void drop_idle_slices(Pool* pool, PoolDevice& d, const Region& r) noexcept {
+  for (size_t s = 0; s < r.segments; ++s) {
+    if (!(r.used >> s & 1)) continue;
+    SegmentHeader* hdr = pagemap_lookup(reinterpret_cast<void*>(r.base + s * kSegmentSize));
+    if (!hdr || hdr->kind != ArenaKind::kHeapSmall || hdr->pool != pool) continue;
+    auto* seg = static_cast<Segment*>(hdr);
+    const uint64_t idle = seg->free_slices & seg->committed_slices;
+    if (d.coarse) {
+      if (seg->free_slices == ~uint64_t(0)) decommit_slices(pool, d, seg, ~uint64_t(0));
+    } else if (idle) {
+      decommit_slices(pool, d, seg, idle);
+    }
+  }
 }
 
 Unit region_unit(Pool* pool, int di, const Region& r) noexcept {
@@ -171,6 +190,16 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
     result.moving = true;
     return refuse(CXLPOOL_E_BUSY, "the unit is moving already");
   }
+  if (f.span && f.span->cached) {
+    // A freed span the cache keeps: free memory, released rather than copied anywhere.
+    list_remove(home->huge_cache, f.span);
+    --home->huge_cache_count;
+    home->huge_cache_bytes -= f.span->committed;
+    huge_release_span(pool, *home, f.span);
+    result.freed = true;
+    return refuse(CXLPOOL_E_NOT_FOUND, "the unit was freed: its memory is released, not moved");
+  }
+  if (f.region) drop_idle_slices(pool, *home, *f.region);
   const int from = f.region ? f.region->resident : f.span->resident;
   if (from == to) {
     result.already = true;

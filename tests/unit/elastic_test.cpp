@@ -479,6 +479,52 @@ TEST_CASE("units a withdrawal moved and the program then freed do not come back"
   CHECK(capacity_of("fast").committed_bytes == fast_before);
 }
 
+TEST_CASE("a return moves what the program still holds, not memory it freed", "[unit]") {
+  if (!copies_fenced()) CXLPOOL_SKIP("no write fence here: moves that copy are refused (another test checks how)");
+  Topo t(kFastSlow);
+  cxlpool_pool_t* pool = t.pool("fast,slow", "bind:fast");
+  PoolGuard guard{pool};
+  cxlpool_capacity_report_t r{};
+  INFO(cxlpool_last_error_message());
+  SECTION("huge blocks pinned away, sent home, freed there: nothing goes back to the pinned device") {
+    // Freed at home, a huge block's span stays committed in the pool's cache for reuse.
+    std::vector<void*> blocks;
+    for (int i = 0; i < 6; ++i) {
+      blocks.push_back(cxlpool_malloc(pool, 2 * kMiB));
+      REQUIRE(blocks.back() != nullptr);
+      std::memset(blocks.back(), i + 1, 2 * kMiB);
+      REQUIRE(cxlpool_pin(blocks.back(), 2 * kMiB, 1) == CXLPOOL_OK);
+    }
+    REQUIRE(cxlpool_device_resize("slow", 4 * kMiB, &r) == CXLPOOL_OK);
+    REQUIRE(r.evacuated_units > 0);
+    for (void* p : blocks) cxlpool_free(p);
+    const uint64_t slow_before = capacity_of("slow").committed_bytes;
+    REQUIRE(cxlpool_device_resize("slow", 256 * kMiB, &r) == CXLPOOL_OK);
+    CHECK(r.returned_units == 0);
+    CHECK(r.returned_bytes == 0);
+    CHECK(capacity_of("slow").committed_bytes == slow_before);
+  }
+  SECTION("small blocks sent away, three quarters freed: the return copies the rest") {
+    std::vector<void*> blocks;
+    for (int i = 0; i < 512; ++i) {  // 32 MiB
+      blocks.push_back(cxlpool_malloc(pool, 64 * 1024));
+      REQUIRE(blocks.back() != nullptr);
+      std::memset(blocks.back(), i, 64 * 1024);
+    }
+    REQUIRE(cxlpool_device_resize("fast", 4 * kMiB, &r) == CXLPOOL_OK);
+    REQUIRE(r.evacuated_bytes >= 24 * kMiB);
+    for (size_t i = 0; i < 384; ++i) cxlpool_free(blocks[i]);  // the first 24 MiB: whole pages
+    REQUIRE(cxlpool_device_resize("fast", 64 * kMiB, &r) == CXLPOOL_OK);
+    CHECK(r.returned_units > 0);
+    CHECK(r.returned_bytes <= 8 * kMiB + 2 * kMiB);  // the 8 MiB still held, a page or two besides
+    for (size_t i = 384; i < blocks.size(); ++i) {
+      CHECK(device_of(blocks[i]) == "fast");
+      CHECK(static_cast<unsigned char*>(blocks[i])[64 * 1024 - 1] == static_cast<unsigned char>(i));
+      cxlpool_free(blocks[i]);
+    }
+  }
+}
+
 TEST_CASE("storage opened after a capacity change has the device's offsets", "[unit]") {
   // The shared storage of a raw backing opens on its first reservation: after a growth and a
   // withdrawal it must hand out the grown offsets and none of the withdrawn ones.
