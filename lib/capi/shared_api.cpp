@@ -15,6 +15,7 @@
 #include "capi/shared_handle.hpp"
 #include "cxlpool/shared.h"
 #include "shared/shared_pool.hpp"
+#include "stats/control.hpp"
 
 using namespace cxlpool::detail;
 namespace S = cxlpool::detail::shared;
@@ -255,6 +256,8 @@ cxlpool_status_t cxlpool_shared_pool_create(const char* device, const cxlpool_sh
     require(device != nullptr, "cxlpool_shared_pool_create", "device is NULL");
     require(params != nullptr, "cxlpool_shared_pool_create", "params is NULL (the size must be given)");
     require(out != nullptr, "cxlpool_shared_pool_create", "out is NULL");
+    // The control socket (CXLPOOL_CONTROL=1) answers for a program whose pools are all shared too.
+    control::start_from_environment();
     *out = handle(S::SharedPool::create(device, params->p, flags).release());
   });
 }
@@ -264,6 +267,7 @@ cxlpool_status_t cxlpool_shared_pool_open(const char* device, const cxlpool_shar
   return guarded([&] {
     require(device != nullptr, "cxlpool_shared_pool_open", "device is NULL");
     require(out != nullptr, "cxlpool_shared_pool_open", "out is NULL");
+    control::start_from_environment();
     *out = handle(S::SharedPool::open(device, params ? &params->p : nullptr).release());
   });
 }

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import time
 
-capacity_tool, run_tool = sys.argv[1], sys.argv[2]
+capacity_tool, run_tool, device_peer = sys.argv[1], sys.argv[2], sys.argv[3]
 PY = "/usr/bin/python3"
 failures = 0
 
@@ -232,6 +232,21 @@ for args in [["1", "release", "big", "0"], ["1", "release", "big", "0", "4K", "-
              ["1", "release", "big", "0", "4K", "--force", "--force"]]:
     code, out, err = tool(*args)
     check(code == 1, f"bad arguments {args}: exit {code}")
+
+# A program whose only pool is shared answers too: its pool's device, which no change can resize.
+name = f"cxlpool-capacity-test-{os.getpid()}"
+holder = subprocess.Popen([device_peer, "shared", f"shm:{name}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=ENV)
+check(holder.stdout.readline().strip() == "ready", "a program holds 1 MiB of a 16 MiB shared pool")
+code, out, err = tool(holder.pid, "show", f"shm:{name}")
+check(code == 0 and fields(out).get("capacity") == str(16 << 20) and int(fields(out).get("committed", 0)) >= 1 << 20,
+      f"a program with only a shared pool answers; show names its size and its bytes: exit {code} ({out.strip()[-200:]})")
+code, out, err = tool(holder.pid, "resize", f"shm:{name}", "8M")
+check(code == 2 and "CXLPOOL_E_BUSY" in err and "holds the shared pool" in out,
+      f"resizing a shared pool's device is BUSY, saying why: exit {code} ({(out + err).strip()[-200:]})")
+holder.communicate("go\n", timeout=60)
+check(holder.returncode == 0, f"the shared pool's holder finished normally ({holder.returncode})")
+check(not os.path.exists(f"/dev/shm/{name}"), "and its pool is gone")
 
 plain = subprocess.Popen([PY, "-c", "import sys; print('ready', flush=True); sys.stdin.readline()"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

@@ -5,7 +5,10 @@
  *   device_peer open DEVICE          opens DEVICE and expects it to succeed
  *   device_peer fd FD OFFSET BYTES   maps an inherited descriptor (cxlpool_backing_fd) directly,
  *                                    checks the byte pattern (i * 7 + 3) & 0xff written by the
- *                                    first process, then writes 0x5a to the first byte */
+ *                                    first process, then writes 0x5a to the first byte
+ *   device_peer shared LOCATION      creates a 16 MiB shared pool at LOCATION and holds 1 MiB of
+ *                                    it, prints "ready", waits for a line on stdin, then frees,
+ *                                    closes and unlinks it (a program whose only pool is shared) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,9 +74,37 @@ static int by_fd(int fd, size_t offset, size_t bytes) {
   return 0;
 }
 
+static int shared_holder(const char* location) {
+  cxlpool_shared_params_t* params = NULL;
+  cxlpool_shared_pool_t* pool = NULL;
+  void* p = NULL;
+  if (cxlpool_shared_params_create(&params) != CXLPOOL_OK ||
+      cxlpool_shared_params_set_size(params, 16u << 20) != CXLPOOL_OK ||
+      cxlpool_shared_pool_create(location, params, 0, &pool) != CXLPOOL_OK ||
+      cxlpool_shared_alloc(pool, 1u << 20, &p) != CXLPOOL_OK) {
+    fprintf(stderr, "device_peer: %s\n", cxlpool_last_error_message());
+    cxlpool_shared_params_destroy(params);
+    if (pool) cxlpool_shared_pool_close(pool);
+    return 3;
+  }
+  cxlpool_shared_params_destroy(params);
+  memset(p, 0x5a, 1u << 20);
+  printf("ready\n");
+  fflush(stdout);
+  char line[16];
+  if (!fgets(line, sizeof line, stdin)) line[0] = 0;
+  int rc = cxlpool_shared_free(pool, p) == CXLPOOL_OK && cxlpool_shared_pool_close(pool) == CXLPOOL_OK &&
+                   cxlpool_shared_pool_unlink(location) == CXLPOOL_OK
+               ? 0
+               : 6;
+  if (rc) fprintf(stderr, "device_peer: %s\n", cxlpool_last_error_message());
+  return rc;
+}
+
 int main(int argc, char** argv) {
   if (argc == 4 && strcmp(argv[1], "busy") == 0) return busy(argv[2], argv[3]);
   if (argc == 3 && strcmp(argv[1], "open") == 0) return open_ok(argv[2]);
+  if (argc == 3 && strcmp(argv[1], "shared") == 0) return shared_holder(argv[2]);
   if (argc == 5 && strcmp(argv[1], "fd") == 0)
     return by_fd(atoi(argv[2]), (size_t)strtoull(argv[3], NULL, 10), (size_t)strtoull(argv[4], NULL, 10));
   fprintf(stderr, "usage: device_peer busy DEVICE PID | open DEVICE | fd FD OFFSET BYTES\n");
