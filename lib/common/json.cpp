@@ -68,51 +68,11 @@ JsonWriter& JsonWriter::value(std::string_view s) {
 }
 
 // Strings come from file names, sysfs and pools that anyone may have written: the output is
-// valid UTF-8 JSON whatever they hold. A byte that is not part of a valid UTF-8 sequence is
-// written as the four characters \xNN (the JSON text "\\xNN").
+// valid UTF-8 JSON whatever they hold, escaped as everywhere else (common/utf8.hpp: a byte
+// that is not UTF-8 is the text \\xNN, a backslash two, so the two cannot be confused).
 void JsonWriter::write_string(std::string_view s) {
   out_ += '"';
-  for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const size_t n = utf8_sequence(s, i);
-    char buf[8];
-    if (n == 0) {
-      std::snprintf(buf, sizeof buf, "\\\\x%02X", c);
-      out_ += buf;
-      ++i;
-      continue;
-    }
-    if (n > 1) {
-      out_.append(s.substr(i, n));
-      i += n;
-      continue;
-    }
-    switch (c) {
-      case '"':
-        out_ += "\\\"";
-        break;
-      case '\\':
-        out_ += "\\\\";
-        break;
-      case '\n':
-        out_ += "\\n";
-        break;
-      case '\r':
-        out_ += "\\r";
-        break;
-      case '\t':
-        out_ += "\\t";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7F) {
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out_ += buf;
-        } else {
-          out_ += char(c);
-        }
-    }
-    ++i;
-  }
+  out_ += json_escaped(s);
   out_ += '"';
 }
 

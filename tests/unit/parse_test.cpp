@@ -74,7 +74,7 @@ TEST_CASE("json writer escapes strings and nests containers", "[unit]") {
   j.begin_object().key("a\"b").value("line\nbreak\x01").key("n").value(int64_t(-3)).key("arr").begin_array();
   j.value(true).null().value(1.5).end_array().key("empty").begin_object().end_object().end_object();
   const std::string& s = j.str();
-  CHECK(s.find(R"("a\"b": "line\nbreak\u0001")") != std::string::npos);
+  CHECK(s.find(R"("a\"b": "line\u000abreak\u0001")") != std::string::npos);
   CHECK(s.find("\"n\": -3") != std::string::npos);
   CHECK(s.find("\"empty\": {}") != std::string::npos);
   CHECK(s.find("1.5") != std::string::npos);
@@ -90,4 +90,9 @@ TEST_CASE("json writer output is valid UTF-8 whatever the strings hold", "[unit]
   CHECK(s.find("\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"") != std::string::npos);
   CHECK(s.find(R"("\\xFF|\\xE2\\x82|\\xC0\\xAF|\\xED\\xA0\\x80|\u007f")") != std::string::npos);
   for (unsigned char c : s) CHECK((c != 0xFF && c != 0x7F && c != 0xC0));
+  // A name holding the four characters \xFF is not confused with one holding the byte 0xFF.
+  JsonWriter k;
+  k.begin_array().value("\\xFF").value("\xff").end_array();
+  CHECK(k.str().find(R"("\\\\xFF")") != std::string::npos);
+  CHECK(k.str().find(R"("\\xFF")") != std::string::npos);
 }
