@@ -75,13 +75,15 @@ A::Unit unit_of(const void* p) {
 struct DuringCopy {
   std::function<void()> during;
   std::thread thread;
-  std::atomic<bool> done{false};
+  std::atomic<bool> started{false}, done{false};
   bool finished_in_copy = false;
   explicit DuringCopy(std::function<void()> f) : during(std::move(f)) {
     Device::set_move_hook(
         [](void* ctx) {
           auto* self = static_cast<DuringCopy*>(ctx);
-          if (self->thread.joinable()) return;  // the first copy only
+          // The first copy only; claimed before the thread starts, as `during` may copy too
+          // before this thread has stored the std::thread.
+          if (self->started.exchange(true)) return;
           self->thread = std::thread([self] {
             self->during();
             self->done = true;
