@@ -45,9 +45,11 @@ const char kUsage[] =
     "SIZE, OFFSET, LENGTH: bytes with an optional K, M, G or T suffix.\n"
     "Prints the program's reply as key=value lines.\n"
     "Exit: 0 done; 1 bad arguments or the program refused the request; 2 busy (something in\n"
-    "the range could not move); 3 no control socket for PID, it is not PID's, or no reply in time;\n"
+    "the range could not move); 3 no control socket for PID, it is not PID's, or no reply in time\n"
+    "(a request sent may still be applied);\n"
     "4 a forced release took memory the program held (lost= lines say where).\n"
-    "  --timeout SECONDS  how long to wait for the reply (default 300: a withdrawal moves memory)\n"
+    "  --timeout SECONDS  how long to wait for the reply (default 300: a withdrawal moves memory);\n"
+    "                     anywhere on the line\n"
     "  --help             this text\n"
     "  --version          the version\n";
 
@@ -110,13 +112,19 @@ int main(int argc, char** argv) {
     std::printf("cxlpool-capacity %s\n", CXLPOOL_VERSION);
     return 0;
   }
+  // --timeout goes anywhere on the line (taken out before the rest is read).
   long timeout_s = 300;
-  if (argc >= 3 && !std::strcmp(argv[1], "--timeout")) {
+  bool timeout_given = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--timeout") != 0) continue;
+    if (timeout_given) usage_error("--timeout given twice");
     char* end = nullptr;
-    timeout_s = std::strtol(argv[2], &end, 10);
+    timeout_s = i + 1 < argc ? std::strtol(argv[i + 1], &end, 10) : 0;
     if (!end || *end || timeout_s <= 0 || timeout_s > 86400) usage_error("--timeout takes 1..86400 seconds");
-    argv += 2;
+    timeout_given = true;
+    for (int j = i; j + 2 <= argc; ++j) argv[j] = argv[j + 2];
     argc -= 2;
+    --i;
   }
   if (argc < 4) usage_error("a PID, a command and a DEVICE are needed");
   char* end = nullptr;
@@ -210,8 +218,11 @@ int main(int argc, char** argv) {
     const ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      no_socket(pid, "no reply within " + std::to_string(timeout_s) +
-                         " s (is it stopped? a request that was taken still runs there; --timeout waits longer)");
+      no_socket(
+          pid,
+          "no reply within " + std::to_string(timeout_s) +
+              " s (is it stopped, or busy with other connections? the request was sent and may still be applied there; "
+              "--timeout waits longer)");
     if (n <= 0) break;
     reply.append(buf, size_t(n));
   }

@@ -40,7 +40,9 @@ typedef enum cxlpool_sharing {
 CXLPOOL_API cxlpool_status_t cxlpool_pool_params_set_sharing(cxlpool_pool_params_t* params, cxlpool_sharing_t sharing);
 
 /* Creates a pool. params may be NULL for defaults. A bad policy fails with CXLPOOL_E_CONFIG
- * naming the bad token. The pool does not keep the topology alive.
+ * naming the bad token, as does a bad process option in the environment (CXLPOOL_TIERING,
+ * CXLPOOL_STAT_PAGE, CXLPOOL_STAT_INTERVAL_MS, CXLPOOL_CONTROL), for every pool created while
+ * it is set. The pool does not keep the topology alive.
  * Statuses: OK, INVALID_ARGUMENT, CONFIG, NOT_FOUND (unknown device), OS, NO_MEMORY. */
 CXLPOOL_API cxlpool_status_t cxlpool_pool_create(const cxlpool_topology_t* topology,
                                                  const cxlpool_pool_params_t* params, cxlpool_pool_t** out);
@@ -84,7 +86,9 @@ CXLPOOL_API int cxlpool_posix_memalign(cxlpool_pool_t* pool, void** out, size_t 
 /* Frees a pointer of any cxlpool pool. NULL is ignored; so are pointers cxlpool did not
  * allocate. A pointer inside a block (not its start) and a second free of a block never
  * release anything: they are ignored and counted (cxlpool_stats_t invalid_frees and
- * double_frees), in every order of frees by the owning and other threads. Preserves errno. */
+ * double_frees), in every order of frees by the owning and other threads, while the block's
+ * memory is still the pool's: one given back since (a trim, a purge, a move that released a
+ * freed huge block) is ignored without a count. Preserves errno. */
 CXLPOOL_API void cxlpool_free(void* p);
 /* Bytes usable at p (>= the size asked for); 0 for NULL, foreign and interior pointers. */
 CXLPOOL_API size_t cxlpool_usable_size(const void* p);

@@ -103,7 +103,9 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_host_index(cxlpool_shared
 /* Creates a pool on device and joins it. shm:NAME and file:PATH are created fully formed and
  * then linked under their name (a crash leaves nothing); an existing name is refused with
  * CXLPOOL_E_EXISTS and left untouched. devdax:PATH is formatted in place only when it carries
- * no cxlpool header and flags has CXLPOOL_SHARED_FORMAT_DEVICE. */
+ * no cxlpool header and flags has CXLPOOL_SHARED_FORMAT_DEVICE. A bad CXLPOOL_CONTROL (the
+ * control socket opens with a program's first pool, shared or private) fails create and open
+ * with CXLPOOL_E_CONFIG. */
 #define CXLPOOL_SHARED_FORMAT_DEVICE 1u
 CXLPOOL_API cxlpool_status_t cxlpool_shared_pool_create(const char* device, const cxlpool_shared_params_t* params,
                                                         unsigned flags, cxlpool_shared_pool_t** out);

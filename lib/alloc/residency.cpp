@@ -7,6 +7,7 @@
 // commits, decommits, releases or purges in the moving one (Region::moving).
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "alloc/fast.hpp"
 #include "common/intrusive_list.hpp"
@@ -232,8 +233,10 @@ cxlpool_status_t move_unit(const UnitRef& ref, int to, UnitMove* out, std::strin
     if (hook) hook(hook_ctx, before, true, s);
     if (message) {
       try {
-        *message = "moving from device '" + src.name + "' to device '" + dst.name +
-                   "': " + src.device->describe("move", reinterpret_cast<void*>(ref.base), length, err);
+        // A refusal of the target's (no room, no offsets) is told by the target device.
+        const bool target = err.call && std::strncmp(err.call, "move: target", 12) == 0;
+        *message = "moving from device '" + src.name + "' to device '" + dst.name + "': " +
+                   (target ? dst.device : src.device)->describe("move", reinterpret_cast<void*>(ref.base), length, err);
       } catch (...) {
       }
     }

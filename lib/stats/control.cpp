@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "alloc/pool.hpp"
+#include "common/env_once.hpp"
 #include "common/error.hpp"
 #include "common/names.hpp"
 #include "common/parse.hpp"
@@ -37,7 +38,7 @@ constexpr int kRequestTimeoutMs = 5000;
 
 int g_listen = -1;
 os::prim::FileId g_listen_id{};  // the socket's identity: a program may close the number and reuse it
-bool g_env_done = false;
+EnvOnce g_env;
 os::Thread* g_thread = nullptr;  // never joined: it serves for the life of the process
 
 std::string status_word(cxlpool_status_t s) {
@@ -130,8 +131,9 @@ void serve() {
     }
     std::string reply;
     if (uid != me && uid != 0) {
-      std::string ignored;  // read first: a reply over unread data is a reset the peer may never read
-      os::read_line(fd, &ignored, kMaxRequest, 1000);
+      // Answered at once: a connection that sends nothing must not hold the one thread that
+      // serves the program's own user (a request it did send is dropped unread; the reply is
+      // still read before the reset).
       reply = failure(CXLPOOL_E_PERMISSION, "uid " + std::to_string(uid) + " may not control a process of uid " +
                                                 std::to_string(me) + " (only its own user and root)");
     } else {
@@ -237,11 +239,9 @@ std::string handle(const std::string& request) {
   }
 }
 
-void start_from_environment() {
-  static std::mutex once;
-  std::lock_guard<std::mutex> lock(once);
-  if (g_env_done) return;
-  g_env_done = true;
+namespace {
+
+void start_now() {
   const char* v = option_value(Option::kControl);
   if (!v) return;
   const std::string_view t = trim(v);
@@ -270,6 +270,10 @@ void start_from_environment() {
     os::prim::write_stderr(line.c_str());
   }
 }
+
+}  // namespace
+
+void start_from_environment() { g_env.run(start_now); }
 
 void after_fork_child() noexcept {
   if (g_listen >= 0) os::prim::close_fd(g_listen);

@@ -17,6 +17,7 @@
 #include <new>
 
 #include "alloc/pool.hpp"
+#include "common/env_once.hpp"
 #include "common/error.hpp"
 #include "common/parse.hpp"
 #include "config/options.hpp"
@@ -47,7 +48,7 @@ struct StateLock {
   ~StateLock() { pthread_mutex_unlock(&g_state_mu); }
 };
 bool g_stopping = false;
-bool g_env_done = false;
+EnvOnce g_env;
 // The publisher's stack: a snapshot and a few stores (12 KiB used at most, measured in its
 // mapping's resident pages at a 10 ms interval); far below the default 8 MiB, which would
 // count against a program's RLIMIT_AS.
@@ -231,12 +232,9 @@ void start(uint32_t interval_ms) {
   }
 }
 
-void start_from_environment() {
-  {
-    StateLock lock;
-    if (g_env_done) return;
-    g_env_done = true;
-  }
+namespace {
+
+void start_now() {
   bool required = false;
   if (const char* v = option_value(Option::kStatPage)) {
     std::string_view t = trim(v);
@@ -267,6 +265,10 @@ void start_from_environment() {
     os::prim::write_stderr(line.c_str());
   }
 }
+
+}  // namespace
+
+void start_from_environment() { g_env.run(start_now); }
 
 void stop() noexcept {
   os::Thread* t = nullptr;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "alloc/pool.hpp"
+#include "common/env_once.hpp"
 #include "common/error.hpp"
 #include "common/json.hpp"
 #include "config/options.hpp"
@@ -615,7 +616,7 @@ Engine* g_engine = nullptr;
 // monitor hook: the engine is not deleted while any runs. Counted under g_engine_mu, which is
 // never held across a move (a long pin would stall the engine, hints and fork()).
 int g_engine_users = 0;
-bool g_env_done = false;
+EnvOnce g_env;
 
 // The running engine (or none), kept alive for as long as this lives.
 class EngineUse {
@@ -673,22 +674,19 @@ void start(const Config& c) {
 }
 
 void start_from_environment(bool under_interposer) {
-  {
-    std::lock_guard<std::mutex> lock(g_engine_mu);
-    if (g_env_done) return;
-    g_env_done = true;
-  }
-  const char* text = option_value(Option::kTiering);
-  if (!text) return;
-  Config c = parse_config(text, "CXLPOOL_TIERING");
-  if (under_interposer)
-    for (const std::string& m : c.monitors)
-      if (m == "sample")
-        fail(CXLPOOL_E_CONFIG,
-             "CXLPOOL_TIERING: monitor 'sample' is refused under the interposer: an unmodified program's system "
-             "calls on heap memory (execve arguments, reads into buffers) would fail with EFAULT on sampled pages, and "
-             "its threads that block SIGSEGV would die; use pagemap_scan");
-  if (c.enabled) start(c);
+  g_env.run([under_interposer] {
+    const char* text = option_value(Option::kTiering);
+    if (!text) return;
+    Config c = parse_config(text, "CXLPOOL_TIERING");
+    if (under_interposer)
+      for (const std::string& m : c.monitors)
+        if (m == "sample")
+          fail(CXLPOOL_E_CONFIG,
+               "CXLPOOL_TIERING: monitor 'sample' is refused under the interposer: an unmodified program's system "
+               "calls on heap memory (execve arguments, reads into buffers) would fail with EFAULT on sampled pages, "
+               "and its threads that block SIGSEGV would die; use pagemap_scan");
+    if (c.enabled) start(c);
+  });
 }
 
 void stop() noexcept {
