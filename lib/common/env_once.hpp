@@ -5,8 +5,7 @@
 // error from the first and silence after.
 #pragma once
 
-#include <mutex>
-#include <optional>
+#include <atomic>
 
 #include "common/error.hpp"
 
@@ -14,29 +13,23 @@ namespace cxlpool::detail {
 
 class EnvOnce {
  public:
-  // Runs read() on the first call only (outside the lock: it may start threads that take
-  // their own locks); later calls rethrow its Failure, if it had one.
+  // Runs read() on the first call only; later calls rethrow its Failure, if it had one. No
+  // lock: a fork() at any point leaves the child nothing held.
   template <class F>
   void run(F&& read) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (failed_) throw *failed_;
-      if (claimed_) return;
-      claimed_ = true;
-    }
+    if (const Failure* f = failed_.load(std::memory_order_acquire)) throw *f;
+    if (claimed_.exchange(true, std::memory_order_acq_rel)) return;
     try {
       read();
     } catch (const Failure& f) {
-      std::lock_guard<std::mutex> lock(mu_);
-      failed_.emplace(f);
+      failed_.store(new Failure(f), std::memory_order_release);  // kept for the process's life
       throw;
     }
   }
 
  private:
-  std::mutex mu_;
-  bool claimed_ = false;
-  std::optional<Failure> failed_;
+  std::atomic<bool> claimed_{false};
+  std::atomic<const Failure*> failed_{nullptr};
 };
 
 }  // namespace cxlpool::detail
