@@ -6,15 +6,19 @@
 // rendezvous where eager is expected and back). For each case the consumer must come back with
 // the status the case expects (never OK for a broken one, never a crash), and the landing blocks
 // it allocated must be freed (its pool's bytes in use back where they were). Two honest cases
-// (eager and rendezvous blocks) show the server speaks the protocol. One process: the server's
-// worker on its own thread, the consumer on the main thread.
+// (eager and rendezvous blocks) show the server speaks the protocol. Two processes: the server
+// in a child (its worker on a thread, each case's mode sent over a pipe), the consumer in the
+// parent.
 //   kv_evil_server            every case; prints one line per case and a summary
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/wait.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -297,8 +301,44 @@ int main() {
       {"rendezvous_then_eager_twice", CXLPOOL_E_CORRUPT},
       {"last_block_never", CXLPOOL_E_DEVICE_FAILED},
   };
-  EvilServer server;
-  if (!server.start()) {
+  // The server runs in a child process of its own, as a hostile server would: two UCX
+  // contexts in one process share UCX's table of async event handlers, keyed by descriptor
+  // number, and a descriptor the client closed and the server reused could then reach the
+  // other context's queue of missed events (a UCX assertion, not a fault of either side).
+  int modes[2], replies[2];
+  if (pipe(modes) != 0 || pipe(replies) != 0) {
+    std::printf("kv_evil_server: pipe: %s\n", std::strerror(errno));
+    return 2;
+  }
+  const pid_t child = fork();
+  if (child < 0) {
+    std::printf("kv_evil_server: fork: %s\n", std::strerror(errno));
+    return 2;
+  }
+  if (child == 0) {
+    close(modes[1]);
+    close(replies[0]);
+    EvilServer server;
+    const int port = server.start() ? server.port() : 0;
+    dprintf(replies[1], "%d\n", port);
+    if (!port) _exit(2);
+    FILE* in = fdopen(modes[0], "r");
+    char mode[128];
+    while (in && std::fgets(mode, sizeof mode, in)) {  // one mode per line, acknowledged
+      mode[std::strcspn(mode, "\n")] = 0;
+      server.set_mode(mode);
+      dprintf(replies[1], "ok\n");
+    }
+    server.stop();
+    _exit(0);
+  }
+  close(modes[0]);
+  close(replies[1]);
+  std::signal(SIGPIPE, SIG_IGN);  // a server process that died is reported, not our death
+  FILE* from_server = fdopen(replies[0], "r");
+  char line[64] = "";
+  const int port = from_server && std::fgets(line, sizeof line, from_server) ? std::atoi(line) : 0;
+  if (!port) {
     std::printf("kv_evil_server: no UCX listener: %s\n", "ucp_init/worker/listener failed");
     return 2;
   }
@@ -316,10 +356,15 @@ int main() {
   const cxlpool_kv_geometry_t g = test_geometry();
   cxlpool_shared_info_t before{};
   cxlpool_shared_pool_info(pool, &before);
-  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  const std::string address = "127.0.0.1:" + std::to_string(port);
   int failures = 0;
   for (const Case& c : cases) {
-    server.set_mode(c.name);
+    dprintf(modes[1], "%s\n", c.name);
+    if (!std::fgets(line, sizeof line, from_server)) {
+      std::printf("FAILED %s: the server process is gone\n", c.name);
+      ++failures;
+      break;
+    }
     cxlpool_kv_remote_t* remote = nullptr;
     // The cases the client can only end by its timeout get a short one; the others a hang guard,
     // so a starved UCX progress thread on a busy machine is not taken for a broken server.
@@ -353,7 +398,13 @@ int main() {
                 freed ? "" : " [landing blocks not freed]", message.c_str());
     failures += !(ok && freed);
   }
-  server.stop();
+  close(modes[1]);  // the server stops at the end of its input
+  int wstatus = 0;
+  waitpid(child, &wstatus, 0);
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    std::printf("FAILED the server process ended with status %d\n", wstatus);
+    ++failures;
+  }
   cxlpool_shared_pool_close(pool);
   cxlpool_shared_pool_unlink(device.c_str());
   std::printf("kv_evil_server: %zu cases, %d failed\n", sizeof cases / sizeof *cases, failures);
