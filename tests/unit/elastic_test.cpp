@@ -53,6 +53,21 @@ std::string next_block_device(cxlpool_pool_t* pool, std::vector<void*>* keep) {
   return "";
 }
 
+// Shrinks `device` so that units leave it, frees every block, grows it again: nothing the
+// program freed meanwhile comes back (no unit returned, the device's committed bytes unchanged).
+void free_while_away_then_grow(const char* device, uint64_t small, uint64_t full, const std::vector<void*>& blocks) {
+  cxlpool_capacity_report_t r{};
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_device_resize(device, small, &r) == CXLPOOL_OK);
+  REQUIRE(r.evacuated_units > 0);
+  for (void* p : blocks) cxlpool_free(p);
+  const uint64_t before = capacity_of(device).committed_bytes;
+  REQUIRE(cxlpool_device_resize(device, full, &r) == CXLPOOL_OK);
+  CHECK(r.returned_units == 0);
+  CHECK(r.returned_bytes == 0);
+  CHECK(capacity_of(device).committed_bytes == before);
+}
+
 }  // namespace
 
 TEST_CASE("a device grows while a pool spills: new capacity is used at once", "[unit]") {
@@ -467,16 +482,7 @@ TEST_CASE("units a withdrawal moved and the program then freed do not come back"
     REQUIRE(blocks.back() != nullptr);
     std::memset(blocks.back(), i, 2 * kMiB);
   }
-  cxlpool_capacity_report_t r{};
-  INFO(cxlpool_last_error_message());
-  REQUIRE(cxlpool_device_resize("fast", 4 * kMiB, &r) == CXLPOOL_OK);
-  REQUIRE(r.evacuated_units > 0);
-  for (void* p : blocks) cxlpool_free(p);
-  const uint64_t fast_before = capacity_of("fast").committed_bytes;
-  REQUIRE(cxlpool_device_resize("fast", 64 * kMiB, &r) == CXLPOOL_OK);
-  CHECK(r.returned_units == 0);
-  CHECK(r.returned_bytes == 0);
-  CHECK(capacity_of("fast").committed_bytes == fast_before);
+  free_while_away_then_grow("fast", 4 * kMiB, 64 * kMiB, blocks);
 }
 
 TEST_CASE("a return moves what the program still holds, not memory it freed", "[unit]") {
@@ -495,14 +501,7 @@ TEST_CASE("a return moves what the program still holds, not memory it freed", "[
       std::memset(blocks.back(), i + 1, 2 * kMiB);
       REQUIRE(cxlpool_pin(blocks.back(), 2 * kMiB, 1) == CXLPOOL_OK);
     }
-    REQUIRE(cxlpool_device_resize("slow", 4 * kMiB, &r) == CXLPOOL_OK);
-    REQUIRE(r.evacuated_units > 0);
-    for (void* p : blocks) cxlpool_free(p);
-    const uint64_t slow_before = capacity_of("slow").committed_bytes;
-    REQUIRE(cxlpool_device_resize("slow", 256 * kMiB, &r) == CXLPOOL_OK);
-    CHECK(r.returned_units == 0);
-    CHECK(r.returned_bytes == 0);
-    CHECK(capacity_of("slow").committed_bytes == slow_before);
+    free_while_away_then_grow("slow", 4 * kMiB, 256 * kMiB, blocks);
   }
   SECTION("small blocks sent away, three quarters freed: the return copies the rest") {
     std::vector<void*> blocks;
