@@ -42,8 +42,9 @@
 // (*) A fork from a signal handler that interrupted cxlpool on the forking thread (interposer
 // only: InterposerHooks::inside) takes nothing in prepare, as glibc takes no malloc lock then;
 // the parent does nothing; the child makes every lock afresh (rows 2 and 6 reset, row 5
-// alloc::fork_child_after_reentrant_fork; rows 3 and 4 always make theirs afresh). Per thread:
-// two threads may fork at once, and one fork's parent handler must not take the other's answer.
+// alloc::fork_child_after_reentrant_fork, rows 3 and 4 afresh; after a prepare each row
+// releases what it took). Per thread: two threads may fork at once, and one fork's parent
+// handler must not take the other's answer.
 // Every handler of the interposer runs inside its internal scope, so what a handler allocates
 // (a child opening storage for its copy) never comes from a pool whose locks are held.
 //
@@ -151,8 +152,8 @@ void child() noexcept {
     alloc::fork_child_after_reentrant_fork();
   else
     alloc::fork_child();
-  stats::after_fork_child();                   // 4
-  tiering::after_fork_child();                 // 3
+  stats::after_fork_child(!reentrant);         // 4
+  tiering::after_fork_child(!reentrant);       // 3
   release(&InterposerHooks::init, reentrant);  // 2
   shared::fork_resume_in_child();              // 1
 }

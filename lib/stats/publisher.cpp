@@ -324,11 +324,16 @@ void fork_parent() noexcept {
   pthread_mutex_unlock(&g_state_mu);
 }
 
-void after_fork_child() noexcept {
+void after_fork_child(bool prepared) noexcept {
   control::after_fork_child();
-  g_state_mu = PTHREAD_MUTEX_INITIALIZER;
-  g_wake = PTHREAD_COND_INITIALIZER;
-  new (&g_write_mu) std::mutex();
+  if (prepared) {
+    g_write_mu.unlock();
+    pthread_mutex_unlock(&g_state_mu);
+  } else {
+    g_state_mu = PTHREAD_MUTEX_INITIALIZER;
+    new (&g_write_mu) std::mutex();
+  }
+  g_wake = PTHREAD_COND_INITIALIZER;  // the parent's publisher may have been waiting on it
   // The parent's page: never written from here. The descriptor is ours (made by us, inherited
   // a moment ago, before the child's own code ran).
   if (g_page) os::unmap(g_page, g_bytes);

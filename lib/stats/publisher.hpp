@@ -31,8 +31,11 @@ int page_fd() noexcept;
 // fork(): prepare takes the publisher's lock (after the engine's, before the allocator's);
 // in the child there is no publisher and no page: the parent's page is unmapped and its
 // descriptor closed there, so nothing the child does can write the parent's numbers.
+// prepared: this thread's fork_prepare took the locks, and the child releases them (a lock
+// made afresh while a thread holds it is, to ThreadSanitizer, still held: the next lock is a
+// double lock); false (a fork that ran no prepare) makes them afresh.
 void fork_prepare() noexcept;
 void fork_parent() noexcept;
-void after_fork_child() noexcept;
+void after_fork_child(bool prepared) noexcept;
 
 }  // namespace cxlpool::detail::stats

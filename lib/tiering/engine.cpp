@@ -1000,12 +1000,17 @@ void fork_parent() noexcept {
   g_engine_mu.unlock();
 }
 
-void after_fork_child() noexcept {
-  // The thread is not in the child; its Engine (and the lock, which the parent's atfork
-  // prepare did not take) are left as they were: a fresh lock, no engine.
-  new (&g_engine_mu) std::mutex();
-  new (&g_hints_mu) std::mutex();
-  new (&g_pins_mu) std::mutex();
+void after_fork_child(bool prepared) noexcept {
+  // The thread is not in the child: no engine there. Its Engine object is left as it was.
+  if (prepared) {
+    g_hints_mu.unlock();
+    g_pins_mu.unlock();
+    g_engine_mu.unlock();
+  } else {
+    new (&g_engine_mu) std::mutex();
+    new (&g_hints_mu) std::mutex();
+    new (&g_pins_mu) std::mutex();
+  }
   Engine::after_fork_child();
   g_engine = nullptr;  // leaked on purpose: its destructor would join a thread that is not here
   g_engine_users = 0;  // the parent's movers are not in the child

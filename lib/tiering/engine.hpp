@@ -46,9 +46,10 @@ std::string stats_json();
 
 // fork(): prepare takes the engine's locks (before the allocator's), parent releases them;
 // the thread does not survive fork(), so in the child the engine is stopped (its monitors'
-// registrations are not inherited either) and its locks are fresh.
+// registrations are not inherited either) and its locks are released (prepared: this thread's
+// fork_prepare took them) or made afresh (a fork that ran no prepare).
 void fork_prepare() noexcept;
 void fork_parent() noexcept;
-void after_fork_child() noexcept;
+void after_fork_child(bool prepared) noexcept;
 
 }  // namespace cxlpool::detail::tiering

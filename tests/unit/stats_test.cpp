@@ -345,7 +345,6 @@ int create_expecting_config(const char* var, const char* value) {
   setenv(var, value, 1);
   Topo t;
   const bool page_option = std::string(var).rfind("CXLPOOL_STAT", 0) == 0;  // no page is made then
-  if (!page_option) setenv("CXLPOOL_STAT_PAGE", "0", 1);  // nor for the others: no publisher thread here
   if (int first = create_expecting(t, CXLPOOL_E_CONFIG, var, std::string("'") + value + "'", 10, page_option))
     return first;
   return create_expecting(t, CXLPOOL_E_CONFIG, var, std::string("'") + value + "'", 20, page_option);
