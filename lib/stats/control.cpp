@@ -75,14 +75,25 @@ std::string hex(uint64_t v) {
   return buf;
 }
 
+// The elastic counters, the same keys for every device.
+std::string counters_text(const ElasticCounters& e) {
+  return "grows=" + std::to_string(e.grows.load()) + "\nshrinks=" + std::to_string(e.shrinks.load()) +
+         "\nrefusals=" + std::to_string(e.refusals.load()) + "\nrelocated=" + std::to_string(e.relocated.load()) +
+         "\nevacuated_units=" + std::to_string(e.evacuated_units.load()) +
+         "\nevacuated_bytes=" + std::to_string(e.evacuated_bytes.load()) +
+         "\nforced=" + std::to_string(e.forced.load()) + "\nlost_units=" + std::to_string(e.lost_units.load()) +
+         "\nlost_bytes=" + std::to_string(e.lost_bytes.load()) + "\n";
+}
+
 std::string show(const std::string& name) {
   if (!registry::find(name))
     if (std::shared_ptr<registry::SharedDevice> s = registry::find_shared(name)) {
-      // A shared pool's device: its size, all of it online, what this process holds in it.
+      // A shared pool's device: its size, all of it online, what this process holds in it, and
+      // counters that stay 0 (its capacity never changes: every change is BUSY).
       const std::string size = std::to_string(s->ledger.capacity.load());
       return "OK\ndevice=" + name + "\nshared_pool=" + s->location + "\ncapacity=" + size +
              "\ncommitted=" + std::to_string(s->ledger.committed.load()) + "\nspace=" + size + "\nextents=0-" + size +
-             "\nmax_space=" + size + "\n";
+             "\n" + counters_text(s->ledger.elastic) + "max_space=" + size + "\n";
     }
   cxlpool_status_t status = CXLPOOL_OK;
   std::string message;
@@ -100,12 +111,7 @@ std::string show(const std::string& name) {
     text += (first ? "" : ",") + std::to_string(x.lo) + "-" + std::to_string(x.hi);
     first = false;
   }
-  text += "\ngrows=" + std::to_string(e.grows.load()) + "\nshrinks=" + std::to_string(e.shrinks.load()) +
-          "\nrefusals=" + std::to_string(e.refusals.load()) + "\nrelocated=" + std::to_string(e.relocated.load()) +
-          "\nevacuated_units=" + std::to_string(e.evacuated_units.load()) +
-          "\nevacuated_bytes=" + std::to_string(e.evacuated_bytes.load()) +
-          "\nforced=" + std::to_string(e.forced.load()) + "\nlost_units=" + std::to_string(e.lost_units.load()) +
-          "\nlost_bytes=" + std::to_string(e.lost_bytes.load()) + "\nmax_space=" + std::to_string(max_space) + "\n";
+  text += "\n" + counters_text(e) + "max_space=" + std::to_string(max_space) + "\n";
   return text;
 }
 

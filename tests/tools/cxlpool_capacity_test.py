@@ -248,6 +248,11 @@ check(code == 0 and fields(out).get("capacity") == str(16 << 20) and int(fields(
 code, out, err = tool(holder.pid, "resize", f"shm:{name}", "8M")
 check(code == 2 and "CXLPOOL_E_BUSY" in err and "holds the shared pool" in out,
       f"resizing a shared pool's device is BUSY, saying why: exit {code} ({(out + err).strip()[-200:]})")
+code, out, err = tool(holder.pid, "show", f"shm:{name}")
+counters = ["grows", "shrinks", "refusals", "relocated", "evacuated_units", "evacuated_bytes", "forced",
+            "lost_units", "lost_bytes"]
+check(code == 0 and all(fields(out).get(k) == "0" for k in counters) and "max_space" in fields(out),
+      f"show gives a shared pool's device the keys of any device, its counters 0: ({out.strip()[-300:]})")
 holder.communicate("go\n", timeout=60)
 check(holder.returncode == 0, f"the shared pool's holder finished normally ({holder.returncode})")
 check(not os.path.exists(f"/dev/shm/{name}"), "and its pool is gone")
