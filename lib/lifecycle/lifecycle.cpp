@@ -39,10 +39,11 @@
 //  5  the allocator's and the device layer's locks, in their own order.
 //  6  every path above may allocate from the interposer's internal heap while it holds a lock
 //     of its own: innermost. Released first in the child, whose later rows allocate there.
-// (*) A fork from a signal handler that interrupted cxlpool on the forking thread (interposer
-// only: InterposerHooks::inside) takes nothing in prepare, as glibc takes no malloc lock then;
-// the parent does nothing; the child makes every lock afresh (rows 2 and 6 reset, row 5
-// alloc::fork_child_after_reentrant_fork, rows 3 and 4 afresh; after a prepare each row
+// (*) A fork from a signal handler that interrupted the interposer on the forking thread
+// (InterposerHooks::inside; a linked libcxlpool.so's copy asks the interposer, through
+// cxlpool_preload_inside) takes nothing in prepare, in either copy, as glibc takes no malloc
+// lock then; the parent does nothing; the child makes every lock afresh (rows 2 and 6 reset,
+// row 5 alloc::fork_child_after_reentrant_fork, rows 3 and 4 afresh; after a prepare each row
 // releases what it took). Per thread: two threads may fork at once, and one fork's parent
 // handler must not take the other's answer.
 // Every handler of the interposer runs inside its internal scope, so what a handler allocates
@@ -85,6 +86,10 @@
 #include "stats/publisher.hpp"
 #include "tiering/engine.hpp"
 
+// The interposer's answer to "is this thread inside it", when it is in the process
+// (preload/preload.cpp): resolved at load, null without it.
+extern "C" int cxlpool_preload_inside(void) noexcept __attribute__((weak));
+
 namespace cxlpool::detail::lifecycle {
 namespace {
 
@@ -113,8 +118,17 @@ void release(InterposerHooks::Lock InterposerHooks::*lock, bool reset) noexcept 
   if (g_interposer) (reset ? (g_interposer->*lock).reset : (g_interposer->*lock).release)();
 }
 
+// A fork from a signal handler that interrupted the interposer on this thread: this copy's
+// prepare takes nothing, whichever copy it is. The interposer's locks are taken after every
+// other copy's, so a copy that waited for its own locks here could wait for a thread that
+// holds them while it waits for the interposer lock the interrupted code holds.
+bool interrupted_interposer() noexcept {
+  if (g_interposer) return g_interposer->inside();
+  return cxlpool_preload_inside && cxlpool_preload_inside() != 0;
+}
+
 void prepare() noexcept {
-  if (g_interposer && g_interposer->inside()) {
+  if (interrupted_interposer()) {
     t_reentrant_fork = true;
     return;
   }

@@ -174,6 +174,17 @@ constexpr cxlpool::detail::lifecycle::InterposerHooks kLifecycle{
     .init = {.take = lock_init, .release = unlock_init, .reset = reset_init},
     .heap = {.take = internal_lock, .release = internal_unlock, .reset = internal_reset_lock}};
 
+}  // namespace
+
+// The same answer for the other copy of the library in the process (libcxlpool.so, which a
+// program links while it runs under the interposer): its prepare handler must take nothing
+// either when this thread's fork comes from a signal handler that interrupted the interposer,
+// or it waits for its own locks that a thread waiting for the interrupted one holds
+// (lib/lifecycle/lifecycle.cpp, "Across libraries").
+extern "C" __attribute__((visibility("default"))) int cxlpool_preload_inside(void) noexcept { return tls_busy > 0; }
+
+namespace {
+
 // The fork handlers are registered as early as the interposer can: its first malloc-family
 // call, or this constructor when nothing allocated before it. Other libraries' prepare
 // handlers (which may allocate) then run before ours takes the allocator's locks, and their

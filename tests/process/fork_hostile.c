@@ -15,8 +15,14 @@
  *                third of them freed by another thread), the handler running on whichever
  *                thread the alarm finds, two timers so handlers on two threads fork at
  *                once: the parent's blocks keep their tags, children run
+ *   sigfork-kill three threads malloc and free blocks of up to 100 kB (slow paths that hold a
+ *                pool's lock) while the main thread sends them SIGUSR1, whose handler forks:
+ *                1,000 forks, none waiting for another (with libcxlpool.so linked as well, a
+ *                handler that interrupted the interposer once waited for the linked copy's
+ *                locks, which a fork on another thread held while it waited for the interposer)
  * In each, the parent writes right after fork returns; the child must see only the values at
- * fork time. Exit 0 when everything held. */
+ * fork time. Exit 0 when everything held. Built a second time linked with libcxlpool.so
+ * (FORK_HOSTILE_LINKED): under the interposer, two copies of the library with fork handlers. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#ifdef FORK_HOSTILE_LINKED
+#include "cxlpool/cxlpool.h"
+#endif
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -241,12 +250,68 @@ static int sigfork_threads(void) {
   return mt_forks > 0 && !mt_bad_children && !mt_corrupt ? 0 : 1;
 }
 
+static atomic_long kill_forks;
+static atomic_int kill_stop, kill_pending[3];
+static __thread int kill_index = -1;
+static void kill_on_usr1(int sig) {
+  (void)sig;
+  int saved = errno;
+  pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  if (pid > 0) atomic_fetch_add(&kill_forks, 1);
+  if (kill_index >= 0) atomic_store(&kill_pending[kill_index], 0);
+  errno = saved;
+}
+static void* kill_worker(void* arg) {
+  kill_index = (int)(uintptr_t)arg;
+  uint64_t s = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  void* held[64] = {0};
+  while (!atomic_load(&kill_stop)) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    unsigned k = (unsigned)(s % 64);
+    free(held[k]);
+    held[k] = malloc((size_t)((s >> 16) % 100000));
+  }
+  for (unsigned k = 0; k < 64; ++k) free(held[k]);
+  return NULL;
+}
+static int sigfork_kill(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = kill_on_usr1;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, NULL);
+  signal(SIGCHLD, SIG_IGN); /* children reaped by the kernel */
+  pthread_t t[3];
+  for (int i = 0; i < 3; ++i) pthread_create(&t[i], NULL, kill_worker, (void*)(uintptr_t)i);
+  /* Forks seen, not time, end the run. Each thread gets its next signal once it handled the
+   * last (a signal sent while one is pending would merge with it), so handlers on two or three
+   * threads fork at once. */
+  for (unsigned i = 0; atomic_load(&kill_forks) < 1000; ++i) {
+    if (!atomic_load(&kill_pending[i % 3])) {
+      atomic_store(&kill_pending[i % 3], 1);
+      pthread_kill(t[i % 3], SIGUSR1);
+    }
+    struct timespec ts = {0, 300000};
+    nanosleep(&ts, NULL);
+  }
+  atomic_store(&kill_stop, 1);
+  for (int i = 0; i < 3; ++i) pthread_join(t[i], NULL);
+  printf("sigfork-kill: %ld forks from handlers\n", (long)atomic_load(&kill_forks));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+#ifdef FORK_HOSTILE_LINKED
+  if (!cxlpool_status_str(CXLPOOL_OK)) return 2; /* libcxlpool.so is loaded, and its fork handlers registered */
+#endif
   if (argc == 3 && strcmp(argv[1], "fds") == 0) return fds(atoi(argv[2]));
   if (argc == 2 && strcmp(argv[1], "closerange") == 0) return closerange();
   if (argc == 2 && strcmp(argv[1], "sigfork") == 0) return sigfork();
   if (argc == 2 && strcmp(argv[1], "sigfork-threads") == 0) return sigfork_threads();
-  fprintf(stderr, "usage: fork_hostile fds N | closerange | sigfork | sigfork-threads\n");
+  if (argc == 2 && strcmp(argv[1], "sigfork-kill") == 0) return sigfork_kill();
+  fprintf(stderr, "usage: fork_hostile fds N | closerange | sigfork | sigfork-threads | sigfork-kill\n");
   return 2;
 }

@@ -1237,6 +1237,14 @@ def mode_fork_hostile():
                                  f"({r.describe()})")
         if r.returncode:
             info(head(r.err, 4))
+    # With libcxlpool.so linked too: two copies of the library, each with its handlers. A
+    # handler that interrupted the interposer must take nothing in either copy, or it waits for
+    # the linked copy's locks held by a fork waiting for the interposer lock it holds.
+    for case in ("sigfork-threads", "sigfork-kill", "sigfork-kill"):
+        r = run(cxl([exe("process_fork_hostile_linked"), case]), timeout=120)
+        check(r.returncode == 0, f"{case} with libcxlpool.so linked: {r.out.strip() or '-'} ({r.describe()})")
+        if r.returncode:
+            info(head(r.err, 4))
 
 
 # ---- I: files a user names (CXLPOOL_STATS, CXLPOOL_CONFIG, file: devices) ------------------------

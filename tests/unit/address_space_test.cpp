@@ -200,18 +200,31 @@ TEST_CASE("spans under an RLIMIT_AS reserve their own bytes, and the rest of the
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   for (size_t size : {size_t(40000), 200 * kKiB + 1, 6 * kMiB + 100}) {
     INFO("block of " << size << " bytes");
-    auto* p = static_cast<unsigned char*>(A::pool_malloc(t.pool, size));
-    REQUIRE(p);
-    A::PtrInfo pi;
-    REQUIRE(A::ptr_info(p, &pi));
-    CHECK(pi.huge);  // above 32 KiB: a reservation of its own, its bytes rounded to the page
     const size_t reserved = (size + page - 1) / page * page;
-    CHECK(A::usable_size(p) == reserved);
-    std::memset(p, 0x5a, size);
-    // The page right after the block is free address space: anyone may map it.
-    void* want = p + reserved;
-    void* q = mmap(want, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
-    REQUIRE(q == want);
+    unsigned char* p = nullptr;
+    void* q = MAP_FAILED;
+    A::PtrInfo pi;
+    // The page right after the block is free address space: anyone may map it, and another
+    // thread's mmap (a sanitizer's runtime, say) may take it first; then the block is given back
+    // and the next one tried.
+    for (int attempt = 0; attempt < 50 && q == MAP_FAILED; ++attempt) {
+      p = static_cast<unsigned char*>(A::pool_malloc(t.pool, size));
+      REQUIRE(p);
+      REQUIRE(A::ptr_info(p, &pi));
+      CHECK(pi.huge);  // above 32 KiB: a reservation of its own, its bytes rounded to the page
+      CHECK(A::usable_size(p) == reserved);
+      std::memset(p, 0x5a, size);
+      void* want = p + reserved;
+      q = mmap(want, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+      if (q != MAP_FAILED) {
+        REQUIRE(q == want);
+      } else {
+        REQUIRE(errno == EEXIST);
+        A::free_any(p);
+        A::pool_trim(t.pool);
+      }
+    }
+    REQUIRE(q != MAP_FAILED);
     // ... and the allocator calls that mapping foreign, even though its page map entry
     // names the span.
     CHECK_FALSE(A::owns(q));
