@@ -120,6 +120,18 @@ static int fork_and_reap(long child_ns) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
 }
 
+/* Installs handler for each signal in sigs (0-terminated), with SA_RESTART, masking them all
+ * while it runs. */
+static void on_signal(void (*handler)(int), const int* sigs) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = handler;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (const int* s = sigs; *s; ++s) sigaddset(&sa.sa_mask, *s);
+  for (const int* s = sigs; *s; ++s) sigaction(*s, &sa, NULL);
+}
+
 static volatile sig_atomic_t forks, bad_children, stopping;
 static void arm_alarm(void) {
   struct itimerval it = {{0, 0}, {0, 2000}};
@@ -138,11 +150,7 @@ static void on_alarm(int sig) {
 }
 
 static int sigfork(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_alarm;
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGALRM, &sa, NULL);
+  on_signal(on_alarm, (const int[]){SIGALRM, 0});
   arm_alarm();
   /* Stop on work done and forks seen, not on time: on a fast machine 400k operations may end
    * before the first alarm, on a slow one a fork may outlast many intervals. */
@@ -220,15 +228,7 @@ static void* mt_worker(void* arg) {
   return NULL;
 }
 static int sigfork_threads(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = mt_on_alarm;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  sigaddset(&sa.sa_mask, SIGALRM);
-  sigaddset(&sa.sa_mask, SIGVTALRM);
-  sigaction(SIGALRM, &sa, NULL);
-  sigaction(SIGVTALRM, &sa, NULL);
+  on_signal(mt_on_alarm, (const int[]){SIGALRM, SIGVTALRM, 0});
   pthread_t t[3];
   for (int i = 0; i < 3; ++i) pthread_create(&t[i], NULL, mt_worker, (void*)(uintptr_t)(i + 1));
   mt_arm(ITIMER_REAL);
@@ -276,12 +276,7 @@ static void* kill_worker(void* arg) {
   return NULL;
 }
 static int sigfork_kill(void) {
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_handler = kill_on_usr1;
-  sa.sa_flags = SA_RESTART;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGUSR1, &sa, NULL);
+  on_signal(kill_on_usr1, (const int[]){SIGUSR1, 0});
   signal(SIGCHLD, SIG_IGN); /* children reaped by the kernel */
   pthread_t t[3];
   for (int i = 0; i < 3; ++i) pthread_create(&t[i], NULL, kill_worker, (void*)(uintptr_t)i);

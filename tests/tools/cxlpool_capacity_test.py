@@ -257,6 +257,23 @@ holder.communicate("go\n", timeout=60)
 check(holder.returncode == 0, f"the shared pool's holder finished normally ({holder.returncode})")
 check(not os.path.exists(f"/dev/shm/{name}"), "and its pool is gone")
 
+# A reply is one "key=value" per line whatever the names hold: a shm name may hold any byte but
+# '/', so a pool named with a newline, shown through a link to it, must not add a line.
+odd = f"{name}-odd\nshrinks=9"
+holder = subprocess.Popen([device_peer, "shared", f"shm:{odd}"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=ENV)
+check(holder.stdout.readline().strip() == "ready", "a program holds a shared pool whose name has a newline")
+with tempfile.TemporaryDirectory() as links:
+    link = os.path.join(links, "pool")
+    os.symlink(f"/dev/shm/{odd}", link)
+    code, out, err = tool(holder.pid, "show", link)
+lines = out.splitlines()
+check(code == 0 and sum(1 for l in lines if l.startswith("shrinks=")) == 1 and fields(out).get("shrinks") == "0"
+      and fields(out).get("shared_pool", "").endswith("-odd?shrinks=9"),
+      f"its name is shown on one line, control bytes as '?': exit {code} ({out.strip()[-300:]!r})")
+holder.communicate("go\n", timeout=60)
+check(holder.returncode == 0 and not os.path.exists(f"/dev/shm/{odd}"), "its holder finished and its pool is gone")
+
 plain = subprocess.Popen([PY, "-c", "import sys; print('ready', flush=True); sys.stdin.readline()"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 plain.stdout.readline()
