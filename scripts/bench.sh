@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Builds Release and runs the benchmarks, each against its peers in the same run: the allocator
 # (glibc, jemalloc, mimalloc, tcmalloc, memkind; every placement policy; peak RSS; instructions
-# per hot malloc+free pair under callgrind), fork()
+# and simulated cache misses per malloc+free pair under callgrind), fork()
 # with a far heap (vs glibc), backings, the interposer on real programs, and shared pools (vs
 # Boost.Interprocess; publish/acquire, handles, recovery), and movable residency (vs memcpy and
 # a naive page-by-page move), and the cost of reserving a device's room on commit. Prints the tables and ratios and
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$(bash scripts/build-release.sh)
 python3 bench/run_alloc_bench.py --build "$BUILD" --out bench-results/alloc_bench.json "$@"
-python3 bench/run_hot_instructions.py --build "$BUILD" --out bench-results/hot_instructions.json
+python3 bench/run_alloc_instructions.py --build "$BUILD" --out bench-results/alloc_instructions.json
 python3 bench/run_fork_bench.py --build "$BUILD" --out bench-results/fork_bench.json
 "$BUILD/bench/backing_bench" --benchmark_out=bench-results/backing_bench.json --benchmark_out_format=json
 python3 bench/run_preload_bench.py --preload "$BUILD/lib/libcxlpool_preload.so" --out bench-results/preload_bench.json

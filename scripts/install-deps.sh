@@ -12,7 +12,7 @@ PACKAGES=(
   catch2                                                # Catch2 v2 test framework
   libbenchmark-dev                                      # Google Benchmark
   libjemalloc-dev libmimalloc-dev libgoogle-perftools-dev libmemkind-dev  # benchmark peers
-  valgrind                                              # instruction counts of the hot path (bench/run_hot_instructions.py)
+  valgrind                                              # instruction counts (bench/run_alloc_instructions.py)
   qemu-system-x86 busybox-static cpio kmod xz-utils     # the multi-node guest test bed (tests/vm)
   ndctl daxctl                                          # cxl/ndctl/daxctl in the CXL guest (tests/vm)
   gnuplot-nox                                           # benchmark plots (bench/tiering)
