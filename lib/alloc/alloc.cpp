@@ -115,12 +115,9 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
     ++h->warm[cls];
     shared = true;
   }
-  Pool::Central* central = shared ? &central_for_thread(pool) : nullptr;
   std::unique_lock<std::mutex> held;
-  if (central) {
-    held = std::unique_lock<std::mutex>(central->mu);
-    h = central_heap(pool, *central);
-  }
+  Pool::Central* central = shared ? &lock_central(pool, &held) : nullptr;
+  if (central) h = central_heap(pool, *central);
   if (!h) {
     errno = ENOMEM;
     return nullptr;

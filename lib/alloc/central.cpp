@@ -15,13 +15,24 @@
 
 namespace cxlpool::detail::alloc {
 
-Pool::Central& central_for_thread(Pool* pool) noexcept {
+Pool::Central& lock_central(Pool* pool, std::unique_lock<std::mutex>* held) noexcept {
   const int cpu = sched_getcpu();
-  return pool->central[unsigned(cpu < 0 ? 0 : cpu) % kCentralHeaps];
+  Pool::Central& mine = pool->central[unsigned(cpu < 0 ? 0 : cpu) % kCentralHeaps];
+  // The CPU's heap is made only once threads contend for one already made: each central heap
+  // holds a page of every class its threads touched (several MiB), so threads that never
+  // overlap, landing on one CPU or another, keep to one heap instead of one per CPU.
+  if (!mine.heap.load(std::memory_order_acquire))
+    for (Pool::Central& c : pool->central)
+      if (&c != &mine && c.heap.load(std::memory_order_acquire) && c.mu.try_lock()) {
+        *held = std::unique_lock<std::mutex>(c.mu, std::adopt_lock);
+        return c;
+      }
+  *held = std::unique_lock<std::mutex>(mine.mu);
+  return mine;
 }
 
 Heap* central_heap(Pool* pool, Pool::Central& c) noexcept {
-  if (c.heap) return c.heap;
+  if (Heap* made = c.heap.load(std::memory_order_relaxed)) return made;
   Heap* h = meta_new<Heap>();
   if (!h) return nullptr;
   h->pool = pool;
@@ -33,7 +44,7 @@ Heap* central_heap(Pool* pool, Pool::Central& c) noexcept {
     h->next_in_pool = pool->heaps;
     pool->heaps = h;
   }
-  c.heap = h;
+  c.heap.store(h, std::memory_order_release);
   return h;
 }
 
@@ -48,11 +59,12 @@ void nonlocal_free(Segment* seg, void* p, Heap* me, Page* pg, uint64_t* word, ui
       // above (a racing second free emptied it, and it was retired and reused): look again.
       const BlockRef now = locate_block(seg, reinterpret_cast<uintptr_t>(p));
       if (!now.valid) {
-        count_invalid_free(seg, c.heap);
+        count_invalid_free(seg, c.heap.load(std::memory_order_relaxed));
         return;
       }
-      if (now.pg->owner.load(std::memory_order_relaxed) == c.heap) {
-        local_free(seg, now, c.heap, seg->device);
+      Heap* const heap = c.heap.load(std::memory_order_relaxed);
+      if (now.pg->owner.load(std::memory_order_relaxed) == heap) {
+        local_free(seg, now, heap, seg->device);
         return;
       }
     }
@@ -70,8 +82,8 @@ void nonlocal_free(Segment* seg, void* p, Heap* me, Page* pg, uint64_t* word, ui
 void central_trim(Pool* pool) noexcept {
   for (Pool::Central& c : pool->central) {
     std::lock_guard<std::mutex> lock(c.mu);
-    if (c.heap)
-      for (int di = 0; di < pool->ndev; ++di) retire_empty_pages(c.heap, di);
+    if (Heap* h = c.heap.load(std::memory_order_relaxed))
+      for (int di = 0; di < pool->ndev; ++di) retire_empty_pages(h, di);
   }
 }
 

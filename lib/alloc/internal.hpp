@@ -89,7 +89,8 @@ Heap* current_heap_of(const Pool* pool) noexcept;  // the calling thread's heap,
 void forget_thread_heap(const Pool* pool) noexcept;
 
 // ---- central.cpp: heaps shared by threads, for their first blocks of each class -------------
-Pool::Central& central_for_thread(Pool* pool) noexcept;
+// The central heap the calling thread uses now, its lock taken into *held.
+Pool::Central& lock_central(Pool* pool, std::unique_lock<std::mutex>* held) noexcept;
 Heap* central_heap(Pool* pool, Pool::Central& c) noexcept;  // c.mu held; made on first use
 void central_trim(Pool* pool) noexcept;                     // empty pages back to their segments
 

@@ -243,10 +243,11 @@ class Pool {
   Heap* free_heaps = nullptr;             // heaps of exited threads, for the next thread (heaps_mu)
   std::atomic<uint32_t> thread_heaps{0};  // heaps live threads hold (written under heaps_mu)
   // Heaps shared by all threads for their first blocks of each class: each under its lock,
-  // made on first use. Lock order: a central heap's lock before any PoolDevice::mu.
+  // made on first use (central.cpp: only once threads contend for one already made). Lock
+  // order: a central heap's lock before any PoolDevice::mu.
   struct Central {
     std::mutex mu;
-    Heap* heap = nullptr;
+    std::atomic<Heap*> heap{nullptr};  // written once, under mu
   } central[kCentralHeaps];
 };
 

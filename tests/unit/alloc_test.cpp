@@ -2,6 +2,8 @@
 // The allocator through the public C API: the malloc-contract conformance battery on every
 // backing kind, placement for every policy, weighted interleave ratio, exhaustion and
 // recovery, pointer information and statistics.
+#include <pthread.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "capi_topology.hpp"
@@ -484,4 +487,60 @@ TEST_CASE("a pool's first small block costs the process kilobytes, not a huge pa
 #endif
   CHECK(after - before < kBound);
   cxlpool_free(p);
+}
+
+namespace {
+// Allocates one block of each size on a thread pinned to cpu, frees them, and exits; false
+// when the thread could not be pinned there.
+bool blocks_on_cpu(cxlpool_pool_t* pool, int cpu, const std::vector<size_t>& sizes) {
+  bool pinned = false, all = true;
+  std::thread t([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    pinned = pthread_setaffinity_np(pthread_self(), sizeof one, &one) == 0 && sched_getcpu() == cpu;
+    if (!pinned) return;
+    std::vector<void*> v;
+    for (size_t n : sizes) v.push_back(cxlpool_malloc(pool, n));
+    for (void* p : v) {
+      all = all && p;
+      if (p) std::memset(p, 1, 8);
+      cxlpool_free(p);
+    }
+  });
+  t.join();
+  REQUIRE(all);
+  return pinned;
+}
+}  // namespace
+
+TEST_CASE("threads that never overlap share one central heap, whichever CPUs they run on", "[unit]") {
+  // A thread's first blocks of each class come from a central heap per CPU, and each central
+  // heap holds a page of every class its threads touched: made for every CPU a lone thread
+  // happened to run on, they multiplied that memory by the number of CPUs (docs/allocator.md).
+  cpu_set_t allowed;
+  REQUIRE(sched_getaffinity(0, sizeof allowed, &allowed) == 0);
+  int first = -1, second = -1;
+  for (int c = 0; c < CPU_SETSIZE && second < 0; ++c)
+    if (CPU_ISSET(c, &allowed)) {
+      if (first < 0)
+        first = c;
+      else if (c % 4 != first % 4)  // central heaps are picked by CPU number modulo 4
+        second = c;
+    }
+  if (second < 0) CXLPOOL_SKIP("this process may run on fewer than two CPUs of different central heaps");
+  cxlpool_test::CapiTopology topo("n0:backing=numa:0,size=256M");
+  cxlpool_pool_t* pool = topo.pool("n0", "bind:n0");
+  const std::vector<size_t> sizes = {16, 64, 200, 1000, 5000, 12000, 40000, 100000};
+  if (!blocks_on_cpu(pool, first, sizes)) CXLPOOL_SKIP("could not pin a thread to CPU " + std::to_string(first));
+  cxlpool_stats_t after_first{}, after_second{};
+  REQUIRE(cxlpool_pool_get_stats(pool, -1, &after_first) == CXLPOOL_OK);
+  REQUIRE(after_first.active_bytes > 0);
+  if (!blocks_on_cpu(pool, second, sizes)) CXLPOOL_SKIP("could not pin a thread to CPU " + std::to_string(second));
+  REQUIRE(cxlpool_pool_get_stats(pool, -1, &after_second) == CXLPOOL_OK);
+  INFO("CPUs " << first << " and " << second << ": active " << after_first.active_bytes << " then "
+               << after_second.active_bytes << " bytes");
+  CHECK(after_second.active_bytes <= after_first.active_bytes);  // the second thread carved no page
+  CHECK(after_second.allocations == 2 * sizes.size());
+  cxlpool_pool_destroy(pool);
 }
