@@ -20,7 +20,8 @@ import shutil
 import subprocess
 import sys
 
-LIBDIR = "/usr/lib/x86_64-linux-gnu"
+from run_alloc_bench import LIBDIR, POLICIES  # the same peers' libraries and policies as the timed bench
+
 PEERS = [  # (label, alloc_instructions arguments after the workload, LD_PRELOAD library)
     ("glibc", ["system"], None),
     ("jemalloc", ["system"], "libjemalloc.so.2"),
@@ -28,15 +29,6 @@ PEERS = [  # (label, alloc_instructions arguments after the workload, LD_PRELOAD
     ("tcmalloc", ["system"], "libtcmalloc_minimal.so.4"),
     ("cxlpool-near", ["cxlpool-near"], None),
     ("cxlpool-far", ["cxlpool-far"], None),
-]
-POLICIES = [  # as bench/run_alloc_bench.py: pools over node0 and the emulated far device
-    "bind:near",
-    "preferred:node0,cxlfar",
-    "threshold:size=1M,tier=far",
-    "spill:near=node0,far=cxlfar,watermark=90%",
-    "ratio:node0=1,cxlfar=1",
-    "interleave:node0=1,cxlfar=1",
-    "hint:cold=cxlfar|bind:near",
 ]
 WORKLOADS = {"hot": 1, "shuffled": 2}  # pairs per unit of N
 EVENTS = {"instructions": r"I\s+refs:\s*([0-9,]+)", "d1_misses": r"D1\s+misses:\s*([0-9,]+)",
