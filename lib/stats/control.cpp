@@ -21,6 +21,7 @@
 #include "common/error.hpp"
 #include "common/names.hpp"
 #include "common/parse.hpp"
+#include "common/utf8.hpp"
 #include "config/options.hpp"
 #include "device/registry.hpp"
 #include "os/os.hpp"
@@ -46,17 +47,10 @@ std::string status_word(cxlpool_status_t s) {
   return name.substr(0, name.find(':'));
 }
 
-// A value in a reply stays on its line: names (a shm pool's may hold any byte but '/') and
-// messages could otherwise forge "key=value" lines of their own.
-std::string one_line(const std::string& value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) out.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
-  return out;
-}
-
+// Every value in a reply goes through printable(): names (a shm pool's may hold any byte but
+// '/') and messages could otherwise forge "key=value" lines of their own, or steer a terminal.
 std::string failure(cxlpool_status_t s, const std::string& message) {
-  return "ERR " + status_word(s) + "\nmessage=" + one_line(message) + "\n";
+  return "ERR " + status_word(s) + "\nmessage=" + printable(message) + "\n";
 }
 
 std::vector<std::string> words(const std::string& line) {
@@ -98,7 +92,7 @@ std::string show(const std::string& name) {
       // A shared pool's device: its size, all of it online, what this process holds in it, and
       // counters that stay 0 (its capacity never changes: every change is BUSY).
       const std::string size = std::to_string(s->ledger.capacity.load());
-      return "OK\ndevice=" + one_line(name) + "\nshared_pool=" + one_line(s->location) + "\ncapacity=" + size +
+      return "OK\ndevice=" + printable(name) + "\nshared_pool=" + printable(s->location) + "\ncapacity=" + size +
              "\ncommitted=" + std::to_string(s->ledger.committed.load()) + "\nspace=" + size + "\nextents=0-" + size +
              "\n" + counters_text(s->ledger.elastic) + "max_space=" + size + "\n";
     }
@@ -110,7 +104,7 @@ std::string show(const std::string& name) {
   uint64_t max_space = d->max_space();
   if (const std::optional<uint64_t> node = alloc::node_memory_of(*d))  // a numa device: its node's memory
     max_space = std::min(max_space, std::max(*node, d->capacity()));
-  std::string text = "OK\ndevice=" + one_line(name) + "\ncapacity=" + std::to_string(d->capacity()) +
+  std::string text = "OK\ndevice=" + printable(name) + "\ncapacity=" + std::to_string(d->capacity()) +
                      "\ncommitted=" + std::to_string(d->committed()) + "\nspace=" + std::to_string(d->space()) +
                      "\nextents=";
   bool first = true;
@@ -236,8 +230,9 @@ std::string handle(const std::string& request) {
       extra = "attempts=" + std::to_string(r.attempts) + "\n";
       for (const alloc::LostRange& l : lost)
         extra += "lost=" + hex(l.addr) + "+" + hex(l.len) + " committed=" + std::to_string(l.committed) +
-                 (l.contents_kept ? " contents=undefined" : " contents=zeros") + " holder=" + one_line(l.holder) + "\n";
-      if (s == CXLPOOL_OK && !message.empty()) extra += "message=" + one_line(message) + "\n";
+                 (l.contents_kept ? " contents=undefined" : " contents=zeros") + " holder=" + printable(l.holder) +
+                 "\n";
+      if (s == CXLPOOL_OK && !message.empty()) extra += "message=" + printable(message) + "\n";
     } else {
       return failure(CXLPOOL_E_INVALID_ARGUMENT,
                      "unknown request '" + request.substr(0, 80) +

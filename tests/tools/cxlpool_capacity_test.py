@@ -269,8 +269,8 @@ with tempfile.TemporaryDirectory() as links:
     code, out, err = tool(holder.pid, "show", link)
 lines = out.splitlines()
 check(code == 0 and sum(1 for l in lines if l.startswith("shrinks=")) == 1 and fields(out).get("shrinks") == "0"
-      and fields(out).get("shared_pool", "").endswith("-odd?shrinks=9"),
-      f"its name is shown on one line, control bytes as '?': exit {code} ({out.strip()[-300:]!r})")
+      and fields(out).get("shared_pool", "").endswith("-odd\\x0Ashrinks=9"),
+      f"its name is shown on one line, control bytes escaped: exit {code} ({out.strip()[-300:]!r})")
 holder.communicate("go\n", timeout=60)
 check(holder.returncode == 0 and not os.path.exists(f"/dev/shm/{odd}"), "its holder finished and its pool is gone")
 
