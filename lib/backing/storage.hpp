@@ -13,9 +13,14 @@
 
 #include "backing/backing_spec.hpp"
 #include "common/interval_set.hpp"
+#include "os/internal_heap.hpp"
 #include "os/prim.hpp"
 
 namespace cxlpool::detail {
+
+// The device layer's range sets. Commits fill them on the program's threads, so their nodes
+// come from the internal heap (os/internal_heap.hpp), never from the program's malloc.
+using IntervalSet = BasicIntervalSet<os::InternalAllocator<std::pair<const uint64_t, uint64_t>>>;
 
 class Storage {
  public:

@@ -334,7 +334,9 @@ class Device {
   std::condition_variable moved_;             // a move in which this device took part ended (mu_)
   std::shared_ptr<Storage> private_storage_;  // private ranges
   std::shared_ptr<Storage> shared_storage_;   // shared ranges; lazily opened
-  std::map<uintptr_t, Reservation> reservations_;
+  // Filled on the program's threads (a new segment, a huge block): nodes from the internal heap.
+  std::map<uintptr_t, Reservation, std::less<uintptr_t>, os::InternalAllocator<std::pair<const uintptr_t, Reservation>>>
+      reservations_;
   uint64_t reserved_bytes_ = 0;
   bool forked_child_ = false;
   IntervalSet online_;                                 // the offsets that are capacity (mu_)

@@ -20,7 +20,7 @@
 //                             descriptor arena (lock    waits for     then release; other threads' heaps
 //                             order: alloc/fork.cpp)    the child's   abandoned; pools of fork-shared
 //                                                       copy          memory detached
-//   6   interposer heap lock  take                      release       release (reset*)
+//   6   os internal heap      take                      release       release (reset*)
 //
 // Why this order:
 //  0  first in the child: whatever runs after it sees the child as a child (a shared pool
@@ -37,8 +37,10 @@
 //     registry's lock: before the allocator's (and it allocates nothing there, since a
 //     sanitizer's fork takes its own allocator lock before any handler runs).
 //  5  the allocator's and the device layer's locks, in their own order.
-//  6  every path above may allocate from the interposer's internal heap while it holds a lock
-//     of its own: innermost. Released first in the child, whose later rows allocate there.
+//  6  every path above may allocate from the internal heap (os/internal_heap.hpp: the
+//     interposer's internal scope, and the device layer's containers in either copy) while it
+//     holds a lock of its own: innermost. Released first in the child, whose later rows
+//     allocate there.
 // (*) A fork from a signal handler that interrupted the interposer on the forking thread
 // (InterposerHooks::inside; a linked libcxlpool.so's copy asks the interposer, through
 // cxlpool_preload_inside) takes nothing in prepare, in either copy, as glibc takes no malloc
@@ -79,6 +81,7 @@
 
 #include "alloc/pool.hpp"
 #include "os/claim_lock.hpp"
+#include "os/internal_heap.hpp"
 #include "os/os.hpp"
 #include "os/own_threads.hpp"
 #include "os/prim.hpp"
@@ -138,7 +141,7 @@ void prepare() noexcept {
   tiering::fork_prepare();       // 3
   stats::fork_prepare();         // 4
   alloc::fork_prepare();         // 5
-  take(&InterposerHooks::heap);  // 6
+  os::internal_lock();           // 6
 }
 
 void parent() noexcept {
@@ -147,7 +150,7 @@ void parent() noexcept {
     return;
   }
   InternalScope scope;
-  release(&InterposerHooks::heap, false);  // 6
+  os::internal_unlock();                   // 6
   alloc::fork_parent();                    // 5
   stats::fork_parent();                    // 4
   tiering::fork_parent();                  // 3
@@ -161,7 +164,10 @@ void child() noexcept {
   os::count_fork_in_child();  // 0
   os::own_threads_after_fork_child();
   InternalScope scope;
-  release(&InterposerHooks::heap, reentrant);  // 6
+  if (reentrant)                               // 6
+    os::internal_reset_lock();
+  else
+    os::internal_unlock();
   if (reentrant)                               // 5
     alloc::fork_child_after_reentrant_fork();
   else

@@ -10,8 +10,8 @@ namespace cxlpool::detail::lifecycle {
 
 // What the interposer adds to the fork handlers. Its copy of the allocator is the process's
 // malloc: every handler runs inside its internal scope (what a handler allocates comes from its
-// internal heap, never from a pool whose locks are held), and two locks of its own bracket all
-// the others. All members are set; each is noexcept, allocates nothing and does not fail.
+// internal heap, never from a pool whose locks are held), and its init lock is outermost. All
+// members are set; each is noexcept, allocates nothing and does not fail.
 struct InterposerHooks {
   struct Lock {
     void (*take)() noexcept;
@@ -27,7 +27,6 @@ struct InterposerHooks {
   void (*enter)() noexcept;
   void (*leave)() noexcept;
   Lock init;  // outermost: held while the interposer makes its pool, which takes every other lock
-  Lock heap;  // innermost: any path may allocate internally while it holds another lock
 };
 
 // Makes this copy of the library ready: the main thread's leaving is watched

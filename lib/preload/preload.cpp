@@ -2,7 +2,7 @@
 // libcxlpool_preload.so: the malloc family and every C++ operator new/delete, served from a
 // cxlpool pool configured by CXLPOOL_DEVICES / CXLPOOL_CONFIG / CXLPOOL_POLICY. Rules:
 //  - never recurse: while this thread is inside cxlpool (initialisation, discovery, allocator
-//    slow paths) every allocation goes to the internal heap (internal_heap.hpp);
+//    slow paths) every allocation goes to the internal heap (os/internal_heap.hpp);
 //  - never call dlsym: pointers cxlpool does not know go to glibc's __libc_* entry points;
 //  - never abort, exit or hang on configuration: a bad setting prints one line (write(2))
 //    and the process runs with default placement (or plain glibc if even that fails);
@@ -23,9 +23,9 @@
 #include "common/error.hpp"
 #include "config/options.hpp"
 #include "lifecycle/lifecycle.hpp"
+#include "os/internal_heap.hpp"
 #include "os/prim.hpp"
 #include "os/safe_path.hpp"
-#include "preload/internal_heap.hpp"
 #include "stats/control.hpp"
 #include "stats/publisher.hpp"
 #include "tiering/engine.hpp"
@@ -44,6 +44,10 @@ namespace cxlpool::detail::preload {
 namespace {
 
 namespace A = cxlpool::detail::alloc;
+using cxlpool::os::internal_alloc;
+using cxlpool::os::internal_free;
+using cxlpool::os::internal_owns;
+using cxlpool::os::internal_usable_size;
 
 enum State : int { kUninit, kReady, kPassthrough };
 std::atomic<int> g_state{kUninit};
@@ -171,8 +175,7 @@ constexpr cxlpool::detail::lifecycle::InterposerHooks kLifecycle{
     .inside = inside_cxlpool,
     .enter = enter_internal,
     .leave = leave_internal,
-    .init = {.take = lock_init, .release = unlock_init, .reset = reset_init},
-    .heap = {.take = internal_lock, .release = internal_unlock, .reset = internal_reset_lock}};
+    .init = {.take = lock_init, .release = unlock_init, .reset = reset_init}};
 
 }  // namespace
 

@@ -5,10 +5,14 @@
 // allocation gives back what is free and retries, so the largest block that fits after a
 // workload of many small ones is nearly all the address space left, and memory that cannot
 // fit is NULL + ENOMEM; the limited mode's paths (tight pages, the fullest segment first, spans
-// above 32 KiB, class pages for them once cxlpool's mappings are past half their budget) under
-// threads. The real-limit cases run in a forked child and skip under
-// sanitizers (their shadow memory needs the address space); the forced mode runs everywhere.
+// above 32 KiB, a threshold that rises as such spans are freed, class pages for them once
+// cxlpool's mappings are past half their budget) under threads. Threads that only call the
+// allocator get no glibc malloc arena from it (each reserves 64 MiB of the limit), and hundreds
+// of them under a limit with room get no NULL. The real-limit cases run in a forked child and
+// skip under sanitizers (their shadow memory needs the address space); the forced mode runs
+// everywhere.
 #include <malloc.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -68,6 +72,18 @@ size_t vm_size() {
   REQUIRE(std::fscanf(f, "%lu", &pages) == 1);
   std::fclose(f);
   return pages * size_t(sysconf(_SC_PAGESIZE));
+}
+
+// The most address space the process has held (VmPeak).
+size_t vm_peak() {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (!f) return 0;
+  char line[256];
+  size_t kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "VmPeak: %zu kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * kKiB;
 }
 
 // Runs body in a forked child (its RLIMIT_AS is its own); the child's exit status says
@@ -222,6 +238,7 @@ TEST_CASE("spans under an RLIMIT_AS reserve their own bytes, and the rest of the
         REQUIRE(errno == EEXIST);
         A::free_any(p);
         A::pool_trim(t.pool);
+        A::set_address_space_limited(1);  // the freed span raised the size spans start above
       }
     }
     REQUIRE(q != MAP_FAILED);
@@ -324,4 +341,174 @@ TEST_CASE("the limited mode's paths under threads: exact spans, tight pages, rem
   const A::DeviceStats s = A::pool_device_stats(t.pool, 0);
   CHECK(s.allocated_bytes == 0);
   CHECK(s.resident_bytes == s.device_committed_bytes);
+}
+
+TEST_CASE("spans churned by the program raise the size above which blocks get spans under an RLIMIT_AS",
+          "[unit]") {
+  A::set_address_space_limited(1);
+  TestPool t("numa:0");
+  A::PtrInfo pi;
+  auto is_span = [&](size_t size) {
+    void* p = A::pool_malloc(t.pool, size);
+    REQUIRE(p);
+    REQUIRE(A::ptr_info(p, &pi));
+    const bool huge = pi.huge;
+    CHECK(A::free_any(p));
+    return huge;
+  };
+  // A few spans freed (an interpreter starting): blocks above 32 KiB are still spans.
+  CHECK(is_span(100 * kKiB));
+  for (int i = 0; i < 8; ++i) CHECK(is_span(40000 + size_t(i) * 4096));
+  CHECK(is_span(33 * kKiB));
+  // Realloc moving a span does not count: a buffer growing through many sizes.
+  void* grown = A::pool_malloc(t.pool, 40 * kKiB);
+  REQUIRE(grown);
+  for (size_t size = 48 * kKiB; size < 900 * kKiB; size += 4 * kKiB) {
+    grown = A::pool_realloc(t.pool, grown, size);
+    REQUIRE(grown);
+  }
+  CHECK(is_span(40000));
+  // A program that frees such blocks again and again (128 in all) gets them from class pages,
+  // up to the largest it freed; above it, spans still.
+  for (int i = 0; i < 128; ++i) (void)is_span(60 * kKiB);
+  CHECK_FALSE(is_span(40000));
+  CHECK_FALSE(is_span(100 * kKiB));
+  CHECK(is_span(200 * kKiB));
+  CHECK(A::free_any(grown));
+  A::set_address_space_limited(-1);
+}
+
+namespace {
+
+// glibc's malloc arenas: one <heap> per arena in malloc_info's report.
+int glibc_arenas() {
+  char* text = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&text, &len);
+  REQUIRE(f);
+  REQUIRE(malloc_info(0, f) == 0);
+  std::fclose(f);
+  int n = 0;
+  for (const char* at = text; (at = std::strstr(at, "<heap nr=")); ++at) ++n;
+  std::free(text);
+  return n;
+}
+
+struct StormArgs {
+  A::Pool* pool;
+  uint64_t seed;
+  int replacements;
+  pthread_barrier_t* start;  // all threads alive at once when set
+  std::atomic<long>* nulls;
+  std::atomic<long>* bad;
+};
+
+// Up to 64 live blocks of 1 B .. 256 KiB (log-uniform), replaced at random: the bench's
+// threads workload, through the allocator alone.
+void* storm_thread(void* arg) {
+  auto* a = static_cast<StormArgs*>(arg);
+  if (a->start) pthread_barrier_wait(a->start);
+  uint64_t x = a->seed;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  unsigned char* live[64] = {};
+  size_t sizes[64] = {};
+  for (int i = 0; i < a->replacements; ++i) {
+    const unsigned k = unsigned(next() % 64);
+    if (live[k]) {
+      if (live[k][0] != (sizes[k] & 0xff) || live[k][sizes[k] - 1] != (sizes[k] & 0xff)) a->bad->fetch_add(1);
+      A::free_any(live[k]);
+    }
+    const size_t n = size_t(1) << (next() % 18);
+    sizes[k] = n + next() % n;
+    live[k] = static_cast<unsigned char*>(A::pool_malloc(a->pool, sizes[k]));
+    if (!live[k]) {
+      a->nulls->fetch_add(1);
+      continue;
+    }
+    live[k][0] = live[k][sizes[k] - 1] = static_cast<unsigned char>(sizes[k] & 0xff);
+  }
+  for (unsigned char* p : live)
+    if (p) A::free_any(p);
+  return nullptr;
+}
+
+// Runs threads storm threads (256 KiB stacks) started together; false if one could not start.
+bool storm(A::Pool* pool, int threads, int replacements, std::atomic<long>* nulls, std::atomic<long>* bad) {
+  pthread_barrier_t start;
+  pthread_barrier_init(&start, nullptr, unsigned(threads));
+  std::vector<StormArgs> args(static_cast<size_t>(threads));
+  std::vector<pthread_t> tids(static_cast<size_t>(threads));
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * kKiB);
+  int started = 0;
+  for (int i = 0; i < threads; ++i) {
+    args[size_t(i)] = {pool, 0x9E3779B97F4A7C15ull * uint64_t(i + 1), replacements, &start, nulls, bad};
+    if (pthread_create(&tids[size_t(i)], &attr, storm_thread, &args[size_t(i)]) != 0) break;
+    ++started;
+  }
+  pthread_attr_destroy(&attr);
+  if (started < threads) {
+    // Release the ones waiting: the barrier needs every thread.
+    for (int i = started; i < threads; ++i) pthread_barrier_wait(&start);
+  }
+  for (int i = 0; i < started; ++i) pthread_join(tids[size_t(i)], nullptr);
+  pthread_barrier_destroy(&start);
+  return started == threads;
+}
+
+}  // namespace
+
+TEST_CASE("threads that only allocate get no glibc malloc arena from the allocator", "[unit]") {
+  if (kSanitized) CXLPOOL_SKIP("a sanitizer's malloc replaces glibc's, whose arenas this counts");
+  // No purger: starting a thread allocates (pthread_create's own bookkeeping) on the thread
+  // that starts it, which is not the allocator's doing.
+  const uint64_t delay = A::purge_delay_ms();
+  A::set_purge_delay_ms(0);
+  for (const char* backing : {"numa:0", "memfd"}) {
+    INFO("backing " << backing);
+    TestPool t(backing);
+    const int before = glibc_arenas();
+    std::atomic<long> nulls{0}, bad{0};
+    // New pages, segments and regions, spans and huge blocks, committed and given back, on 8
+    // threads that call nothing else.
+    REQUIRE(storm(t.pool, 8, 3000, &nulls, &bad));
+    CHECK(nulls.load() == 0);
+    CHECK(bad.load() == 0);
+    CHECK(glibc_arenas() == before);
+  }
+  A::set_purge_delay_ms(delay);
+}
+
+TEST_CASE("hundreds of threads under an RLIMIT_AS with room get no NULL", "[unit]") {
+  if (kSanitized) CXLPOOL_SKIP("a sanitizer's shadow memory needs more address space than the limit leaves");
+  in_child([](bool* ok) {
+    A::set_address_space_limited(-1);
+    // 192 threads holding up to 64 blocks of up to 256 KiB each at once: about 260 MiB live,
+    // 48 MiB of stacks; the limit leaves 640 MiB. Threads of their own per glibc arena (64 MiB
+    // each, up to 8 per CPU) would take it all.
+    const size_t limit = vm_size() + 640 * kMiB;
+    struct rlimit rl {
+      limit, limit
+    };
+    if (setrlimit(RLIMIT_AS, &rl) != 0) {
+      std::fprintf(stderr, "setrlimit: %s\n", std::strerror(errno));
+      *ok = false;
+      return;
+    }
+    TestPool t("numa:0");
+    CHILD_CHECK(A::address_space_limited());
+    std::atomic<long> nulls{0}, bad{0};
+    const bool all = storm(t.pool, 192, 1500, &nulls, &bad);
+    std::fprintf(stderr, "192 threads under a limit of %zu MiB: %ld NULL, address space at most %zu MiB\n",
+                 limit / kMiB, nulls.load(), vm_peak() / kMiB);
+    CHILD_CHECK(all);
+    CHILD_CHECK(nulls.load() == 0);
+    CHILD_CHECK(bad.load() == 0);
+  });
 }

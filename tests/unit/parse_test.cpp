@@ -52,7 +52,7 @@ TEST_CASE("percent and id lists", "[unit]") {
 }
 
 TEST_CASE("interval set counts each unit once", "[unit]") {
-  IntervalSet s;
+  BasicIntervalSet<> s;
   CHECK(s.insert(0, 10) == 10);
   CHECK(s.insert(5, 15) == 5);
   CHECK(s.insert(20, 30) == 10);

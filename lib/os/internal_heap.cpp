@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
-// Internal heap of the interposer (see internal_heap.hpp). Blocks carry a 16-byte header with
+// cxlpool's internal heap (see internal_heap.hpp). Blocks carry a 16-byte header with
 // their class; memory comes from chunks of lazily touched address space made with a raw mmap
-// system call: one of 1 GiB without an RLIMIT_AS; under one, chunks that start at 1/1024 of
-// what the limit leaves (at least 256 KiB) and double as needed, so the heap holds little address
-// space the program could use. Never returned (the heap only holds cxlpool's own metadata).
-#include "preload/internal_heap.hpp"
+// system call: without an RLIMIT_AS 32 MiB, doubling up to 1 GiB; under one, chunks that start
+// at 1/1024 of what the limit leaves (at least 256 KiB) and double as needed, so the heap holds
+// little address space the program could use. Never returned (the heap only holds cxlpool's own metadata).
+#include "os/internal_heap.hpp"
 
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,10 +18,17 @@
 
 #include "os/prim.hpp"
 
-namespace cxlpool::detail::preload {
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
+namespace cxlpool::os {
 namespace {
 
-constexpr size_t kMaxReserve = size_t(1) << 30;  // address space; touched only as used
+// Chunks without an RLIMIT_AS: address space touched only as used, 32 MiB first, doubling up
+// to 1 GiB (a program may set a limit later: what the heap holds then is not the program's).
+constexpr size_t kFirstChunk = size_t(32) << 20;
+constexpr size_t kMaxChunk = size_t(1) << 30;
 constexpr size_t kMinChunk = size_t(256) << 10;
 constexpr int kMaxChunks = 24;
 constexpr unsigned kMinShift = 4, kClasses = 27;  // 16 B .. 1 GiB
@@ -63,6 +71,13 @@ thread_local bool tls_holding __attribute__((tls_model("initial-exec"))) = false
 uintptr_t g_next = 0, g_end = 0;
 void* g_free[kClasses] = {};
 
+// Spins a little, then yields: on a machine whose CPUs are all busy the holder may be off-CPU,
+// and spinning for a whole time slice would keep it there.
+void take_lock() noexcept {
+  for (unsigned spins = 0; g_lock.test_and_set(std::memory_order_acquire); ++spins)
+    if (spins >= 64) sched_yield();
+}
+
 // The spinlock; false when this thread holds it, or is about to (re-entered from a signal
 // handler). The flag is raised before the lock is taken and dropped after it is released, so a
 // handler that interrupts anywhere in between refuses instead of spinning on its own thread.
@@ -70,8 +85,7 @@ bool acquire() noexcept {
   if (tls_holding) return false;
   tls_holding = true;
   std::atomic_signal_fence(std::memory_order_seq_cst);
-  while (g_lock.test_and_set(std::memory_order_acquire)) {
-  }
+  take_lock();
   return true;
 }
 void release() noexcept {
@@ -86,7 +100,7 @@ bool grow(size_t need) noexcept {
   const int n = g_chunks.load(std::memory_order_relaxed);
   if (n == kMaxChunks) return false;
   const size_t headroom = os::prim::address_space_headroom();
-  size_t size = kMaxReserve;
+  size_t size = n == 0 ? kFirstChunk : std::min(kMaxChunk, g_chunk[n - 1].size * 2);
   if (headroom != SIZE_MAX) {
     size = n == 0 ? headroom / 1024 : g_chunk[n - 1].size * 2;
     size = std::min(size, std::max(headroom / 16, kMinChunk));
@@ -97,6 +111,10 @@ bool grow(size_t need) noexcept {
   // Raw system call: the libc wrapper is fine too, but nothing here may allocate.
   long r = syscall(SYS_mmap, nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (r == -1 || reinterpret_cast<void*>(r) == MAP_FAILED) return false;
+#if defined(__SANITIZE_ADDRESS__)
+  // Blocks here may hold the only pointer to memory of the sanitizer's heap.
+  __lsan_register_root_region(reinterpret_cast<void*>(r), size);
+#endif
   g_chunk[n] = {uintptr_t(r), size};
   if (n == 0) {
     g_size = size;
@@ -165,10 +183,7 @@ size_t internal_usable_size(const void* p) noexcept {
   return (size_t(1) << (h.cls + kMinShift)) + kHeader - h.offset;
 }
 
-void internal_lock() noexcept {
-  while (g_lock.test_and_set(std::memory_order_acquire)) {
-  }
-}
+void internal_lock() noexcept { take_lock(); }
 void internal_unlock() noexcept { g_lock.clear(std::memory_order_release); }
 void internal_reset_lock() noexcept {
   g_lock.clear(std::memory_order_release);
@@ -192,4 +207,4 @@ bool internal_free(void* p) noexcept {
   return true;
 }
 
-}  // namespace cxlpool::detail::preload
+}  // namespace cxlpool::os
