@@ -90,10 +90,9 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   // Under an RLIMIT_AS blocks above 32 KiB get a reservation of exactly their size (to the
   // page), as glibc maps its large ones: a class page would hold up to a quarter more. Each is
   // a mapping of its own, so only while cxlpool's mappings are under half their budget (a
-  // quarter of vm.max_map_count); where one cannot be had, a class page still can. The 32 KiB
-  // rises as such spans are freed (limited_span_min: glibc's dynamic threshold).
-  const bool room_span = !in_pages && size <= kMaxClassSize && alignment <= kSliceSize && address_space_limited() &&
-                         size > limited_span_min() && [] {
+  // quarter of vm.max_map_count); where one cannot be had, a class page still can.
+  const bool room_span = !in_pages && size <= kMaxClassSize && alignment <= kSliceSize && size > kLimitedSpanMin &&
+                         address_space_limited() && [] {
                            const VmaUse v = vma_use();
                            return v.vmas < v.budget / 2;
                          }();
@@ -301,10 +300,7 @@ void* pool_realloc(Pool* pool, void* p, size_t size) noexcept {
   if (!q) q = pool_malloc(hdr->pool, size);
   if (!q) return nullptr;
   std::memcpy(q, p, std::min(size, usable));
-  if (hdr->kind == ArenaKind::kHeapHuge)
-    huge_free_span(hdr, p, false);
-  else
-    free_in(hdr, p);
+  free_in(hdr, p);
   return q;
 }
 

@@ -115,12 +115,7 @@ uint64_t huge_cache_bound() noexcept {
   return std::min<uint64_t>(kHugeCacheBytes, os::prim::address_space_limit() / 64);
 }
 
-}  // namespace
-
-// by_program: a free the program asked for (not realloc moving the block), the only kind that
-// raises limited_span_min(), as only free() raises glibc's threshold: a buffer grown by realloc
-// frees span after span and would turn every later block of its sizes into a class page.
-void huge_free_span(SegmentHeader* hdr, void* p, bool by_program) noexcept {
+void huge_free(SegmentHeader* hdr, void* p) noexcept {
   ErrnoGuard keep_errno;
   auto* span = static_cast<HugeSpan*>(hdr);
   Pool* pool = span->pool;
@@ -143,7 +138,6 @@ void huge_free_span(SegmentHeader* hdr, void* p, bool by_program) noexcept {
     else
       d.orphan_huge_frees.fetch_add(1, std::memory_order_relaxed);
     list_remove(d.huge_live, span);
-    if (by_program && address_space_limited()) limited_span_freed(span->block);
     d.active.fetch_sub(span->block, std::memory_order_relaxed);
     d.huge_live_bytes.fetch_sub(span->block, std::memory_order_relaxed);
     // A span that moves now is not released mid-move: the cache keeps it, whatever its bound,
@@ -164,10 +158,6 @@ void huge_free_span(SegmentHeader* hdr, void* p, bool by_program) noexcept {
   }
   if (cache) purge_soon(pool, d);
 }
-
-namespace {
-
-void huge_free(SegmentHeader* hdr, void* p) noexcept { huge_free_span(hdr, p, true); }
 
 size_t huge_usable_size(SegmentHeader* hdr, const void* p) noexcept {
   auto* span = static_cast<HugeSpan*>(hdr);

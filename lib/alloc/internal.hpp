@@ -50,16 +50,6 @@ uint64_t next_unit_serial() noexcept;
 void unit_released(const Pool* pool, uintptr_t base, size_t size) noexcept;
 
 // ---- segment.cpp: regions, segments, commit/decommit of slices, purge passes ---------------
-// Under an RLIMIT_AS, blocks above this many bytes (and up to kMaxClassSize) get a span of their
-// own. It starts at kLimitedSpanMin. Once the program has freed kLimitedSpanChurn such spans
-// (free(), not realloc moving a block), it rises to the largest of them, and again with each
-// larger one, like glibc's dynamic mmap threshold: a program that frees and allocates such
-// blocks again and again gets them from class pages, without a mapping made and unmade under
-// the pool device's lock per block, while one that keeps its blocks (or frees a few, as an
-// interpreter does while it starts) still gets spans, which hold no address space beyond the
-// block. set_address_space_limited() resets it.
-size_t limited_span_min() noexcept;
-void limited_span_freed(size_t block) noexcept;
 bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
 bool device_decommit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept;
 bool commit_slices(Pool* pool, PoolDevice& d, Segment* seg, unsigned first, unsigned count) noexcept;
@@ -115,8 +105,6 @@ inline bool huge_reserves(const HugeSpan* span, const void* p) noexcept {
 }
 void huge_release_span(Pool* pool, PoolDevice& d, HugeSpan* span) noexcept;
 extern const ArenaOps kHugeOps;
-// kHugeOps.free is huge_free_span(hdr, p, true); realloc moving a block passes false.
-void huge_free_span(SegmentHeader* hdr, void* p, bool by_program) noexcept;
 
 // ---- placement.cpp: compiled routes and the rule chain -----------------------------------------
 void compile_routes(Pool* pool);

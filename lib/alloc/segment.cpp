@@ -23,9 +23,6 @@ void (*g_leave_internal)() noexcept = nullptr;
 
 namespace {
 std::atomic<int> g_limited{-1};
-std::atomic<size_t> g_limited_span_min{kLimitedSpanMin};
-std::atomic<size_t> g_limited_span_freed_most{0};  // the largest span freed (up to kMaxClassSize)
-std::atomic<uint64_t> g_limited_span_frees{0};
 std::atomic<size_t> g_region_segments{kRegionSegments};
 std::atomic<uint64_t> g_unit_serial{0};
 }  // namespace
@@ -46,21 +43,6 @@ bool address_space_limited() noexcept {
 }
 void set_address_space_limited(int limited) noexcept {
   g_limited.store(limited < 0 ? -1 : limited != 0, std::memory_order_relaxed);
-  g_limited_span_min.store(kLimitedSpanMin, std::memory_order_relaxed);
-  g_limited_span_freed_most.store(0, std::memory_order_relaxed);
-  g_limited_span_frees.store(0, std::memory_order_relaxed);
-}
-size_t limited_span_min() noexcept { return g_limited_span_min.load(std::memory_order_relaxed); }
-void limited_span_freed(size_t block) noexcept {
-  if (block > kMaxClassSize) return;
-  size_t most = g_limited_span_freed_most.load(std::memory_order_relaxed);
-  while (block > most && !g_limited_span_freed_most.compare_exchange_weak(most, block, std::memory_order_relaxed)) {
-  }
-  if (g_limited_span_frees.fetch_add(1, std::memory_order_relaxed) + 1 < kLimitedSpanChurn) return;
-  most = g_limited_span_freed_most.load(std::memory_order_relaxed);
-  size_t now = g_limited_span_min.load(std::memory_order_relaxed);
-  while (most > now && !g_limited_span_min.compare_exchange_weak(now, most, std::memory_order_relaxed)) {
-  }
 }
 
 void set_purge_delay_ms(uint64_t ms) noexcept { g_purge_delay_ns.store(ms * 1'000'000, std::memory_order_relaxed); }

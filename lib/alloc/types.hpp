@@ -36,9 +36,6 @@ inline constexpr uint64_t kMaxFreeCommitted = 1ull << 30;  // free committed byt
 // Under an RLIMIT_AS, blocks above this are huge: a reservation of exactly their size (to the
 // page), where a class page would hold up to 25% more for the class and its slices.
 inline constexpr size_t kLimitedSpanMin = size_t(32) << 10;
-// ... until the program has freed this many of them: then blocks up to the largest it freed come
-// from class pages (internal.hpp, limited_span_min).
-inline constexpr uint64_t kLimitedSpanChurn = 128;
 // Devices below this capacity (16 segments) get pages of the fewest slices that hold their
 // blocks (size_class.hpp, class_slices_tight), as under an RLIMIT_AS.
 inline constexpr uint64_t kTightPagesBelow = uint64_t(64) << 20;
@@ -209,8 +206,8 @@ struct PoolDevice {
   // stay committed until the segment is freed (device-DAX memory is not returned anyway).
   bool coarse = false;
   size_t page_size = 0;
-  std::mutex mu;                       // everything below that is not atomic
-  std::condition_variable unit_moved;  // a move of a unit homed here ended (mu)
+  std::mutex mu;                                               // everything below that is not atomic
+  std::condition_variable unit_moved;                          // a move of a unit homed here ended (mu)
   std::vector<Region, os::InternalAllocator<Region>> regions;  // grown on the program's threads
   Segment* partial = nullptr;
   Page* abandoned[kNumClasses] = {};

@@ -164,11 +164,11 @@ void child() noexcept {
   os::count_fork_in_child();  // 0
   os::own_threads_after_fork_child();
   InternalScope scope;
-  if (reentrant)                               // 6
+  if (reentrant)  // 6
     os::internal_reset_lock();
   else
     os::internal_unlock();
-  if (reentrant)                               // 5
+  if (reentrant)  // 5
     alloc::fork_child_after_reentrant_fork();
   else
     alloc::fork_child();

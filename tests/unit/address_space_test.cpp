@@ -5,8 +5,8 @@
 // allocation gives back what is free and retries, so the largest block that fits after a
 // workload of many small ones is nearly all the address space left, and memory that cannot
 // fit is NULL + ENOMEM; the limited mode's paths (tight pages, the fullest segment first, spans
-// above 32 KiB, a threshold that rises as such spans are freed, class pages for them once
-// cxlpool's mappings are past half their budget) under threads. Threads that only call the
+// above 32 KiB, class pages for them once cxlpool's mappings are past half their budget) under
+// threads. Threads that only call the
 // allocator get no glibc malloc arena from it (each reserves 64 MiB of the limit), and hundreds
 // of them under a limit with room get no NULL. The real-limit cases run in a forked child and
 // skip under sanitizers (their shadow memory needs the address space); the forced mode runs
@@ -238,7 +238,6 @@ TEST_CASE("spans under an RLIMIT_AS reserve their own bytes, and the rest of the
         REQUIRE(errno == EEXIST);
         A::free_any(p);
         A::pool_trim(t.pool);
-        A::set_address_space_limited(1);  // the freed span raised the size spans start above
       }
     }
     REQUIRE(q != MAP_FAILED);
@@ -341,41 +340,6 @@ TEST_CASE("the limited mode's paths under threads: exact spans, tight pages, rem
   const A::DeviceStats s = A::pool_device_stats(t.pool, 0);
   CHECK(s.allocated_bytes == 0);
   CHECK(s.resident_bytes == s.device_committed_bytes);
-}
-
-TEST_CASE("spans churned by the program raise the size above which blocks get spans under an RLIMIT_AS",
-          "[unit]") {
-  A::set_address_space_limited(1);
-  TestPool t("numa:0");
-  A::PtrInfo pi;
-  auto is_span = [&](size_t size) {
-    void* p = A::pool_malloc(t.pool, size);
-    REQUIRE(p);
-    REQUIRE(A::ptr_info(p, &pi));
-    const bool huge = pi.huge;
-    CHECK(A::free_any(p));
-    return huge;
-  };
-  // A few spans freed (an interpreter starting): blocks above 32 KiB are still spans.
-  CHECK(is_span(100 * kKiB));
-  for (int i = 0; i < 8; ++i) CHECK(is_span(40000 + size_t(i) * 4096));
-  CHECK(is_span(33 * kKiB));
-  // Realloc moving a span does not count: a buffer growing through many sizes.
-  void* grown = A::pool_malloc(t.pool, 40 * kKiB);
-  REQUIRE(grown);
-  for (size_t size = 48 * kKiB; size < 900 * kKiB; size += 4 * kKiB) {
-    grown = A::pool_realloc(t.pool, grown, size);
-    REQUIRE(grown);
-  }
-  CHECK(is_span(40000));
-  // A program that frees such blocks again and again (128 in all) gets them from class pages,
-  // up to the largest it freed; above it, spans still.
-  for (int i = 0; i < 128; ++i) (void)is_span(60 * kKiB);
-  CHECK_FALSE(is_span(40000));
-  CHECK_FALSE(is_span(100 * kKiB));
-  CHECK(is_span(200 * kKiB));
-  CHECK(A::free_any(grown));
-  A::set_address_space_limited(-1);
 }
 
 namespace {
