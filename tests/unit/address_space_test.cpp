@@ -112,6 +112,17 @@ void in_child(void (*body)(bool* ok)) {
     }                                                                         \
   } while (0)
 
+// Sets this process's RLIMIT_AS to limit; false (and *ok false, said on stderr) if it cannot.
+bool limit_address_space(size_t limit, bool* ok) {
+  struct rlimit rl {
+    limit, limit
+  };
+  if (setrlimit(RLIMIT_AS, &rl) == 0) return true;
+  std::fprintf(stderr, "setrlimit: %s\n", std::strerror(errno));
+  *ok = false;
+  return false;
+}
+
 // The largest block (MiB) pool_malloc hands out now, by bisection; every failure is NULL +
 // ENOMEM.
 size_t largest_mib(A::Pool* pool, size_t hi_mib, bool* ok) {
@@ -138,14 +149,7 @@ void many_small_then_largest(const char* backing, bool* ok) {
   mallopt(M_ARENA_MAX, 1);
   A::set_address_space_limited(-1);
   const size_t limit = vm_size() + 192 * kMiB;
-  struct rlimit rl {
-    limit, limit
-  };
-  if (setrlimit(RLIMIT_AS, &rl) != 0) {
-    std::fprintf(stderr, "setrlimit: %s\n", std::strerror(errno));
-    *ok = false;
-    return;
-  }
+  if (!limit_address_space(limit, ok)) return;
   TestPool t(backing);
   CHILD_CHECK(A::address_space_limited());
   std::mt19937 rng(7);
@@ -457,14 +461,7 @@ TEST_CASE("hundreds of threads under an RLIMIT_AS with room get no NULL", "[unit
     // 48 MiB of stacks; the limit leaves 640 MiB. Threads of their own per glibc arena (64 MiB
     // each, up to 8 per CPU) would take it all.
     const size_t limit = vm_size() + 640 * kMiB;
-    struct rlimit rl {
-      limit, limit
-    };
-    if (setrlimit(RLIMIT_AS, &rl) != 0) {
-      std::fprintf(stderr, "setrlimit: %s\n", std::strerror(errno));
-      *ok = false;
-      return;
-    }
+    if (!limit_address_space(limit, ok)) return;
     TestPool t("numa:0");
     CHILD_CHECK(A::address_space_limited());
     std::atomic<long> nulls{0}, bad{0};
