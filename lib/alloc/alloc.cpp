@@ -9,6 +9,7 @@
 
 #include "alloc/fast.hpp"
 #include "common/error.hpp"
+#include "os/prim.hpp"
 
 namespace cxlpool::detail::alloc {
 
@@ -62,18 +63,29 @@ void give_back_free(Pool* pool) noexcept {
     if (e.pool && !e.pool->detached) pool_trim(e.pool);
 }
 
-// Why an allocation failed, as the thread's last error (cxlpool_last_error_message): the device
-// the policy tried last, its committed bytes against its capacity and, for fd devices, its
-// reserved offsets (a block needs free offsets in one run). Nothing is allocated here: the
-// interposer's malloc fails through this too.
+// Why an allocation failed, as the thread's last error (cxlpool_last_error_message). Under an
+// RLIMIT_AS with less address space left than the block and a segment more, that is the cause
+// (the device may have room); otherwise the device the policy tried last, its committed bytes
+// against its capacity and, for fd devices, its reserved offsets (a block needs free offsets in
+// one run). Nothing is allocated here: the interposer's malloc fails through this too.
 [[gnu::cold, gnu::noinline]] void say_no_room(const Pool* pool, int di, size_t size) noexcept {
   const Device& dev = *pool->dev[di].device;
   constexpr double kMiBf = 1024.0 * 1024.0;
+  char text[512];
+  const size_t headroom = os::prim::address_space_headroom();
+  if (headroom != SIZE_MAX && headroom < size + 2 * kSegmentSize) {
+    std::snprintf(text, sizeof text,
+                  "pool '%s': no address space for %zu bytes: RLIMIT_AS is %.1f MiB and %.1f MiB of it are left "
+                  "(device '%s' has %.1f of %.1f MiB committed)",
+                  pool->name.c_str(), size, double(os::prim::address_space_limit()) / kMiBf, double(headroom) / kMiBf,
+                  dev.name().c_str(), double(dev.committed()) / kMiBf, double(dev.capacity()) / kMiBf);
+    set_last_error(CXLPOOL_E_NO_MEMORY, ENOMEM, text);
+    return;
+  }
   char offsets[128] = "";
   if (dev.caps().kind != CXLPOOL_BACKING_NUMA)
     std::snprintf(offsets, sizeof offsets, "; %.1f MiB of its offsets reserved (a block needs free offsets in one run)",
                   double(dev.reserved_bytes()) / kMiBf);
-  char text[512];
   std::snprintf(
       text, sizeof text,
       "pool '%s': no room for %zu bytes on device '%s' (the policy's last choice): %.1f of %.1f MiB committed%s",
@@ -82,7 +94,34 @@ void give_back_free(Pool* pool) noexcept {
   set_last_error(CXLPOOL_E_CAPACITY, ENOMEM, text);
 }
 
-void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int forced, bool in_pages = false) noexcept {
+// No heap to allocate with: a thread's heap and a central heap are metadata mappings, and
+// neither could be made.
+[[gnu::cold, gnu::noinline]] void say_no_heap(const Pool* pool) noexcept {
+  char text[256];
+  const size_t headroom = os::prim::address_space_headroom();
+  if (headroom != SIZE_MAX)
+    std::snprintf(text, sizeof text,
+                  "pool '%s': no memory for a heap's metadata (%zu bytes): RLIMIT_AS is %.1f MiB and %.1f MiB of it "
+                  "are left",
+                  pool->name.c_str(), sizeof(Heap), double(os::prim::address_space_limit()) / (1024.0 * 1024.0),
+                  double(headroom) / (1024.0 * 1024.0));
+  else
+    std::snprintf(text, sizeof text, "pool '%s': no memory for a heap's metadata (%zu bytes)", pool->name.c_str(),
+                  sizeof(Heap));
+  set_last_error(CXLPOOL_E_NO_MEMORY, ENOMEM, text);
+}
+
+// Under an RLIMIT_AS, threads take pages of their own only while at most this many threads
+// have heaps in the pool (glibc's arena count on 64-bit: 8 per CPU); the others allocate from
+// the central heaps. Each page a thread owns holds a slice or more of address space for every
+// class it allocates often: 2,000 threads with four live blocks each filled a 586 MiB limit
+// with pages, where glibc's threads share its few arenas.
+unsigned limited_owner_threads() noexcept { return 8 * os::prim::online_cpus(); }
+
+// in_pages: no exact span under an RLIMIT_AS (one could not be had). central_only: from a
+// central heap even where the thread would take a page of its own (none could be had).
+void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int forced, bool in_pages = false,
+               bool central_only = false) noexcept {
   if (pool->detached) {  // a shared pool inherited across fork(): the parent's heap state
     errno = ENOMEM;
     return nullptr;
@@ -91,11 +130,12 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   // page), as glibc maps its large ones: a class page would hold up to a quarter more. Each is
   // a mapping of its own, so only while cxlpool's mappings are under half their budget (a
   // quarter of vm.max_map_count); where one cannot be had, a class page still can.
-  const bool room_span = !in_pages && size <= kMaxClassSize && alignment <= kSliceSize && size > kLimitedSpanMin &&
-                         address_space_limited() && [] {
-                           const VmaUse v = vma_use();
-                           return v.vmas < v.budget / 2;
-                         }();
+  const bool limited = address_space_limited();
+  const bool room_span =
+      !in_pages && size <= kMaxClassSize && alignment <= kSliceSize && size > kLimitedSpanMin && limited && [] {
+        const VmaUse v = vma_use();
+        return v.vmas < v.budget / 2;
+      }();
   bool huge = size > kMaxClassSize || alignment > kSliceSize || room_span;
   unsigned cls = 0;
   if (!huge) {
@@ -107,18 +147,25 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   // (central.cpp): a page of its own per class would hold a slice of the device (above 8 KiB,
   // 8+ blocks) for each class each thread touches now and then. Not for the only thread under
   // an RLIMIT_AS: it would hold two pages of each class it uses, the central one and its own
-  // (a segment more of address space for a single-threaded Python).
+  // (a segment more of address space for a single-threaded Python). A thread without a heap
+  // (its metadata could not be mapped) allocates from a central heap too.
   Heap* h = heap_of(pool);
-  bool shared = false;
-  if (h && !huge && h->warm[cls] < warm_limit(cls) &&
-      !(address_space_limited() && pool->thread_heaps.load(std::memory_order_relaxed) <= 1)) {
-    ++h->warm[cls];
-    shared = true;
+  bool shared = !h || central_only;
+  if (h && !shared && !huge) {
+    const uint32_t threads = pool->thread_heaps.load(std::memory_order_relaxed);
+    if (limited && threads > limited_owner_threads()) {
+      shared = true;
+    } else if (h->warm[cls] < warm_limit(cls) && !(limited && threads <= 1)) {
+      ++h->warm[cls];
+      shared = true;
+    }
   }
+  const bool own_heap = h && !shared;
   std::unique_lock<std::mutex> held;
   Pool::Central* central = shared ? &lock_central(pool, &held) : nullptr;
   if (central) h = central_heap(pool, *central);
   if (!h) {
+    say_no_heap(pool);
     errno = ENOMEM;
     return nullptr;
   }
@@ -162,8 +209,11 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   }
   if (!p && room_span) {
     if (held.owns_lock()) held.unlock();
-    return allocate(pool, size, alignment, hint, forced, true);
+    return allocate(pool, size, alignment, hint, forced, true, central_only);
   }
+  // A thread whose own pages are full and that could get no new one (no address space for a
+  // segment) may still find a free block in a central heap's pages.
+  if (!p && own_heap && !huge) return allocate(pool, size, alignment, hint, forced, in_pages, true);
   if (!p) {
     h->row[di].counters.failures.add(1);
     say_no_room(pool, di, size);

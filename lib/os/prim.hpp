@@ -145,6 +145,8 @@ int process_id() noexcept;
 size_t address_space_headroom() noexcept;
 // RLIMIT_AS itself (SIZE_MAX when unlimited).
 size_t address_space_limit() noexcept;
+// CPUs online when first asked (at least 1).
+unsigned online_cpus() noexcept;
 // Writes a line to stderr with write(2): usable where nothing may allocate.
 void write_stderr(const char* text) noexcept;
 [[noreturn]] void exit_now(int status) noexcept;  // _exit: no atexit handlers, no flushing

@@ -523,6 +523,14 @@ size_t address_space_limit() noexcept {
   return size_t(rl.rlim_cur);
 }
 
+unsigned online_cpus() noexcept {
+  static const unsigned n = [] {
+    const long v = sysconf(_SC_NPROCESSORS_ONLN);
+    return v > 0 ? unsigned(v) : 1u;
+  }();
+  return n;
+}
+
 void write_stderr(const char* text) noexcept {
   size_t len = std::strlen(text);
   while (len) {
