@@ -7,6 +7,8 @@
 // by constructor order. Here the order is the text of prepare(), parent() and child().
 //
 // fork(). prepare runs rows 1 to 6; parent runs 6 to 1; the child runs row 0, then 6 to 1.
+// Around them, prepare first blocks the forking thread's asynchronous signals and the parent
+// and child restore its mask last (t_fork_mask).
 //
 //  row  component             prepare                   parent        child
 //   0   os                    -                         -             fork_generation() + 1; no own threads
@@ -101,6 +103,13 @@ const InterposerHooks* g_interposer = nullptr;
 std::atomic<bool> g_initialised{false};
 // This thread's prepare took nothing: a fork from a signal handler that interrupted cxlpool.
 thread_local bool t_reentrant_fork __attribute__((tls_model("initial-exec"))) = false;
+// The forking thread's signal mask before prepare blocked the asynchronous signals: from the
+// first lock prepare takes to the last the parent or child releases, a handler that mallocs on
+// this thread would wait for a lock the thread itself holds (glibc's fork also holds its
+// malloc locks in that window). The signals wait for the fork instead, and none is lost: what
+// arrives meanwhile stays pending in the parent and is delivered when the mask is restored.
+alignas(8) thread_local unsigned char t_fork_mask[os::prim::kSignalMaskBytes]
+    __attribute__((tls_model("initial-exec")));
 
 // The interposer's internal scope around a handler; nothing in libcxlpool.so.
 struct InternalScope {
@@ -135,6 +144,7 @@ void prepare() noexcept {
     t_reentrant_fork = true;
     return;
   }
+  os::prim::block_async_signals(t_fork_mask);
   InternalScope scope;
   shared::fork_quiesce();        // 1
   take(&InterposerHooks::init);  // 2
@@ -156,6 +166,7 @@ void parent() noexcept {
   tiering::fork_parent();                  // 3
   release(&InterposerHooks::init, false);  // 2
   shared::fork_resume();                   // 1
+  os::prim::restore_signals(t_fork_mask);
 }
 
 void child() noexcept {
@@ -176,6 +187,7 @@ void child() noexcept {
   tiering::after_fork_child(!reentrant);       // 3
   release(&InterposerHooks::init, reentrant);  // 2
   shared::fork_resume_in_child();              // 1
+  if (!reentrant) os::prim::restore_signals(t_fork_mask);
 }
 
 // At exit(): what the process leaves in filesystems goes (the lock files of its device claims;

@@ -20,6 +20,9 @@
  *                1,000 forks, none waiting for another (with libcxlpool.so linked as well, a
  *                handler that interrupted the interposer once waited for the linked copy's
  *                locks, which a fork on another thread held while it waited for the interposer)
+ *   signal-in-fork  four threads fork in a loop while another sends them SIGUSR2, whose
+ *                handler mallocs and frees: a signal that lands between cxlpool's fork handlers
+ *                (its locks taken) on the forking thread must not wait for those locks
  * In each, the parent writes right after fork returns; the child must see only the values at
  * fork time. Exit 0 when everything held. Built a second time linked with libcxlpool.so
  * (FORK_HOSTILE_LINKED): under the interposer, two copies of the library with fork handlers. */
@@ -297,6 +300,55 @@ static int sigfork_kill(void) {
   return 0;
 }
 
+static atomic_long sif_forks, sif_signals;
+static atomic_int sif_pending[4], sif_done;
+static __thread int sif_index = -1;
+static void sif_on_usr2(int sig) {
+  (void)sig;
+  int saved = errno;
+  long n = atomic_fetch_add(&sif_signals, 1);
+  unsigned char* p = malloc(64 + (size_t)(n % 4000));
+  if (p) {
+    memset(p, 1, 64);
+    free(p);
+  }
+  if (sif_index >= 0) atomic_store(&sif_pending[sif_index], 0);
+  errno = saved;
+}
+static void* sif_forker(void* arg) {
+  sif_index = (int)(uintptr_t)arg;
+  for (int i = 0; i < 300; ++i) {
+    void* x = malloc(100 + (size_t)i);
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0) child_status(pid);
+    free(x);
+    atomic_fetch_add(&sif_forks, 1);
+  }
+  atomic_fetch_add(&sif_done, 1);
+  return NULL;
+}
+static int signal_in_fork(void) {
+  on_signal(sif_on_usr2, (const int[]){SIGUSR2, 0});
+  pthread_t t[4];
+  for (int i = 0; i < 4; ++i) pthread_create(&t[i], NULL, sif_forker, (void*)(uintptr_t)i);
+  /* Each thread gets its next signal once it handled the last (a signal sent while one is
+   * pending would merge with it); forks done, not time, end the run. */
+  for (unsigned i = 0; atomic_load(&sif_done) < 4; ++i) {
+    const unsigned k = i % 4;
+    if (!atomic_load(&sif_pending[k]) && atomic_load(&sif_done) < 4) {
+      atomic_store(&sif_pending[k], 1);
+      if (pthread_kill(t[k], SIGUSR2) != 0) atomic_store(&sif_pending[k], 0);
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+  for (int i = 0; i < 4; ++i) pthread_join(t[i], NULL);
+  printf("signal-in-fork: %ld forks, %ld signals handled\n", (long)atomic_load(&sif_forks),
+         (long)atomic_load(&sif_signals));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
 #ifdef FORK_HOSTILE_LINKED
@@ -307,6 +359,8 @@ int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "sigfork") == 0) return sigfork();
   if (argc == 2 && strcmp(argv[1], "sigfork-threads") == 0) return sigfork_threads();
   if (argc == 2 && strcmp(argv[1], "sigfork-kill") == 0) return sigfork_kill();
-  fprintf(stderr, "usage: fork_hostile fds N | closerange | sigfork | sigfork-threads | sigfork-kill\n");
+  if (argc == 2 && strcmp(argv[1], "signal-in-fork") == 0) return signal_in_fork();
+  fprintf(stderr,
+          "usage: fork_hostile fds N | closerange | sigfork | sigfork-threads | sigfork-kill | signal-in-fork\n");
   return 2;
 }

@@ -1240,7 +1240,13 @@ def mode_fork_hostile():
     # With libcxlpool.so linked too: two copies of the library, each with its handlers. A
     # handler that interrupted the interposer must take nothing in either copy, or it waits for
     # the linked copy's locks held by a fork waiting for the interposer lock it holds.
-    for case in ("sigfork-threads", "sigfork-kill", "sigfork-kill"):
+    # A handler that mallocs, run on a thread between cxlpool's fork handlers (its locks held):
+    # the locks must not be waited for there (signals wait for the fork instead).
+    r = run(cxl([prog, "signal-in-fork"]), timeout=120)
+    check(r.returncode == 0, f"signal-in-fork [default devices]: {r.out.strip() or '-'} ({r.describe()})")
+    if r.returncode:
+        info(head(r.err, 4))
+    for case in ("sigfork-threads", "sigfork-kill", "sigfork-kill", "signal-in-fork"):
         r = run(cxl([exe("process_fork_hostile_linked"), case]), timeout=120)
         check(r.returncode == 0, f"{case} with libcxlpool.so linked: {r.out.strip() or '-'} ({r.describe()})")
         if r.returncode:
