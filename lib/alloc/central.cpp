@@ -15,6 +15,21 @@
 
 namespace cxlpool::detail::alloc {
 
+namespace {
+// A central heap's lock is held for a malloc or a free of one block: a thread that finds it
+// taken tries again for a few hundred nanoseconds before it sleeps, as the holder is likely
+// running on another CPU. Under an RLIMIT_AS with 500 short-lived threads, all on the
+// central heaps, `threads_short/500` took 467-565 ms instead of 572-624 (3 runs each;
+// unlimited, 51-56 ms both ways).
+void lock_spinning(std::mutex& mu) noexcept {
+  for (int i = 0; i < 100; ++i) {
+    if (mu.try_lock()) return;
+    __builtin_ia32_pause();
+  }
+  mu.lock();
+}
+}  // namespace
+
 Pool::Central& lock_central(Pool* pool, std::unique_lock<std::mutex>* held) noexcept {
   const int cpu = sched_getcpu();
   Pool::Central& mine = pool->central[unsigned(cpu < 0 ? 0 : cpu) % kCentralHeaps];
@@ -27,7 +42,8 @@ Pool::Central& lock_central(Pool* pool, std::unique_lock<std::mutex>* held) noex
         *held = std::unique_lock<std::mutex>(c.mu, std::adopt_lock);
         return c;
       }
-  *held = std::unique_lock<std::mutex>(mine.mu);
+  lock_spinning(mine.mu);
+  *held = std::unique_lock<std::mutex>(mine.mu, std::adopt_lock);
   return mine;
 }
 
@@ -54,7 +70,8 @@ void nonlocal_free(Segment* seg, void* p, Heap* me, Page* pg, uint64_t* word, ui
   if (owner && owner->central >= 0) {
     Pool::Central& c = seg->pool->central[owner->central];
     {
-      std::lock_guard<std::mutex> lock(c.mu);
+      lock_spinning(c.mu);
+      std::lock_guard<std::mutex> lock(c.mu, std::adopt_lock);
       // The page cannot change hands while the lock is held, but it may have since the look
       // above (a racing second free emptied it, and it was retired and reused): look again.
       const BlockRef now = locate_block(seg, reinterpret_cast<uintptr_t>(p));
