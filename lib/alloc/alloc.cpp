@@ -82,6 +82,21 @@ void give_back_free(Pool* pool) noexcept {
     set_last_error(CXLPOOL_E_NO_MEMORY, ENOMEM, text);
     return;
   }
+  // The device had room, and the process is at vm.max_map_count: a reservation or a commit
+  // that splits a mapping needs a mapping more.
+  if (dev.committed() + size <= dev.capacity()) {
+    const uint64_t maps = os::process_mappings(), max_maps = os::max_map_count();
+    if (maps + 8 >= max_maps) {
+      std::snprintf(text, sizeof text,
+                    "pool '%s': no mapping left for %zu bytes: the process holds %llu mappings and "
+                    "vm.max_map_count is %llu (device '%s' has %.1f of %.1f MiB committed)",
+                    pool->name.c_str(), size, static_cast<unsigned long long>(maps),
+                    static_cast<unsigned long long>(max_maps), dev.name().c_str(), double(dev.committed()) / kMiBf,
+                    double(dev.capacity()) / kMiBf);
+      set_last_error(CXLPOOL_E_NO_MEMORY, ENOMEM, text);
+      return;
+    }
+  }
   char offsets[128] = "";
   if (dev.caps().kind != CXLPOOL_BACKING_NUMA)
     std::snprintf(offsets, sizeof offsets, "; %.1f MiB of its offsets reserved (a block needs free offsets in one run)",
@@ -97,14 +112,21 @@ void give_back_free(Pool* pool) noexcept {
 // No heap to allocate with: a thread's heap and a central heap are metadata mappings, and
 // neither could be made.
 [[gnu::cold, gnu::noinline]] void say_no_heap(const Pool* pool) noexcept {
-  char text[256];
+  char text[320];
   const size_t headroom = os::prim::address_space_headroom();
-  if (headroom != SIZE_MAX)
+  const uint64_t maps = os::process_mappings(), max_maps = os::max_map_count();
+  if (headroom != SIZE_MAX && headroom < 2 * kSegmentSize)
     std::snprintf(text, sizeof text,
                   "pool '%s': no memory for a heap's metadata (%zu bytes): RLIMIT_AS is %.1f MiB and %.1f MiB of it "
                   "are left",
                   pool->name.c_str(), sizeof(Heap), double(os::prim::address_space_limit()) / (1024.0 * 1024.0),
                   double(headroom) / (1024.0 * 1024.0));
+  else if (maps + 8 >= max_maps)
+    std::snprintf(text, sizeof text,
+                  "pool '%s': no mapping left for a heap's metadata (%zu bytes): the process holds %llu mappings and "
+                  "vm.max_map_count is %llu",
+                  pool->name.c_str(), sizeof(Heap), static_cast<unsigned long long>(maps),
+                  static_cast<unsigned long long>(max_maps));
   else
     std::snprintf(text, sizeof text, "pool '%s': no memory for a heap's metadata (%zu bytes)", pool->name.c_str(),
                   sizeof(Heap));

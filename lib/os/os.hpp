@@ -20,6 +20,9 @@ uint64_t total_ram_bytes();
 // vm.max_map_count: how many mappings (VMAs) the kernel allows a process; 65530 (the kernel's
 // default) when it cannot be read.
 uint64_t max_map_count() noexcept;
+// The mappings (VMAs) the process holds now: the lines of /proc/self/maps, read with plain
+// system calls into a stack buffer (nothing allocated). 0 when it cannot be read.
+uint64_t process_mappings() noexcept;
 
 // Capabilities of the running kernel, probed once on first use.
 struct KernelCaps {

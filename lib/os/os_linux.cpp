@@ -152,6 +152,23 @@ uint64_t max_map_count() noexcept {
   return n;
 }
 
+uint64_t process_mappings() noexcept {
+  const int fd = ::open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  uint64_t lines = 0;
+  char buf[4096];
+  for (ssize_t k; (k = ::read(fd, buf, sizeof buf)) != 0;) {
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      lines = 0;
+      break;
+    }
+    for (ssize_t i = 0; i < k; ++i) lines += buf[i] == '\n';
+  }
+  ::close(fd);
+  return lines;
+}
+
 void* create_sealed_page(const std::string& name, size_t bytes, int* fd_out) {
   int fd = int(syscall(SYS_memfd_create, name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (fd < 0) fail_os("memfd_create(\"" + name + "\")", errno);

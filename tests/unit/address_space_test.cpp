@@ -32,6 +32,7 @@
 #include "alloc/pool.hpp"
 #include "common/error.hpp"
 #include "device/device.hpp"
+#include "os/os.hpp"
 #include "test_support.hpp"
 #include "topology/model.hpp"
 
@@ -517,5 +518,48 @@ TEST_CASE("two thousand threads alive at once under an RLIMIT_AS get no NULL", "
     CHILD_CHECK(all);
     CHILD_CHECK(nulls.load() == 0);
     CHILD_CHECK(bad.load() == 0);
+  });
+}
+
+TEST_CASE("a NULL at vm.max_map_count says so, and allocation works again once mappings are freed", "[unit]") {
+  if (kSanitized) CXLPOOL_SKIP("a sanitizer needs mappings of its own to report anything");
+  const uint64_t max_maps = cxlpool::os::max_map_count();
+  if (max_maps > 300000)
+    CXLPOOL_SKIP("vm.max_map_count is " + std::to_string(max_maps) + ": too many mappings to fill here");
+  in_child([](bool* ok) {
+    A::set_address_space_limited(0);
+    TestPool t("memfd");
+    A::free_any(A::pool_malloc(t.pool, 64));  // the thread's heap, made while mappings are left
+    // Every other page of one reservation made readable: each change splits it, until the
+    // kernel refuses a mapping more (ENOMEM).
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    const size_t pages = size_t(cxlpool::os::max_map_count()) * 2 + 16;
+    auto* filler = static_cast<char*>(mmap(nullptr, pages * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    CHILD_CHECK(filler != MAP_FAILED);
+    if (filler == MAP_FAILED) return;
+    // A failing allocation first gives back what the pool holds free (a mapping less), so the
+    // mappings are filled again after each block that still came.
+    size_t split = 0, next = 1;
+    std::vector<void*> got;
+    void* p = nullptr;
+    for (int tries = 0; tries < 32; ++tries) {
+      for (; next < pages; next += 2, ++split)
+        if (mprotect(filler + next * page, page, PROT_READ) != 0) break;
+      errno = 0;
+      p = A::pool_malloc(t.pool, 8 * kMiB);
+      if (!p) break;
+      got.push_back(p);
+    }
+    const cxlpool_error_info_t why = cxlpool::detail::last_error();
+    std::fprintf(stderr, "after %zu splits: %s\n", split, p ? "allocated" : why.message);
+    CHILD_CHECK(p == nullptr && errno == ENOMEM);
+    CHILD_CHECK(why.status == CXLPOOL_E_NO_MEMORY);
+    CHILD_CHECK(std::strstr(why.message, "no mapping left for 8388608 bytes: the process holds") != nullptr);
+    CHILD_CHECK(std::strstr(why.message, "vm.max_map_count is") != nullptr);
+    munmap(filler, pages * page);
+    void* q = A::pool_malloc(t.pool, 8 * kMiB);
+    CHILD_CHECK(q != nullptr);
+    A::free_any(q);
+    for (void* b : got) A::free_any(b);
   });
 }
