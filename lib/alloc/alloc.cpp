@@ -15,9 +15,20 @@ namespace cxlpool::detail::alloc {
 
 namespace {
 
-inline Heap* heap_of(Pool* pool) noexcept {
-  Heap* h = tls_heap(pool);
-  return h ? h : heap_slow(pool);
+// Under an RLIMIT_AS, threads take pages of their own only while at most this many threads
+// have heaps in the pool (glibc's arena count on 64-bit: 8 per CPU); the others allocate from
+// the central heaps. Each page a thread owns holds a slice or more of address space for every
+// class it allocates often: 2,000 threads with four live blocks each filled a 586 MiB limit
+// with pages, where glibc's threads share its few arenas.
+unsigned limited_owner_threads() noexcept { return 8 * os::prim::online_cpus(); }
+
+// The calling thread's heap, made at its first allocation. Under an RLIMIT_AS, none is made
+// once limited_owner_threads() threads have one: a heap is a metadata mapping of ~36 KiB (70
+// MiB of address space for 2,000 threads), and such a thread allocates from the central heaps.
+inline Heap* heap_of(Pool* pool, bool limited) noexcept {
+  if (Heap* h = tls_heap(pool)) return h;
+  if (limited && pool->thread_heaps.load(std::memory_order_relaxed) >= limited_owner_threads()) return nullptr;
+  return heap_slow(pool);
 }
 
 // The smallest class at least size bytes whose blocks all start aligned (pages start 64 KiB
@@ -133,13 +144,6 @@ void give_back_free(Pool* pool) noexcept {
   set_last_error(CXLPOOL_E_NO_MEMORY, ENOMEM, text);
 }
 
-// Under an RLIMIT_AS, threads take pages of their own only while at most this many threads
-// have heaps in the pool (glibc's arena count on 64-bit: 8 per CPU); the others allocate from
-// the central heaps. Each page a thread owns holds a slice or more of address space for every
-// class it allocates often: 2,000 threads with four live blocks each filled a 586 MiB limit
-// with pages, where glibc's threads share its few arenas.
-unsigned limited_owner_threads() noexcept { return 8 * os::prim::online_cpus(); }
-
 // in_pages: no exact span under an RLIMIT_AS (one could not be had). central_only: from a
 // central heap even where the thread would take a page of its own (none could be had).
 void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int forced, bool in_pages = false,
@@ -171,7 +175,7 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   // an RLIMIT_AS: it would hold two pages of each class it uses, the central one and its own
   // (a segment more of address space for a single-threaded Python). A thread without a heap
   // (its metadata could not be mapped) allocates from a central heap too.
-  Heap* h = heap_of(pool);
+  Heap* h = heap_of(pool, limited);
   bool shared = !h || central_only;
   if (h && !shared && !huge) {
     const uint32_t threads = pool->thread_heaps.load(std::memory_order_relaxed);
