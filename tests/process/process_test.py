@@ -770,6 +770,20 @@ def mode_ulimit():
                           f"stdout {'same' if r.stdout == plain.stdout else 'DIFFERENT'}")
                 if not ok:
                     show_diff(plain, r)
+    # Hundreds and thousands of threads (128 KiB stacks) under a limit: every thread starts and
+    # no malloc returns NULL, with the output of glibc's run without a limit. (glibc's own run
+    # under the limit is no reference: its arenas, 64 MiB of address space each, leave no room
+    # for the threads' stacks after 50-200 threads.) 500 threads holding blocks to 256 KiB at
+    # once peak at about 500 MB; with pages of their own per thread they got 26,000 NULL here.
+    storm = exe("process_thread_storm")
+    small_stacks = ["bash", "-c", 'ulimit -s 128; ulimit -v "$0"; exec "$@"']
+    for argv in (["2000", "1", "4", "--together"], ["500", "2000", "18", "--together"], ["2000", "500", "16"]):
+        plain = run([storm] + argv, timeout=240)
+        for policy, devices in ((None, None), ("bind:farmem", "farmem:backing=memfd,size=2G")):
+            r = run(small_stacks + ["600000"] + cxl([storm] + argv, policy, devices), timeout=240)
+            ok = r.returncode == plain.returncode == 0 and r.stdout == plain.stdout and not r.timed_out
+            check(ok, f"ulimit -v 600000, thread_storm {' '.join(argv)} [policy {policy or 'default'}]: "
+                      f"{r.out.strip() or head(r.err, 3)} ({r.describe()}); glibc without a limit: {plain.out.strip()}")
 
 
 # ---- D3: address space under ulimit -v ----------------------------------------------------------
