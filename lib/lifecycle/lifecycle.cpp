@@ -8,7 +8,7 @@
 //
 // fork(). prepare runs rows 1 to 6; parent runs 6 to 1; the child runs row 0, then 6 to 1.
 // Around them, prepare first blocks the forking thread's asynchronous signals and the parent
-// and child restore its mask last (t_fork_mask).
+// and child unblock them last, outside the internal scope (t_fork_mask).
 //
 //  row  component             prepare                   parent        child
 //   0   os                    -                         -             fork_generation() + 1; no own threads
@@ -107,7 +107,12 @@ thread_local bool t_reentrant_fork __attribute__((tls_model("initial-exec"))) = 
 // first lock prepare takes to the last the parent or child releases, a handler that mallocs on
 // this thread would wait for a lock the thread itself holds (glibc's fork also holds its
 // malloc locks in that window). The signals wait for the fork instead, and none is lost: what
-// arrives meanwhile stays pending in the parent and is delivered when the mask is restored.
+// arrives meanwhile stays pending in the parent and is delivered when they are unblocked,
+// after the interposer's internal scope has ended (a handler run inside it would allocate
+// from the internal heap, and one that left by siglongjmp would leave the thread "inside").
+// Only what prepare blocked is unblocked: a signal the program held blocked (glibc's own two
+// included) stays blocked, and so does none that another library's fork handler, run inside
+// this window, blocked after the program had left it unblocked (a limit: docs/preload.md).
 alignas(8) thread_local unsigned char t_fork_mask[os::prim::kSignalMaskBytes]
     __attribute__((tls_model("initial-exec")));
 
@@ -159,14 +164,16 @@ void parent() noexcept {
     t_reentrant_fork = false;
     return;
   }
-  InternalScope scope;
-  os::internal_unlock();                   // 6
-  alloc::fork_parent();                    // 5
-  stats::fork_parent();                    // 4
-  tiering::fork_parent();                  // 3
-  release(&InterposerHooks::init, false);  // 2
-  shared::fork_resume();                   // 1
-  os::prim::restore_signals(t_fork_mask);
+  {
+    InternalScope scope;
+    os::internal_unlock();                   // 6
+    alloc::fork_parent();                    // 5
+    stats::fork_parent();                    // 4
+    tiering::fork_parent();                  // 3
+    release(&InterposerHooks::init, false);  // 2
+    shared::fork_resume();                   // 1
+  }
+  os::prim::unblock_async_signals_since(t_fork_mask);
 }
 
 void child() noexcept {
@@ -174,20 +181,22 @@ void child() noexcept {
   t_reentrant_fork = false;
   os::count_fork_in_child();  // 0
   os::own_threads_after_fork_child();
-  InternalScope scope;
-  if (reentrant)  // 6
-    os::internal_reset_lock();
-  else
-    os::internal_unlock();
-  if (reentrant)  // 5
-    alloc::fork_child_after_reentrant_fork();
-  else
-    alloc::fork_child();
-  stats::after_fork_child(!reentrant);         // 4
-  tiering::after_fork_child(!reentrant);       // 3
-  release(&InterposerHooks::init, reentrant);  // 2
-  shared::fork_resume_in_child();              // 1
-  if (!reentrant) os::prim::restore_signals(t_fork_mask);
+  {
+    InternalScope scope;
+    if (reentrant)  // 6
+      os::internal_reset_lock();
+    else
+      os::internal_unlock();
+    if (reentrant)  // 5
+      alloc::fork_child_after_reentrant_fork();
+    else
+      alloc::fork_child();
+    stats::after_fork_child(!reentrant);         // 4
+    tiering::after_fork_child(!reentrant);       // 3
+    release(&InterposerHooks::init, reentrant);  // 2
+    shared::fork_resume_in_child();              // 1
+  }
+  if (!reentrant) os::prim::unblock_async_signals_since(t_fork_mask);
 }
 
 // At exit(): what the process leaves in filesystems goes (the lock files of its device claims;

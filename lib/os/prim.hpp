@@ -115,6 +115,10 @@ void restore_signals(const void* saved) noexcept;
 // never run the program's handlers, and a thread holding a write fence never runs one that
 // might write the fenced memory and wait on itself.
 void block_async_signals(void* saved) noexcept;
+// Undoes block_async_signals(saved) alone: unblocks the asynchronous signals that saved did not
+// hold blocked, and leaves every other signal's state as it is now (a signal blocked before, or
+// one glibc keeps for itself, stays blocked; one unblocked meanwhile stays unblocked).
+void unblock_async_signals_since(const void* saved) noexcept;
 inline constexpr size_t kSignalMaskBytes = 128;
 // Copies [addr, addr+len) of the current mapping into fresh private anonymous memory that
 // replaces it at the same address (mremap), keeping the data and read/write access.

@@ -340,6 +340,16 @@ void block_async_signals(void* saved) noexcept {
   pthread_sigmask(SIG_BLOCK, &set, static_cast<sigset_t*>(saved));
 }
 
+void unblock_async_signals_since(const void* saved) noexcept {
+  const auto* before = static_cast<const sigset_t*>(saved);
+  sigset_t set;
+  sigfillset(&set);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS}) sigdelset(&set, sig);
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (sigismember(before, sig) == 1) sigdelset(&set, sig);
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
+
 int replace_with_private_copy(void* addr, size_t len) noexcept {
   void* tmp = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (tmp == MAP_FAILED) return errno;

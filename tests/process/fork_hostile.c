@@ -23,10 +23,17 @@
  *   signal-in-fork  four threads fork in a loop while another sends them SIGUSR2, whose
  *                handler mallocs and frees: a signal that lands between cxlpool's fork handlers
  *                (its locks taken) on the forking thread must not wait for those locks
+ *   signal-after-fork  the main thread only forks while another thread queues real-time
+ *                signals at it: a signal held back during the fork must run after cxlpool's
+ *                handlers have left the interposer's internal scope (its handler asks the
+ *                interposer, cxlpool_preload_inside, and must never be told "inside")
+ *   fork-mask    the signal mask, set with the raw system call (glibc's own signals 32 and 33
+ *                and real-time signals blocked), is the same after fork in parent and child
  * In each, the parent writes right after fork returns; the child must see only the values at
  * fork time. Exit 0 when everything held. Built a second time linked with libcxlpool.so
  * (FORK_HOSTILE_LINKED): under the interposer, two copies of the library with fork handlers. */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -349,6 +356,74 @@ static int signal_in_fork(void) {
   return 0;
 }
 
+static int (*saf_inside)(void);
+static atomic_long saf_handled, saf_inside_count;
+static atomic_int saf_stop;
+static pthread_t saf_main;
+static void saf_on_signal(int sig) {
+  (void)sig;
+  atomic_fetch_add(&saf_handled, 1);
+  if (saf_inside && saf_inside()) atomic_fetch_add(&saf_inside_count, 1);
+}
+static void* saf_sender(void* arg) {
+  (void)arg;
+  union sigval v = {0};
+  while (!atomic_load(&saf_stop)) {
+    pthread_sigqueue(saf_main, SIGRTMIN + 1, v);
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+static int signal_after_fork(void) {
+  saf_inside = (int (*)(void))dlsym(RTLD_DEFAULT, "cxlpool_preload_inside");
+  on_signal(saf_on_signal, (const int[]){SIGRTMIN + 1, 0});
+  saf_main = pthread_self();
+  pthread_t t;
+  pthread_create(&t, NULL, saf_sender, NULL);
+  /* The main thread calls nothing of cxlpool's between forks: a handler told "inside" ran in
+   * cxlpool's fork handlers. */
+  for (int i = 0; i < 1000 || atomic_load(&saf_handled) < 100; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid > 0) child_status(pid);
+  }
+  atomic_store(&saf_stop, 1);
+  pthread_join(t, NULL);
+  printf("signal-after-fork: %ld handled, %ld inside cxlpool (interposer %s)\n", (long)atomic_load(&saf_handled),
+         (long)atomic_load(&saf_inside_count), saf_inside ? "present" : "absent");
+  return atomic_load(&saf_inside_count) == 0 ? 0 : 1;
+}
+
+/* The raw kernel mask (glibc's pthread_sigmask hides its own signals 32 and 33). */
+static uint64_t raw_mask(void) {
+  uint64_t m = 0;
+  syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, &m, sizeof m);
+  return m;
+}
+static int fork_mask(void) {
+  uint64_t want = 0;
+  const int blocked[] = {SIGUSR2, SIGHUP, 32, 33, 40, 64};
+  for (size_t i = 0; i < sizeof blocked / sizeof blocked[0]; ++i) want |= 1ull << (blocked[i] - 1);
+  syscall(SYS_rt_sigprocmask, SIG_SETMASK, &want, NULL, sizeof want);
+  want = raw_mask();
+  int fds[2];
+  if (pipe(fds) != 0) return 2;
+  pid_t pid = fork();
+  if (pid == 0) {
+    uint64_t got = raw_mask();
+    ssize_t n = write(fds[1], &got, sizeof got);
+    _exit(n == (ssize_t)sizeof got ? 0 : 1);
+  }
+  const uint64_t parent = raw_mask();
+  uint64_t child = 0;
+  ssize_t n = read(fds[0], &child, sizeof child);
+  int rc = child_status(pid);
+  printf("fork-mask: before %016llx, parent %016llx, child %016llx\n", (unsigned long long)want,
+         (unsigned long long)parent, (unsigned long long)child);
+  return rc == 0 && n == (ssize_t)sizeof child && parent == want && child == want ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
 #ifdef FORK_HOSTILE_LINKED
@@ -360,7 +435,10 @@ int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "sigfork-threads") == 0) return sigfork_threads();
   if (argc == 2 && strcmp(argv[1], "sigfork-kill") == 0) return sigfork_kill();
   if (argc == 2 && strcmp(argv[1], "signal-in-fork") == 0) return signal_in_fork();
+  if (argc == 2 && strcmp(argv[1], "signal-after-fork") == 0) return signal_after_fork();
+  if (argc == 2 && strcmp(argv[1], "fork-mask") == 0) return fork_mask();
   fprintf(stderr,
-          "usage: fork_hostile fds N | closerange | sigfork | sigfork-threads | sigfork-kill | signal-in-fork\n");
+          "usage: fork_hostile fds N | closerange | sigfork | sigfork-threads | sigfork-kill | signal-in-fork | "
+          "signal-after-fork | fork-mask\n");
   return 2;
 }
