@@ -274,6 +274,13 @@ static void kill_on_usr1(int sig) {
 }
 static void* kill_worker(void* arg) {
   kill_index = (int)(uintptr_t)arg;
+  /* Started with SIGUSR1 blocked (sigfork_kill): a signal sent before kill_index was set would
+   * run a handler that cannot clear its thread's pending flag, and no signal would be sent to
+   * the thread again (three such threads at start-up: no fork ever, a hang of the test). */
+  sigset_t usr1;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_UNBLOCK, &usr1, NULL);
   uint64_t s = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
   void* held[64] = {0};
   while (!atomic_load(&kill_stop)) {
@@ -289,7 +296,12 @@ static int sigfork_kill(void) {
   on_signal(kill_on_usr1, (const int[]){SIGUSR1, 0});
   signal(SIGCHLD, SIG_IGN); /* children reaped by the kernel */
   pthread_t t[3];
+  sigset_t usr1, before;
+  sigemptyset(&usr1);
+  sigaddset(&usr1, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &usr1, &before); /* inherited by the workers until they are ready */
   for (int i = 0; i < 3; ++i) pthread_create(&t[i], NULL, kill_worker, (void*)(uintptr_t)i);
+  pthread_sigmask(SIG_SETMASK, &before, NULL);
   /* Forks seen, not time, end the run. Each thread gets its next signal once it handled the
    * last (a signal sent while one is pending would merge with it), so handlers on two or three
    * threads fork at once. */
