@@ -6,7 +6,8 @@
 #   component  package            contents
 #   lib        libcxlpool0        libcxlpool.so.0, the interposer libcxlpool_preload.so.0
 #   dev        libcxlpool-dev     headers, libcxlpool{,_ucx}.so links, CMake package, pkg-config
-#   tools      cxlpool-tools      cxlpool-info, cxlpool-run, cxlpool-stat, cxlpool-pool
+#   tools      cxlpool-tools      cxlpool-info, cxlpool-run, cxlpool-stat, cxlpool-pool,
+#                                 cxlpool-capacity, cxlpool-compose
 #   ucx        libcxlpool-ucx0    libcxlpool_ucx.so.0 (KV cache between hosts)
 #   python     python3-cxlpool    the module cxlpool in Debian's python3 path
 
@@ -161,7 +162,9 @@ This package holds the command-line tools:
    shared pools of this machine;
  - cxlpool-run: runs an unmodified program with its allocations on tiers;
  - cxlpool-stat: a running cxlpool program's numbers, without attaching;
- - cxlpool-pool: creates, inspects, checks and repairs shared pools.
+ - cxlpool-pool: creates, inspects, checks and repairs shared pools;
+ - cxlpool-capacity: grows and shrinks a running program's device;
+ - cxlpool-compose: moves a shared pool's capacity between its quotas.
 Each has a manual page and --help.")
 
 set(CPACK_DEBIAN_UCX_PACKAGE_NAME ${pkg_ucx})

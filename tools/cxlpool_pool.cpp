@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 // cxlpool-pool: create, inspect, check (and repair) and remove shared pools from the shell.
-// Uses only the public C API (include/cxlpool/shared.h), and common/utf8.hpp (header-only)
-// to show names that anyone may have written.
+// Uses only the public C API (include/cxlpool/shared.h) and tools/cli_common.hpp.
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
@@ -11,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/utf8.hpp"
+#include "cli_common.hpp"
 #include "cxlpool/shared.h"
 
 namespace {
@@ -34,8 +33,10 @@ const char* kUsage =
     "          Exit status 0: consistent; 1: problems found; 2: usage or access error.\n"
     "  rm      removes a shm/file pool's name (only if it carries a cxlpool pool header)\n";
 
-std::string shown(std::string_view s);
-std::string shown_lines(std::string_view s);
+using cxlpool::tools::field;
+using cxlpool::tools::json_text;
+using cxlpool::tools::shown;
+using cxlpool::tools::shown_lines;
 
 [[noreturn]] void usage_error(const std::string& msg) {
   fprintf(stderr, "cxlpool-pool: %s\n\n%s", shown(msg).c_str(), kUsage);
@@ -48,36 +49,8 @@ std::string shown_lines(std::string_view s);
   exit(2);
 }
 
-// A non-negative integer in `base`; with `suffixes`, one of K, M, G, T (binary multiples, in
-// either case, also spelled KiB..TiB or KB..TB). Out of range is "too large", anything else "not a
-// number".
 uint64_t parse_number(const std::string& flag, const std::string& text, bool suffixes, int base = 10) {
-  auto not_a_number = [&] {
-    usage_error(flag + ": \"" + text + "\" is not a non-negative number" +
-                (suffixes ? " (BYTES, with K, M, G or T for binary multiples)" : ""));
-  };
-  if (text.empty() || text[0] == '-' || text[0] == '+' || isspace(static_cast<unsigned char>(text[0]))) not_a_number();
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = strtoull(text.c_str(), &end, base);
-  if (end == text.c_str()) not_a_number();
-  const bool overflow = errno == ERANGE;
-  unsigned shift = 0;
-  if (suffixes && *end) {
-    const char* units = "KMGT";
-    const char* u = strchr(units, toupper(static_cast<unsigned char>(*end)));
-    if (!*end || !u) not_a_number();
-    shift = unsigned(10 * (u - units + 1));
-    ++end;
-    if (!strcmp(end, "iB"))
-      end += 2;
-    else if (!strcmp(end, "B"))
-      end += 1;
-  }
-  if (*end) not_a_number();
-  if (overflow || (shift && v > (UINT64_MAX >> shift)))
-    usage_error(flag + ": \"" + text + "\" is too large (at most 2^64 - 1" + (suffixes ? " bytes)" : ")"));
-  return uint64_t(v) << shift;
+  return cxlpool::tools::parse_number(usage_error, flag, text, suffixes, base);
 }
 
 void check_status(const char* what, cxlpool_status_t st) {
@@ -95,26 +68,6 @@ const char* coherence_name(uint32_t c) {
     default:
       return "unknown";
   }
-}
-
-// Names and paths that anyone may have written (in the pool, or on the command line): safe
-// for a terminal, or the body of a JSON string (common/utf8.hpp, as cxlpool-info shows them).
-std::string shown(std::string_view s) { return cxlpool::detail::printable(s); }
-std::string json_text(std::string_view s) { return cxlpool::detail::json_escaped(s); }
-// A message of several lines: each line made safe.
-std::string shown_lines(std::string_view s) {
-  std::string out;
-  for (size_t at = 0;;) {
-    const size_t nl = s.find('\n', at);
-    out += shown(s.substr(at, nl == std::string_view::npos ? nl : nl - at));
-    if (nl == std::string_view::npos) return out;
-    out += '\n';
-    at = nl + 1;
-  }
-}
-template <size_t N>
-std::string_view field(const char (&a)[N]) {
-  return std::string_view(a, strnlen(a, N));
 }
 
 std::string hex_id(const uint64_t id[2]) {

@@ -5,6 +5,7 @@
 #include "cxlpool/alloc.h"
 #include "cxlpool/backing.h"
 #include "cxlpool/common.h"
+#include "cxlpool/compose.h"
 #include "cxlpool/device.h"
 #include "cxlpool/kvcache.h"
 #include "cxlpool/shared.h"

@@ -151,6 +151,7 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
     auto pool = SharedPool::open(device, params);
     r.repair_blocked = others_alive(pool->view(), pool->slot());
     if (r.repair_blocked == 0) pool->repair_words_before_recovery(&fixed);
+    if (r.repair_blocked == 0) pool->repair_grants(&fixed);
     pool->recover_dead_now();
     if (r.repair_blocked == 0) pool->repair_words_after_recovery(&fixed);
     r.recovered = pool->info().recovered_slots;
@@ -189,6 +190,7 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
         ++r.dead_participants;
     }
     r.extents_total = v.extent_count();
+    std::vector<uint64_t> quota_used(v.sb().quota_count, 0);
     for (uint64_t e = 0; e < v.extent_count(); ++e) {
       ExtentWord w;
       if (v.load(&v.extent_entry(e)->next_generation) > UINT32_MAX) ++r.corrupt_words;  // generations are 32 bits
@@ -200,6 +202,7 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
         ++r.extents_free;
         continue;
       }
+      if (w.quota < quota_used.size()) ++quota_used[w.quota];
       // Owned by the slot's current incarnation, which was not judged dead (an extent of an
       // earlier incarnation is an orphan whatever holds the slot now).
       uint32_t owner_inc_now = 0;
@@ -264,6 +267,7 @@ cxlpool_shared_check_report_t check_pool(const std::string& device, const Shared
         if (!ok) ++r.dangling_leases;
       }
     }
+    r.corrupt_words += grant_problems(v, quota_used);
   } catch (...) {
     unmap_pool(m);
     throw;
@@ -320,7 +324,10 @@ cxlpool_shared_survey_t survey_pool(const std::string& device, std::vector<cxlpo
   std::memcpy(r.failure_domain, sb.failure_domain, sizeof r.failure_domain - 1);
   for (uint32_t q = 0; q < r.quota_count; ++q) {
     std::memcpy(r.quotas[q].name, sb.quotas[q].name, sizeof r.quotas[q].name - 1);
-    r.quotas[q].max_extents = sb.quotas[q].max_extents;
+    uint64_t granted = 0;
+    bool set = false;
+    if (!decode_grant(v.load(v.grant_word(q)), q, v.salt(), &granted, &set)) ++r.corrupt_words;
+    r.quotas[q].max_extents = set ? granted : sb.quotas[q].max_extents;  // as granted now
   }
 
   // The extent table, 8192 entries (one line each: kExtentEntryBytes) at a time.

@@ -34,8 +34,9 @@ bool SharedPool::claim(ClaimKind kind, uint32_t first, uint32_t count, uint32_t 
     if (s == slot_ || !view_.slot_live(s) || !view_.slot_tables_current(s)) continue;
     ClaimKind k{};
     uint32_t f = 0, c = 0, q = 0;
-    if (!decode_claim(view_.load(view_.slot_word(s, 2, 0)), s, salt, &k, &f, &c) || k != kind) continue;
-    const bool overlap = kind == kClaimRecover ? f == first : (f < first + count && first < f + c);
+    if (!decode_claim(view_.load(view_.slot_word(s, 2, 0)), s, salt, &k, &f, &c)) continue;
+    const bool overlap = k == kind && (kind == kClaimRecover ? f == first : (f < first + count && first < f + c));
+    // Whatever their kinds: a composer lowering a quota's grant and that quota's claimers.
     const bool same_quota = quota_plus_one != 0 &&
                             decode_quota_claim(view_.load(view_.slot_word(s, 2, 1)), s, salt, &q) &&
                             q == quota_plus_one;
@@ -93,10 +94,13 @@ bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uin
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 50));
         continue;
       }
-      // Under the quota claim no other participant of our quota is counting or claiming.
-      if (quota_use(quota_) + count > view_.sb().quotas[quota_].max_extents) {
+      // Under the quota claim no other participant of our quota is counting or claiming, and
+      // no composer is lowering its grant.
+      const Grant g = grant(quota_);
+      if (!g.readable || quota_use(quota_) + count > g.extents) {
         unclaim();
         quota_full_ = true;
+        grant_damaged_ = !g.readable;
         return false;
       }
       bool still_free = true;  // someone may have finished a claim between our scan and claim
@@ -345,10 +349,13 @@ void* SharedPool::alloc(size_t size, unsigned flags) {
       }
     }
   }
+  if (!p && quota_full_ && grant_damaged_)
+    fail(CXLPOOL_E_CORRUPT, what_ + ": the grant word of quota \"" + std::string(view_.sb().quotas[quota_].name) +
+                                "\" is damaged, so the quota may not grow; cxlpool-pool check --repair resets it");
   if (!p && quota_full_)
     fail(CXLPOOL_E_CAPACITY, what_ + ": quota \"" + std::string(view_.sb().quotas[quota_].name) + "\" is full (" +
-                                 std::to_string(view_.sb().quotas[quota_].max_extents) + " extents of " +
-                                 std::to_string(view_.extent_size()) + " bytes); " + std::to_string(size) +
+                                 std::to_string(grant(quota_).extents) + " extents of " +
+                                 std::to_string(view_.extent_size()) + " bytes granted); " + std::to_string(size) +
                                  " bytes do not fit");
   if (!p)
     fail(CXLPOOL_E_CAPACITY, what_ + ": no room for " + std::to_string(size) + " bytes (" +

@@ -164,6 +164,22 @@ bool decode_quota_claim(uint64_t raw, uint64_t slot, uint64_t salt, uint32_t* qu
   return static_cast<uint32_t>(raw) == word_check(*quota_plus_one, slot, salt ^ 0x9a);
 }
 
+uint64_t encode_grant(uint64_t extents, uint32_t quota, uint64_t salt) noexcept {
+  const uint64_t payload = extents & ((uint64_t{1} << 40) - 1);
+  // The check's low bit is forced to 1, so a written word is never 0 (0 means "never granted").
+  return (payload << 24) | ((word_check(payload, quota, salt ^ 0x6a) & 0xfffffeu) | 1u);
+}
+
+bool decode_grant(uint64_t raw, uint32_t quota, uint64_t salt, uint64_t* extents, bool* set) noexcept {
+  *extents = 0;
+  *set = raw != 0;
+  if (raw == 0) return true;
+  const uint64_t payload = raw >> 24;
+  if (((word_check(payload, quota, salt ^ 0x6a) & 0xfffffeu) | 1u) != (raw & 0xffffffu)) return false;
+  *extents = payload;
+  return true;
+}
+
 uint64_t lease_gen_check(uint64_t offset, uint32_t generation, uint64_t slot, uint64_t salt) noexcept {
   return (uint64_t{generation} << 32) | word_check(offset ^ (uint64_t{generation} << 40), slot, salt ^ 0x1e);
 }

@@ -78,6 +78,21 @@ static_assert(sizeof(Superblock) <= kSuperblockBytes);
 inline constexpr size_t kSuperblockCopyOffset = kSuperblockBytes / 2;
 static_assert(sizeof(Superblock) <= kSuperblockCopyOffset);
 
+// ---- Grants (composition, docs/compose.md) -----------------------------------------------
+// One line in the superblock's page, after its copy: a grant word per quota, the extents its
+// participants may own together now. Written only by a participant holding the compose claim
+// (line 2 of its slot, kind kClaimCompose), read by every claimer of extents. 0 = never
+// granted: the quota's max_extents in the superblock holds. word: extents (40) | check (24);
+// a written word is never 0. The grants never add up to more than the pool's extents counted
+// as max(granted, owned) per quota (the composer's invariant).
+inline constexpr size_t kGrantOffset = 3 * kSuperblockBytes / 4;
+static_assert(kSuperblockCopyOffset + sizeof(Superblock) <= kGrantOffset);
+static_assert(kGrantOffset + kMaxQuotas * sizeof(uint64_t) <= kSuperblockBytes);
+static_assert(kMaxQuotas * sizeof(uint64_t) == kLine);
+uint64_t encode_grant(uint64_t extents, uint32_t quota, uint64_t salt) noexcept;
+// false when the check bits do not match; *set false for a word never written.
+bool decode_grant(uint64_t raw, uint32_t quota, uint64_t salt, uint64_t* extents, bool* set) noexcept;
+
 // ---- Checks ------------------------------------------------------------------------------
 uint32_t crc32c(const void* data, size_t len, uint32_t seed = 0) noexcept;
 // Mixes a value with its position and the pool's salt, so a word copied elsewhere fails.
@@ -111,7 +126,9 @@ enum EvictPhase : uint8_t { kEvictNone = 0, kEvictRecovering = 1, kEvictDone = 2
 // Line 2, word 0 "claim": kind (2) | first (24) | count (24) | check (14). Dekker-style: write,
 // fence, read everyone else's; any overlap -> withdraw. Word 1 "quota claim": quota + 1 (or 0)
 // | check: claimers of extents for one quota exclude each other while they count its use.
-enum ClaimKind : uint8_t { kClaimNone = 0, kClaimExtents = 1, kClaimRecover = 2 };
+// kClaimCompose: the holder changes grant words (compose.cpp); any two compose claims overlap,
+// and its quota claim names the quota whose grant it lowers, excluding that quota's claimers.
+enum ClaimKind : uint8_t { kClaimNone = 0, kClaimExtents = 1, kClaimRecover = 2, kClaimCompose = 3 };
 // Line 3: counters (owner-written; informational).
 struct SlotCounters {
   uint64_t allocs, frees, imports, releases, recovered_slots, bytes_in_use;

@@ -248,6 +248,8 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
     writeback_lines(m.base, sizeof creating);
     std::memset(m.base + kSuperblockBytes, 0, sb.data_offset - kSuperblockBytes);
     writeback_lines(m.base + kSuperblockBytes, sb.data_offset - kSuperblockBytes);
+    std::memset(m.base + kGrantOffset, 0, kLine);  // never granted: the quotas as created
+    writeback_lines(m.base + kGrantOffset, kLine);
     full_fence();
     std::memcpy(m.base, &sb, sizeof sb);
     std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);

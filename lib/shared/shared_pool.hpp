@@ -136,6 +136,30 @@ class SharedPool {
   cxlpool_shared_health_t health();
   std::vector<cxlpool_shared_quota_t> quotas();
 
+  // Composition (compose.cpp, docs/compose.md): the quotas' grants, changed at run time by
+  // whichever participant holds the compose claim.
+  struct ComposeQuota {
+    std::string name;
+    uint64_t reserved = 0;  // max_extents at creation
+    uint64_t granted = 0;   // what its participants may own together now
+    uint64_t used = 0;      // extents owned on its account
+    bool grant_set = false, grant_damaged = false;
+  };
+  struct ComposeState {
+    uint64_t extents = 0, extent_size = 0;
+    uint64_t unassigned = 0;     // extents no quota is granted or holds
+    uint64_t over_grant = 0;     // extents held beyond their quotas' grants (a reclaim waiting)
+    bool overcommitted = false;  // grants and holdings add up to more than the pool (damage)
+    std::vector<ComposeQuota> quotas;
+  };
+  struct ReclaimResult {
+    uint64_t reclaimed = 0;
+    uint64_t still_held = 0;  // extents the quota still held at the deadline (grant kept for them)
+  };
+  ComposeState compose_state(uint32_t wait_ms);
+  void compose_grant(const std::string& quota, uint64_t extents, uint32_t wait_ms);
+  ReclaimResult compose_reclaim(const std::string& quota, uint64_t extents, uint32_t deadline_ms, uint32_t wait_ms);
+
   const PoolView& view() const { return view_; }
   uint32_t slot() const { return slot_; }
   // Blocks as the application sees them: in the pool's mapping, or in this participant's
@@ -165,6 +189,9 @@ class SharedPool {
   // repair.cpp; docs/shared.md, "Repair".
   void repair_words_before_recovery(RepairCounts* counts);
   void repair_words_after_recovery(RepairCounts* counts);
+  // --repair of the grants (compose.cpp), under the same condition: a damaged grant word, or
+  // grants adding up to more than the pool, become what each quota owns now.
+  void repair_grants(RepairCounts* counts);
 
  private:
   SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what, const SharedParams* params);
@@ -254,6 +281,25 @@ class SharedPool {
   bool claim(ClaimKind kind, uint32_t first, uint32_t count, uint32_t quota_plus_one = 0);
   uint64_t quota_use(uint32_t quota) const;  // extents owned on quota's account
   void unclaim();
+
+  // Grants (compose.cpp).
+  struct Grant {
+    uint64_t extents = 0;  // granted now (the superblock's max_extents while never composed)
+    bool readable = true;  // false: the word fails its check; the quota may not grow
+    bool set = false;
+  };
+  Grant grant(uint32_t quota) const;
+  std::vector<uint64_t> quota_uses() const;  // every quota's, in one pass
+  uint32_t quota_index(const std::string& name, const char* fn) const;
+  // Runs f holding mu_ (marked) and the compose claim (its quota claim on lowered + 1, or
+  // none), waiting up to wait_ms for another holder to finish or be recovered.
+  template <class F>
+  void with_compose_claim(uint32_t lowered_plus_one, uint32_t wait_ms, const char* fn, F&& f);
+  std::string compose_holder() const;  // for messages: who holds the compose claim
+  void follow_grant();                 // the watch: a lowered grant gives back what is kept for speed
+  uint64_t grant_seen_ = UINT64_MAX;
+  bool over_grant_ = false;
+  bool grant_damaged_ = false;  // the last grab failed on an unreadable grant word
 
   // Heap (caller holds mu_).
   struct Owned {
@@ -427,6 +473,10 @@ struct RepairCounts {
   uint64_t extents_reformatted = 0;
   uint64_t blocks_lost = 0;
 };
+// The grants' problems (compose.cpp), for the checker: each damaged grant word, and one more
+// when grants and holdings (max(granted, owned) per quota, used: owned per quota) add up to
+// more than the pool.
+uint64_t grant_problems(const PoolView& v, const std::vector<uint64_t>& used);
 // Restores a superblock that fails its checksum from its copy, or from the one flipped bit
 // that explains it (before the pool can be opened at all); writes the copy of a whole one
 // when it is missing or damaged. Leaves anything that is not such a pool alone.

@@ -68,6 +68,7 @@ class PoolView {
     return reinterpret_cast<ExtentEntry*>(base_ + sb_.extents_offset + e * kExtentEntryBytes);
   }
   uint64_t extent_offset(uint64_t e) const { return sb_.data_offset + e * sb_.extent_size; }
+  uint64_t* grant_word(uint32_t quota) const { return reinterpret_cast<uint64_t*>(base_ + kGrantOffset) + quota; }
   uint64_t class_size(uint32_t cls) const { return sb_.class_size[cls]; }
   const SmallGeometry& geometry(uint32_t cls) const { return geometry_[cls]; }
   uint64_t* block_word(uint64_t e, uint64_t block) const {

@@ -107,6 +107,7 @@ void SharedPool::watch_pass() {
   if (!marked.ok()) return;
   if (!released_pending_.empty()) recheck_released();
   trim_idle_classes();
+  follow_grant();
   SlotCounters* c = view_.slot_counters(slot_);
   view_.store(&c->bytes_in_use, bytes_in_use_ - cached_bytes());
   view_.store(&c->recovered_slots, recovered_slots_);
@@ -451,7 +452,7 @@ std::vector<cxlpool_shared_quota_t> SharedPool::quotas() {
   std::vector<cxlpool_shared_quota_t> out(view_.sb().quota_count);
   for (uint32_t q = 0; q < view_.sb().quota_count; ++q) {
     std::memcpy(out[q].name, view_.sb().quotas[q].name, sizeof out[q].name);
-    out[q].max_extents = view_.sb().quotas[q].max_extents;
+    out[q].max_extents = grant(q).extents;  // as granted now (docs/compose.md)
     out[q].used_extents = quota_use(q);
   }
   return out;
@@ -482,7 +483,7 @@ cxlpool_shared_info_t SharedPool::info() {
   out.recovered_slots = recovered_slots_;
   out.corrupt_words = corrupt_words_;
   std::memcpy(out.quota, sb.quotas[quota_].name, sizeof out.quota);
-  out.quota_extents_max = sb.quotas[quota_].max_extents;
+  out.quota_extents_max = grant(quota_).extents;
   out.quota_extents_used = quota_use(quota_);
   return out;
 }
@@ -560,7 +561,9 @@ std::string SharedPool::stats_json() {
     for (uint32_t q = 0; q < sb.quota_count; ++q) {
       j.begin_object();
       j.key("name").value(std::string_view(sb.quotas[q].name, strnlen(sb.quotas[q].name, sizeof sb.quotas[q].name)));
-      j.key("max_extents").value(sb.quotas[q].max_extents).key("used_extents").value(quota_used[q]);
+      const Grant g = grant(q);
+      j.key("max_extents").value(g.extents).key("reserved_extents").value(sb.quotas[q].max_extents);
+      j.key("grant_damaged").value(!g.readable).key("used_extents").value(quota_used[q]);
       j.end_object();
     }
     j.end_array();

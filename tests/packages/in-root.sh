@@ -49,14 +49,16 @@ cat run-stats.txt
 awk '$1 == "cxl0" && $9 > 0 { found = 1 } END { exit !found }' run-stats.txt ||
   fail "the interposer served no allocation from cxl0 (columns: device tier ... allocations)"
 
-step "cxlpool-pool, cxlpool-stat"
-cxlpool-pool create shm:cxlpool-pkg-test --size 64M
+step "cxlpool-pool, cxlpool-compose, cxlpool-stat"
+cxlpool-pool create shm:cxlpool-pkg-test --size 64M --quota a=8M
 cxlpool-pool check shm:cxlpool-pkg-test > check.txt || { cat check.txt; fail "cxlpool-pool check"; }
 head -n 1 check.txt
+cxlpool-compose reclaim shm:cxlpool-pkg-test a 4M || fail "cxlpool-compose reclaim"
+cxlpool-compose grant shm:cxlpool-pkg-test default 4M || fail "cxlpool-compose grant"
 cxlpool-pool rm shm:cxlpool-pkg-test
 cxlpool-stat --schema > schema.txt || fail "cxlpool-stat --schema"
 head -n 2 schema.txt
-for t in cxlpool-info cxlpool-run cxlpool-stat cxlpool-pool; do
+for t in cxlpool-info cxlpool-run cxlpool-stat cxlpool-pool cxlpool-capacity cxlpool-compose; do
   [ -f "/usr/share/man/man1/$t.1.gz" ] || fail "no manual page for $t"
 done
 

@@ -33,26 +33,10 @@
 #include "cxlpool/shared.h"
 #include "cxlpool/topology.h"  // cxlpool_string_free
 #include "shared/layout.hpp"   // the on-device layout, for the scribbling peer
+#include "shared_support.hpp"
 #include "test_support.hpp"
 
 namespace {
-
-std::string unique_name(const char* tag) {
-  return std::string("cxlpool-test-") + tag + "-" + std::to_string(getpid()) + "-" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count() % 1000000007);
-}
-
-struct Params {
-  cxlpool_shared_params_t* p = nullptr;
-  explicit Params(uint64_t size = 64u << 20, uint32_t hb = 5, uint32_t timeout = 100, uint32_t stopped = 0) {
-    REQUIRE(cxlpool_shared_params_create(&p) == CXLPOOL_OK);
-    REQUIRE(cxlpool_shared_params_set_size(p, size) == CXLPOOL_OK);
-    REQUIRE(cxlpool_shared_params_set_extent_size(p, 1u << 20) == CXLPOOL_OK);
-    REQUIRE(cxlpool_shared_params_set_lease_timing(p, hb, timeout) == CXLPOOL_OK);
-    REQUIRE(cxlpool_shared_params_set_stopped_timeout(p, stopped) == CXLPOOL_OK);
-  }
-  ~Params() { cxlpool_shared_params_destroy(p); }
-};
 
 // A pool on /dev/shm removed at scope exit.
 struct ShmPool {
@@ -149,12 +133,6 @@ void run_to_start_time_read(pid_t child) {
     if (process_vm_readv(child, &local, 1, &remote, 1, 0) <= 0) continue;
     held = target == path;
   }
-}
-
-int wait_exit(pid_t pid) {
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
 // Runs body() (which must _exit) as pid 1 of a new pid namespace, as a container's first

@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: MIT
+// Composition of a shared pool's capacity at run time: grants per quota, changed by whichever
+// participant holds the compose claim, and followed by the quotas' participants (docs/compose.md).
+//
+// The invariant, kept by every holder of the compose claim and by nothing else:
+//   sum over quotas of max(granted, owned) <= the pool's extents
+// so every quota can own its grant at once. A grant is raised only from what that sum leaves;
+// it is lowered under the quota's claim (claimers of that quota exclude the lowering, so none
+// of them counts against the old grant after it), and what the quota still owns beyond the new
+// grant keeps counting until it is freed. Each change is one store of one self-checking word:
+// a composer killed at any instruction leaves every grant old or new, and the invariant whole.
+#include <algorithm>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "common/error.hpp"
+#include "shared/shared_pool.hpp"
+
+namespace cxlpool::detail::shared {
+
+using detail::fail;
+
+SharedPool::Grant SharedPool::grant(uint32_t quota) const {
+  Grant g;
+  if (!decode_grant(view_.load(view_.grant_word(quota)), quota, view_.salt(), &g.extents, &g.set)) {
+    g.readable = false;
+    return g;
+  }
+  if (!g.set) g.extents = view_.sb().quotas[quota].max_extents;
+  return g;
+}
+
+std::vector<uint64_t> SharedPool::quota_uses() const {
+  const uint32_t nq = view_.sb().quota_count;
+  std::vector<uint64_t> used(nq, 0);
+  for (uint64_t e = 0; e < view_.extent_count(); ++e) {
+    ExtentWord w;
+    if (!view_.extent(e, &w)) {
+      for (auto& u : used) ++u;  // unreadable: counted against every quota, as quota_use does
+      continue;
+    }
+    if (w.kind != kExtentFree && w.quota < nq) ++used[w.quota];
+  }
+  return used;
+}
+
+uint32_t SharedPool::quota_index(const std::string& name, const char* fn) const {
+  const Superblock& sb = view_.sb();
+  std::string known;
+  for (uint32_t q = 0; q < sb.quota_count; ++q) {
+    if (name == std::string(sb.quotas[q].name, strnlen(sb.quotas[q].name, sizeof sb.quotas[q].name))) return q;
+    known += std::string(q ? ", " : "") + sb.quotas[q].name;
+  }
+  fail(CXLPOOL_E_INVALID_ARGUMENT,
+       std::string(fn) + ": " + what_ + " has no quota named \"" + name + "\" (it has: " + known + ")");
+}
+
+std::string SharedPool::compose_holder() const {
+  const uint64_t salt = view_.salt();
+  for (uint32_t s = 0; s < view_.slot_count(); ++s) {
+    if (s == slot_ || !view_.slot_live(s)) continue;
+    ClaimKind k{};
+    uint32_t f = 0, c = 0;
+    if (!decode_claim(view_.load(view_.slot_word(s, 2, 0)), s, salt, &k, &f, &c) || k != kClaimCompose) continue;
+    const SlotLine0* l = view_.slot_line0(s);
+    return "slot " + std::to_string(s) + " (pid " + std::to_string(view_.load(&l->pid)) + " on host " +
+           std::to_string(view_.load(&l->host_index)) + ")";
+  }
+  return "";
+}
+
+template <class F>
+void SharedPool::with_compose_claim(uint32_t lowered_plus_one, uint32_t wait_ms, const char* fn, F&& f) {
+  const uint64_t deadline = os::monotonic_ns() + uint64_t{wait_ms} * 1000000u;
+  std::minstd_rand rng(static_cast<uint32_t>(slot_ * 7919 + incarnation_));
+  for (;;) {
+    {
+      Op op(*this);
+      // A claim excludes other composers (every compose claim overlaps) and, with a quota,
+      // that quota's claimers of extents; the claim words are this participant's, under mu_.
+      if (claim(kClaimCompose, 0, 1, lowered_plus_one)) {
+        try {
+          f();
+        } catch (...) {
+          unclaim();
+          throw;
+        }
+        unclaim();
+        return;
+      }
+    }
+    // Another composer, or a claimer of the quota being lowered: both hold it briefly. A dead
+    // holder's claim stops counting once the watch has recovered its slot.
+    if (os::monotonic_ns() >= deadline) {
+      const std::string who = compose_holder();
+      fail(CXLPOOL_E_BUSY, std::string(fn) + ": " + what_ + ": the compose claim stayed held for " +
+                               std::to_string(wait_ms) + " ms" +
+                               (who.empty() ? std::string(" (by claimers of the quota's extents)") : " by " + who));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50 + rng() % 950));
+  }
+}
+
+SharedPool::ComposeState SharedPool::compose_state(uint32_t wait_ms) {
+  const Superblock& sb = view_.sb();
+  ComposeState st;
+  st.extents = view_.extent_count();
+  st.extent_size = view_.extent_size();
+  // Under the compose claim the grants are one snapshot (read one by one while another
+  // composer moved extents, two grants could both look raised); holdings only fall or stay
+  // within their grants meanwhile, so the sum read is one the pool really had.
+  with_compose_claim(0, wait_ms, "cxlpool_compose_get_state", [&] {
+    const std::vector<uint64_t> used = quota_uses();
+    uint64_t counted = 0;
+    for (uint32_t q = 0; q < sb.quota_count; ++q) {
+      ComposeQuota cq;
+      cq.name.assign(sb.quotas[q].name, strnlen(sb.quotas[q].name, sizeof sb.quotas[q].name));
+      cq.reserved = sb.quotas[q].max_extents;
+      const Grant g = grant(q);
+      cq.granted = g.readable ? g.extents : 0;
+      cq.grant_set = g.set;
+      cq.grant_damaged = !g.readable;
+      cq.used = used[q];
+      // A damaged grant counts as what the quota owns (it may not grow past it).
+      counted += std::max(cq.granted, cq.used);
+      if (cq.used > cq.granted) st.over_grant += cq.used - cq.granted;
+      st.quotas.push_back(std::move(cq));
+    }
+    st.overcommitted = counted > st.extents;
+    st.unassigned = st.overcommitted ? 0 : st.extents - counted;
+  });
+  return st;
+}
+
+void SharedPool::compose_grant(const std::string& quota, uint64_t extents, uint32_t wait_ms) {
+  static constexpr const char* fn = "cxlpool_compose_grant";
+  ensure_usable();
+  const uint32_t q = quota_index(quota, fn);
+  if (extents == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": 0 extents");
+  with_compose_claim(0, wait_ms, fn, [&] {
+    const uint32_t nq = view_.sb().quota_count;
+    const std::vector<uint64_t> used = quota_uses();
+    uint64_t counted = 0;
+    for (uint32_t i = 0; i < nq; ++i) {
+      const Grant g = grant(i);
+      if (!g.readable)
+        fail(CXLPOOL_E_CORRUPT, std::string(fn) + ": " + what_ + ": the grant word of quota \"" +
+                                    view_.sb().quotas[i].name +
+                                    "\" is damaged; nothing is granted until cxlpool-pool check --repair resets it");
+      counted += std::max(g.extents, used[i]);
+    }
+    const uint64_t total = view_.extent_count();
+    const uint64_t free = counted >= total ? 0 : total - counted;
+    if (extents > free)
+      fail(CXLPOOL_E_CAPACITY, std::string(fn) + ": " + what_ + ": " + std::to_string(extents) +
+                                   " extents asked for quota \"" + quota + "\", " + std::to_string(free) + " of " +
+                                   std::to_string(total) +
+                                   " unassigned (the rest is granted to the quotas or still held by them); "
+                                   "reclaim from another quota first");
+    const Grant mine = grant(q);
+    view_.store(view_.grant_word(q), encode_grant(mine.extents + extents, q, view_.salt()));
+  });
+}
+
+SharedPool::ReclaimResult SharedPool::compose_reclaim(const std::string& quota, uint64_t extents, uint32_t deadline_ms,
+                                                      uint32_t wait_ms) {
+  static constexpr const char* fn = "cxlpool_compose_reclaim";
+  ensure_usable();
+  const uint32_t q = quota_index(quota, fn);
+  if (extents == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": 0 extents");
+  uint64_t target = 0;
+  with_compose_claim(q + 1, wait_ms, fn, [&] {
+    const Grant g = grant(q);
+    if (!g.readable)
+      fail(CXLPOOL_E_CORRUPT, std::string(fn) + ": " + what_ + ": the grant word of quota \"" + quota +
+                                  "\" is damaged; cxlpool-pool check --repair resets it");
+    if (extents > g.extents)
+      fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": quota \"" + quota + "\" of " + what_ + " is granted " +
+                                           std::to_string(g.extents) + " extents; " + std::to_string(extents) +
+                                           " cannot be reclaimed from it");
+    target = g.extents - extents;
+    view_.store(view_.grant_word(q), encode_grant(target, q, view_.salt()));
+  });
+  // The quota's participants give back what they keep for speed at their next watch pass, and
+  // the rest as their programs free it. Wait for that, up to the deadline.
+  const uint64_t deadline = os::monotonic_ns() + uint64_t{deadline_ms} * 1000000u;
+  for (;;) {
+    if (q == quota_) {
+      std::lock_guard<HeapLock> lock(mu_);
+      Marked marked(*this);
+      if (marked.ok()) trim();
+    }
+    if (quota_use(q) <= target) return {extents, 0};
+    if (os::monotonic_ns() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::max<uint64_t>(1, heartbeat_ns_ / 1000000u)));
+  }
+  // At the deadline the quota keeps a grant for what it still holds, as a device keeps an
+  // extent it is using: the reclaim took what was given back. The sum it counts in does not
+  // change (max(granted, owned) is what it owns either way), so no composer's view is broken.
+  ReclaimResult r;
+  with_compose_claim(q + 1, wait_ms, fn, [&] {
+    const Grant g = grant(q);
+    const uint64_t used = quota_use(q);
+    if (!g.readable || used <= g.extents) {  // freed meanwhile, or changed by another composer
+      r.reclaimed = extents;
+      return;
+    }
+    r.still_held = used - g.extents;
+    r.reclaimed = extents > r.still_held ? extents - r.still_held : 0;
+    view_.store(view_.grant_word(q), encode_grant(used, q, view_.salt()));
+  });
+  return r;
+}
+
+uint64_t grant_problems(const PoolView& v, const std::vector<uint64_t>& used) {
+  uint64_t problems = 0, counted = 0;
+  for (uint32_t q = 0; q < v.sb().quota_count && q < used.size(); ++q) {
+    uint64_t granted = 0;
+    bool set = false;
+    if (!decode_grant(v.load(v.grant_word(q)), q, v.salt(), &granted, &set)) {
+      ++problems;
+      granted = 0;
+    } else if (!set) {
+      granted = v.sb().quotas[q].max_extents;
+    }
+    counted += std::max(granted, used[q]);
+  }
+  return problems + (counted > v.extent_count() ? 1 : 0);
+}
+
+void SharedPool::repair_grants(RepairCounts* counts) {
+  Op op(*this);
+  const uint32_t nq = view_.sb().quota_count;
+  const std::vector<uint64_t> used = quota_uses();
+  uint64_t counted = 0;
+  for (uint32_t q = 0; q < nq; ++q) {
+    const Grant g = grant(q);
+    counted += std::max(g.readable ? g.extents : 0, used[q]);
+  }
+  const bool overcommitted = counted > view_.extent_count();
+  for (uint32_t q = 0; q < nq; ++q) {
+    const Grant g = grant(q);
+    if (g.readable && !overcommitted) continue;
+    // What the quota owns now: never more than the pool in sum (owned extents are disjoint),
+    // and nothing taken from under a live block. The rest is unassigned, for a composer to give.
+    view_.store(view_.grant_word(q), encode_grant(used[q], q, view_.salt()));
+    ++counts->words_reset;
+  }
+}
+
+void SharedPool::follow_grant() {
+  const Grant g = grant(quota_);
+  if (!g.readable) return;
+  if (g.extents < grant_seen_ && grant_seen_ != UINT64_MAX) over_grant_ = true;
+  grant_seen_ = g.extents;
+  // After a lowered grant: give back the cached blocks and kept empty extents every pass (the
+  // program's frees empty more of them), until the quota's holdings are within the grant
+  // (counted every 16th pass: a pass over the extent table).
+  if (!over_grant_) return;
+  trim();
+  if (ticks_ % 16 == 0 && quota_use(quota_) <= g.extents) over_grant_ = false;
+}
+
+}  // namespace cxlpool::detail::shared

@@ -1,0 +1,474 @@
+// SPDX-License-Identifier: MIT
+// Composition through the C ABI (include/cxlpool/compose.h): grants that move capacity between
+// a shared pool's quotas, enforced on the quotas' participants; reclaims that wait for them and
+// never take a live block; composers racing each other and claimers; composers killed at
+// random points. The invariant every test checks: sum over quotas of max(granted, owned) is at
+// most the pool's extents, and no extent has two owners (cxlpool_shared_pool_check).
+#include "cxlpool/compose.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shared/layout.hpp"  // claim and grant words, written here as another participant would
+#include "shared_support.hpp"
+
+namespace {
+
+struct Pool {
+  std::string name, device;
+  explicit Pool(const char* tag, uint64_t size = 40u << 20) : name(unique_name(tag)), device("shm:" + name) {
+    Params params(size);
+    REQUIRE(cxlpool_shared_params_add_quota(params.p, "a", 8u << 20) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_params_add_quota(params.p, "b", 8u << 20) == CXLPOOL_OK);
+    cxlpool_shared_pool_t* creator = nullptr;
+    REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &creator) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(creator) == CXLPOOL_OK);
+  }
+  ~Pool() { unlink(("/dev/shm/" + name).c_str()); }
+  cxlpool_shared_pool_t* open(const char* quota = "default") const {
+    Params qp;
+    REQUIRE(cxlpool_shared_params_set_quota(qp.p, quota) == CXLPOOL_OK);
+    cxlpool_shared_pool_t* p = nullptr;
+    REQUIRE(cxlpool_shared_pool_open(device.c_str(), qp.p, &p) == CXLPOOL_OK);
+    return p;
+  }
+};
+
+cxlpool_compose_state_t state_of(cxlpool_shared_pool_t* p) {
+  cxlpool_compose_state_t s{};
+  REQUIRE(cxlpool_compose_get_state(p, 10000, &s) == CXLPOOL_OK);
+  return s;
+}
+
+const cxlpool_compose_quota_t& quota_of(const cxlpool_compose_state_t& s, const char* name) {
+  for (uint32_t q = 0; q < s.quota_count; ++q)
+    if (std::string(s.quotas[q].name) == name) return s.quotas[q];
+  FAIL("no quota " << name);
+  return s.quotas[0];
+}
+
+// The composer's invariant, from a state read now.
+uint64_t counted(const cxlpool_compose_state_t& s) {
+  uint64_t sum = 0;
+  for (uint32_t q = 0; q < s.quota_count; ++q) sum += std::max(s.quotas[q].granted_extents, s.quotas[q].used_extents);
+  return sum;
+}
+
+std::string last_error() { return cxlpool_last_error_message(); }
+
+// Allocates one-extent blocks until the quota refuses; returns them.
+std::vector<void*> fill(cxlpool_shared_pool_t* p, cxlpool_status_t* last) {
+  std::vector<void*> out;
+  void* b = nullptr;
+  while ((*last = cxlpool_shared_alloc(p, 1u << 20, &b)) == CXLPOOL_OK) out.push_back(b);
+  return out;
+}
+
+// The checker finds nothing wrong. It recovers participants a test killed (that is all it
+// may repair: a word it had to restore or reset is a failure).
+bool pool_consistent(const std::string& device) {
+  cxlpool_shared_check_report_t r{};
+  const cxlpool_status_t st = cxlpool_shared_pool_check(device.c_str(), nullptr, 1, &r);
+  if (st != CXLPOOL_OK) UNSCOPED_INFO("check: " << last_error());
+  UNSCOPED_INFO("repaired " << r.words_repaired << ", reset " << r.words_reset << ", reformatted "
+                            << r.extents_reformatted << ", lost " << r.blocks_lost);
+  return st == CXLPOOL_OK && r.words_repaired == 0 && r.words_reset == 0 && r.extents_reformatted == 0 &&
+         r.blocks_lost == 0 && r.extents_free == r.extents_total;
+}
+
+namespace L = cxlpool::detail::shared;
+
+// The pool's metadata mapped by the test itself: its superblock, and the words a participant
+// or a scribbler writes.
+struct Raw {
+  int fd = -1;
+  void* base = MAP_FAILED;
+  size_t len = 0;
+  L::Superblock sb{};
+  explicit Raw(const std::string& name) {
+    fd = ::open(("/dev/shm/" + name).c_str(), O_RDWR | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(pread(fd, &sb, sizeof sb, 0) == ssize_t(sizeof sb));
+    len = sb.extents_offset;
+    base = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    REQUIRE(base != MAP_FAILED);
+  }
+  ~Raw() {
+    munmap(base, len);
+    close(fd);
+  }
+  uint64_t salt() const { return sb.pool_id[0] ^ sb.pool_id[1]; }
+  uint64_t* claim_word(uint32_t slot, uint32_t word) const {
+    return reinterpret_cast<uint64_t*>(static_cast<char*>(base) + sb.slots_offset + slot * L::kSlotBytes +
+                                       2 * L::kLine) +
+           word;
+  }
+  uint64_t* grant_word(uint32_t quota) const {
+    return reinterpret_cast<uint64_t*>(static_cast<char*>(base) + L::kGrantOffset) + quota;
+  }
+  // As participant `slot` would while it claims: kind (and a quota + 1, or 0).
+  void set_claim(uint32_t slot, L::ClaimKind kind, uint32_t quota_plus_one) const {
+    __atomic_store_n(claim_word(slot, 1), L::encode_quota_claim(quota_plus_one, slot, salt()), __ATOMIC_SEQ_CST);
+    __atomic_store_n(claim_word(slot, 0), L::encode_claim(kind, 0, 1, slot, salt()), __ATOMIC_SEQ_CST);
+  }
+  void clear_claim(uint32_t slot) const {
+    __atomic_store_n(claim_word(slot, 0), 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(claim_word(slot, 1), 0, __ATOMIC_SEQ_CST);
+  }
+};
+
+uint32_t slot_of(cxlpool_shared_pool_t* p) {
+  cxlpool_shared_info_t i{};
+  REQUIRE(cxlpool_shared_pool_info(p, &i) == CXLPOOL_OK);
+  return i.slot;
+}
+
+}  // namespace
+
+TEST_CASE("compose: grants move capacity between quotas and never past the pool", "[compose]") {
+  Pool pool("grant");
+  cxlpool_shared_pool_t* c = pool.open();
+  const cxlpool_compose_state_t s0 = state_of(c);
+  const uint64_t n = s0.extents_total;
+  REQUIRE(n > 20);
+  CHECK(s0.extents_unassigned == 0);  // the quotas as created add up to the pool
+  CHECK(quota_of(s0, "a").granted_extents == 8);
+  CHECK(quota_of(s0, "a").reserved_extents == 8);
+  CHECK(quota_of(s0, "a").grant_set == 0);
+  CHECK(quota_of(s0, "default").granted_extents == n - 16);
+
+  // Nothing unassigned: refused, nothing changed.
+  CHECK(cxlpool_compose_grant(c, "a", 1, 1000) == CXLPOOL_E_CAPACITY);
+  CHECK(last_error().find("0 of " + std::to_string(n) + " unassigned") != std::string::npos);
+  CHECK(quota_of(state_of(c), "a").granted_extents == 8);
+  // Bad arguments.
+  CHECK(cxlpool_compose_grant(c, "nope", 1, 1000) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(last_error().find("\"nope\"") != std::string::npos);
+  CHECK(cxlpool_compose_grant(c, "a", 0, 1000) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_compose_grant(c, nullptr, 1, 1000) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_compose_grant(nullptr, "a", 1, 1000) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_compose_reclaim(c, "b", 9, 0, 1000, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(last_error().find("granted 8 extents") != std::string::npos);
+  CHECK(cxlpool_compose_get_state(c, 1000, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+
+  // From default (unused) to a: reclaimed at once, then granted.
+  uint64_t got = 99;
+  CHECK(cxlpool_compose_reclaim(c, "default", 4, 0, 1000, &got) == CXLPOOL_OK);
+  CHECK(got == 4);
+  CHECK(state_of(c).extents_unassigned == 4);
+  CHECK(cxlpool_compose_grant(c, "a", 5, 1000) == CXLPOOL_E_CAPACITY);
+  REQUIRE(cxlpool_compose_grant(c, "a", 4, 1000) == CXLPOOL_OK);
+  const cxlpool_compose_state_t s1 = state_of(c);
+  CHECK(quota_of(s1, "a").granted_extents == 12);
+  CHECK(quota_of(s1, "a").grant_set == 1);
+  CHECK(quota_of(s1, "default").granted_extents == n - 20);
+  CHECK(s1.extents_unassigned == 0);
+  CHECK(counted(s1) == n);
+
+  // The quota's participants follow: a owns exactly 12 now, default no more than its grant.
+  cxlpool_shared_pool_t* a = pool.open("a");
+  cxlpool_status_t last{};
+  std::vector<void*> held = fill(a, &last);
+  CHECK(last == CXLPOOL_E_CAPACITY);
+  CHECK(last_error().find("quota \"a\" is full (12 extents") != std::string::npos);
+  CHECK(held.size() == 12);
+  cxlpool_shared_info_t ia{};
+  REQUIRE(cxlpool_shared_pool_info(a, &ia) == CXLPOOL_OK);
+  CHECK(ia.quota_extents_max == 12);
+  std::vector<void*> d = fill(c, &last);
+  CHECK(d.size() == n - 20);
+  for (void* x : d) REQUIRE(cxlpool_shared_free(c, x) == CXLPOOL_OK);
+  for (void* x : held) REQUIRE(cxlpool_shared_free(a, x) == CXLPOOL_OK);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
+
+TEST_CASE("compose: a reclaim takes what the quota gives back and never a live block", "[compose]") {
+  Pool pool("reclaim");
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_shared_pool_t* a = pool.open("a");
+  cxlpool_status_t last{};
+  std::vector<void*> held = fill(a, &last);
+  REQUIRE(held.size() == 8);
+
+  // Everything in use: at the deadline nothing is taken and the grant covers what a holds.
+  uint64_t got = 99;
+  CHECK(cxlpool_compose_reclaim(c, "a", 4, 50, 1000, &got) == CXLPOOL_E_BUSY);
+  CHECK(got == 0);
+  CHECK(last_error().find("still held 4 of the 4 extents") != std::string::npos);
+  cxlpool_compose_state_t s = state_of(c);
+  CHECK(quota_of(s, "a").granted_extents == 8);
+  CHECK(quota_of(s, "a").used_extents == 8);
+  CHECK(s.extents_unassigned == 0);
+
+  // Two freed: the reclaim takes those two, and the grant keeps the other six.
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(cxlpool_shared_free(a, held.back()) == CXLPOOL_OK);
+    held.pop_back();
+  }
+  CHECK(cxlpool_compose_reclaim(c, "a", 4, 50, 1000, &got) == CXLPOOL_E_BUSY);
+  CHECK(got == 2);
+  s = state_of(c);
+  CHECK(quota_of(s, "a").granted_extents == 6);
+  CHECK(s.extents_unassigned == 2);
+  for (void* x : held) {
+    std::memset(x, 0x5a, 1u << 20);  // the blocks a still holds are whole and its own
+  }
+
+  // All freed: the next reclaim completes, and a cannot grow past its new grant.
+  for (void* x : held) REQUIRE(cxlpool_shared_free(a, x) == CXLPOOL_OK);
+  held.clear();
+  CHECK(cxlpool_compose_reclaim(c, "a", 4, 10000, 1000, &got) == CXLPOOL_OK);
+  CHECK(got == 4);
+  held = fill(a, &last);
+  CHECK(held.size() == 2);
+  CHECK(last == CXLPOOL_E_CAPACITY);
+  for (void* x : held) REQUIRE(cxlpool_shared_free(a, x) == CXLPOOL_OK);
+  s = state_of(c);
+  CHECK(s.extents_unassigned == 6);
+  CHECK(counted(s) == s.extents_total - 6);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
+
+TEST_CASE("compose: a busy participant gives back what it keeps for speed when its grant is lowered", "[compose]") {
+  // a's thread allocates and frees small blocks without pause: its class is never idle, so
+  // only the lowered grant can make it give back the extent its block cache keeps.
+  Pool pool("follow");
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_shared_pool_t* a = pool.open("a");
+  void* big = nullptr;
+  REQUIRE(cxlpool_shared_alloc(a, 1u << 20, &big) == CXLPOOL_OK);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> ok{0}, refused{0};
+  std::thread busy([&] {
+    while (!stop.load()) {
+      void* x = nullptr;
+      if (cxlpool_shared_alloc(a, 64, &x) == CXLPOOL_OK) {
+        ok.fetch_add(1);
+        cxlpool_shared_free(a, x);
+      } else {
+        refused.fetch_add(1);
+      }
+    }
+  });
+  while (ok.load() < 1000) std::this_thread::yield();
+  CHECK(quota_of(state_of(c), "a").used_extents == 2);
+  uint64_t got = 0;
+  // Down to the one extent of the live large block: the small extent must go back.
+  const cxlpool_status_t st = cxlpool_compose_reclaim(c, "a", 7, 30000, 1000, &got);
+  stop.store(true);
+  busy.join();
+  CHECK(st == CXLPOOL_OK);
+  CHECK(got == 7);
+  CHECK(refused.load() > 0);  // the busy thread found its quota full afterwards
+  CHECK(quota_of(state_of(c), "a").used_extents <= 1);
+  CHECK(cxlpool_shared_free(a, big) == CXLPOOL_OK);
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
+
+TEST_CASE("compose: racing composers and allocating participants keep the invariant", "[compose]") {
+  Pool pool("race");
+  const uint64_t n = [&] {
+    cxlpool_shared_pool_t* c = pool.open();
+    const uint64_t total = state_of(c).extents_total;
+    cxlpool_shared_pool_close(c);  // no participant here while the children fork
+    return total;
+  }();
+  std::vector<pid_t> kids;
+  // Four composers moving extents at random among the quotas, two participants (a, b)
+  // allocating and freeing up to whatever their grants are at the moment.
+  for (int k = 0; k < 6; ++k) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      Params qp;
+      const char* quotas[] = {"default", "a", "b"};
+      if (cxlpool_shared_params_set_quota(qp.p, k < 4 ? "default" : quotas[k - 3]) != CXLPOOL_OK) _exit(100);
+      cxlpool_shared_pool_t* p = nullptr;
+      if (cxlpool_shared_pool_open(pool.device.c_str(), qp.p, &p) != CXLPOOL_OK) _exit(101);
+      std::minstd_rand rng(static_cast<uint32_t>(getpid()));
+      std::vector<void*> mine;
+      for (int op = 0; op < 1000; ++op) {
+        if (k < 4) {
+          const char* q = quotas[rng() % 3];
+          const uint64_t count = 1 + rng() % 3;
+          const cxlpool_status_t st = rng() % 2 ? cxlpool_compose_grant(p, q, count, 10000)
+                                                : cxlpool_compose_reclaim(p, q, count, 0, 10000, nullptr);
+          if (st != CXLPOOL_OK && st != CXLPOOL_E_CAPACITY && st != CXLPOOL_E_BUSY && st != CXLPOOL_E_INVALID_ARGUMENT)
+            _exit(102);
+          cxlpool_compose_state_t s{};
+          if (cxlpool_compose_get_state(p, 10000, &s) != CXLPOOL_OK) _exit(103);
+          if (counted(s) > s.extents_total || s.overcommitted) _exit(104);
+        } else {
+          void* b = nullptr;
+          if (rng() % 3 != 0 && cxlpool_shared_alloc(p, 1u << 20, &b) == CXLPOOL_OK) {
+            mine.push_back(b);
+          } else if (!mine.empty()) {
+            if (cxlpool_shared_free(p, mine.back()) != CXLPOOL_OK) _exit(105);
+            mine.pop_back();
+          }
+        }
+      }
+      for (void* b : mine) cxlpool_shared_free(p, b);
+      cxlpool_shared_pool_close(p);
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) CHECK(wait_exit(pid) == 0);
+  cxlpool_shared_pool_t* c = pool.open();
+  const cxlpool_compose_state_t s = state_of(c);
+  CHECK(counted(s) <= n);
+  CHECK(s.extents_over_grant == 0);
+  for (uint32_t q = 0; q < s.quota_count; ++q) CHECK(s.quotas[q].used_extents == 0);
+  cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
+
+TEST_CASE("compose: composers killed at random points lose no extent and grant none twice", "[compose]") {
+  Pool pool("kill");
+  std::minstd_rand rng(static_cast<uint32_t>(getpid()));
+  const char* quotas[] = {"default", "a", "b"};
+  uint64_t n = 0;
+  for (int round = 0; round < 100; ++round) {
+    const pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      cxlpool_shared_pool_t* p = nullptr;
+      if (cxlpool_shared_pool_open(pool.device.c_str(), nullptr, &p) != CXLPOOL_OK) _exit(101);
+      std::minstd_rand r(static_cast<uint32_t>(getpid()));
+      for (;;) {
+        const char* q = quotas[r() % 3];
+        if (r() % 2)
+          cxlpool_compose_grant(p, q, 1 + r() % 4, 10000);
+        else
+          cxlpool_compose_reclaim(p, q, 1 + r() % 4, 0, 10000, nullptr);
+      }
+    }
+    // Killed anywhere: while joining, holding the compose claim, between its two stores.
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 20000));
+    kill(pid, SIGKILL);
+    CHECK(wait_exit(pid) == 128 + SIGKILL);
+    if (round % 10 == 9) {
+      cxlpool_shared_pool_t* c = pool.open();
+      const cxlpool_compose_state_t s = state_of(c);
+      n = s.extents_total;
+      CHECK(counted(s) <= s.extents_total);
+      CHECK(!s.overcommitted);
+      for (uint32_t q = 0; q < s.quota_count; ++q) CHECK(s.quotas[q].grant_damaged == 0);
+      cxlpool_shared_pool_close(c);
+    }
+  }
+  // A new composer resumes: every extent is granted again (nothing was lost), then used.
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_compose_state_t s = state_of(c);
+  if (s.extents_unassigned > 0) REQUIRE(cxlpool_compose_grant(c, "b", s.extents_unassigned, 10000) == CXLPOOL_OK);
+  s = state_of(c);
+  CHECK(s.extents_unassigned == 0);
+  uint64_t granted = 0;
+  for (uint32_t q = 0; q < s.quota_count; ++q) granted += s.quotas[q].granted_extents;
+  CHECK(granted == n);
+  cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
+
+TEST_CASE("compose: the compose claim excludes other composers and the lowered quota's claimers", "[compose]") {
+  Pool pool("claim");
+  Raw raw(pool.name);
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_shared_pool_t* other = pool.open();  // a live participant whose claim words the test writes
+  cxlpool_shared_pool_t* a = pool.open("a");
+  cxlpool_shared_pool_t* b = pool.open("b");
+  const uint32_t s2 = slot_of(other);
+
+  // Another composer holds the claim: every compose call waits, then says who holds it.
+  raw.set_claim(s2, L::kClaimCompose, 0);
+  CHECK(cxlpool_compose_reclaim(c, "default", 1, 0, 100, nullptr) == CXLPOOL_E_BUSY);
+  CHECK(last_error().find("by slot " + std::to_string(s2)) != std::string::npos);
+  cxlpool_compose_state_t s{};
+  CHECK(cxlpool_compose_get_state(c, 100, &s) == CXLPOOL_E_BUSY);
+  // ... but no allocation: a composer that only raises grants excludes no claimer.
+  void* x = nullptr;
+  REQUIRE(cxlpool_shared_alloc(a, 1u << 20, &x) == CXLPOOL_OK);
+  REQUIRE(cxlpool_shared_free(a, x) == CXLPOOL_OK);
+  raw.clear_claim(s2);
+  REQUIRE(cxlpool_compose_reclaim(c, "default", 1, 0, 100, nullptr) == CXLPOOL_OK);
+
+  // A claimer of quota a's extents (another participant of a, counting): a reclaim from a
+  // waits for it; a reclaim from another quota does not.
+  raw.set_claim(s2, L::kClaimExtents, 1 + 1);
+  CHECK(cxlpool_compose_reclaim(c, "a", 1, 0, 100, nullptr) == CXLPOOL_E_BUSY);
+  CHECK(cxlpool_compose_reclaim(c, "b", 1, 0, 100, nullptr) == CXLPOOL_OK);
+  CHECK(cxlpool_compose_grant(c, "a", 2, 100) == CXLPOOL_OK);  // raising excludes no claimer
+  raw.clear_claim(s2);
+
+  // A composer lowering a's grant: a's participants may not claim extents meanwhile (they
+  // would count against the old grant), b's may.
+  raw.set_claim(s2, L::kClaimCompose, 1 + 1);
+  CHECK(cxlpool_shared_alloc(a, 1u << 20, &x) == CXLPOOL_E_CAPACITY);
+  void* y = nullptr;
+  CHECK(cxlpool_shared_alloc(b, 1u << 20, &y) == CXLPOOL_OK);
+  raw.clear_claim(s2);
+  REQUIRE(cxlpool_shared_alloc(a, 1u << 20, &x) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_free(a, x) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_free(b, y) == CXLPOOL_OK);
+  for (cxlpool_shared_pool_t* p : {b, a, other, c}) cxlpool_shared_pool_close(p);
+  CHECK(pool_consistent(pool.device));
+}
+
+TEST_CASE("compose: a damaged grant word stops its quota growing until a repair resets it", "[compose]") {
+  Pool pool("damaged");
+  Raw raw(pool.name);
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_shared_pool_t* a = pool.open("a");
+  std::vector<void*> held;
+  for (int i = 0; i < 3; ++i) {
+    void* x = nullptr;
+    REQUIRE(cxlpool_shared_alloc(a, 1u << 20, &x) == CXLPOOL_OK);
+    held.push_back(x);
+  }
+  __atomic_store_n(raw.grant_word(1), 0x1234567890abcdefull, __ATOMIC_SEQ_CST);  // fails its check
+  cxlpool_compose_state_t s = state_of(c);
+  CHECK(quota_of(s, "a").grant_damaged == 1);
+  CHECK(quota_of(s, "a").granted_extents == 0);
+  CHECK(quota_of(s, "a").used_extents == 3);
+  CHECK(s.extents_unassigned == 8 - 3);  // the rest of a's old grant: a counts as what it holds
+  void* x = nullptr;
+  CHECK(cxlpool_shared_alloc(a, 1u << 20, &x) == CXLPOOL_E_CORRUPT);
+  CHECK(last_error().find("grant word of quota \"a\" is damaged") != std::string::npos);
+  CHECK(cxlpool_compose_grant(c, "b", 1, 1000) == CXLPOOL_E_CORRUPT);  // no grant on a damaged pool
+  CHECK(cxlpool_compose_reclaim(c, "a", 1, 0, 1000, nullptr) == CXLPOOL_E_CORRUPT);
+  for (void* h : held) CHECK(cxlpool_shared_free(a, h) == CXLPOOL_OK);  // what a holds stays usable
+  cxlpool_shared_pool_close(a);
+  cxlpool_shared_pool_close(c);
+
+  cxlpool_shared_check_report_t r{};
+  CHECK(cxlpool_shared_pool_check(pool.device.c_str(), nullptr, 0, &r) == CXLPOOL_E_CORRUPT);
+  CHECK(r.corrupt_words == 1);
+  CHECK(cxlpool_shared_pool_check(pool.device.c_str(), nullptr, 1, &r) == CXLPOOL_OK);
+  CHECK(r.words_reset == 1);
+  c = pool.open();
+  s = state_of(c);
+  CHECK(quota_of(s, "a").grant_damaged == 0);
+  CHECK(quota_of(s, "a").granted_extents == 0);  // what a held then: nothing
+  CHECK(s.extents_unassigned == 8);
+  REQUIRE(cxlpool_compose_grant(c, "a", 8, 1000) == CXLPOOL_OK);
+  cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
