@@ -2,7 +2,12 @@
 // cxlpool-compose: shows and changes how a shared pool's capacity is granted to its quotas
 // (docs/compose.md). Joins the pool as a participant for the length of one command; uses only
 // the public C API (include/cxlpool/compose.h) and tools/cli_common.hpp.
+#include <signal.h>
+#include <time.h>
+
+#include <algorithm>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,20 +19,33 @@
 namespace {
 
 const char* kUsage =
-    "usage: cxlpool-compose list DEVICE [--json] [--host-index N]\n"
+    "usage: cxlpool-compose list DEVICE [--wait S] [--json] [--host-index N]\n"
     "       cxlpool-compose grant DEVICE QUOTA AMOUNT [--extents] [--wait S] [--json] [--host-index N]\n"
     "       cxlpool-compose reclaim DEVICE QUOTA AMOUNT [--extents] [--deadline S] [--wait S] [--json]\n"
     "                               [--host-index N]\n"
+    "       cxlpool-compose policy set DEVICE QUOTA [--min AMOUNT] [--max AMOUNT] [--priority P] [--extents]\n"
+    "                                  [--wait S] [--json] [--host-index N]\n"
+    "       cxlpool-compose daemon DEVICE [--period MS] [--hold-ms MS] [--for S] [--wait S] [--json]\n"
+    "                              [--host-index N]\n"
+    "       cxlpool-compose watch DEVICE [--interval S] [--for S] [--wait S] [--json] [--host-index N]\n"
     "\n"
     "DEVICE is a shared pool (shm:NAME, file:PATH, devdax:PATH; docs/shared.md). AMOUNT is bytes\n"
     "(K, M, G, T: binary multiples), a whole number of the pool's extents, or with --extents a count of\n"
     "extents.\n"
-    "  list     every quota's reserved, granted and used extents, and what is unassigned\n"
+    "  list     every quota's reserved, granted, used and asked-for extents, its policy, and what is\n"
+    "           unassigned\n"
     "  grant    raises QUOTA's grant from the unassigned extents (refused when too few are)\n"
     "  reclaim  lowers QUOTA's grant and waits up to --deadline seconds (default 30) until its\n"
     "           participants hold no more: they give back what they keep for speed at once, the rest\n"
     "           as their programs free it. At the deadline the quota keeps a grant for what it still\n"
     "           holds, and the reclaim reports what it took.\n"
+    "  policy set  QUOTA's minimum (granted first, never reclaimed), maximum (0: the pool) and\n"
+    "           priority (0..255); options not given are kept\n"
+    "  daemon   runs the policy every --period ms (default 100) until SIGINT/SIGTERM or --for S:\n"
+    "           demand (participants whose claims failed on their grant) is served by priority; a\n"
+    "           quota's spare extents with no demand for --hold-ms (default 500) go back. One line per\n"
+    "           change (JSON lines with --json)\n"
+    "  watch    list every --interval S (default 1)\n"
     "  --wait S  how long to wait for another composer's claim (default 10 s: a dead one's is\n"
     "            dropped when its slot is recovered, within the pool's lease timeout)\n"
     "\n"
@@ -53,12 +71,6 @@ using cxlpool::tools::shown_lines;
 
 int exit_code(cxlpool_status_t st) { return st == CXLPOOL_E_BUSY ? 2 : 1; }
 
-uint32_t seconds_ms(const std::string& flag, const std::string& text) {
-  const uint64_t s = cxlpool::tools::parse_number(usage_error, flag, text, false);
-  if (s > UINT32_MAX / 1000) usage_error(flag + ": \"" + text + "\" seconds is too long");
-  return static_cast<uint32_t>(s * 1000);
-}
-
 void print_state(const std::string& device, const cxlpool_compose_state_t& st, bool json) {
   if (json) {
     printf("{\"device\": \"%s\", \"extent_size\": %" PRIu64 ", \"extents_total\": %" PRIu64
@@ -69,23 +81,60 @@ void print_state(const std::string& device, const cxlpool_compose_state_t& st, b
     for (uint32_t q = 0; q < st.quota_count; ++q) {
       const cxlpool_compose_quota_t& c = st.quotas[q];
       printf("%s{\"name\": \"%s\", \"reserved_extents\": %" PRIu64 ", \"granted_extents\": %" PRIu64
-             ", \"used_extents\": %" PRIu64 ", \"grant_set\": %s, \"grant_damaged\": %s}",
+             ", \"used_extents\": %" PRIu64 ", \"demand_extents\": %" PRIu64 ", \"min_extents\": %" PRIu64
+             ", \"max_extents\": %" PRIu64
+             ", \"priority\": %u, \"grant_set\": %s, \"grant_damaged\": %s"
+             ", \"policy_damaged\": %s}",
              q ? ", " : "", json_text(field(c.name)).c_str(), c.reserved_extents, c.granted_extents, c.used_extents,
-             c.grant_set ? "true" : "false", c.grant_damaged ? "true" : "false");
+             c.demand_extents, c.min_extents, c.max_extents, c.priority, c.grant_set ? "true" : "false",
+             c.grant_damaged ? "true" : "false", c.policy_damaged ? "true" : "false");
     }
     printf("]}\n");
+    fflush(stdout);
     return;
   }
   printf("pool %s: %" PRIu64 " extents of %" PRIu64 " bytes, %" PRIu64 " unassigned, %" PRIu64 " held over grant%s\n",
          shown(device).c_str(), st.extents_total, st.extent_size, st.extents_unassigned, st.extents_over_grant,
          st.overcommitted ? " (OVERCOMMITTED: a damaged pool; cxlpool-pool check)" : "");
-  printf("  %-24s %10s %10s %10s\n", "quota", "reserved", "granted", "used");
+  printf("  %-24s %9s %9s %9s %9s %9s %9s %8s\n", "quota", "reserved", "granted", "used", "demand", "min", "max",
+         "priority");
   for (uint32_t q = 0; q < st.quota_count; ++q) {
     const cxlpool_compose_quota_t& c = st.quotas[q];
-    printf("  %-24s %10" PRIu64 " %10" PRIu64 " %10" PRIu64 "%s\n", shown(field(c.name)).c_str(), c.reserved_extents,
-           c.granted_extents, c.used_extents, c.grant_damaged ? "  (grant word damaged)" : "");
+    const std::string max = c.max_extents ? std::to_string(c.max_extents) : "-";
+    printf("  %-24s %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9s %8u%s%s\n",
+           shown(field(c.name)).c_str(), c.reserved_extents, c.granted_extents, c.used_extents, c.demand_extents,
+           c.min_extents, max.c_str(), c.priority, c.grant_damaged ? "  (grant word damaged)" : "",
+           c.policy_damaged ? "  (policy damaged)" : "");
+  }
+  fflush(stdout);
+}
+
+volatile sig_atomic_t g_stop = 0;
+void on_stop(int) { g_stop = 1; }
+
+uint64_t now_ms() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000 + uint64_t(ts.tv_nsec) / 1000000;
+}
+
+// Sleeps ms, or less when a stop signal arrives.
+void nap(uint64_t ms) {
+  for (uint64_t end = now_ms() + ms; !g_stop && now_ms() < end;) {
+    const uint64_t left = std::min<uint64_t>(end - now_ms(), 50);
+    timespec ts{time_t(left / 1000), long(left % 1000) * 1000000};
+    nanosleep(&ts, nullptr);
   }
 }
+
+struct Options {
+  std::string cmd, device, quota, amount;
+  bool json = false, in_extents = false;
+  uint32_t wait_ms = 10000, deadline_ms = 30000, period_ms = 100, hold_ms = 500, interval_ms = 1000;
+  uint64_t for_ms = 0;  // 0: until a signal
+  std::string min, max;
+  int64_t priority = -1;
+};
 
 }  // namespace
 
@@ -95,20 +144,31 @@ int main(int argc, char** argv) {
       fputs(kUsage, stdout);
       return 0;
     }
+  Options o;
+  int i = 1;
   if (argc < 3) usage_error("a command and a DEVICE are needed");
-  const std::string cmd = argv[1], device = argv[2];
-  if (cmd != "list" && cmd != "grant" && cmd != "reclaim") usage_error("unknown command \"" + cmd + "\"");
-  if (device.empty() || device[0] == '-') usage_error(cmd + ": the DEVICE comes first, before the options");
-  int i = 3;
-  std::string quota, amount;
-  if (cmd != "list") {
-    if (argc < 5 || argv[3][0] == '-' || argv[4][0] == '-') usage_error(cmd + ": DEVICE QUOTA AMOUNT are needed");
-    quota = argv[3];
-    amount = argv[4];
-    i = 5;
+  o.cmd = argv[i++];
+  if (o.cmd == "policy") {
+    if (i >= argc || strcmp(argv[i], "set") != 0) usage_error("policy: only \"policy set\" is known");
+    o.cmd = "policy set";
+    ++i;
   }
-  bool json = false, in_extents = false;
-  uint32_t wait_ms = 10000, deadline_ms = 30000;
+  if (o.cmd != "list" && o.cmd != "grant" && o.cmd != "reclaim" && o.cmd != "policy set" && o.cmd != "daemon" &&
+      o.cmd != "watch")
+    usage_error("unknown command \"" + o.cmd + "\"");
+  if (i >= argc || argv[i][0] == '-') usage_error(o.cmd + ": the DEVICE comes first, before the options");
+  o.device = argv[i++];
+  const bool has_quota = o.cmd == "grant" || o.cmd == "reclaim" || o.cmd == "policy set";
+  const bool has_amount = o.cmd == "grant" || o.cmd == "reclaim";
+  // QUOTA and AMOUNT are positional: a quota's name may begin with '-'.
+  if (has_quota) {
+    if (i >= argc) usage_error(o.cmd + ": DEVICE QUOTA" + (has_amount ? " AMOUNT" : "") + " are needed");
+    o.quota = argv[i++];
+  }
+  if (has_amount) {
+    if (i >= argc) usage_error(o.cmd + ": DEVICE QUOTA AMOUNT are needed");
+    o.amount = argv[i++];
+  }
   cxlpool_shared_params_t* params = nullptr;
   if (cxlpool_shared_params_create(&params) != CXLPOOL_OK) api_error("params", CXLPOOL_E_NO_MEMORY, 3);
   for (; i < argc; ++i) {
@@ -117,73 +177,174 @@ int main(int argc, char** argv) {
       if (i + 1 >= argc) usage_error(a + " needs a value");
       return argv[++i];
     };
+    auto ms = [&](uint64_t scale) {
+      const std::string v = value();
+      const uint64_t n = cxlpool::tools::parse_number(usage_error, a, v, false);
+      if (n > UINT32_MAX / scale) usage_error(a + ": \"" + v + "\" is too long");
+      return static_cast<uint32_t>(n * scale);
+    };
     if (a == "--json") {
-      json = true;
+      o.json = true;
     } else if (a == "--host-index") {
       const uint64_t h = cxlpool::tools::parse_number(usage_error, a, value(), false);
       if (h > UINT32_MAX) usage_error("--host-index: too large");
       const cxlpool_status_t st = cxlpool_shared_params_set_host_index(params, static_cast<uint32_t>(h));
       if (st != CXLPOOL_OK) api_error("--host-index", st, 1);
-    } else if (cmd != "list" && a == "--extents") {
-      in_extents = true;
     } else if (a == "--wait") {
-      wait_ms = seconds_ms(a, value());
-    } else if (cmd == "reclaim" && a == "--deadline") {
-      deadline_ms = seconds_ms(a, value());
+      o.wait_ms = ms(1000);
+    } else if ((has_amount || o.cmd == "policy set") && a == "--extents") {
+      o.in_extents = true;
+    } else if (o.cmd == "reclaim" && a == "--deadline") {
+      o.deadline_ms = ms(1000);
+    } else if (o.cmd == "policy set" && (a == "--min" || a == "--max")) {
+      (a == "--min" ? o.min : o.max) = value();
+    } else if (o.cmd == "policy set" && a == "--priority") {
+      const uint64_t p = cxlpool::tools::parse_number(usage_error, a, value(), false);
+      if (p > 255) usage_error("--priority: " + std::to_string(p) + " is above 255");
+      o.priority = int64_t(p);
+    } else if (o.cmd == "daemon" && a == "--period") {
+      o.period_ms = std::max<uint32_t>(1, ms(1));
+    } else if (o.cmd == "daemon" && a == "--hold-ms") {
+      o.hold_ms = ms(1);
+    } else if (o.cmd == "watch" && a == "--interval") {
+      o.interval_ms = std::max<uint32_t>(1, ms(1000));
+    } else if ((o.cmd == "daemon" || o.cmd == "watch") && a == "--for") {
+      o.for_ms = ms(1000);
     } else {
-      usage_error("unknown option \"" + a + "\" for " + cmd);
+      usage_error("unknown option \"" + a + "\" for " + o.cmd);
     }
   }
-  const uint64_t number = cmd == "list" ? 0 : cxlpool::tools::parse_number(usage_error, "AMOUNT", amount, !in_extents);
+  if (o.cmd == "policy set" && o.min.empty() && o.max.empty() && o.priority < 0)
+    usage_error("policy set: nothing to set (--min, --max or --priority)");
+  // Numbers are checked before the pool is opened; whole extents once its extent size is known.
+  const uint64_t number = has_amount ? cxlpool::tools::parse_number(usage_error, "AMOUNT", o.amount, !o.in_extents) : 0;
+  const uint64_t min_n = o.min.empty() ? 0 : cxlpool::tools::parse_number(usage_error, "--min", o.min, !o.in_extents);
+  const uint64_t max_n = o.max.empty() ? 0 : cxlpool::tools::parse_number(usage_error, "--max", o.max, !o.in_extents);
 
   cxlpool_shared_pool_t* pool = nullptr;
-  cxlpool_status_t st = cxlpool_shared_pool_open(device.c_str(), params, &pool);
+  cxlpool_status_t st = cxlpool_shared_pool_open(o.device.c_str(), params, &pool);
   cxlpool_shared_params_destroy(params);
-  if (st != CXLPOOL_OK) api_error("open " + device, st, 3);
+  if (st != CXLPOOL_OK) api_error("open " + o.device, st, 3);
   cxlpool_compose_state_t before{};
-  st = cxlpool_compose_get_state(pool, wait_ms, &before);
-  if (st != CXLPOOL_OK) api_error("list", st, 1);
-  int rc = 0;
-  if (cmd == "list") {
-    print_state(device, before, json);
-  } else {
-    uint64_t extents = number;
-    if (!in_extents) {
-      if (number % before.extent_size != 0)
-        usage_error("AMOUNT: " + amount + " is not a whole number of the pool's extents (" +
-                    std::to_string(before.extent_size) + " bytes each)");
-      extents = number / before.extent_size;
+  st = cxlpool_compose_get_state(pool, o.wait_ms, &before);
+  if (st != CXLPOOL_OK) {
+    cxlpool_shared_pool_close(pool);
+    api_error(o.cmd, st, exit_code(st));
+  }
+  auto extents_of = [&](const std::string& flag, const std::string& text, uint64_t n) {
+    if (o.in_extents) return n;
+    if (n % before.extent_size != 0) {
+      cxlpool_shared_pool_close(pool);
+      usage_error(flag + ": " + text + " is not a whole number of the pool's extents (" +
+                  std::to_string(before.extent_size) + " bytes each)");
     }
-    uint64_t reclaimed = 0;
-    if (cmd == "grant")
-      st = cxlpool_compose_grant(pool, quota.c_str(), extents, wait_ms);
+    return n / before.extent_size;
+  };
+  auto fail_with = [&](cxlpool_status_t s) {
+    const std::string message = cxlpool_last_error_message();
+    cxlpool_shared_pool_close(pool);
+    fprintf(stderr, "cxlpool-compose: %s: %s\n  %s\n", o.cmd.c_str(), cxlpool_status_str(s),
+            shown_lines(message).c_str());
+    return exit_code(s);
+  };
+  signal(SIGINT, on_stop);
+  signal(SIGTERM, on_stop);
+  int rc = 0;
+  const uint64_t started = now_ms();
+  auto running = [&] { return !g_stop && (o.for_ms == 0 || now_ms() - started < o.for_ms); };
+  if (o.cmd == "list") {
+    print_state(o.device, before, o.json);
+  } else if (o.cmd == "watch") {
+    for (cxlpool_compose_state_t s = before;;) {
+      print_state(o.device, s, o.json);
+      nap(o.interval_ms);
+      if (!running()) break;
+      st = cxlpool_compose_get_state(pool, o.wait_ms, &s);
+      if (st != CXLPOOL_OK) return fail_with(st);
+    }
+  } else if (o.cmd == "daemon") {
+    cxlpool_composer_t* c = nullptr;
+    st = cxlpool_composer_create(pool, o.hold_ms, &c);
+    if (st != CXLPOOL_OK) return fail_with(st);
+    uint64_t changes = 0;
+    while (running()) {
+      cxlpool_compose_move_t moves[32];
+      size_t n = 0;
+      st = cxlpool_composer_step(c, o.wait_ms, moves, 32, &n);
+      if (st == CXLPOOL_E_BUSY) {  // another composer held the claim: not fatal for a daemon
+        fprintf(stderr, "cxlpool-compose: daemon: %s\n", shown_lines(cxlpool_last_error_message()).c_str());
+      } else if (st != CXLPOOL_OK) {
+        cxlpool_composer_destroy(c);
+        return fail_with(st);
+      }
+      for (size_t k = 0; k < n && k < 32; ++k, ++changes) {
+        if (o.json)
+          printf("{\"ms\": %" PRIu64 ", \"quota\": \"%s\", \"delta_extents\": %" PRId64 ", \"why\": \"%s\"}\n",
+                 now_ms() - started, json_text(field(moves[k].quota)).c_str(), moves[k].delta_extents,
+                 json_text(field(moves[k].why)).c_str());
+        else
+          printf("%8.3f s  %-24s %+6" PRId64 " extents  (%s)\n", double(now_ms() - started) / 1000,
+                 shown(field(moves[k].quota)).c_str(), moves[k].delta_extents, shown(field(moves[k].why)).c_str());
+      }
+      fflush(stdout);
+      nap(o.period_ms);
+    }
+    cxlpool_composer_destroy(c);
+    if (!o.json) printf("daemon: %" PRIu64 " changes\n", changes);
+  } else if (o.cmd == "policy set") {
+    cxlpool_compose_policy_t p{};
+    for (uint32_t q = 0; q < before.quota_count; ++q)
+      if (o.quota == std::string(field(before.quotas[q].name))) {
+        p.min_extents = before.quotas[q].min_extents;
+        p.max_extents = before.quotas[q].max_extents;
+        p.priority = before.quotas[q].priority;
+      }
+    if (!o.min.empty()) p.min_extents = extents_of("--min", o.min, min_n);
+    if (!o.max.empty()) p.max_extents = extents_of("--max", o.max, max_n);
+    if (o.priority >= 0) p.priority = uint32_t(o.priority);
+    st = cxlpool_compose_set_policy(pool, o.quota.c_str(), &p, o.wait_ms);
+    if (st != CXLPOOL_OK) return fail_with(st);
+    if (o.json)
+      printf("{\"device\": \"%s\", \"quota\": \"%s\", \"min_extents\": %" PRIu64 ", \"max_extents\": %" PRIu64
+             ", \"priority\": %u}\n",
+             json_text(o.device).c_str(), json_text(o.quota).c_str(), p.min_extents, p.max_extents, p.priority);
     else
-      st = cxlpool_compose_reclaim(pool, quota.c_str(), extents, deadline_ms, wait_ms, &reclaimed);
+      printf("quota %s: minimum %" PRIu64 ", maximum %s, priority %u\n", shown(o.quota).c_str(), p.min_extents,
+             p.max_extents ? std::to_string(p.max_extents).c_str() : "the pool", p.priority);
+  } else {
+    const uint64_t extents = extents_of("AMOUNT", o.amount, number);
+    uint64_t reclaimed = 0;
+    if (o.cmd == "grant")
+      st = cxlpool_compose_grant(pool, o.quota.c_str(), extents, o.wait_ms);
+    else
+      st = cxlpool_compose_reclaim(pool, o.quota.c_str(), extents, o.deadline_ms, o.wait_ms, &reclaimed);
     const std::string message = st == CXLPOOL_OK ? "" : cxlpool_last_error_message();
     // A reclaim that took part of it before its deadline changed the grant: say so, then fail.
-    if (st != CXLPOOL_OK && !(cmd == "reclaim" && st == CXLPOOL_E_BUSY && reclaimed > 0)) {
-      cxlpool_shared_pool_close(pool);
-      fprintf(stderr, "cxlpool-compose: %s: %s\n  %s\n", cmd.c_str(), cxlpool_status_str(st),
-              shown_lines(message).c_str());
-      return exit_code(st);
-    }
+    if (st != CXLPOOL_OK && !(o.cmd == "reclaim" && st == CXLPOOL_E_BUSY && reclaimed > 0)) return fail_with(st);
+    // The change is made: it is reported even when the state after it cannot be read (another
+    // composer holding the claim), with those figures left out (null in JSON).
     cxlpool_compose_state_t after{};
-    if (cxlpool_compose_get_state(pool, wait_ms, &after) != CXLPOOL_OK) api_error("list", st, 1);
-    uint64_t granted = 0;
-    for (uint32_t q = 0; q < after.quota_count; ++q)
-      if (quota == std::string(field(after.quotas[q].name))) granted = after.quotas[q].granted_extents;
-    const uint64_t done = cmd == "grant" ? extents : reclaimed;
-    if (json)
+    const bool seen = cxlpool_compose_get_state(pool, o.wait_ms, &after) == CXLPOOL_OK;
+    if (!seen)
+      fprintf(stderr, "cxlpool-compose: %s: done, but the state after it could not be read: %s\n", o.cmd.c_str(),
+              shown_lines(cxlpool_last_error_message()).c_str());
+    std::string granted = "null", unassigned = "null";
+    for (uint32_t q = 0; seen && q < after.quota_count; ++q)
+      if (o.quota == std::string(field(after.quotas[q].name)))
+        granted = std::to_string(after.quotas[q].granted_extents);
+    if (seen) unassigned = std::to_string(after.extents_unassigned);
+    const uint64_t done = o.cmd == "grant" ? extents : reclaimed;
+    if (o.json)
       printf("{\"device\": \"%s\", \"quota\": \"%s\", \"%s_extents\": %" PRIu64 ", \"asked_extents\": %" PRIu64
-             ", \"granted_extents\": %" PRIu64 ", \"extents_unassigned\": %" PRIu64 "}\n",
-             json_text(device).c_str(), json_text(quota).c_str(), cmd == "grant" ? "granted_now" : "reclaimed", done,
-             extents, granted, after.extents_unassigned);
+             ", \"granted_extents\": %s, \"extents_unassigned\": %s}\n",
+             json_text(o.device).c_str(), json_text(o.quota).c_str(), o.cmd == "grant" ? "granted_now" : "reclaimed",
+             done, extents, granted.c_str(), unassigned.c_str());
     else
-      printf("%s %" PRIu64 " of %" PRIu64 " extents %s quota %s: granted %" PRIu64 ", %" PRIu64 " unassigned\n",
-             cmd == "grant" ? "granted" : "reclaimed", done, extents, cmd == "grant" ? "to" : "from",
-             shown(quota).c_str(), granted, after.extents_unassigned);
+      printf("%s %" PRIu64 " of %" PRIu64 " extents %s quota %s: granted %s, %s unassigned\n",
+             o.cmd == "grant" ? "granted" : "reclaimed", done, extents, o.cmd == "grant" ? "to" : "from",
+             shown(o.quota).c_str(), seen ? granted.c_str() : "?", seen ? unassigned.c_str() : "?");
     if (st != CXLPOOL_OK) {
-      fprintf(stderr, "cxlpool-compose: %s: %s\n  %s\n", cmd.c_str(), cxlpool_status_str(st),
+      fprintf(stderr, "cxlpool-compose: %s: %s\n  %s\n", o.cmd.c_str(), cxlpool_status_str(st),
               shown_lines(message).c_str());
       rc = exit_code(st);
     }

@@ -21,6 +21,11 @@ typedef struct cxlpool_compose_quota {
   uint64_t used_extents;     /* extents owned on its account */
   uint32_t grant_set;        /* 0: never changed (granted = reserved) */
   uint32_t grant_damaged;    /* 1: the grant word fails its check; the quota may not grow */
+  uint64_t demand_extents;   /* what its live participants' last failed claims asked for beyond the grant */
+  uint64_t min_extents;      /* policy (cxlpool_compose_set_policy) */
+  uint64_t max_extents;      /* 0: the pool */
+  uint32_t priority;
+  uint32_t policy_damaged; /* 1: the policy words fail their check (taken as none) */
 } cxlpool_compose_quota_t;
 
 typedef struct cxlpool_compose_state {
@@ -53,6 +58,39 @@ CXLPOOL_API cxlpool_status_t cxlpool_compose_grant(cxlpool_shared_pool_t* pool, 
  * cxlpool_compose_grant, plus CXLPOOL_E_INVALID_ARGUMENT when extents exceed the grant. */
 CXLPOOL_API cxlpool_status_t cxlpool_compose_reclaim(cxlpool_shared_pool_t* pool, const char* quota, uint64_t extents,
                                                      uint32_t deadline_ms, uint32_t wait_ms, uint64_t* reclaimed);
+
+/* A quota's policy, kept in the pool for every composer: a minimum that is granted first and
+ * never reclaimed, a maximum (0: the pool) that demand never grows it past, and a priority
+ * (0..255): demand of a higher priority is served first, takes the spare extents of lower ones,
+ * then lowers their grants down to their minimums (their extents come back as they free them).
+ * The minimums together must fit in the pool (CXLPOOL_E_INVALID_ARGUMENT otherwise). */
+typedef struct cxlpool_compose_policy {
+  uint64_t min_extents;
+  uint64_t max_extents;
+  uint32_t priority;
+  uint32_t reserved; /* 0 */
+} cxlpool_compose_policy_t;
+CXLPOOL_API cxlpool_status_t cxlpool_compose_set_policy(cxlpool_shared_pool_t* pool, const char* quota,
+                                                        const cxlpool_compose_policy_t* policy, uint32_t wait_ms);
+
+/* A composer running the policy: each step reads grants, holdings, policies and the demand of
+ * the pool's live participants (a participant whose claim of extents failed on its grant asks
+ * for them), and changes grants: minimums first, spare extents of a quota with no demand for
+ * hold_ms given back, then demand by priority. Any number of composers may run (on any host):
+ * each step's changes are made under the compose claim, grants only from what is unassigned
+ * then. The composer's memory (hold times) is its own; a new one starts afresh. */
+typedef struct cxlpool_composer cxlpool_composer_t;
+CXLPOOL_API cxlpool_status_t cxlpool_composer_create(cxlpool_shared_pool_t* pool, uint32_t hold_ms,
+                                                     cxlpool_composer_t** out);
+typedef struct cxlpool_compose_move {
+  char quota[24];
+  int64_t delta_extents; /* > 0 granted, < 0 reclaimed */
+  char why[24];          /* "minimum", "idle", "demand", "to a higher priority" */
+} cxlpool_compose_move_t;
+/* One step: up to capacity moves made written to moves, *count = how many were made. */
+CXLPOOL_API cxlpool_status_t cxlpool_composer_step(cxlpool_composer_t* composer, uint32_t wait_ms,
+                                                   cxlpool_compose_move_t* moves, size_t capacity, size_t* count);
+CXLPOOL_API void cxlpool_composer_destroy(cxlpool_composer_t* composer);
 
 #ifdef __cplusplus
 }

@@ -112,6 +112,7 @@ SharedPool::ComposeState SharedPool::compose_state(uint32_t wait_ms) {
   // within their grants meanwhile, so the sum read is one the pool really had.
   with_compose_claim(0, wait_ms, "cxlpool_compose_get_state", [&] {
     const std::vector<uint64_t> used = quota_uses();
+    const std::vector<uint64_t> demand = demands(nullptr, 0, 0);
     uint64_t counted = 0;
     for (uint32_t q = 0; q < sb.quota_count; ++q) {
       ComposeQuota cq;
@@ -122,6 +123,8 @@ SharedPool::ComposeState SharedPool::compose_state(uint32_t wait_ms) {
       cq.grant_set = g.set;
       cq.grant_damaged = !g.readable;
       cq.used = used[q];
+      cq.policy_damaged = !policy(q, &cq.policy);
+      cq.demand = demand[q];
       // A damaged grant counts as what the quota owns (it may not grow past it).
       counted += std::max(cq.granted, cq.used);
       if (cq.used > cq.granted) st.over_grant += cq.used - cq.granted;
@@ -133,33 +136,36 @@ SharedPool::ComposeState SharedPool::compose_state(uint32_t wait_ms) {
   return st;
 }
 
+uint64_t SharedPool::unassigned_locked(const char* fn) const {
+  const uint32_t nq = view_.sb().quota_count;
+  const std::vector<uint64_t> used = quota_uses();
+  uint64_t counted = 0;
+  for (uint32_t i = 0; i < nq; ++i) {
+    const Grant g = grant(i);
+    if (!g.readable)
+      fail(CXLPOOL_E_CORRUPT, std::string(fn) + ": " + what_ + ": the grant word of quota \"" +
+                                  view_.sb().quotas[i].name +
+                                  "\" is damaged; nothing is granted until cxlpool-pool check --repair resets it");
+    counted += std::max(g.extents, used[i]);
+  }
+  const uint64_t total = view_.extent_count();
+  return counted >= total ? 0 : total - counted;
+}
+
 void SharedPool::compose_grant(const std::string& quota, uint64_t extents, uint32_t wait_ms) {
   static constexpr const char* fn = "cxlpool_compose_grant";
   ensure_usable();
   const uint32_t q = quota_index(quota, fn);
   if (extents == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": 0 extents");
   with_compose_claim(0, wait_ms, fn, [&] {
-    const uint32_t nq = view_.sb().quota_count;
-    const std::vector<uint64_t> used = quota_uses();
-    uint64_t counted = 0;
-    for (uint32_t i = 0; i < nq; ++i) {
-      const Grant g = grant(i);
-      if (!g.readable)
-        fail(CXLPOOL_E_CORRUPT, std::string(fn) + ": " + what_ + ": the grant word of quota \"" +
-                                    view_.sb().quotas[i].name +
-                                    "\" is damaged; nothing is granted until cxlpool-pool check --repair resets it");
-      counted += std::max(g.extents, used[i]);
-    }
-    const uint64_t total = view_.extent_count();
-    const uint64_t free = counted >= total ? 0 : total - counted;
+    const uint64_t free = unassigned_locked(fn);
     if (extents > free)
       fail(CXLPOOL_E_CAPACITY, std::string(fn) + ": " + what_ + ": " + std::to_string(extents) +
                                    " extents asked for quota \"" + quota + "\", " + std::to_string(free) + " of " +
-                                   std::to_string(total) +
+                                   std::to_string(view_.extent_count()) +
                                    " unassigned (the rest is granted to the quotas or still held by them); "
                                    "reclaim from another quota first");
-    const Grant mine = grant(q);
-    view_.store(view_.grant_word(q), encode_grant(mine.extents + extents, q, view_.salt()));
+    store_grant(q, grant(q).extents + extents, fn);
   });
 }
 
@@ -180,7 +186,7 @@ SharedPool::ReclaimResult SharedPool::compose_reclaim(const std::string& quota, 
                                            std::to_string(g.extents) + " extents; " + std::to_string(extents) +
                                            " cannot be reclaimed from it");
     target = g.extents - extents;
-    view_.store(view_.grant_word(q), encode_grant(target, q, view_.salt()));
+    store_grant(q, target, fn);
   });
   // The quota's participants give back what they keep for speed at their next watch pass, and
   // the rest as their programs free it. Wait for that, up to the deadline.
@@ -195,22 +201,157 @@ SharedPool::ReclaimResult SharedPool::compose_reclaim(const std::string& quota, 
     if (os::monotonic_ns() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(std::max<uint64_t>(1, heartbeat_ns_ / 1000000u)));
   }
-  // At the deadline the quota keeps a grant for what it still holds, as a device keeps an
-  // extent it is using: the reclaim took what was given back. The sum it counts in does not
-  // change (max(granted, owned) is what it owns either way), so no composer's view is broken.
+  // At the deadline the quota keeps a grant for what it still holds of this reclaim's extents,
+  // as a device keeps an extent it is using: the reclaim took what was given back. Only its own
+  // lowering is undone (another reclaim of the quota may be waiting too), and the sum composers
+  // count does not change (max(granted, owned) is what the quota owns either way).
   ReclaimResult r;
-  with_compose_claim(q + 1, wait_ms, fn, [&] {
-    const Grant g = grant(q);
+  auto held_back = [&](const Grant& g) {
     const uint64_t used = quota_use(q);
-    if (!g.readable || used <= g.extents) {  // freed meanwhile, or changed by another composer
-      r.reclaimed = extents;
-      return;
-    }
-    r.still_held = used - g.extents;
-    r.reclaimed = extents > r.still_held ? extents - r.still_held : 0;
-    view_.store(view_.grant_word(q), encode_grant(used, q, view_.salt()));
-  });
+    return std::min<uint64_t>(extents, g.readable && used > g.extents ? used - g.extents : 0);
+  };
+  try {
+    with_compose_claim(q + 1, wait_ms, fn, [&] {
+      const Grant g = grant(q);
+      r.still_held = held_back(g);
+      r.reclaimed = extents - r.still_held;
+      if (r.still_held) store_grant(q, g.extents + r.still_held, fn);
+    });
+  } catch (const Failure& e) {
+    if (e.status() != CXLPOOL_E_BUSY) throw;
+    // The grant stays lowered: what the quota holds beyond it comes back as it is freed.
+    r.still_held = held_back(grant(q));
+    r.reclaimed = extents - r.still_held;
+    r.lowered = true;
+  }
   return r;
+}
+
+void SharedPool::store_grant(uint32_t quota, uint64_t extents, const char* fn) {
+  const uint64_t w = encode_grant(extents, quota, view_.salt());
+  PoolView::fence();
+  if (!still_ours_locked())
+    fail(CXLPOOL_E_EVICTED, std::string(fn) + ": " + what_ +
+                                ": this participant was declared dead while it composed; no grant was written");
+  view_.store(view_.grant_word(quota), w);
+}
+
+std::vector<std::string> SharedPool::compose_quota_names() const {
+  std::vector<std::string> out;
+  for (uint32_t q = 0; q < view_.sb().quota_count; ++q)
+    out.emplace_back(view_.sb().quotas[q].name, strnlen(view_.sb().quotas[q].name, sizeof view_.sb().quotas[q].name));
+  return out;
+}
+
+bool SharedPool::policy(uint32_t quota, QuotaPolicy* out) const {
+  const uint64_t* w = view_.policy_words(quota);
+  const uint64_t raw[2] = {view_.load(w), view_.load(w + 1)};
+  return decode_policy(raw, quota, view_.salt(), out);
+}
+
+std::vector<uint64_t> SharedPool::demands(ComposerMemory* memory, uint64_t now_ns, uint64_t hold_ns) const {
+  const uint32_t nq = view_.sb().quota_count;
+  std::vector<uint64_t> out(nq, 0);
+  if (memory) {
+    memory->slot_seq.resize(view_.slot_count(), 0);
+    memory->slot_changed_ns.resize(view_.slot_count(), 0);
+  }
+  for (uint32_t s = 0; s < view_.slot_count(); ++s) {
+    if (!view_.slot_live(s) || !view_.slot_tables_current(s)) continue;
+    const uint64_t raw = view_.load(&view_.slot_counters(s)->demand);
+    const uint32_t q = static_cast<uint32_t>(raw >> 56);
+    const uint64_t seq = (raw >> 32) & 0xffffffu, extents = raw & 0xffffffffu;
+    if (raw == 0 || q >= nq) continue;  // none, or a word no participant of this pool writes
+    if (memory) {
+      if (memory->slot_seq[s] != seq || memory->slot_changed_ns[s] == 0) {
+        memory->slot_seq[s] = seq;
+        memory->slot_changed_ns[s] = now_ns;
+      }
+      if (now_ns - memory->slot_changed_ns[s] > hold_ns) continue;  // asked long ago, not since
+    }
+    out[q] += extents;
+  }
+  return out;
+}
+
+void SharedPool::compose_set_policy(const std::string& quota, const QuotaPolicy& p, uint32_t wait_ms) {
+  static constexpr const char* fn = "cxlpool_compose_set_policy";
+  ensure_usable();
+  const uint32_t q = quota_index(quota, fn);
+  const uint64_t n = view_.extent_count();
+  if (p.priority > 255)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": priority " + std::to_string(p.priority) + " is above 255");
+  if (p.max_extents > n || p.min_extents > n)
+    fail(CXLPOOL_E_INVALID_ARGUMENT,
+         std::string(fn) + ": a minimum or maximum above the pool's " + std::to_string(n) + " extents");
+  if (p.max_extents != 0 && p.min_extents > p.max_extents)
+    fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": minimum " + std::to_string(p.min_extents) +
+                                         " above maximum " + std::to_string(p.max_extents));
+  with_compose_claim(0, wait_ms, fn, [&] {
+    // The minimums are guarantees: together they must fit in the pool.
+    uint64_t mins = p.min_extents;
+    for (uint32_t i = 0; i < view_.sb().quota_count; ++i) {
+      QuotaPolicy other;
+      if (i != q && policy(i, &other)) mins += other.min_extents;
+    }
+    if (mins > n)
+      fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": the quotas' minimums would add up to " +
+                                           std::to_string(mins) + " extents; the pool has " + std::to_string(n));
+    uint64_t w[2];
+    encode_policy(p, q, view_.salt(), w);
+    uint64_t* at = view_.policy_words(q);
+    view_.store(at, w[0]);
+    view_.store(at + 1, w[1]);
+  });
+}
+
+std::vector<SharedPool::AppliedMove> SharedPool::compose_step(ComposerMemory* memory, uint64_t hold_ns,
+                                                              uint32_t wait_ms) {
+  static constexpr const char* fn = "cxlpool_composer_step";
+  ensure_usable();
+  const uint32_t nq = view_.sb().quota_count;
+  std::vector<PlanQuota> in(nq);
+  std::vector<PlanMove> moves;
+  with_compose_claim(0, wait_ms, fn, [&] {
+    const uint64_t now = os::monotonic_ns();
+    const std::vector<uint64_t> used = quota_uses();
+    const std::vector<uint64_t> demand = demands(memory, now, hold_ns);
+    for (uint32_t q = 0; q < nq; ++q) {
+      const Grant g = grant(q);
+      if (!g.readable) return;  // damaged: nothing is composed until a check repairs it
+      QuotaPolicy pol;
+      policy(q, &pol);  // a damaged policy is none
+      in[q] = {g.extents, used[q], demand[q], pol.min_extents, pol.max_extents, pol.priority};
+    }
+    moves = plan_grants(in, view_.extent_count(), now, hold_ns, &memory->plan);
+  });
+  std::vector<AppliedMove> applied;
+  for (const PlanMove& m : moves) {
+    if (m.delta < 0) {  // lowered at once; what is held beyond comes back as it is freed
+      uint64_t done = 0;
+      with_compose_claim(m.quota + 1, wait_ms, fn, [&] {
+        const Grant g = grant(m.quota);
+        if (!g.readable) return;
+        // Never below the minimum, and an idle quota's spare is judged again now: it may have
+        // allocated since the snapshot.
+        QuotaPolicy pol;
+        policy(m.quota, &pol);
+        const uint64_t floor = m.below_used ? pol.min_extents : std::max(pol.min_extents, quota_use(m.quota));
+        const uint64_t target = std::max(floor, g.extents > uint64_t(-m.delta) ? g.extents - uint64_t(-m.delta) : 0);
+        done = g.extents > target ? g.extents - target : 0;
+        if (done) store_grant(m.quota, g.extents - done, fn);
+      });
+      if (done) applied.push_back({m.quota, -int64_t(done), m.why});
+    } else {  // as much as is unassigned now (another composer may have moved some)
+      uint64_t done = 0;
+      with_compose_claim(0, wait_ms, fn, [&] {
+        done = std::min<uint64_t>(unassigned_locked(fn), uint64_t(m.delta));
+        if (done) store_grant(m.quota, grant(m.quota).extents + done, fn);
+      });
+      if (done) applied.push_back({m.quota, int64_t(done), m.why});
+    }
+  }
+  return applied;
 }
 
 uint64_t grant_problems(const PoolView& v, const std::vector<uint64_t>& used) {
@@ -247,6 +388,16 @@ void SharedPool::repair_grants(RepairCounts* counts) {
     view_.store(view_.grant_word(q), encode_grant(used[q], q, view_.salt()));
     ++counts->words_reset;
   }
+}
+
+void SharedPool::note_demand(uint64_t extents) {
+  uint64_t w = 0;
+  if (extents != 0) {
+    demand_seq_ = (demand_seq_ + 1) & 0xffffffu;
+    w = (uint64_t{quota_ & 0xffu} << 56) | (uint64_t{demand_seq_} << 32) | std::min<uint64_t>(extents, UINT32_MAX);
+  }
+  view_.store(&view_.slot_counters(slot_)->demand, w);
+  demand_raw_ = w;
 }
 
 void SharedPool::follow_grant() {

@@ -30,8 +30,12 @@ bool SharedPool::claim(ClaimKind kind, uint32_t first, uint32_t count, uint32_t 
   view_.store(view_.slot_word(slot_, 2, 0), encode_claim(kind, first, count, slot_, salt));
   PoolView::fence();
   for (uint32_t s = 0; s < view_.slot_count(); ++s) {
-    // The dead hold no claims, nor does a joiner whose words are still its predecessor's.
-    if (s == slot_ || !view_.slot_live(s) || !view_.slot_tables_current(s)) continue;
+    // The dead hold no claims, nor does a joiner whose words are still its predecessor's. An
+    // evicted participant still does until its recovery ends: recovery waits for a process of
+    // its host that is inside an operation (stopped in it), and the stores its claim covers
+    // (extent words, grants) are part of that operation: were its claim ignored meanwhile,
+    // another claimer could take the same extents and the stopped one, resumed, overwrite them.
+    if (s == slot_ || !view_.slot_tables_current(s) || !(view_.slot_live(s) || view_.slot_recovering(s))) continue;
     ClaimKind k{};
     uint32_t f = 0, c = 0, q = 0;
     if (!decode_claim(view_.load(view_.slot_word(s, 2, 0)), s, salt, &k, &f, &c)) continue;
@@ -101,6 +105,7 @@ bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uin
         unclaim();
         quota_full_ = true;
         grant_damaged_ = !g.readable;
+        note_demand(count);  // for a composer's policy (compose.cpp)
         return false;
       }
       bool still_free = true;  // someone may have finished a claim between our scan and claim
@@ -129,13 +134,15 @@ bool SharedPool::grab_extents(uint32_t count, ExtentKind kind, uint32_t cls, uin
                     encode_extent({slot_, incarnation_, kExtentFormatting, cls, 1, quota_}, first, salt));
       }
       unclaim();
+      if (demand_raw_ != 0) note_demand(0);
       extent_lines_handover(first, count);  // no stale line of a previous owner survives in our caches
       extent_hint_ = (first + count) % n;
       *first_out = first;
       return true;
     }
-    if (!conflicted) return false;
+    if (!conflicted) break;
   }
+  note_demand(count);  // the pool is full (or contended): a composer may move capacity here
   return false;
 }
 

@@ -89,6 +89,23 @@ inline constexpr size_t kGrantOffset = 3 * kSuperblockBytes / 4;
 static_assert(kSuperblockCopyOffset + sizeof(Superblock) <= kGrantOffset);
 static_assert(kGrantOffset + kMaxQuotas * sizeof(uint64_t) <= kSuperblockBytes);
 static_assert(kMaxQuotas * sizeof(uint64_t) == kLine);
+// The next two lines: each quota's policy, two words (min extents (40) | check (24); max
+// extents (40) | priority (8) | check (16)), written by the compose claim's holder. 0 = none
+// (minimum 0, no maximum but the pool, priority 0).
+inline constexpr size_t kPolicyOffset = kGrantOffset + kLine;
+static_assert(kPolicyOffset + kMaxQuotas * 2 * sizeof(uint64_t) <= kSuperblockBytes);
+struct QuotaPolicy {
+  uint64_t min_extents = 0;
+  uint64_t max_extents = 0;  // 0: the pool
+  uint32_t priority = 0;     // 0..255: higher is served first and never gives to a lower one
+};
+void encode_policy(const QuotaPolicy& p, uint32_t quota, uint64_t salt, uint64_t out[2]) noexcept;
+bool decode_policy(const uint64_t raw[2], uint32_t quota, uint64_t salt, QuotaPolicy* out) noexcept;
+// A participant's demand, slot line 3 word 6 (owner-written): the extents its last failed
+// claim needed beyond its quota's grant, with its quota and a sequence number that moves at
+// every failure (a composer counts demand whose sequence moved recently). 0 = none.
+// quota (8) | seq (24) | extents (32).
+inline constexpr uint32_t kDemandWord = 6;
 uint64_t encode_grant(uint64_t extents, uint32_t quota, uint64_t salt) noexcept;
 // false when the check bits do not match; *set false for a word never written.
 bool decode_grant(uint64_t raw, uint32_t quota, uint64_t salt, uint64_t* extents, bool* set) noexcept;
@@ -131,7 +148,7 @@ enum EvictPhase : uint8_t { kEvictNone = 0, kEvictRecovering = 1, kEvictDone = 2
 enum ClaimKind : uint8_t { kClaimNone = 0, kClaimExtents = 1, kClaimRecover = 2, kClaimCompose = 3 };
 // Line 3: counters (owner-written; informational).
 struct SlotCounters {
-  uint64_t allocs, frees, imports, releases, recovered_slots, bytes_in_use;
+  uint64_t allocs, frees, imports, releases, recovered_slots, bytes_in_use, demand;
 };
 
 // ---- Extent entry (128 B) ----------------------------------------------------------------

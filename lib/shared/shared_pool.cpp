@@ -248,8 +248,8 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
     writeback_lines(m.base, sizeof creating);
     std::memset(m.base + kSuperblockBytes, 0, sb.data_offset - kSuperblockBytes);
     writeback_lines(m.base + kSuperblockBytes, sb.data_offset - kSuperblockBytes);
-    std::memset(m.base + kGrantOffset, 0, kLine);  // never granted: the quotas as created
-    writeback_lines(m.base + kGrantOffset, kLine);
+    std::memset(m.base + kGrantOffset, 0, 3 * kLine);  // never granted, no policy: the quotas as created
+    writeback_lines(m.base + kGrantOffset, 3 * kLine);
     full_fence();
     std::memcpy(m.base, &sb, sizeof sb);
     std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
@@ -456,6 +456,7 @@ void SharedPool::join_slot(uint32_t host) {
   view_.store(&line->heartbeat, beat_word_);
   view_.store(view_.slot_word(slot_, 2, 0), 0);  // no claim
   view_.store(view_.slot_word(slot_, 2, 1), 0);
+  view_.store(&view_.slot_counters(slot_)->demand, 0);  // no demand (compose.cpp)
   LeaseEntry* table = view_.lease_table(slot_);
   for (uint32_t i = 0; i < sb.lease_entries; ++i) {
     view_.store(&table[i].offset, 0);

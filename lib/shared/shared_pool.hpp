@@ -20,6 +20,7 @@
 #include "device/registry.hpp"
 #include "os/os.hpp"
 #include "os/prim.hpp"
+#include "shared/compose_plan.hpp"
 #include "shared/noncoherent_view.hpp"
 #include "shared/view.hpp"
 
@@ -144,6 +145,9 @@ class SharedPool {
     uint64_t granted = 0;   // what its participants may own together now
     uint64_t used = 0;      // extents owned on its account
     bool grant_set = false, grant_damaged = false;
+    QuotaPolicy policy;
+    bool policy_damaged = false;
+    uint64_t demand = 0;  // extents its live participants' last failed claims asked for
   };
   struct ComposeState {
     uint64_t extents = 0, extent_size = 0;
@@ -154,9 +158,24 @@ class SharedPool {
   };
   struct ReclaimResult {
     uint64_t reclaimed = 0;
-    uint64_t still_held = 0;  // extents the quota still held at the deadline (grant kept for them)
+    uint64_t still_held = 0;  // of this reclaim's extents, what the quota still held at the deadline
+    bool lowered = false;     // the grant could not be raised back for them (the claim stayed held)
   };
   ComposeState compose_state(uint32_t wait_ms);
+  void compose_set_policy(const std::string& quota, const QuotaPolicy& policy, uint32_t wait_ms);
+  std::vector<std::string> compose_quota_names() const;
+  // One step of a composer's policy (compose_plan.hpp): a snapshot under the compose claim,
+  // the plan, then each move under its own claim (grants only from what is unassigned then).
+  struct ComposerMemory {
+    PlanMemory plan;
+    std::vector<uint64_t> slot_seq, slot_changed_ns;  // per slot: its demand's sequence, when it moved
+  };
+  struct AppliedMove {
+    uint32_t quota = 0;
+    int64_t delta = 0;
+    const char* why = "";
+  };
+  std::vector<AppliedMove> compose_step(ComposerMemory* memory, uint64_t hold_ns, uint32_t wait_ms);
   void compose_grant(const std::string& quota, uint64_t extents, uint32_t wait_ms);
   ReclaimResult compose_reclaim(const std::string& quota, uint64_t extents, uint32_t deadline_ms, uint32_t wait_ms);
 
@@ -296,7 +315,22 @@ class SharedPool {
   template <class F>
   void with_compose_claim(uint32_t lowered_plus_one, uint32_t wait_ms, const char* fn, F&& f);
   std::string compose_holder() const;  // for messages: who holds the compose claim
-  void follow_grant();                 // the watch: a lowered grant gives back what is kept for speed
+  // Caller holds the compose claim: the unassigned extents (CORRUPT naming fn on a damaged grant).
+  uint64_t unassigned_locked(const char* fn) const;
+  // Caller holds the compose claim: stores quota's grant unless this participant was evicted
+  // meanwhile (then EVICTED, nothing stored: a composer paused past its eviction writes no
+  // grant computed before it).
+  void store_grant(uint32_t quota, uint64_t extents, const char* fn);
+  bool policy(uint32_t quota, QuotaPolicy* out) const;  // false: damaged (out: none)
+  // Per quota: extents its live participants asked for, counting a slot's demand while its
+  // sequence moved within hold_ns (memory: nullptr counts every nonzero demand).
+  std::vector<uint64_t> demands(ComposerMemory* memory, uint64_t now_ns, uint64_t hold_ns) const;
+  void follow_grant();  // the watch: a lowered grant gives back what is kept for speed
+  // The demand word of this slot (layout.hpp): extents the last failed claim needed beyond
+  // the grant, 0 to clear. Caller holds mu_.
+  void note_demand(uint64_t extents);
+  uint64_t demand_raw_ = 0;
+  uint32_t demand_seq_ = 0;
   uint64_t grant_seen_ = UINT64_MAX;
   bool over_grant_ = false;
   bool grant_damaged_ = false;  // the last grab failed on an unreadable grant word

@@ -128,6 +128,14 @@ bool PoolView::slot_live(uint32_t slot) const {
   return !(phase != kEvictNone && evict_inc == inc);
 }
 
+bool PoolView::slot_recovering(uint32_t slot) const {
+  uint32_t inc = 0, evict_inc = 0;
+  SlotState state{};
+  EvictPhase phase{};
+  return slot_identity(slot, &inc, &state) && state == kSlotActive && slot_eviction(slot, &evict_inc, &phase) &&
+         phase == kEvictRecovering && evict_inc == inc;
+}
+
 bool PoolView::slot_tables_current(uint32_t slot) const {
   uint32_t inc = 0;
   SlotState state{};

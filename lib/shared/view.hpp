@@ -69,6 +69,9 @@ class PoolView {
   }
   uint64_t extent_offset(uint64_t e) const { return sb_.data_offset + e * sb_.extent_size; }
   uint64_t* grant_word(uint32_t quota) const { return reinterpret_cast<uint64_t*>(base_ + kGrantOffset) + quota; }
+  uint64_t* policy_words(uint32_t quota) const {
+    return reinterpret_cast<uint64_t*>(base_ + kPolicyOffset) + 2 * size_t{quota};
+  }
   uint64_t class_size(uint32_t cls) const { return sb_.class_size[cls]; }
   const SmallGeometry& geometry(uint32_t cls) const { return geometry_[cls]; }
   uint64_t* block_word(uint64_t e, uint64_t block) const {
@@ -120,6 +123,9 @@ class PoolView {
   bool locate(uint64_t offset, BlockRef* out, ExtentWord* w) const;
   // Whether slot's participant currently counts as alive for leases: active and not evicted.
   bool slot_live(uint32_t slot) const;
+  // Whether slot's participant is evicted and its recovery has begun but not ended (a process
+  // of the recoverer's host that is inside an operation holds recovery off until it is out).
+  bool slot_recovering(uint32_t slot) const;
   // Whether the slot's lease table and claim words are its present incarnation's: a joiner
   // clears its predecessor's before it writes facts_incarnation, so until then what the
   // tables hold is the predecessor's, recovered already, and holds nothing.

@@ -129,6 +129,41 @@ try:
         r = run("grant", dev, "a", "8", "--extents")
         check(r.returncode == 0, "and granted back")
 
+    # A policy, then a daemon: idle quotas give back what they do not use, but not below their
+    # minimum.
+    r = run("policy", "set", dev, "a", "--min", "3M", "--priority", "7", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(out.get("min_extents") == 3 and out.get("priority") == 7 and out.get("max_extents") == 0,
+          f"policy set: minimum and priority ({r.stdout.strip()}{r.stderr.strip()})")
+    r = run("policy", "set", dev, "a", "--max", "2M")
+    check(r.returncode == 1 and "above maximum" in r.stderr, "policy set: a maximum below the minimum is refused")
+    r = run("policy", "set", dev, "b", "--min", "1000", "--extents")
+    check(r.returncode == 1 and "above the pool" in r.stderr, "policy set: a minimum above the pool is refused")
+    r = run("policy", "set", dev, "b")
+    check(r.returncode == 1 and "nothing to set" in r.stderr, "policy set: nothing to set is a usage error")
+    r = run("daemon", dev, "--period", "20", "--hold-ms", "100", "--for", "1", "--json")
+    moves = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    code, s, _ = state()
+    check(r.returncode == 0 and any(m["why"] == "idle" for m in moves) and s and
+          quota(s, "a")["granted_extents"] == 3 and quota(s, "b")["granted_extents"] == 0,
+          f"daemon --for 1: idle grants go back, a keeps its minimum ({len(moves)} changes)")
+    r = run("list", dev)
+    check(r.returncode == 0 and "priority" in r.stdout, "list shows the policy")
+    r = run("reclaim", dev, "a", "3", "--extents")
+    r = run("grant", dev, "default", str(s["extents_unassigned"] + 3 if s else 0), "--extents")
+    check(r.returncode == 0, "everything granted back to default by hand")
+
+    # A quota whose name begins with '-' is a quota like any other (QUOTA is positional).
+    dash = f"shm:{name}-dash"
+    r = subprocess.run([pool_tool, "create", dash, "--size", "16M", "--extent", "1M", "--quota", "-x=4M"],
+                       capture_output=True, text=True, timeout=60)
+    r2 = run("reclaim", dash, "-x", "1", "--extents", "--json")
+    r3 = run("grant", dash, "-x", "1M", "--json")
+    check(r.returncode == 0 and r2.returncode == 0 and r3.returncode == 0 and '"granted_extents": 4' in r3.stdout,
+          f"a quota named -x: reclaimed and granted ({r2.stderr.strip()}{r3.stderr.strip()})")
+    if os.path.exists(f"/dev/shm/{name}-dash"):
+        os.unlink(f"/dev/shm/{name}-dash")
+
     # Another user: root's pool (mode 0600) cannot be opened, nothing changes.
     before = open(path, "rb").read(4096)
     r = run("grant", dev, "a", "1M", prefix=("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"))

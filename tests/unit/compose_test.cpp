@@ -20,7 +20,8 @@
 #include <thread>
 #include <vector>
 
-#include "shared/layout.hpp"  // claim and grant words, written here as another participant would
+#include "shared/compose_plan.hpp"  // the policy, a pure function
+#include "shared/layout.hpp"        // claim and grant words, written here as another participant would
 #include "shared_support.hpp"
 
 namespace {
@@ -121,6 +122,22 @@ struct Raw {
   void set_claim(uint32_t slot, L::ClaimKind kind, uint32_t quota_plus_one) const {
     __atomic_store_n(claim_word(slot, 1), L::encode_quota_claim(quota_plus_one, slot, salt()), __ATOMIC_SEQ_CST);
     __atomic_store_n(claim_word(slot, 0), L::encode_claim(kind, 0, 1, slot, salt()), __ATOMIC_SEQ_CST);
+  }
+  // Slot's participant inside a writing operation (its mark odd) when recoverer's recovery of
+  // it begins (the eviction word, phase Recovering): recovery then waits for the operation.
+  void set_recovering(uint32_t slot, uint32_t recoverer) const {
+    auto* line0 = reinterpret_cast<L::SlotLine0*>(static_cast<char*>(base) + sb.slots_offset + slot * L::kSlotBytes);
+    auto* line1 = reinterpret_cast<uint64_t*>(reinterpret_cast<char*>(line0) + L::kLine);
+    auto* rline0 =
+        reinterpret_cast<L::SlotLine0*>(static_cast<char*>(base) + sb.slots_offset + recoverer * L::kSlotBytes);
+    uint32_t inc = 0, rinc = 0;
+    L::SlotState state{};
+    REQUIRE(L::decode_slot_identity(__atomic_load_n(&line0->identity, __ATOMIC_SEQ_CST), slot, salt(), &inc, &state));
+    REQUIRE(L::decode_slot_identity(__atomic_load_n(&rline0->identity, __ATOMIC_SEQ_CST), recoverer, salt(), &rinc,
+                                    &state));
+    __atomic_store_n(&line0->op_seq, (uint64_t{inc} << 32) | 1, __ATOMIC_SEQ_CST);
+    __atomic_store_n(line1 + 1, (uint64_t{rinc} << 32) | (recoverer + 1), __ATOMIC_SEQ_CST);
+    __atomic_store_n(line1, L::encode_eviction(inc, L::kEvictRecovering, slot, salt()), __ATOMIC_SEQ_CST);
   }
   void clear_claim(uint32_t slot) const {
     __atomic_store_n(claim_word(slot, 0), 0, __ATOMIC_SEQ_CST);
@@ -241,6 +258,44 @@ TEST_CASE("compose: a reclaim takes what the quota gives back and never a live b
   CHECK(counted(s) == s.extents_total - 6);
   cxlpool_shared_pool_close(a);
   cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
+
+TEST_CASE("compose: a reclaim at its deadline undoes only its own lowering", "[compose]") {
+  Pool pool("two-reclaims");
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_shared_pool_t* c2 = pool.open();
+  cxlpool_shared_pool_t* a = pool.open("a");
+  REQUIRE(cxlpool_compose_reclaim(c, "default", 4, 0, 1000, nullptr) == CXLPOOL_OK);
+  REQUIRE(cxlpool_compose_grant(c, "a", 4, 1000) == CXLPOOL_OK);  // a: 12
+  cxlpool_status_t last{};
+  std::vector<void*> held = fill(a, &last);
+  REQUIRE(held.size() == 12);
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(cxlpool_shared_free(a, held.back()) == CXLPOOL_OK);
+    held.pop_back();
+  }
+  // The first reclaim (8, waiting up to 60 s) lowers a to 4; the second (2, no wait) to 2, and
+  // at its deadline raises it back by its own 2 only: to 4, not to the 10 a holds.
+  uint64_t got1 = 0;
+  cxlpool_status_t st1{};
+  std::thread first([&] { st1 = cxlpool_compose_reclaim(c, "a", 8, 60000, 10000, &got1); });
+  while (quota_of(state_of(c2), "a").granted_extents != 4) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  uint64_t got2 = 99;
+  CHECK(cxlpool_compose_reclaim(c2, "a", 2, 0, 10000, &got2) == CXLPOOL_E_BUSY);
+  CHECK(got2 == 0);
+  CHECK(quota_of(state_of(c2), "a").granted_extents == 4);
+  // a frees down to 4: the first reclaim completes, having taken its 8.
+  while (held.size() > 4) {
+    REQUIRE(cxlpool_shared_free(a, held.back()) == CXLPOOL_OK);
+    held.pop_back();
+  }
+  first.join();
+  CHECK(st1 == CXLPOOL_OK);
+  CHECK(got1 == 8);
+  CHECK(quota_of(state_of(c2), "a").granted_extents == 4);
+  for (void* x : held) REQUIRE(cxlpool_shared_free(a, x) == CXLPOOL_OK);
+  for (cxlpool_shared_pool_t* p : {a, c2, c}) cxlpool_shared_pool_close(p);
   CHECK(pool_consistent(pool.device));
 }
 
@@ -428,6 +483,18 @@ TEST_CASE("compose: the compose claim excludes other composers and the lowered q
   REQUIRE(cxlpool_shared_alloc(a, 1u << 20, &x) == CXLPOOL_OK);
   CHECK(cxlpool_shared_free(a, x) == CXLPOOL_OK);
   CHECK(cxlpool_shared_free(b, y) == CXLPOOL_OK);
+
+  // A participant evicted while it holds a claim (stopped past its timeout inside its
+  // operation, its recovery begun but held off until the operation ends) still holds it:
+  // nobody composes on a snapshot it might overwrite when it resumes, nor claims what it was
+  // claiming. Once its recovery has ended, its words count for nothing.
+  raw.set_claim(s2, L::kClaimCompose, 0);
+  raw.set_recovering(s2, slot_of(c));
+  CHECK(cxlpool_compose_grant(c, "a", 1, 100) == CXLPOOL_E_BUSY);
+  raw.set_claim(s2, L::kClaimExtents, 1 + 1);
+  CHECK(cxlpool_compose_reclaim(c, "a", 1, 0, 100, nullptr) == CXLPOOL_E_BUSY);
+  CHECK(cxlpool_compose_reclaim(c, "b", 1, 0, 100, nullptr) == CXLPOOL_OK);
+  raw.clear_claim(s2);
   for (cxlpool_shared_pool_t* p : {b, a, other, c}) cxlpool_shared_pool_close(p);
   CHECK(pool_consistent(pool.device));
 }
@@ -470,5 +537,199 @@ TEST_CASE("compose: a damaged grant word stops its quota growing until a repair 
   CHECK(s.extents_unassigned == 8);
   REQUIRE(cxlpool_compose_grant(c, "a", 8, 1000) == CXLPOOL_OK);
   cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
+
+// ---- The policy (compose_plan.hpp), with made-up states and a made-up clock ---------------
+
+namespace {
+using L::PlanMemory;
+using L::PlanMove;
+using L::PlanQuota;
+constexpr uint64_t kMs = 1000000;
+
+int64_t delta_of(const std::vector<PlanMove>& moves, uint32_t q) {
+  int64_t d = 0;
+  for (const auto& m : moves)
+    if (m.quota == q) d += m.delta;
+  return d;
+}
+void apply_moves(std::vector<PlanQuota>* qs, const std::vector<PlanMove>& moves) {
+  for (const auto& m : moves) (*qs)[m.quota].granted = uint64_t(int64_t((*qs)[m.quota].granted) + m.delta);
+}
+uint64_t counted(const std::vector<PlanQuota>& qs) {
+  uint64_t sum = 0;
+  for (const auto& q : qs) sum += std::max(q.granted, q.used);
+  return sum;
+}
+}  // namespace
+
+TEST_CASE("compose policy: minimums first, idle spare back only after the hold time", "[compose]") {
+  PlanMemory mem;
+  // 20 extents: a holds 2 of its 10, b nothing of 6, 4 unassigned; b is guaranteed 8.
+  std::vector<PlanQuota> q(2);
+  q[0] = {10, 2, 0, 0, 0, 0};
+  q[1] = {6, 0, 0, 8, 0, 0};
+  auto m = L::plan_grants(q, 20, 1 * kMs, 500 * kMs, &mem);
+  CHECK(delta_of(m, 1) == 2);  // b to its minimum from the unassigned
+  CHECK(delta_of(m, 0) == 0);  // a's spare is new: held
+  apply_moves(&q, m);
+  m = L::plan_grants(q, 20, 400 * kMs, 500 * kMs, &mem);
+  CHECK(m.empty());
+  m = L::plan_grants(q, 20, 502 * kMs, 500 * kMs, &mem);
+  CHECK(delta_of(m, 0) == -8);  // a keeps what it uses
+  CHECK(delta_of(m, 1) == 0);   // b's minimum is not spare
+  apply_moves(&q, m);
+  CHECK(counted(q) <= 20);
+  // Demand within the hold time starts the clock again.
+  PlanMemory mem2;
+  std::vector<PlanQuota> r(1);
+  r[0] = {10, 2, 0, 0, 0, 0};
+  L::plan_grants(r, 10, 1 * kMs, 500 * kMs, &mem2);
+  r[0].demand = 1;
+  L::plan_grants(r, 10, 300 * kMs, 500 * kMs, &mem2);
+  r[0].demand = 0;
+  CHECK(L::plan_grants(r, 10, 700 * kMs, 500 * kMs, &mem2).empty());
+  CHECK(delta_of(L::plan_grants(r, 10, 1300 * kMs, 500 * kMs, &mem2), 0) == -8);
+}
+
+TEST_CASE("compose policy: demand by priority, within maximums, never from an equal priority", "[compose]") {
+  PlanMemory mem;
+  // 30 extents, all granted: low (prio 0) holds 10 of 20, high (prio 5) 5 of 5, peer (prio 5) 5 of 5.
+  std::vector<PlanQuota> q(3);
+  q[0] = {20, 10, 0, 2, 0, 0};
+  q[1] = {5, 5, 4, 0, 0, 5};
+  q[2] = {5, 5, 0, 0, 0, 5};
+  auto m = L::plan_grants(q, 30, 1 * kMs, 500 * kMs, &mem);
+  CHECK(delta_of(m, 1) == 4);   // from low's spare at once
+  CHECK(delta_of(m, 0) == -4);  // low keeps what it uses
+  CHECK(delta_of(m, 2) == 0);
+  CHECK(m.front().delta < 0);  // reclaims first
+  apply_moves(&q, m);
+  // More than low's spare: low's grant goes down to its minimum, below what it uses; the
+  // extents come back as it frees them, so nothing is granted for them yet.
+  q[1].used = 9;
+  q[1].demand = 20;
+  m = L::plan_grants(q, 30, 2 * kMs, 500 * kMs, &mem);
+  CHECK(delta_of(m, 0) == -(16 - 2));
+  CHECK(delta_of(m, 1) == 6);  // low's last spare (16 - 10)
+  apply_moves(&q, m);
+  CHECK(q[0].granted == 2);
+  CHECK(counted(q) <= 30);
+  // A maximum bounds demand; an equal priority's used extents are never taken.
+  PlanMemory mem2;
+  std::vector<PlanQuota> e(2);
+  e[0] = {10, 10, 0, 0, 0, 1};
+  e[1] = {10, 2, 50, 0, 12, 1};
+  m = L::plan_grants(e, 20, 1 * kMs, 500 * kMs, &mem2);
+  CHECK(m.empty());  // no unassigned, and e0's extents are in use by an equal
+  e[0].used = 4;
+  m = L::plan_grants(e, 20, 1000 * kMs, 500 * kMs, &mem2);
+  CHECK(delta_of(m, 0) == 0);  // e0's spare is new: held even against an equal's demand
+  m = L::plan_grants(e, 20, 1600 * kMs, 500 * kMs, &mem2);
+  CHECK(delta_of(m, 0) == -6);
+  CHECK(delta_of(m, 1) == 2);  // up to its maximum of 12
+}
+
+TEST_CASE("compose policy: a sawtooth load does not make capacity flap", "[compose]") {
+  PlanMemory mem;
+  std::vector<PlanQuota> q(2);
+  q[0] = {10, 0, 0, 0, 0, 0};
+  q[1] = {10, 0, 0, 0, 0, 0};
+  uint64_t changes = 0;
+  // a's load rises to 14 extents and falls to 2 every 200 ms for 10 s (it asks while it wants
+  // more than it is granted); b is idle; the hold time is 500 ms.
+  for (int step = 0; step < 1000; ++step) {
+    const uint64_t want = (step / 10) % 2 == 0 ? 14 : 2;
+    q[0].used = std::min(want, q[0].granted);
+    q[0].demand = want > q[0].granted ? 1 : 0;
+    const auto m = L::plan_grants(q, 20, uint64_t(step + 1) * 10 * kMs, 500 * kMs, &mem);
+    changes += m.size();
+    apply_moves(&q, m);
+    REQUIRE(counted(q) <= 20);
+  }
+  INFO("changes " << changes);
+  CHECK(changes <= 12);  // the spare given back once, a's growth in a few steps; not per tooth (50 teeth)
+  CHECK(q[0].granted >= 14);
+  // No state that adds up to more than the pool is composed.
+  std::vector<PlanQuota> bad(2);
+  bad[0] = {15, 0, 5, 0, 0, 0};
+  bad[1] = {10, 0, 0, 0, 0, 0};
+  CHECK(L::plan_grants(bad, 20, 1, 500 * kMs, &mem).empty());
+}
+
+TEST_CASE("compose: a composer moves idle capacity to a quota under demand, and its priority takes it back",
+          "[compose]") {
+  Pool pool("policy");
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_compose_policy_t pol{};
+  pol.priority = 5;
+  REQUIRE(cxlpool_compose_set_policy(c, "b", &pol, 1000) == CXLPOOL_OK);
+  pol = {};
+  pol.min_extents = 2;
+  REQUIRE(cxlpool_compose_set_policy(c, "a", &pol, 1000) == CXLPOOL_OK);
+  pol.min_extents = 100;
+  CHECK(cxlpool_compose_set_policy(c, "a", &pol, 1000) == CXLPOOL_E_INVALID_ARGUMENT);
+  pol = {2, 1, 0, 0};
+  CHECK(cxlpool_compose_set_policy(c, "a", &pol, 1000) == CXLPOOL_E_INVALID_ARGUMENT);  // min above max
+  const uint64_t n = state_of(c).extents_total;
+  cxlpool_composer_t* composer = nullptr;
+  REQUIRE(cxlpool_composer_create(c, 100, &composer) == CXLPOOL_OK);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> steps{0}, changes{0};
+  std::thread daemon([&] {
+    while (!stop.load()) {
+      cxlpool_compose_move_t moves[16];
+      size_t k = 0;
+      if (cxlpool_composer_step(composer, 10000, moves, 16, &k) == CXLPOOL_OK) changes.fetch_add(k);
+      steps.fetch_add(1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  // a asks for every extent of the pool, retrying on refusals: the composer gives it the idle
+  // quotas' spare after the hold time, in growing steps.
+  cxlpool_shared_pool_t* a = pool.open("a");
+  std::vector<void*> held;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (held.size() < n) {
+    void* x = nullptr;
+    if (cxlpool_shared_alloc(a, 1u << 20, &x) == CXLPOOL_OK) {
+      std::memset(x, int(held.size()), 1u << 20);
+      held.push_back(x);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  const double all_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  WARN("a owns the whole pool (" << n << " extents) after " << all_ms << " ms (hold 100 ms, steps every 10 ms)");
+  // b (priority 5) asks: a's grant goes down to its minimum; b is served as a frees.
+  cxlpool_shared_pool_t* b = pool.open("b");
+  void* y = nullptr;
+  CHECK(cxlpool_shared_alloc(b, 1u << 20, &y) == CXLPOOL_E_CAPACITY);  // its first claim asks
+  for (int i = 0; i < 200 && quota_of(state_of(c), "a").granted_extents > 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  cxlpool_compose_state_t s = state_of(c);
+  CHECK(quota_of(s, "a").granted_extents == 2);  // its minimum: priority takes the rest back
+  CHECK(quota_of(s, "a").used_extents == n);     // but no block of a's is taken
+  for (size_t i = 0; i < held.size(); ++i) CHECK(static_cast<unsigned char*>(held[i])[12345] == (unsigned char)(i));
+  for (int i = 0; i < 4; ++i) {  // a frees four: they go to b
+    REQUIRE(cxlpool_shared_free(a, held.back()) == CXLPOOL_OK);
+    held.pop_back();
+  }
+  bool served = false;
+  for (int i = 0; i < 3000 && !served; ++i) {
+    served = cxlpool_shared_alloc(b, 1u << 20, &y) == CXLPOOL_OK;
+    if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(served);
+  stop.store(true);
+  daemon.join();
+  cxlpool_composer_destroy(composer);
+  s = state_of(c);
+  CHECK(counted(s) <= n);
+  INFO("steps " << steps.load() << ", changes " << changes.load());
+  if (served) CHECK(cxlpool_shared_free(b, y) == CXLPOOL_OK);
+  for (void* x : held) CHECK(cxlpool_shared_free(a, x) == CXLPOOL_OK);
+  for (cxlpool_shared_pool_t* p : {b, a, c}) cxlpool_shared_pool_close(p);
   CHECK(pool_consistent(pool.device));
 }

@@ -1,0 +1,49 @@
+// SPDX-License-Identifier: MIT
+// The composer's policy as a pure function: each quota's grant, holdings, recent demand and
+// policy in, grant changes out. No pool and no clock of its own, so it is tested with made-up
+// states and times (docs/compose.md, "Policy").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace cxlpool::detail::shared {
+
+struct PlanQuota {
+  uint64_t granted = 0, used = 0;
+  uint64_t demand = 0;  // extents its participants asked for recently beyond the grant
+  uint64_t min = 0;     // guaranteed: granted first, never reclaimed below
+  uint64_t max = 0;     // 0: the pool
+  uint32_t priority = 0;
+};
+
+struct PlanMove {
+  uint32_t quota = 0;
+  int64_t delta = 0;  // > 0: a grant from the unassigned; < 0: a reclaim
+  const char* why = "";
+  bool below_used = false;  // a reclaim that may leave the quota over grant (for a higher priority)
+};
+
+// What the planner remembers between steps.
+struct PlanMemory {
+  std::vector<uint64_t> spare_since_ns;  // per quota: since when it has had spare and no demand (0: not)
+  std::vector<uint32_t> streak;          // per quota: steps in a row with demand
+  std::vector<uint64_t> peak_used;       // per quota: the most it used since spare_since_ns
+};
+
+// The moves for this step, reclaims first. Rules, in order:
+//   1. a quota below its minimum is served first, from the unassigned extents;
+//   2. a quota with no demand for hold_ns gives back what it did not use at any step of that
+//      time (granted beyond max(its peak use, min)): a load that rises and falls faster than
+//      hold_ns keeps its peak (hysteresis: no flapping);
+//   3. demand is served by priority (higher first, then quota order), up to the quota's
+//      maximum; demand that lasts is served in growing steps (the demand, or 2^(k-1) extents
+//      at its k-th step in a row, up to 64), so a quota growing fast is not held to one claim's
+//      worth per step: from the unassigned extents, then from the spare of quotas of lower priority,
+//      and last by lowering the grants of lower-priority quotas that hold more than their
+//      minimum (their extents come back as they free them: never taken from under a block).
+// Equal priorities never take from each other but through rule 2.
+std::vector<PlanMove> plan_grants(const std::vector<PlanQuota>& quotas, uint64_t extents, uint64_t now_ns,
+                                  uint64_t hold_ns, PlanMemory* memory);
+
+}  // namespace cxlpool::detail::shared
