@@ -119,7 +119,7 @@ void alloc_pairs(benchmark::State& state, size_t bytes) {
   if (state.range(0)) {
     cxlpool_compose_policy_t pol{};
     pol.min_extents = 64;  // a keeps enough: the composer's steps, not its decisions, are measured
-    cxlpool_compose_set_policy(pool.pool, "a", &pol, 10000);
+    cxlpool_compose_set_policy(pool.pool, "a", &pol, 0, 10000);
     cxlpool_composer_create(pool.pool, 500, &c);
     composer = std::thread([&] {
       while (!stop.load()) {

@@ -255,12 +255,18 @@ int main(int argc, char** argv) {
   if (o.cmd == "list") {
     print_state(o.device, before, o.json);
   } else if (o.cmd == "watch") {
-    for (cxlpool_compose_state_t s = before;;) {
-      print_state(o.device, s, o.json);
+    print_state(o.device, before, o.json);
+    for (;;) {
       nap(o.interval_ms);
       if (!running()) break;
+      cxlpool_compose_state_t s{};
       st = cxlpool_compose_get_state(pool, o.wait_ms, &s);
+      if (st == CXLPOOL_E_BUSY) {  // another composer held the claim: said, not fatal
+        fprintf(stderr, "cxlpool-compose: watch: %s\n", shown_lines(cxlpool_last_error_message()).c_str());
+        continue;
+      }
       if (st != CXLPOOL_OK) return fail_with(st);
+      print_state(o.device, s, o.json);
     }
   } else if (o.cmd == "daemon") {
     cxlpool_composer_t* c = nullptr;
@@ -292,17 +298,20 @@ int main(int argc, char** argv) {
     cxlpool_composer_destroy(c);
     if (!o.json) printf("daemon: %" PRIu64 " changes\n", changes);
   } else if (o.cmd == "policy set") {
+    // Only the fields given are sent: the library keeps the others, under the claim.
     cxlpool_compose_policy_t p{};
-    for (uint32_t q = 0; q < before.quota_count; ++q)
-      if (o.quota == std::string(field(before.quotas[q].name))) {
-        p.min_extents = before.quotas[q].min_extents;
-        p.max_extents = before.quotas[q].max_extents;
-        p.priority = before.quotas[q].priority;
-      }
-    if (!o.min.empty()) p.min_extents = extents_of("--min", o.min, min_n);
-    if (!o.max.empty()) p.max_extents = extents_of("--max", o.max, max_n);
-    if (o.priority >= 0) p.priority = uint32_t(o.priority);
-    st = cxlpool_compose_set_policy(pool, o.quota.c_str(), &p, o.wait_ms);
+    uint32_t fields = 0;
+    if (!o.min.empty()) p.min_extents = extents_of("--min", o.min, min_n), fields |= CXLPOOL_COMPOSE_POLICY_MIN;
+    if (!o.max.empty()) p.max_extents = extents_of("--max", o.max, max_n), fields |= CXLPOOL_COMPOSE_POLICY_MAX;
+    if (o.priority >= 0) p.priority = uint32_t(o.priority), fields |= CXLPOOL_COMPOSE_POLICY_PRIORITY;
+    st = cxlpool_compose_set_policy(pool, o.quota.c_str(), &p, fields, o.wait_ms);
+    if (st == CXLPOOL_OK) {  // what the quota has now
+      cxlpool_compose_state_t now{};
+      if (cxlpool_compose_get_state(pool, o.wait_ms, &now) == CXLPOOL_OK)
+        for (uint32_t q = 0; q < now.quota_count; ++q)
+          if (o.quota == std::string(field(now.quotas[q].name)))
+            p = {now.quotas[q].min_extents, now.quotas[q].max_extents, now.quotas[q].priority, 0};
+    }
     if (st != CXLPOOL_OK) return fail_with(st);
     if (o.json)
       printf("{\"device\": \"%s\", \"quota\": \"%s\", \"min_extents\": %" PRIu64 ", \"max_extents\": %" PRIu64

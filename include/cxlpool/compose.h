@@ -21,7 +21,7 @@ typedef struct cxlpool_compose_quota {
   uint64_t used_extents;     /* extents owned on its account */
   uint32_t grant_set;        /* 0: never changed (granted = reserved) */
   uint32_t grant_damaged;    /* 1: the grant word fails its check; the quota may not grow */
-  uint64_t demand_extents;   /* what its live participants' last failed claims asked for beyond the grant */
+  uint64_t demand_extents;   /* what its live participants' last refused claims asked for (until each claims again) */
   uint64_t min_extents;      /* policy (cxlpool_compose_set_policy) */
   uint64_t max_extents;      /* 0: the pool */
   uint32_t priority;
@@ -70,8 +70,15 @@ typedef struct cxlpool_compose_policy {
   uint32_t priority;
   uint32_t reserved; /* 0 */
 } cxlpool_compose_policy_t;
+/* fields: which of policy's fields to set (the others keep their value, read and written under
+ * the compose claim, so concurrent changes of different fields both hold); 0: all of them. A
+ * policy whose two words a crash tore apart reads as none, and cxlpool-pool check counts it. */
+#define CXLPOOL_COMPOSE_POLICY_MIN 1u
+#define CXLPOOL_COMPOSE_POLICY_MAX 2u
+#define CXLPOOL_COMPOSE_POLICY_PRIORITY 4u
 CXLPOOL_API cxlpool_status_t cxlpool_compose_set_policy(cxlpool_shared_pool_t* pool, const char* quota,
-                                                        const cxlpool_compose_policy_t* policy, uint32_t wait_ms);
+                                                        const cxlpool_compose_policy_t* policy, uint32_t fields,
+                                                        uint32_t wait_ms);
 
 /* A composer running the policy: each step reads grants, holdings, policies and the demand of
  * the pool's live participants (a participant whose claim of extents failed on its grant asks
@@ -90,6 +97,7 @@ typedef struct cxlpool_compose_move {
 /* One step: up to capacity moves made written to moves, *count = how many were made. */
 CXLPOOL_API cxlpool_status_t cxlpool_composer_step(cxlpool_composer_t* composer, uint32_t wait_ms,
                                                    cxlpool_compose_move_t* moves, size_t capacity, size_t* count);
+/* Once, as free(): a composer destroyed twice is the caller's bug. */
 CXLPOOL_API void cxlpool_composer_destroy(cxlpool_composer_t* composer);
 
 #ifdef __cplusplus

@@ -75,13 +75,14 @@ cxlpool_status_t cxlpool_compose_reclaim(cxlpool_shared_pool_t* pool, const char
 }
 
 cxlpool_status_t cxlpool_compose_set_policy(cxlpool_shared_pool_t* pool, const char* quota,
-                                            const cxlpool_compose_policy_t* policy, uint32_t wait_ms) {
+                                            const cxlpool_compose_policy_t* policy, uint32_t fields, uint32_t wait_ms) {
   return guarded([&] {
     shared::SharedPool* p = shared_pool_of(pool, "cxlpool_compose_set_policy");
     require(quota != nullptr, "cxlpool_compose_set_policy", "quota is NULL");
     require(policy != nullptr, "cxlpool_compose_set_policy", "policy is NULL");
     require(policy->reserved == 0, "cxlpool_compose_set_policy", "reserved is not 0");
-    p->compose_set_policy(quota, {policy->min_extents, policy->max_extents, policy->priority}, wait_ms);
+    require((fields & ~7u) == 0, "cxlpool_compose_set_policy", "unknown fields");
+    p->compose_set_policy(quota, {policy->min_extents, policy->max_extents, policy->priority}, fields, wait_ms);
   });
 }
 

@@ -59,13 +59,15 @@ uint32_t SharedPool::quota_index(const std::string& name, const char* fn) const 
 std::string SharedPool::compose_holder() const {
   const uint64_t salt = view_.salt();
   for (uint32_t s = 0; s < view_.slot_count(); ++s) {
-    if (s == slot_ || !view_.slot_live(s)) continue;
+    const bool live = view_.slot_live(s);
+    if (s == slot_ || !(live || view_.slot_recovering(s))) continue;
     ClaimKind k{};
     uint32_t f = 0, c = 0;
     if (!decode_claim(view_.load(view_.slot_word(s, 2, 0)), s, salt, &k, &f, &c) || k != kClaimCompose) continue;
     const SlotLine0* l = view_.slot_line0(s);
     return "slot " + std::to_string(s) + " (pid " + std::to_string(view_.load(&l->pid)) + " on host " +
-           std::to_string(view_.load(&l->host_index)) + ")";
+           std::to_string(view_.load(&l->host_index)) +
+           (live ? ")" : "; declared dead, but its recovery waits for the operation it is stopped in)");
   }
   return "";
 }
@@ -257,39 +259,54 @@ std::vector<uint64_t> SharedPool::demands(ComposerMemory* memory, uint64_t now_n
     memory->slot_changed_ns.resize(view_.slot_count(), 0);
   }
   for (uint32_t s = 0; s < view_.slot_count(); ++s) {
-    if (!view_.slot_live(s) || !view_.slot_tables_current(s)) continue;
+    if (!view_.slot_live(s) || !view_.slot_tables_current(s)) {
+      if (memory && memory->steps) memory->slot_seq[s] = 1;  // seen empty: its next participant's demand is new
+      continue;
+    }
     const uint64_t raw = view_.load(&view_.slot_counters(s)->demand);
     const uint32_t q = static_cast<uint32_t>(raw >> 56);
     const uint64_t seq = (raw >> 32) & 0xffffffu, extents = raw & 0xffffffffu;
+    if (memory && raw == 0 && memory->steps) memory->slot_seq[s] = 1;  // seen, asking for nothing
     if (raw == 0 || q >= nq) continue;  // none, or a word no participant of this pool writes
     if (memory) {
-      if (memory->slot_seq[s] != seq || memory->slot_changed_ns[s] == 0) {
-        memory->slot_seq[s] = seq;
-        memory->slot_changed_ns[s] = now_ns;
+      // A demand in a slot this composer had never looked at is taken as old (a new composer
+      // does not act on refusals made before it ran); one whose sequence moved since is new.
+      // (Sequences start at 1: slot_seq holds seq + 1, 1 for "no demand", 0 for "not seen".)
+      if (memory->slot_seq[s] != seq + 1) {
+        const bool unseen = memory->slot_seq[s] == 0;
+        memory->slot_seq[s] = seq + 1;
+        memory->slot_changed_ns[s] = unseen ? 0 : now_ns;
       }
-      if (now_ns - memory->slot_changed_ns[s] > hold_ns) continue;  // asked long ago, not since
+      if (memory->slot_changed_ns[s] == 0 || now_ns - memory->slot_changed_ns[s] > hold_ns) continue;
     }
     out[q] += extents;
   }
   return out;
 }
 
-void SharedPool::compose_set_policy(const std::string& quota, const QuotaPolicy& p, uint32_t wait_ms) {
+void SharedPool::compose_set_policy(const std::string& quota, const QuotaPolicy& p, uint32_t fields, uint32_t wait_ms) {
   static constexpr const char* fn = "cxlpool_compose_set_policy";
   ensure_usable();
   const uint32_t q = quota_index(quota, fn);
   const uint64_t n = view_.extent_count();
   if (p.priority > 255)
     fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": priority " + std::to_string(p.priority) + " is above 255");
-  if (p.max_extents > n || p.min_extents > n)
-    fail(CXLPOOL_E_INVALID_ARGUMENT,
-         std::string(fn) + ": a minimum or maximum above the pool's " + std::to_string(n) + " extents");
-  if (p.max_extents != 0 && p.min_extents > p.max_extents)
-    fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": minimum " + std::to_string(p.min_extents) +
-                                         " above maximum " + std::to_string(p.max_extents));
+  if (fields == 0) fields = kPolicyMin | kPolicyMax | kPolicyPriority;
   with_compose_claim(0, wait_ms, fn, [&] {
+    // The fields not set keep their value, read under the claim (a damaged policy is none).
+    QuotaPolicy next;
+    policy(q, &next);
+    if (fields & kPolicyMin) next.min_extents = p.min_extents;
+    if (fields & kPolicyMax) next.max_extents = p.max_extents;
+    if (fields & kPolicyPriority) next.priority = p.priority;
+    if (next.max_extents > n || next.min_extents > n)
+      fail(CXLPOOL_E_INVALID_ARGUMENT,
+           std::string(fn) + ": a minimum or maximum above the pool's " + std::to_string(n) + " extents");
+    if (next.max_extents != 0 && next.min_extents > next.max_extents)
+      fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": minimum " + std::to_string(next.min_extents) +
+                                           " above maximum " + std::to_string(next.max_extents));
     // The minimums are guarantees: together they must fit in the pool.
-    uint64_t mins = p.min_extents;
+    uint64_t mins = next.min_extents;
     for (uint32_t i = 0; i < view_.sb().quota_count; ++i) {
       QuotaPolicy other;
       if (i != q && policy(i, &other)) mins += other.min_extents;
@@ -298,7 +315,11 @@ void SharedPool::compose_set_policy(const std::string& quota, const QuotaPolicy&
       fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": the quotas' minimums would add up to " +
                                            std::to_string(mins) + " extents; the pool has " + std::to_string(n));
     uint64_t w[2];
-    encode_policy(p, q, view_.salt(), w);
+    encode_policy(next, q, view_.salt(), w);
+    PoolView::fence();
+    if (!still_ours_locked())
+      fail(CXLPOOL_E_EVICTED, std::string(fn) + ": " + what_ +
+                                  ": this participant was declared dead while it composed; no policy was written");
     uint64_t* at = view_.policy_words(q);
     view_.store(at, w[0]);
     view_.store(at + 1, w[1]);
@@ -324,6 +345,7 @@ std::vector<SharedPool::AppliedMove> SharedPool::compose_step(ComposerMemory* me
       in[q] = {g.extents, used[q], demand[q], pol.min_extents, pol.max_extents, pol.priority};
     }
     moves = plan_grants(in, view_.extent_count(), now, hold_ns, &memory->plan);
+    ++memory->steps;
   });
   std::vector<AppliedMove> applied;
   for (const PlanMove& m : moves) {
@@ -345,8 +367,14 @@ std::vector<SharedPool::AppliedMove> SharedPool::compose_step(ComposerMemory* me
     } else {  // as much as is unassigned now (another composer may have moved some)
       uint64_t done = 0;
       with_compose_claim(0, wait_ms, fn, [&] {
-        done = std::min<uint64_t>(unassigned_locked(fn), uint64_t(m.delta));
-        if (done) store_grant(m.quota, grant(m.quota).extents + done, fn);
+        // Within the maximum as it is now: another composer may have served the same demand
+        // since the snapshot.
+        QuotaPolicy pol;
+        policy(m.quota, &pol);
+        const uint64_t n = view_.extent_count(), now = grant(m.quota).extents;
+        const uint64_t cap = pol.max_extents ? std::min(pol.max_extents, n) : n;
+        done = std::min<uint64_t>({unassigned_locked(fn), uint64_t(m.delta), cap > now ? cap - now : 0});
+        if (done) store_grant(m.quota, now + done, fn);
       });
       if (done) applied.push_back({m.quota, int64_t(done), m.why});
     }
@@ -366,6 +394,9 @@ uint64_t grant_problems(const PoolView& v, const std::vector<uint64_t>& used) {
       granted = v.sb().quotas[q].max_extents;
     }
     counted += std::max(granted, used[q]);
+    const uint64_t raw[2] = {v.load(v.policy_words(q)), v.load(v.policy_words(q) + 1)};
+    QuotaPolicy pol;
+    if (!decode_policy(raw, q, v.salt(), &pol)) ++problems;  // torn or scribbled: read as none
   }
   return problems + (counted > v.extent_count() ? 1 : 0);
 }
@@ -387,6 +418,13 @@ void SharedPool::repair_grants(RepairCounts* counts) {
     // and nothing taken from under a live block. The rest is unassigned, for a composer to give.
     view_.store(view_.grant_word(q), encode_grant(used[q], q, view_.salt()));
     ++counts->words_reset;
+  }
+  for (uint32_t q = 0; q < nq; ++q) {  // a damaged policy becomes none (what it reads as already)
+    QuotaPolicy pol;
+    if (policy(q, &pol)) continue;
+    view_.store(view_.policy_words(q), 0);
+    view_.store(view_.policy_words(q) + 1, 0);
+    counts->words_reset += 2;
   }
 }
 

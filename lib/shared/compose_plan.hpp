@@ -32,16 +32,18 @@ struct PlanMemory {
 };
 
 // The moves for this step, reclaims first. Rules, in order:
-//   1. a quota below its minimum is served first, from the unassigned extents;
+//   1. a quota below its minimum is served first: from the unassigned extents, then from any
+//      quota above its own minimum (a minimum outranks every priority);
 //   2. a quota with no demand for hold_ns gives back what it did not use at any step of that
-//      time (granted beyond max(its peak use, min)): a load that rises and falls faster than
-//      hold_ns keeps its peak (hysteresis: no flapping);
+//      time (granted beyond max(its peak use, min)): a load that rises and falls slower than
+//      the steps and faster than hold_ns keeps its peak (hysteresis);
 //   3. demand is served by priority (higher first, then quota order), up to the quota's
-//      maximum; demand that lasts is served in growing steps (the demand, or 2^(k-1) extents
-//      at its k-th step in a row, up to 64), so a quota growing fast is not held to one claim's
-//      worth per step: from the unassigned extents, then from the spare of quotas of lower priority,
-//      and last by lowering the grants of lower-priority quotas that hold more than their
-//      minimum (their extents come back as they free them: never taken from under a block).
+//      maximum, for what the quota is short of (its demand beyond its unused grant: a demand
+//      already served asks for nothing more, whichever composer served it); a shortfall that
+//      lasts is served in growing steps (2^(k-1) extents at its k-th step in a row, up to 64):
+//      from the unassigned extents, then the spare of lower priorities, then by lowering
+//      lower-priority grants to their minimums (their extents come back as they free them:
+//      never taken from under a block).
 // Equal priorities never take from each other but through rule 2.
 std::vector<PlanMove> plan_grants(const std::vector<PlanQuota>& quotas, uint64_t extents, uint64_t now_ns,
                                   uint64_t hold_ns, PlanMemory* memory);

@@ -180,19 +180,21 @@ bool decode_grant(uint64_t raw, uint32_t quota, uint64_t salt, uint64_t* extents
   return true;
 }
 
+// Each word's check covers both payloads: a pair torn by a crash between its two stores (one
+// word old, one new) fails, and is seen as damaged rather than read as a policy nobody set.
 void encode_policy(const QuotaPolicy& p, uint32_t quota, uint64_t salt, uint64_t out[2]) noexcept {
   const uint64_t mask40 = (uint64_t{1} << 40) - 1;
   const uint64_t w0 = p.min_extents & mask40, w1 = (p.max_extents & mask40) | (uint64_t{p.priority & 0xffu} << 40);
-  out[0] = (w0 << 24) | ((word_check(w0, quota, salt ^ 0x70) & 0xfffffeu) | 1u);
-  out[1] = (w1 << 16) | ((word_check(w1, quota, salt ^ 0x71) & 0xfffeu) | 1u);
+  out[0] = (w0 << 24) | ((word_check(w0 ^ (w1 << 1), quota, salt ^ 0x70) & 0xfffffeu) | 1u);
+  out[1] = (w1 << 16) | ((word_check(w1 ^ (w0 << 1), quota, salt ^ 0x71) & 0xfffeu) | 1u);
 }
 
 bool decode_policy(const uint64_t raw[2], uint32_t quota, uint64_t salt, QuotaPolicy* out) noexcept {
   *out = QuotaPolicy{};
   if (raw[0] == 0 && raw[1] == 0) return true;
   const uint64_t w0 = raw[0] >> 24, w1 = raw[1] >> 16;
-  if (((word_check(w0, quota, salt ^ 0x70) & 0xfffffeu) | 1u) != (raw[0] & 0xffffffu)) return false;
-  if (((word_check(w1, quota, salt ^ 0x71) & 0xfffeu) | 1u) != (raw[1] & 0xffffu)) return false;
+  if (((word_check(w0 ^ (w1 << 1), quota, salt ^ 0x70) & 0xfffffeu) | 1u) != (raw[0] & 0xffffffu)) return false;
+  if (((word_check(w1 ^ (w0 << 1), quota, salt ^ 0x71) & 0xfffeu) | 1u) != (raw[1] & 0xffffu)) return false;
   out->min_extents = w0;
   out->max_extents = w1 & ((uint64_t{1} << 40) - 1);
   out->priority = static_cast<uint32_t>(w1 >> 40) & 0xffu;

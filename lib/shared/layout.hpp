@@ -90,8 +90,9 @@ static_assert(kSuperblockCopyOffset + sizeof(Superblock) <= kGrantOffset);
 static_assert(kGrantOffset + kMaxQuotas * sizeof(uint64_t) <= kSuperblockBytes);
 static_assert(kMaxQuotas * sizeof(uint64_t) == kLine);
 // The next two lines: each quota's policy, two words (min extents (40) | check (24); max
-// extents (40) | priority (8) | check (16)), written by the compose claim's holder. 0 = none
-// (minimum 0, no maximum but the pool, priority 0).
+// extents (40) | priority (8) | check (16); each check covers both words, so a pair torn by a
+// crash fails), written by the compose claim's holder. 0 = none (minimum 0, no maximum but
+// the pool, priority 0).
 inline constexpr size_t kPolicyOffset = kGrantOffset + kLine;
 static_assert(kPolicyOffset + kMaxQuotas * 2 * sizeof(uint64_t) <= kSuperblockBytes);
 struct QuotaPolicy {

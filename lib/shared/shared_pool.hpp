@@ -162,13 +162,15 @@ class SharedPool {
     bool lowered = false;     // the grant could not be raised back for them (the claim stayed held)
   };
   ComposeState compose_state(uint32_t wait_ms);
-  void compose_set_policy(const std::string& quota, const QuotaPolicy& policy, uint32_t wait_ms);
+  enum : uint32_t { kPolicyMin = 1, kPolicyMax = 2, kPolicyPriority = 4 };  // fields; 0: all
+  void compose_set_policy(const std::string& quota, const QuotaPolicy& policy, uint32_t fields, uint32_t wait_ms);
   std::vector<std::string> compose_quota_names() const;
   // One step of a composer's policy (compose_plan.hpp): a snapshot under the compose claim,
   // the plan, then each move under its own claim (grants only from what is unassigned then).
   struct ComposerMemory {
     PlanMemory plan;
     std::vector<uint64_t> slot_seq, slot_changed_ns;  // per slot: its demand's sequence, when it moved
+    uint64_t steps = 0;                               // what its first step sees was there before it ran
   };
   struct AppliedMove {
     uint32_t quota = 0;

@@ -324,7 +324,7 @@ TEST_CASE("compose: a busy participant gives back what it keeps for speed when i
   CHECK(quota_of(state_of(c), "a").used_extents == 2);
   uint64_t got = 0;
   // Down to the one extent of the live large block: the small extent must go back.
-  const cxlpool_status_t st = cxlpool_compose_reclaim(c, "a", 7, 30000, 1000, &got);
+  const cxlpool_status_t st = cxlpool_compose_reclaim(c, "a", 7, 30000, 30000, &got);
   stop.store(true);
   busy.join();
   CHECK(st == CXLPOOL_OK);
@@ -499,6 +499,42 @@ TEST_CASE("compose: the compose claim excludes other composers and the lowered q
   CHECK(pool_consistent(pool.device));
 }
 
+TEST_CASE("compose: a policy's fields are set apart, and a torn policy is seen and repaired", "[compose]") {
+  Pool pool("policy-words");
+  Raw raw(pool.name);
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_compose_policy_t p{};
+  p.min_extents = 3;
+  REQUIRE(cxlpool_compose_set_policy(c, "a", &p, CXLPOOL_COMPOSE_POLICY_MIN, 1000) == CXLPOOL_OK);
+  p = {};
+  p.priority = 7;
+  REQUIRE(cxlpool_compose_set_policy(c, "a", &p, CXLPOOL_COMPOSE_POLICY_PRIORITY, 1000) == CXLPOOL_OK);
+  const cxlpool_compose_quota_t qa = quota_of(state_of(c), "a");
+  CHECK(qa.min_extents == 3);  // kept: only the priority was set
+  CHECK(qa.priority == 7);
+  CHECK(cxlpool_compose_set_policy(c, "a", &p, 8, 1000) == CXLPOOL_E_INVALID_ARGUMENT);
+  // A crash between the two stores: the first word new, the second old.
+  uint64_t* w = reinterpret_cast<uint64_t*>(static_cast<char*>(raw.base) + L::kPolicyOffset) + 2 * 1;
+  L::QuotaPolicy next;
+  next.min_extents = 4;
+  next.max_extents = 6;
+  uint64_t words[2];
+  L::encode_policy(next, 1, raw.salt(), words);
+  __atomic_store_n(&w[0], words[0], __ATOMIC_SEQ_CST);
+  const cxlpool_compose_quota_t torn = quota_of(state_of(c), "a");
+  CHECK(torn.policy_damaged == 1);
+  CHECK(torn.min_extents == 0);  // read as none, never as a mix of the two
+  cxlpool_shared_pool_close(c);
+  cxlpool_shared_check_report_t r{};
+  CHECK(cxlpool_shared_pool_check(pool.device.c_str(), nullptr, 0, &r) == CXLPOOL_E_CORRUPT);
+  CHECK(r.corrupt_words == 1);
+  CHECK(cxlpool_shared_pool_check(pool.device.c_str(), nullptr, 1, &r) == CXLPOOL_OK);
+  CHECK(r.words_reset == 2);
+  c = pool.open();
+  CHECK(quota_of(state_of(c), "a").policy_damaged == 0);
+  cxlpool_shared_pool_close(c);
+}
+
 TEST_CASE("compose: a damaged grant word stops its quota growing until a repair resets it", "[compose]") {
   Pool pool("damaged");
   Raw raw(pool.name);
@@ -631,6 +667,37 @@ TEST_CASE("compose policy: demand by priority, within maximums, never from an eq
   CHECK(delta_of(m, 1) == 2);  // up to its maximum of 12
 }
 
+TEST_CASE("compose policy: a refusal is served once, and a minimum outranks every priority", "[compose]") {
+  PlanMemory mem;
+  // b holds its 8 and was refused a 9th, once; its demand stays fresh for the hold time.
+  std::vector<PlanQuota> q(2);
+  q[0] = {20, 0, 0, 0, 0, 0};
+  q[1] = {8, 8, 1, 0, 0, 5};
+  uint64_t given = 0;
+  for (int step = 0; step < 20; ++step) {
+    const auto m = L::plan_grants(q, 28, uint64_t(step + 1) * 10 * kMs, 500 * kMs, &mem);
+    given += uint64_t(std::max<int64_t>(0, delta_of(m, 1)));
+    apply_moves(&q, m);
+  }
+  CHECK(given == 1);  // not +1, +2, +4, ... for as long as the demand is fresh
+  CHECK(q[0].granted == 19);
+  // A quota of equal priority holding the whole pool: a minimum still lowers it (down to its
+  // own minimum), and is served as it frees.
+  PlanMemory mem2;
+  std::vector<PlanQuota> e(2);
+  e[0] = {37, 37, 0, 0, 0, 0};
+  e[1] = {0, 0, 0, 5, 0, 0};
+  auto m = L::plan_grants(e, 37, 1 * kMs, 500 * kMs, &mem2);
+  CHECK(delta_of(m, 0) == -5);
+  CHECK(delta_of(m, 1) == 0);  // e0 still holds them
+  apply_moves(&e, m);
+  e[0].used = 32;  // it frees five
+  m = L::plan_grants(e, 37, 2 * kMs, 500 * kMs, &mem2);
+  CHECK(delta_of(m, 1) == 5);
+  apply_moves(&e, m);
+  CHECK(counted(e) <= 37);
+}
+
 TEST_CASE("compose policy: a sawtooth load does not make capacity flap", "[compose]") {
   PlanMemory mem;
   std::vector<PlanQuota> q(2);
@@ -664,14 +731,14 @@ TEST_CASE("compose: a composer moves idle capacity to a quota under demand, and 
   cxlpool_shared_pool_t* c = pool.open();
   cxlpool_compose_policy_t pol{};
   pol.priority = 5;
-  REQUIRE(cxlpool_compose_set_policy(c, "b", &pol, 1000) == CXLPOOL_OK);
+  REQUIRE(cxlpool_compose_set_policy(c, "b", &pol, 0, 1000) == CXLPOOL_OK);
   pol = {};
   pol.min_extents = 2;
-  REQUIRE(cxlpool_compose_set_policy(c, "a", &pol, 1000) == CXLPOOL_OK);
+  REQUIRE(cxlpool_compose_set_policy(c, "a", &pol, 0, 1000) == CXLPOOL_OK);
   pol.min_extents = 100;
-  CHECK(cxlpool_compose_set_policy(c, "a", &pol, 1000) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_compose_set_policy(c, "a", &pol, 0, 1000) == CXLPOOL_E_INVALID_ARGUMENT);
   pol = {2, 1, 0, 0};
-  CHECK(cxlpool_compose_set_policy(c, "a", &pol, 1000) == CXLPOOL_E_INVALID_ARGUMENT);  // min above max
+  CHECK(cxlpool_compose_set_policy(c, "a", &pol, 0, 1000) == CXLPOOL_E_INVALID_ARGUMENT);  // min above max
   const uint64_t n = state_of(c).extents_total;
   cxlpool_composer_t* composer = nullptr;
   REQUIRE(cxlpool_composer_create(c, 100, &composer) == CXLPOOL_OK);
@@ -702,15 +769,18 @@ TEST_CASE("compose: a composer moves idle capacity to a quota under demand, and 
   }
   const double all_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   WARN("a owns the whole pool (" << n << " extents) after " << all_ms << " ms (hold 100 ms, steps every 10 ms)");
-  // b (priority 5) asks: a's grant goes down to its minimum; b is served as a frees.
+  // b (priority 5) asks for one extent, once: a's grant goes below what it holds by one (not
+  // to its minimum: the demand is one extent); b is served as a frees.
   cxlpool_shared_pool_t* b = pool.open("b");
   void* y = nullptr;
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));          // the composer has seen b's slot
   CHECK(cxlpool_shared_alloc(b, 1u << 20, &y) == CXLPOOL_E_CAPACITY);  // its first claim asks
-  for (int i = 0; i < 200 && quota_of(state_of(c), "a").granted_extents > 2; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 3000 && quota_of(state_of(c), "a").granted_extents == n; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // more steps: no more is taken
   cxlpool_compose_state_t s = state_of(c);
-  CHECK(quota_of(s, "a").granted_extents == 2);  // its minimum: priority takes the rest back
-  CHECK(quota_of(s, "a").used_extents == n);     // but no block of a's is taken
+  CHECK(quota_of(s, "a").granted_extents == n - 1);
+  CHECK(quota_of(s, "a").used_extents == n);  // no block of a's is taken
   for (size_t i = 0; i < held.size(); ++i) CHECK(static_cast<unsigned char*>(held[i])[12345] == (unsigned char)(i));
   for (int i = 0; i < 4; ++i) {  // a frees four: they go to b
     REQUIRE(cxlpool_shared_free(a, held.back()) == CXLPOOL_OK);
