@@ -94,7 +94,7 @@ static_assert(kMaxQuotas * sizeof(uint64_t) == kLine);
 // crash fails), written by the compose claim's holder. 0 = none (minimum 0, no maximum but
 // the pool, priority 0).
 inline constexpr size_t kPolicyOffset = kGrantOffset + kLine;
-static_assert(kPolicyOffset + kMaxQuotas * 2 * sizeof(uint64_t) <= kSuperblockBytes);
+static_assert(kPolicyOffset + size_t{2} * kMaxQuotas * sizeof(uint64_t) <= kSuperblockBytes);
 struct QuotaPolicy {
   uint64_t min_extents = 0;
   uint64_t max_extents = 0;  // 0: the pool
