@@ -396,6 +396,8 @@ const char* kind_name(int kind) {
       return "file";
     case 5:
       return "devdax";
+    case 6:
+      return "pool";
   }
   return "?";
 }

@@ -67,10 +67,11 @@ typedef enum cxlpool_backing_kind {
   CXLPOOL_BACKING_SHM = 3,    /* named POSIX shared memory (/dev/shm/NAME) */
   CXLPOOL_BACKING_FILE = 4,   /* a file on any filesystem (tmpfs, hugetlbfs, DAX fs, famfs) */
   CXLPOOL_BACKING_DEVDAX = 5, /* a device-DAX character device */
+  CXLPOOL_BACKING_POOL = 6,   /* extents borrowed from a shared pool's quota (docs/compose.md) */
   CXLPOOL_BACKING_MAX_ENUM = 0x7fffffff
 } cxlpool_backing_kind_t;
 
-/* Short names: "numa", "emulated", "dax" / "numa", "memfd", "shm", "file", "devdax". */
+/* Short names: "numa", "emulated", "dax" / "numa", "memfd", "shm", "file", "devdax", "pool". */
 CXLPOOL_API const char* cxlpool_target_kind_str(cxlpool_target_kind_t kind);
 CXLPOOL_API const char* cxlpool_backing_kind_str(cxlpool_backing_kind_t kind);
 

@@ -57,8 +57,9 @@ void* huge_alloc(Pool* pool, int di, size_t size, size_t alignment) noexcept {
     }
   if (!span) {
     // A device without room for the block fails here, before address space is reserved for
-    // it (the next device of the policy may need that address space).
-    if (d.device->committed() + device_bytes > d.device->capacity()) return nullptr;
+    // it (the next device of the policy may need that address space), unless the device gets
+    // capacity on request (a borrowed device: its reservation asks).
+    if (d.device->committed() + device_bytes > d.device->capacity() && !d.device->grows_on_request()) return nullptr;
     // Under an RLIMIT_AS the block's bytes only, not the rest of its last segment.
     const size_t reserved = address_space_limited() ? device_bytes : n * kSegmentSize;
     void* base = nullptr;

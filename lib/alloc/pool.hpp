@@ -48,6 +48,7 @@ struct DeviceStats {
   uint64_t capacity_refusals = 0;       // withdrawals refused (BUSY)
   uint64_t evacuated_bytes = 0;         // moved off the device by withdrawals
   uint64_t lost_bytes = 0;              // committed bytes forced releases took (docs/devices.md)
+  uint64_t borrow_refusals = 0;         // borrowed capacity refused by its shared pool (docs/compose.md)
 };
 
 // Every DeviceStats figure with its description: the one list pool_stats_json, the stats page
@@ -101,6 +102,9 @@ inline constexpr DeviceStatField kDeviceStatFields[] = {
      true},
     {{"lost_bytes", MetricKind::kCounter, "bytes", "committed bytes forced releases took: data lost"},
      &DeviceStats::lost_bytes,
+     true},
+    {{"borrow_refusals", MetricKind::kCounter, "events", "borrowed capacity refused: quota grant or pool full"},
+     &DeviceStats::borrow_refusals,
      true},
 };
 

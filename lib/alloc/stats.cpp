@@ -64,6 +64,7 @@ DeviceStats pool_device_stats(const Pool* pool, int di) noexcept {
   s.capacity_refusals = e.refusals.load(std::memory_order_relaxed);
   s.evacuated_bytes = e.evacuated_bytes.load(std::memory_order_relaxed);
   s.lost_bytes = e.lost_bytes.load(std::memory_order_relaxed);
+  s.borrow_refusals = e.borrow_refusals.load(std::memory_order_relaxed);
   return s;
 }
 

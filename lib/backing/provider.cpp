@@ -131,6 +131,12 @@ const SharedObjectOps& shared_object_ops(const BackingSpec& spec, const std::str
   return *p->shared;
 }
 
+void open_fork_copy_storage(const BackingSpec& spec, StorageOpen* out) {
+  out->fd = os::memfd_create("cxlpool:" + spec.device_name);
+  out->description = "memfd";
+  out->sized_by_cxlpool = true;
+}
+
 ForkMode effective_fork_mode(const BackingSpec& spec, bool dax_or_hugetlb) {
   const Provider* p = provider_for(spec.kind);
   if (p && p->device_node) return ForkMode::kCopy;

@@ -9,9 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "backing/backing_spec.hpp"
 #include "cxlpool/backing.h"
@@ -27,6 +29,14 @@ struct StorageOpen {
   bool sized_by_cxlpool = false;  // a file cxlpool made: truncated to the capacity, resizable
   bool room_limited = false;      // its filesystem can fill up (fallocate at commit)
   bool filesystem_file = false;   // a file of a filesystem: DAX or hugetlbfs decide its mapping
+  // A storage whose capacity is parts of a larger offset space (extents borrowed from a shared
+  // pool): space is its size, online the ranges that are capacity at open (possibly none).
+  // space 0: the offset space is [0, capacity), all of it online.
+  uint64_t space = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> online;
+  // Kept by the storage for as long as it lives (a provider learns from it that nothing maps
+  // the storage any more).
+  std::shared_ptr<void> state;
 };
 
 // The named object holding a shared pool, open: a regular file (shm:NAME, file:PATH) or a
@@ -89,6 +99,10 @@ struct Provider {
   // "" or why its location cannot serve (sized: the declaration gave size=). nullptr: nothing
   // to check.
   std::string (*check_declared)(const BackingSpec& spec, bool sized);
+  // Capacity on request (nullptr: none): called by the device, holding none of its locks, when
+  // no free range of bytes is left; returns ranges of the offset space it made available
+  // (extents it borrowed), which the device adds to its capacity, or none. noexcept.
+  bool (*grow)(const BackingSpec& spec, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>* added);
 };
 
 // Shared by providers: WORD:PATH with PATH absolute and not ending in '/' ("" or why not,
@@ -98,6 +112,9 @@ std::string parse_absolute_path(std::string_view arg, bool has_arg, std::string_
 // Shared by the file kinds: a private device's storage is an unnamed file in dir (never the
 // device's name), its room taken from that filesystem.
 void open_unnamed_file_storage(const std::string& dir, const BackingSpec& spec, StorageOpen* out);
+// Shared by the kinds that are only ever mapped shared (devdax, pool): a fork child's copy of
+// a private range lives in a memfd of its own.
+void open_fork_copy_storage(const BackingSpec& spec, StorageOpen* out);
 // Shared by the file kinds' check_declared: a size given, the named path's directory a real
 // directory on a filesystem that can hold memory, and the name itself absent (a private device
 // never touches an existing object).

@@ -22,6 +22,7 @@ std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy
   StorageOpen opened;
   provider->open_storage(spec, fork_copy, &opened);
   s->description_ = opened.description;
+  s->state_ = std::move(opened.state);
   if (opened.fd < 0) {
     s->numa_node_ = opened.numa_node;
     return s;
@@ -43,7 +44,14 @@ std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy
   // are placed by it, as the kernel places a private copy-on-write copy of a tmpfs page.
   if (!s->hugetlbfs_ && opened.sized_by_cxlpool)
     os::prim::file_policy(s->fd_, &s->policy_);  // none when it cannot be read: default placement
-  s->free_.insert(0, spec.capacity);
+  if (opened.space == 0) {
+    s->free_.insert(0, spec.capacity);
+    return s;
+  }
+  s->size_ = opened.space;  // borrowed capacity: only the online ranges are offsets to hand out
+  s->borrowed_ = true;
+  s->online_at_open_ = std::move(opened.online);
+  for (auto& [lo, hi] : s->online_at_open_) s->free_.insert(lo, hi);
   return s;
 }
 

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backing/backing_spec.hpp"
 #include "common/interval_set.hpp"
@@ -44,6 +46,11 @@ class Storage {
   // on a DAX filesystem (STATX_ATTR_DAX) or on hugetlbfs.
   bool placement_in_storage() const { return placement_in_storage_; }
   uint64_t size() const { return size_; }
+  // Storage of borrowed capacity (StorageOpen::space): only ranges of its offset space are
+  // capacity, those online when it was opened given here.
+  bool borrowed() const { return borrowed_; }
+  const std::vector<std::pair<uint64_t, uint64_t>>& online_at_open() const { return online_at_open_; }
+  const void* provider_state() const { return state_.get(); }  // StorageOpen::state
   const std::string& description() const { return description_; }
 
   // Maps [offset, offset+len) of the storage over addr (PROT_NONE), privately (kernel
@@ -124,7 +131,10 @@ class Storage {
   os::prim::MemPolicy policy_;  // the file's memory policy, for its private (anonymous) pages
   std::string description_;     // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
   IntervalSet free_;            // free offset ranges
-  IntervalSet withheld_;        // offsets of withdrawn extents (elastic capacity)
+  std::vector<std::pair<uint64_t, uint64_t>> online_at_open_;
+  bool borrowed_ = false;  // opened with a space of its own (StorageOpen::space)
+  std::shared_ptr<void> state_;
+  IntervalSet withheld_;  // offsets of withdrawn extents (elastic capacity)
 };
 
 }  // namespace cxlpool::detail

@@ -158,6 +158,9 @@ DeviceSpec parse_device(std::string_view entry, const std::string& origin) {
                                                std::to_string(*d.size) + " (it bounds how far the device may grow)");
   if (d.fork_copy && !*d.fork_copy && d.backing == CXLPOOL_BACKING_DEVDAX)
     config_error(dev + ": key 'fork'", "'cow' is impossible on devdax (device-DAX cannot be mapped privately)");
+  if (d.fork_copy && !*d.fork_copy && d.backing == CXLPOOL_BACKING_POOL)
+    config_error(dev + ": key 'fork'",
+                 "'cow' is impossible on a pool device (its memory is a shared pool's, mapped shared)");
   return d;
 }
 

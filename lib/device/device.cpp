@@ -100,6 +100,19 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
   if (provider_->device_node) shared_storage_ = private_storage_;  // one device, one offset space
   caps_ = describe_backing(spec_);
   fork_mode_ = effective_fork_mode(spec_, private_storage_->placement_in_storage());
+  if (private_storage_->borrowed()) {
+    // Borrowed capacity (a shared pool's extents): the offset space is the pool's, and only
+    // what was borrowed at open is online; the provider's grow borrows more on request.
+    uint64_t online = 0;
+    for (auto& [lo, hi] : private_storage_->online_at_open()) {
+      online_.insert(lo, hi);
+      online += hi - lo;
+    }
+    caps_.capacity_bytes = online;
+    ledger_.capacity.store(online, std::memory_order_relaxed);
+    space_ = max_space_ = private_storage_->size();
+    return;
+  }
   ledger_.capacity.store(caps_.capacity_bytes, std::memory_order_relaxed);
   online_.insert(0, caps_.capacity_bytes);
   space_ = caps_.capacity_bytes;
@@ -256,13 +269,26 @@ cxlpool_status_t Device::reserve(size_t size, size_t alignment, size_t span, Sha
   size = (size + ps - 1) / ps * ps;
   span = std::max(size, (span + ps - 1) / ps * ps);
   alignment = std::max(alignment, ps);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  bool grown = false;
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::shared_ptr<Storage> st;
     if (cxlpool_status_t s = storage_for(sharing, st, err)) return s;
     uint64_t offset = 0, largest = 0;
     if (!st->anonymous()) {
       int e = st->take_mappable_range(size, alignment, &offset, &largest);
+      if (e == ENOSPC && !grown && provider_->grow) {
+        // Capacity on request (borrowed from a shared pool): asked without the device's lock,
+        // which the provider's own withdrawals take.
+        grown = true;
+        lock.unlock();
+        const bool got = grow_on_request(size);
+        lock.lock();
+        if (got) {
+          --attempt;
+          continue;
+        }
+      }
       if (e == ENOSPC) return device_failure(err, CXLPOOL_E_CAPACITY, 0, "device range", largest);
       if (e) return device_failure(err, CXLPOOL_E_NO_MEMORY, e, "device range");
     }

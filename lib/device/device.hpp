@@ -92,6 +92,7 @@ struct ElasticCounters {
   std::atomic<uint64_t> evacuated_units{0}, evacuated_bytes{0};  // moved to another device
   std::atomic<uint64_t> forced{0};                               // forced releases (also counted in shrinks)
   std::atomic<uint64_t> lost_units{0}, lost_bytes{0};            // what forced releases took: committed bytes
+  std::atomic<uint64_t> borrow_refusals{0};  // borrowed capacity asked for and refused (quota or pool full)
 };
 
 struct Ledger {
@@ -138,7 +139,19 @@ class Device {
   // Adds [lo, hi) (page-aligned, not online, no withdrawal of it in progress) to the capacity;
   // files grow to hi. Statuses: OK; INVALID_ARGUMENT; CAPACITY (past the end of a devdax
   // device); OS (the file could not grow).
+  // NOT_SUPPORTED for a device of borrowed capacity (it grows by borrowing: grow_on_request).
   cxlpool_status_t add_extent(uint64_t lo, uint64_t hi, DeviceError* err) noexcept;
+  // Capacity on request from the provider (Provider::grow) for a reservation of bytes: true
+  // when some was added. Caller holds no lock of the device.
+  bool grow_on_request(uint64_t bytes) noexcept;
+  // Whether the device may get capacity on request (its provider borrows it): a capacity
+  // check before a reservation then is no reason to refuse.
+  bool grows_on_request() const noexcept { return provider_->grow != nullptr; }
+  // Whether no reservation holds an offset of [lo, hi) (a borrowed range that can go back
+  // without moving anything).
+  bool range_unreserved(uint64_t lo, uint64_t hi) const;
+  // The provider's state kept by the device's storage (StorageOpen::state), nullptr when none.
+  const void* provider_state() const;
   // Starts taking the online [lo, hi) away: the capacity drops by its size now (commits past
   // it are CAPACITY), its free offsets are withheld, and reservations in it whose pages are
   // private anonymous memory (their offsets are bookkeeping only) get offsets elsewhere when
@@ -313,6 +326,7 @@ class Device {
   // the space, offsets outside the online extents withheld. 0 or an errno.
   int conform(Storage& s) noexcept;
   // The offsets of the withdrawal in progress that r holds, as [*lo, *hi); false if none.
+  cxlpool_status_t add_range(uint64_t lo, uint64_t hi, DeviceError* err) noexcept;  // add_extent's work
   bool holds_withdrawn(const Reservation& r, uint64_t* lo, uint64_t* hi) const noexcept;
   // Gives r offsets outside the withdrawal (pages that are private anonymous memory only).
   bool relocate_bookkeeping(Reservation& r) noexcept;

@@ -80,6 +80,17 @@ int Device::conform(Storage& s) noexcept {
 }
 
 cxlpool_status_t Device::add_extent(uint64_t lo, uint64_t hi, DeviceError* err) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (private_storage_ && private_storage_->borrowed())
+      return device_failure(err, CXLPOOL_E_NOT_SUPPORTED, 0,
+                            "add extent: the device's capacity is borrowed from its shared pool as the device needs "
+                            "it, within its quota's grant (cxlpool-compose grant)");
+  }
+  return add_range(lo, hi, err);
+}
+
+cxlpool_status_t Device::add_range(uint64_t lo, uint64_t hi, DeviceError* err) noexcept {
   const size_t ps = caps_.page_size;
   if (hi <= lo || lo % ps || hi % ps) return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "add extent: range");
   std::lock_guard<std::mutex> lock(mu_);
@@ -115,6 +126,32 @@ cxlpool_status_t Device::add_extent(uint64_t lo, uint64_t hi, DeviceError* err) 
   ledger_.capacity.fetch_add(hi - lo, std::memory_order_relaxed);
   ledger_.elastic.grows.fetch_add(1, std::memory_order_relaxed);
   return CXLPOOL_OK;
+}
+
+bool Device::grow_on_request(uint64_t bytes) noexcept {
+  std::vector<std::pair<uint64_t, uint64_t>> added;
+  try {
+    added.reserve(4);
+  } catch (...) {
+    return false;
+  }
+  if (!provider_->grow(spec_, bytes, &added)) return false;
+  bool any = false;
+  for (auto& [lo, hi] : added) any |= add_range(lo, hi, nullptr) == CXLPOOL_OK;
+  return any;  // a range the device could not add stays the provider's to give back
+}
+
+bool Device::range_unreserved(uint64_t lo, uint64_t hi) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (overlaps(lo, hi, withdrawing_.lo, withdrawing_.hi)) return false;
+  for (auto& [a, r] : reservations_)
+    if (!r.storage->anonymous() && overlaps(lo, hi, r.offset, r.offset + r.size)) return false;
+  return true;
+}
+
+const void* Device::provider_state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return private_storage_ ? private_storage_->provider_state() : nullptr;
 }
 
 bool Device::holds_withdrawn(const Reservation& r, uint64_t* lo, uint64_t* hi) const noexcept {

@@ -25,6 +25,17 @@ struct Entry {
 };
 
 std::mutex g_mu;
+// Set while this thread holds g_mu to open a device: a provider that opens a shared pool
+// (pool:...) registers it from inside the device's construction, under the same lock. (Not a
+// recursive mutex: a fork child could not release the parent thread's hold of one.)
+__attribute__((tls_model("initial-exec"))) thread_local bool t_opening = false;
+// g_mu, unless this thread holds it already for a device it is opening.
+struct TableLock {
+  std::unique_lock<std::mutex> lock{g_mu, std::defer_lock};
+  TableLock() {
+    if (!t_opening) lock.lock();
+  }
+};
 std::vector<Entry>* g_devices = nullptr;  // never destroyed: devices may outlive static destructors
 std::vector<std::weak_ptr<SharedDevice>>* g_shared = nullptr;  // (g_mu) likewise
 
@@ -97,7 +108,16 @@ std::shared_ptr<Device> acquire(const BackingSpec& spec) {
                                " is already open in this process as device '" + e.device->name() +
                                "' with a different configuration; a named device is opened once");
   }
-  std::shared_ptr<Device> d(new Device(spec), [](Device* p) { destroy(p); });
+  t_opening = true;
+  Device* made = nullptr;
+  try {
+    made = new Device(spec);
+  } catch (...) {
+    t_opening = false;
+    throw;
+  }
+  t_opening = false;
+  std::shared_ptr<Device> d(made, [](Device* p) { destroy(p); });
   g_devices->push_back({d.get(), d});
   return d;
 }
@@ -121,7 +141,7 @@ std::shared_ptr<SharedDevice> add_shared(const BackingSpec& spec, const std::str
   std::string identity = DeviceClaim::identity_of(spec);
   if (identity.empty()) identity = "path:" + path;  // no kind can hold a pool without one today
   const std::string real = os::real_path_or(path);
-  std::lock_guard<std::mutex> lock(g_mu);
+  TableLock lock;
   if (!g_shared) g_shared = new std::vector<std::weak_ptr<SharedDevice>>();
   if (std::shared_ptr<SharedDevice> s = shared_of(identity)) return s;
   if (g_devices)
@@ -150,7 +170,7 @@ std::shared_ptr<SharedDevice> find_shared(const std::string& name) {
   } else if (!name.empty() && name[0] == '/') {
     real = os::real_path_or(name);
   }
-  std::lock_guard<std::mutex> lock(g_mu);
+  TableLock lock;
   if (!g_shared) return nullptr;
   for (const std::weak_ptr<SharedDevice>& w : *g_shared)
     if (std::shared_ptr<SharedDevice> s = w.lock())

@@ -82,6 +82,7 @@
 #include <cstdlib>
 
 #include "alloc/pool.hpp"
+#include "borrow/borrow.hpp"
 #include "os/claim_lock.hpp"
 #include "os/internal_heap.hpp"
 #include "os/os.hpp"
@@ -208,6 +209,7 @@ void at_exit() noexcept { os::remove_claim_lock_files(); }
 void init(const InterposerHooks* interposer) noexcept {
   if (g_initialised.exchange(true)) return;
   g_interposer = interposer;
+  borrow::register_provider();  // pool:... devices, before any device is declared or opened
   os::watch_main_thread();
   if (pthread_atfork(prepare, parent, child) != 0)  // ENOMEM, the only failure
     os::prim::write_stderr(

@@ -107,34 +107,49 @@ void SharedPool::with_compose_claim(uint32_t lowered_plus_one, uint32_t wait_ms,
 SharedPool::ComposeState SharedPool::compose_state(uint32_t wait_ms) {
   const Superblock& sb = view_.sb();
   ComposeState st;
-  st.extents = view_.extent_count();
-  st.extent_size = view_.extent_size();
   // Under the compose claim the grants are one snapshot (read one by one while another
-  // composer moved extents, two grants could both look raised); holdings only fall or stay
-  // within their grants meanwhile, so the sum read is one the pool really had.
-  with_compose_claim(0, wait_ms, "cxlpool_compose_get_state", [&] {
-    const std::vector<uint64_t> used = quota_uses();
-    const std::vector<uint64_t> demand = demands(nullptr, 0, 0);
-    uint64_t counted = 0;
-    for (uint32_t q = 0; q < sb.quota_count; ++q) {
-      ComposeQuota cq;
-      cq.name.assign(sb.quotas[q].name, strnlen(sb.quotas[q].name, sizeof sb.quotas[q].name));
-      cq.reserved = sb.quotas[q].max_extents;
-      const Grant g = grant(q);
-      cq.granted = g.readable ? g.extents : 0;
-      cq.grant_set = g.set;
-      cq.grant_damaged = !g.readable;
-      cq.used = used[q];
-      cq.policy_damaged = !policy(q, &cq.policy);
-      cq.demand = demand[q];
-      // A damaged grant counts as what the quota owns (it may not grow past it).
-      counted += std::max(cq.granted, cq.used);
-      if (cq.used > cq.granted) st.over_grant += cq.used - cq.granted;
-      st.quotas.push_back(std::move(cq));
-    }
-    st.overcommitted = counted > st.extents;
-    st.unassigned = st.overcommitted ? 0 : st.extents - counted;
-  });
+  // composer moved extents, two grants could both look raised). Holdings are counted in one
+  // pass over the extent table while participants claim and free: a quota within its grant
+  // that frees an extent the pass counted and claims one it has not reached yet is counted
+  // one over. Such a sum, over the pool, is no state the pool had; so a snapshot whose sum
+  // exceeds the pool is taken again with the claim of a quota that looked over its grant
+  // (whose participants then only free: its count is exact), and only a sum that stays over
+  // is reported as overcommitted (damage).
+  uint32_t exact_plus_one = 0;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    st = ComposeState{};
+    st.extents = view_.extent_count();
+    st.extent_size = view_.extent_size();
+    uint32_t suspect_plus_one = 0;
+    with_compose_claim(exact_plus_one, wait_ms, "cxlpool_compose_get_state", [&] {
+      const std::vector<uint64_t> used = quota_uses();
+      const std::vector<uint64_t> demand = demands(nullptr, 0, 0);
+      uint64_t counted = 0;
+      for (uint32_t q = 0; q < sb.quota_count; ++q) {
+        ComposeQuota cq;
+        cq.name.assign(sb.quotas[q].name, strnlen(sb.quotas[q].name, sizeof sb.quotas[q].name));
+        cq.reserved = sb.quotas[q].max_extents;
+        const Grant g = grant(q);
+        cq.granted = g.readable ? g.extents : 0;
+        cq.grant_set = g.set;
+        cq.grant_damaged = !g.readable;
+        cq.used = used[q];
+        cq.policy_damaged = !policy(q, &cq.policy);
+        cq.demand = demand[q];
+        // A damaged grant counts as what the quota owns (it may not grow past it).
+        counted += std::max(cq.granted, cq.used);
+        if (cq.used > cq.granted) {
+          st.over_grant += cq.used - cq.granted;
+          if (q + 1 != exact_plus_one && suspect_plus_one == 0) suspect_plus_one = q + 1;
+        }
+        st.quotas.push_back(std::move(cq));
+      }
+      st.overcommitted = counted > st.extents;
+      st.unassigned = st.overcommitted ? 0 : st.extents - counted;
+    });
+    if (!st.overcommitted || suspect_plus_one == 0) break;
+    exact_plus_one = suspect_plus_one;
+  }
   return st;
 }
 
@@ -436,6 +451,12 @@ void SharedPool::note_demand(uint64_t extents) {
   }
   view_.store(&view_.slot_counters(slot_)->demand, w);
   demand_raw_ = w;
+}
+
+uint64_t SharedPool::quota_excess() const {
+  const Grant g = grant(quota_);
+  const uint64_t used = quota_use(quota_);
+  return g.readable && used > g.extents ? used - g.extents : 0;
 }
 
 void SharedPool::follow_grant() {

@@ -181,6 +181,13 @@ class SharedPool {
   void compose_grant(const std::string& quota, uint64_t extents, uint32_t wait_ms);
   ReclaimResult compose_reclaim(const std::string& quota, uint64_t extents, uint32_t deadline_ms, uint32_t wait_ms);
 
+  // For a participant that lends this pool's extents to a private device (lib/borrow): whether
+  // its quota's grant was lowered and the quota is not yet within it (the watch's judgement,
+  // no pool access), and by how many extents the quota exceeds its grant now (a pass over
+  // the extent table).
+  bool over_grant() const noexcept { return over_grant_.load(std::memory_order_relaxed); }
+  uint64_t quota_excess() const;
+
   const PoolView& view() const { return view_; }
   uint32_t slot() const { return slot_; }
   // Blocks as the application sees them: in the pool's mapping, or in this participant's
@@ -334,8 +341,8 @@ class SharedPool {
   uint64_t demand_raw_ = 0;
   uint32_t demand_seq_ = 0;
   uint64_t grant_seen_ = UINT64_MAX;
-  bool over_grant_ = false;
-  bool grant_damaged_ = false;  // the last grab failed on an unreadable grant word
+  std::atomic<bool> over_grant_{false};  // written by the watch, read by borrowers (lib/borrow)
+  bool grant_damaged_ = false;           // the last grab failed on an unreadable grant word
 
   // Heap (caller holds mu_).
   struct Owned {

@@ -756,6 +756,9 @@ Target make_emulated(const DeviceSpec& s, const Topology& topo, const os::FsRoot
       case CXLPOOL_BACKING_MEMFD:
         if (!s.size) t.capacity.set(default_device_size(topo), CXLPOOL_SOURCE_DEFAULT);
         break;
+      case CXLPOOL_BACKING_POOL:  // what it borrows at open; it grows as it fills (docs/compose.md)
+        if (!s.size) t.capacity.set(kMinDeviceBytes, CXLPOOL_SOURCE_DEFAULT);
+        break;
       case CXLPOOL_BACKING_DEVDAX: {
         // /dev/daxX.Y: size and alignment from sysfs when the kernel lists the device.
         std::string base = s.path.substr(s.path.find_last_of('/') + 1);

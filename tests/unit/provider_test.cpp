@@ -63,8 +63,8 @@ std::string fake_check(const BackingSpec& s, bool sized) {
   return sized ? "" : "fakemem needs size=";
 }
 
-const Provider kFake = {"fakemem",   64,         "fakemem:TAG", false,     false,           fake_parse,
-                        fake_format, fake_named, fake_claim,    fake_open, &kSharedFileOps, fake_check};
+const Provider kFake = {"fakemem",  64,         "fakemem:TAG", false,           false,      fake_parse, fake_format,
+                        fake_named, fake_claim, fake_open,     &kSharedFileOps, fake_check, nullptr};
 
 void register_fake() {
   static const bool once = register_provider(&kFake);

@@ -44,9 +44,7 @@ bool holds_shared_pool(int fd) {
 
 void open_storage(const BackingSpec& spec, bool fork_copy, StorageOpen* out) {
   if (fork_copy) {  // device-DAX cannot be duplicated: a fork child's copy lives in a memfd
-    out->fd = os::memfd_create("cxlpool:" + spec.device_name);
-    out->description = "memfd";
-    out->sized_by_cxlpool = true;
+    open_fork_copy_storage(spec, out);
     return;
   }
   const std::string what = "device '" + spec.device_name + "': devdax:" + spec.path;
@@ -115,8 +113,8 @@ std::string check_declared(const BackingSpec& spec, bool) {
 }  // namespace
 
 extern const Provider kDevdaxProvider = {
-    "devdax",       CXLPOOL_BACKING_DEVDAX, "devdax:PATH",     false,          true, parse, format, named_path,
-    claim_identity, open_storage,           &kDevdaxObjectOps, check_declared,
+    "devdax",       CXLPOOL_BACKING_DEVDAX, "devdax:PATH",     false,          true,    parse, format, named_path,
+    claim_identity, open_storage,           &kDevdaxObjectOps, check_declared, nullptr,
 };
 
 }  // namespace cxlpool::detail

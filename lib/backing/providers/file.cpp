@@ -23,8 +23,9 @@ void open_storage(const BackingSpec& spec, bool, StorageOpen* out) {
 }  // namespace
 
 extern const Provider kFileProvider = {
-    "file", CXLPOOL_BACKING_FILE, "file:PATH",    false,        false,           parse,
-    format, named_path,           claim_identity, open_storage, &kSharedFileOps, check_named_file_declared,
+    "file",  CXLPOOL_BACKING_FILE, "file:PATH",    false,        false,           parse,
+    format,  named_path,           claim_identity, open_storage, &kSharedFileOps, check_named_file_declared,
+    nullptr,
 };
 
 }  // namespace cxlpool::detail

@@ -23,8 +23,8 @@ void open_storage(const BackingSpec& spec, bool, StorageOpen* out) {
 }  // namespace
 
 extern const Provider kMemfdProvider = {
-    "memfd", CXLPOOL_BACKING_MEMFD, "memfd", false,   false, parse, format, no_name,
-    no_name, open_storage,          nullptr, nullptr,
+    "memfd", CXLPOOL_BACKING_MEMFD, "memfd", false,   false,   parse, format, no_name,
+    no_name, open_storage,          nullptr, nullptr, nullptr,
 };
 
 }  // namespace cxlpool::detail

@@ -29,8 +29,8 @@ void open_storage(const BackingSpec& spec, bool, StorageOpen* out) {
 }  // namespace
 
 extern const Provider kNumaProvider = {
-    "numa",  CXLPOOL_BACKING_NUMA, "numa:N", true,    false, parse, format, no_name,
-    no_name, open_storage,         nullptr,  nullptr,
+    "numa",  CXLPOOL_BACKING_NUMA, "numa:N", true,    false,   parse, format, no_name,
+    no_name, open_storage,         nullptr,  nullptr, nullptr,
 };
 
 }  // namespace cxlpool::detail

@@ -36,8 +36,9 @@ void open_storage(const BackingSpec& spec, bool, StorageOpen* out) {
 }  // namespace
 
 extern const Provider kShmProvider = {
-    "shm",  CXLPOOL_BACKING_SHM, "shm:NAME",     false,        false,           parse,
-    format, named_path,          claim_identity, open_storage, &kSharedFileOps, check_named_file_declared,
+    "shm",   CXLPOOL_BACKING_SHM, "shm:NAME",     false,        false,           parse,
+    format,  named_path,          claim_identity, open_storage, &kSharedFileOps, check_named_file_declared,
+    nullptr,
 };
 
 }  // namespace cxlpool::detail

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: MIT
+// The lender behind a borrowed device (borrow.hpp): this process's participation in the
+// shared pool the device borrows from, the runs of extents it holds, and the follower thread
+// that gives runs back. Used by the provider (provider.cpp) only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backing/provider.hpp"
+
+namespace cxlpool::detail::borrow {
+
+// "QUOTA@LOCATION" or "LOCATION" (spec.path of a pool device) split; quota "" = "default".
+struct Source {
+  std::string quota;
+  std::string location;  // shm:NAME, file:PATH or devdax:PATH
+};
+Source split_source(const std::string& path);
+
+// Opens the device's lender: joins the pool on the quota, borrows spec.capacity (rounded up
+// to whole extents) and fills out (the pool's descriptor, its size as the offset space, the
+// borrowed run online). Throws Failure naming the device.
+void open_lender(const BackingSpec& spec, StorageOpen* out);
+// Provider::grow: borrows a run of at least bytes for the device named by spec.
+bool grow(const BackingSpec& spec, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>* added);
+
+}  // namespace cxlpool::detail::borrow

@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: MIT
+// Borrowed capacity (backing=pool:QUOTA@LOCATION, docs/compose.md "Programs follow"): a
+// private pool's device whose memory is a shared pool's extents on one quota's account. It
+// grows as the program allocates, within the quota's grant; a refusal is demand a composer
+// sees; a lowered grant takes runs back after moving what they hold, the data intact; runs
+// left empty go back; a closed device or a dead process returns everything.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cxlpool/compose.h"
+#include "elastic_support.hpp"
+#include "shared_support.hpp"
+
+namespace {
+
+using namespace cxlpool_test::elastic;
+
+// A shared pool of 1 MiB extents with quotas a and b of `quota_mib` each.
+struct SharedPoolFile {
+  std::string name, device;
+  explicit SharedPoolFile(const char* tag, uint64_t size_mib = 128, uint64_t quota_mib = 32)
+      : name(unique_name(tag)), device("shm:" + name) {
+    Params params(size_mib << 20);
+    REQUIRE(cxlpool_shared_params_add_quota(params.p, "a", quota_mib << 20) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_params_add_quota(params.p, "b", quota_mib << 20) == CXLPOOL_OK);
+    cxlpool_shared_pool_t* creator = nullptr;
+    REQUIRE(cxlpool_shared_pool_create(device.c_str(), params.p, 0, &creator) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(creator) == CXLPOOL_OK);
+  }
+  ~SharedPoolFile() { unlink(("/dev/shm/" + name).c_str()); }
+  cxlpool_shared_pool_t* open(const char* quota) const {
+    Params qp;
+    REQUIRE(cxlpool_shared_params_set_quota(qp.p, quota) == CXLPOOL_OK);
+    cxlpool_shared_pool_t* p = nullptr;
+    INFO(cxlpool_last_error_message());
+    REQUIRE(cxlpool_shared_pool_open(device.c_str(), qp.p, &p) == CXLPOOL_OK);
+    return p;
+  }
+};
+
+cxlpool_compose_quota_t quota_state(cxlpool_shared_pool_t* p, const char* name) {
+  cxlpool_compose_state_t s{};
+  REQUIRE(cxlpool_compose_get_state(p, 10000, &s) == CXLPOOL_OK);
+  for (uint32_t q = 0; q < s.quota_count; ++q)
+    if (std::string(s.quotas[q].name) == name) return s.quotas[q];
+  FAIL("no quota " << name);
+  return {};
+}
+
+// Polls cond every 10 ms for up to 30 s (a bound for a loaded machine, not a timing claim).
+template <class F>
+bool eventually(F&& cond) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return cond();
+}
+
+bool checked_clean(const std::string& device) {
+  cxlpool_shared_check_report_t r{};
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_shared_pool_check(device.c_str(), nullptr, 0, &r) == CXLPOOL_OK);
+  INFO("leaked " << r.leaked_blocks << " corrupt " << r.corrupt_words << " orphans " << r.orphan_extents << " dead "
+                 << r.dead_participants << " dangling " << r.dangling_leases);
+  return r.leaked_blocks == 0 && r.corrupt_words == 0 && r.orphan_extents == 0 && r.dead_participants == 0 &&
+         r.dangling_leases == 0;
+}
+
+// A device counter from the pool's statistics JSON (the first device's).
+uint64_t json_counter(cxlpool_pool_t* pool, const char* key) {
+  char* json = nullptr;
+  REQUIRE(cxlpool_pool_stats_json(pool, &json) == CXLPOOL_OK);
+  const std::string text = json;
+  cxlpool_string_free(json);
+  const size_t at = text.find(std::string("\"") + key + "\":");
+  REQUIRE(at != std::string::npos);
+  return std::stoull(text.substr(at + std::strlen(key) + 3));
+}
+
+}  // namespace
+
+TEST_CASE("borrow: a pool device's capacity is its quota's extents, borrowed as it fills", "[borrow]") {
+  SharedPoolFile sp("borrow-grow");
+  cxlpool_shared_pool_t* watcher = sp.open("b");
+  Topo t("lent:backing=pool:a@" + sp.device + ",size=4M");
+  cxlpool_pool_t* pool = t.pool("lent", "bind:lent");
+  PoolGuard guard{pool};
+  CHECK(capacity_of("lent").capacity_bytes == 4 * kMiB);
+  CHECK(quota_state(watcher, "a").used_extents == 4);
+
+  // Fresh memory from the pool reads zero whatever another participant left there.
+  {
+    cxlpool_shared_pool_t* other = sp.open("a");
+    std::vector<void*> dirty;
+    void* b = nullptr;
+    while (cxlpool_shared_alloc(other, 1u << 20, &b) == CXLPOOL_OK) {
+      std::memset(b, 0xab, 1u << 20);
+      dirty.push_back(b);
+    }
+    CHECK(dirty.size() == 28);  // the quota's 32 less the device's 4
+    for (void* d : dirty) REQUIRE(cxlpool_shared_free(other, d) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(other) == CXLPOOL_OK);
+  }
+  auto* big = static_cast<unsigned char*>(cxlpool_malloc(pool, 6 * kMiB));
+  INFO(cxlpool_last_error_message());
+  REQUIRE(big != nullptr);
+  bool zero = true;
+  for (size_t i = 0; i < 6 * kMiB; i += 512) zero &= big[i] == 0;
+  CHECK(zero);
+  CHECK(capacity_of("lent").capacity_bytes >= 10 * kMiB);
+
+  // Up to the grant, then NULL under bind (nothing else to go to), a refusal counted and
+  // demand recorded for a composer.
+  std::vector<Block> blocks;
+  for (unsigned i = 0;; ++i) {
+    Block blk{static_cast<unsigned char*>(cxlpool_malloc(pool, kMiB)), kMiB, i};
+    if (!blk.p) break;
+    fill(blk);
+    blocks.push_back(blk);
+    REQUIRE(blocks.size() < 64);
+  }
+  CHECK(blocks.size() >= 16);
+  CHECK(all_intact(blocks));
+  CHECK(capacity_of("lent").capacity_bytes <= 32 * kMiB);
+  CHECK(json_counter(pool, "borrow_refusals") > 0);
+  CHECK(quota_state(watcher, "a").demand_extents > 0);
+
+  // A grant raises what the device may borrow (taken from the idle quota b).
+  uint64_t taken = 0;
+  REQUIRE(cxlpool_compose_reclaim(watcher, "b", 16, 10000, 10000, &taken) == CXLPOOL_OK);
+  REQUIRE(cxlpool_compose_grant(watcher, "a", 16, 10000) == CXLPOOL_OK);
+  void* more = cxlpool_malloc(pool, 8 * kMiB);
+  CHECK(more != nullptr);
+  CHECK(capacity_of("lent").capacity_bytes > 32 * kMiB);
+  CHECK(all_intact(blocks));
+  cxlpool_free(more);
+  cxlpool_free(big);
+  for (const Block& blk : blocks) cxlpool_free(blk.p);
+  REQUIRE(cxlpool_shared_pool_close(watcher) == CXLPOOL_OK);
+}
+
+TEST_CASE("borrow: a lowered grant takes runs back, moving what they hold; empty runs go back", "[borrow]") {
+  if (!copies_fenced())
+    CXLPOOL_SKIP("moves need a userfaultfd that handles kernel faults (root or vm.unprivileged_userfaultfd)");
+  SharedPoolFile sp("borrow-reclaim");
+  cxlpool_shared_pool_t* composer = sp.open("b");
+  Topo t("lent:backing=pool:a@" + sp.device + ",size=4M;spare:backing=shm,size=256M");
+  cxlpool_pool_t* pool = t.pool("lent,spare", "spill:near=lent,far=spare,watermark=95%");
+  PoolGuard guard{pool};
+  std::vector<Block> blocks = allocate_until(pool, 0, 24 * kMiB);
+  CHECK(capacity_of("lent").capacity_bytes >= 24 * kMiB);
+  const uint64_t used = quota_state(composer, "a").used_extents;
+  CHECK(used >= 24);
+
+  // Reclaim 16 extents of quota a: the device's runs go back, their data moved to spare.
+  uint64_t reclaimed = 0;
+  INFO(cxlpool_last_error_message());
+  REQUIRE(cxlpool_compose_reclaim(composer, "a", 16, 30000, 10000, &reclaimed) == CXLPOOL_OK);
+  CHECK(reclaimed == 16);
+  CHECK(quota_state(composer, "a").used_extents <= quota_state(composer, "a").granted_extents);
+  CHECK(all_intact(blocks));
+  CHECK(capacity_of("lent").evacuated_bytes > 0);
+  CHECK(stats_of(pool, 1).resident_bytes > 0);
+
+  // Freed, the runs stay empty and go back (one kept for the next allocation).
+  for (const Block& blk : blocks) cxlpool_free(blk.p);
+  REQUIRE(cxlpool_pool_trim(pool, nullptr) == CXLPOOL_OK);
+  // An idle device keeps twice its target room (2 x 4 MiB here) and whatever part of a run
+  // that leaves (runs go back whole, and are at most a quarter of what the device held).
+  CHECK(eventually([&] { return quota_state(composer, "a").used_extents <= 16; }));
+  INFO("used " << quota_state(composer, "a").used_extents << " capacity " << capacity_of("lent").capacity_bytes
+               << " committed " << capacity_of("lent").committed_bytes);
+  CHECK(capacity_of("lent").capacity_bytes <= 16 * kMiB);
+  CHECK(checked_clean(sp.device));
+  REQUIRE(cxlpool_shared_pool_close(composer) == CXLPOOL_OK);
+}
+
+TEST_CASE("borrow: a closed device and a killed process give every run back", "[borrow]") {
+  SharedPoolFile sp("borrow-close");
+  cxlpool_shared_pool_t* watcher = sp.open("b");
+  {
+    Topo t("lent:backing=pool:a@" + sp.device + ",size=8M");
+    cxlpool_pool_t* pool = t.pool("lent", "bind:lent");
+    void* p = cxlpool_malloc(pool, 12 * kMiB);
+    CHECK(p != nullptr);
+    CHECK(quota_state(watcher, "a").used_extents >= 20);
+    cxlpool_free(p);
+    cxlpool_pool_destroy(pool);
+  }
+  CHECK(eventually([&] { return quota_state(watcher, "a").used_extents == 0; }));
+
+  const pid_t child = fork();
+  if (child == 0) {
+    Topo t("lent:backing=pool:a@" + sp.device + ",size=16M");
+    cxlpool_pool_params_t* params = nullptr;
+    cxlpool_pool_params_create(&params);
+    cxlpool_pool_params_set_devices(params, "lent");
+    cxlpool_pool_params_set_policy(params, "bind:lent");
+    cxlpool_pool_t* pool = nullptr;
+    if (cxlpool_pool_create(t.topo, params, &pool) != CXLPOOL_OK) {
+      std::fprintf(stderr, "child: %s\n", cxlpool_last_error_message());
+      _exit(1);
+    }
+    void* p = cxlpool_malloc(pool, 4 * kMiB);
+    if (p) std::memset(p, 1, 4 * kMiB);
+    pause();
+    _exit(0);
+  }
+  CHECK(eventually([&] { return quota_state(watcher, "a").used_extents >= 16; }));
+  kill(child, SIGKILL);
+  CHECK(wait_exit(child) == 128 + SIGKILL);
+  CHECK(eventually([&] { return quota_state(watcher, "a").used_extents == 0; }));
+  CHECK(checked_clean(sp.device));
+  REQUIRE(cxlpool_shared_pool_close(watcher) == CXLPOOL_OK);
+}
+
+TEST_CASE("borrow: bad declarations and manual growth are refused with the reason", "[borrow]") {
+  SharedPoolFile sp("borrow-bad");
+  struct Case {
+    std::string devices, words;
+  } cases[] = {
+      {"x:backing=pool:", "names its shared pool"},
+      {"x:backing=pool:a@numa:0", "cannot hold a shared pool"},
+      {"x:backing=pool:b%d@" + sp.device, "bad quota name"},
+      {"x:backing=pool:zz@" + sp.device, "no quota named 'zz'"},
+      {"x:backing=pool:a@shm:cxlpool-test-no-such-pool", "cxlpool-test-no-such-pool"},
+      {"x:backing=pool:a@" + sp.device + ",fork=cow", "impossible on a pool device"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.devices);
+    cxlpool_topology_t* topo = nullptr;
+    cxlpool_config_t* cfg = nullptr;
+    REQUIRE(cxlpool_config_create(&cfg) == CXLPOOL_OK);
+    REQUIRE(cxlpool_config_set_devices(cfg, c.devices.c_str()) == CXLPOOL_OK);
+    REQUIRE(cxlpool_config_set_flags(cfg, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC) == CXLPOOL_OK);
+    const cxlpool_status_t s = cxlpool_topology_discover(cfg, &topo);
+    const std::string msg = cxlpool_last_error_message();
+    INFO(msg);
+    CHECK(s == CXLPOOL_E_CONFIG);
+    CHECK(msg.find(c.words) != std::string::npos);
+    if (topo) cxlpool_topology_destroy(topo);
+    cxlpool_config_destroy(cfg);
+  }
+
+  // More than the quota at open: CAPACITY, naming the quota.
+  {
+    Topo t("big:backing=pool:a@" + sp.device + ",size=64M");
+    cxlpool_pool_params_t* p = nullptr;
+    cxlpool_pool_params_create(&p);
+    cxlpool_pool_params_set_devices(p, "big");
+    cxlpool_pool_params_set_policy(p, "bind:big");
+    cxlpool_pool_t* out = nullptr;
+    CHECK(cxlpool_pool_create(t.topo, p, &out) == CXLPOOL_E_CAPACITY);
+    const std::string msg = cxlpool_last_error_message();
+    INFO(msg);
+    CHECK(msg.find("quota \"a\" is full") != std::string::npos);
+    cxlpool_pool_params_destroy(p);
+  }
+
+  // Its capacity is borrowed, never added by hand.
+  Topo t("lent:backing=pool:a@" + sp.device + ",size=4M");
+  cxlpool_pool_t* pool = t.pool("lent", "bind:lent");
+  PoolGuard guard{pool};
+  cxlpool_capacity_report_t r{};
+  CHECK(cxlpool_device_add_extent("lent", 0, 4 * kMiB, &r) == CXLPOOL_E_NOT_SUPPORTED);
+  CHECK(std::string(cxlpool_last_error_message()).find("borrowed") != std::string::npos);
+}
+
+TEST_CASE("borrow: a fork child gets its own copy, never the pool's extents", "[borrow]") {
+  SharedPoolFile sp("borrow-fork");
+  cxlpool_shared_pool_t* watcher = sp.open("b");
+  Topo t("lent:backing=pool:a@" + sp.device + ",size=8M");
+  cxlpool_pool_t* pool = t.pool("lent", "bind:lent");
+  PoolGuard guard{pool};
+  auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 3 * kMiB));
+  REQUIRE(p != nullptr);
+  std::memset(p, 7, 3 * kMiB);
+  const uint64_t used = quota_state(watcher, "a").used_extents;
+  const pid_t child = fork();
+  if (child == 0) {
+    // The parent's bytes, in memory of the child's own: writing them changes nothing of the
+    // parent's, and the child borrows nothing (its device cannot grow from the pool).
+    bool same = p[0] == 7 && p[3 * kMiB - 1] == 7;
+    std::memset(p, 9, 3 * kMiB);
+    void* more = cxlpool_malloc(pool, 16 * kMiB);
+    _exit(same && more == nullptr ? 0 : 1);
+  }
+  CHECK(wait_exit(child) == 0);
+  bool intact = true;
+  for (size_t i = 0; i < 3 * kMiB; i += 4096) intact &= p[i] == 7;
+  CHECK(intact);
+  CHECK(quota_state(watcher, "a").used_extents == used);
+  cxlpool_free(p);
+  REQUIRE(cxlpool_shared_pool_close(watcher) == CXLPOOL_OK);
+}
