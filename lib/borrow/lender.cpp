@@ -55,6 +55,7 @@ struct Lender {
 std::mutex g_mu;                                  // g_lenders, g_follower_generation
 std::vector<std::shared_ptr<Lender>>* g_lenders;  // never destroyed: the follower may run at exit
 uint64_t g_follower_generation = UINT64_MAX;
+os::Thread* g_follower = nullptr;  // this process's follower (a fork child starts its own)
 
 std::vector<std::shared_ptr<Lender>> lenders() {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -242,8 +243,8 @@ void follower_main() {
 void start_follower() {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_follower_generation == os::fork_generation()) return;
-  auto* t = new os::Thread();  // never joined: it runs until the process ends
-  t->start(follower_main, kFollowerStack, "borrowed capacity", "cxlpool/borrow");
+  g_follower = new os::Thread();  // never joined: it runs until the process ends
+  g_follower->start(follower_main, kFollowerStack, "borrowed capacity", "cxlpool/borrow");
   g_follower_generation = os::fork_generation();
 }
 

@@ -149,7 +149,7 @@ TEST_CASE("borrow: a pool device's capacity is its quota's extents, borrowed as 
   REQUIRE(cxlpool_shared_pool_close(watcher) == CXLPOOL_OK);
 }
 
-TEST_CASE("borrow: a lowered grant takes runs back, moving what they hold; empty runs go back", "[borrow]") {
+TEST_CASE("borrow: a lowered grant takes runs back, moving what they hold, and empty runs go back", "[borrow]") {
   if (!copies_fenced())
     CXLPOOL_SKIP("moves need a userfaultfd that handles kernel faults (root or vm.unprivileged_userfaultfd)");
   SharedPoolFile sp("borrow-reclaim");
