@@ -81,7 +81,7 @@ uint64_t held_bytes(Lender& l) {
 }
 
 // A run of bytes (whole extents) from the pool, zeroed; false when the quota or the pool has
-// no room (the pool noted the demand) and *why says so. Caller holds l.mu.
+// no room (the pool noted the demand) and *why says so. Caller holds l.mu (or has l to itself).
 bool take_run(Lender& l, uint64_t bytes, Run* out, std::string* why) {
   void* p = nullptr;
   try {
@@ -280,7 +280,8 @@ void open_lender(const BackingSpec& spec, StorageOpen* out) {
   Run first;
   std::string why;
   {
-    std::lock_guard<std::mutex> lock(l->mu);
+    // No lock: the lender is this thread's alone until it is published below (and l->mu is
+    // never taken under the registry's lock, which a device's construction holds).
     // Extents of participants that died since anyone looked come back first (a program that
     // ran before this one left its runs to the next recovery).
     bool got = take_run(*l, want, &first, &why);
@@ -302,7 +303,6 @@ void open_lender(const BackingSpec& spec, StorageOpen* out) {
     SharedObject obj = loc.ops->open(loc.spec, true, l->what);
     out->fd = obj.release();
   } catch (...) {
-    std::lock_guard<std::mutex> lock(l->mu);
     give_run(*l, first);
     throw;
   }
@@ -323,7 +323,7 @@ void open_lender(const BackingSpec& spec, StorageOpen* out) {
 bool grow(const BackingSpec& spec, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>* added) {
   std::shared_ptr<Lender> l = lender_of(spec.device_name);
   if (!l) return false;  // a fork child's device, or one being closed
-  std::lock_guard<std::mutex> lock(l->mu);
+  std::unique_lock<std::mutex> lock(l->mu);
   const uint64_t held = held_bytes(*l);
   const uint64_t need = round_up(std::max(bytes, kMinRun), l->extent_size);
   // Larger runs as the device grows (fewer borrowings for a program that keeps growing),
@@ -342,6 +342,7 @@ bool grow(const BackingSpec& spec, uint64_t bytes, std::vector<std::pair<uint64_
     }
     return true;
   }
+  lock.unlock();  // the registry's lock is never taken under l->mu
   if (std::shared_ptr<Device> dev = registry::find(spec.device_name))
     dev->ledger().elastic.borrow_refusals.fetch_add(1, std::memory_order_relaxed);
   return false;

@@ -27,9 +27,10 @@ namespace {
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // The pools open in this process, for cxlpool_publish/acquire. Registered after a pool is
-// fully set up and removed before it is torn down; lookups take the lock shared.
+// fully set up and removed before it is torn down; lookups take the lock shared. Never
+// destroyed: a pool may close on a thread of ours while the program's exit runs destructors.
 std::shared_mutex g_open_mu;
-std::vector<SharedPool*> g_open;
+std::vector<SharedPool*>& g_open = *new std::vector<SharedPool*>();
 
 std::string pool_what(const std::string& device) { return "shared pool \"" + device + "\""; }
 
