@@ -82,7 +82,7 @@ void give_back_free(Pool* pool) noexcept {
 [[gnu::cold, gnu::noinline]] void say_no_room(const Pool* pool, int di, size_t size) noexcept {
   const Device& dev = *pool->dev[di].device;
   constexpr double kMiBf = 1024.0 * 1024.0;
-  char text[512];
+  char text[800];
   const size_t headroom = os::prim::address_space_headroom();
   if (headroom != SIZE_MAX && headroom < size + 2 * kSegmentSize) {
     std::snprintf(text, sizeof text,
@@ -112,11 +112,18 @@ void give_back_free(Pool* pool) noexcept {
   if (dev.caps().kind != CXLPOOL_BACKING_NUMA)
     std::snprintf(offsets, sizeof offsets, "; %.1f MiB of its offsets reserved (a block needs free offsets in one run)",
                   double(dev.reserved_bytes()) / kMiBf);
+  char refusal[260] = "";  // a device that borrows its capacity: why it could not borrow more
+  if (dev.grows_on_request()) {
+    refusal[0] = ';';
+    refusal[1] = ' ';
+    dev.grow_refusal(refusal + 2, sizeof refusal - 2);
+    if (!refusal[2]) refusal[0] = 0;
+  }
   std::snprintf(
       text, sizeof text,
-      "pool '%s': no room for %zu bytes on device '%s' (the policy's last choice): %.1f of %.1f MiB committed%s",
+      "pool '%s': no room for %zu bytes on device '%s' (the policy's last choice): %.1f of %.1f MiB committed%s%s",
       pool->name.c_str(), size, dev.name().c_str(), double(dev.committed()) / kMiBf, double(dev.capacity()) / kMiBf,
-      offsets);
+      offsets, refusal);
   set_last_error(CXLPOOL_E_CAPACITY, ENOMEM, text);
 }
 

@@ -100,9 +100,14 @@ struct Provider {
   // to check.
   std::string (*check_declared)(const BackingSpec& spec, bool sized);
   // Capacity on request (nullptr: none): called by the device, holding none of its locks, when
-  // no free range of bytes is left; returns ranges of the offset space it made available
-  // (extents it borrowed), which the device adds to its capacity, or none. noexcept.
-  bool (*grow)(const BackingSpec& spec, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>* added);
+  // no free range of bytes is left. Each range of the offset space it makes available (extents
+  // it borrowed) goes to add(ctx, lo, hi), the device's, before the provider lets anyone else
+  // see it: the provider may give back a range only when none of it is online, so a range it
+  // has not yet handed to the device must not look like one the device withdrew. A range add
+  // refuses goes back at once. True when add took one; false with why (why_len bytes, NUL
+  // terminated) saying what refused it. noexcept.
+  using AddRange = bool (*)(void* ctx, uint64_t lo, uint64_t hi);
+  bool (*grow)(const BackingSpec& spec, uint64_t bytes, AddRange add, void* ctx, char* why, size_t why_len);
 };
 
 // Shared by providers: WORD:PATH with PATH absolute and not ending in '/' ("" or why not,

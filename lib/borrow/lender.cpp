@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -44,12 +45,15 @@ struct Lender {
   uint64_t generation = 0;    // os::fork_generation() of the process that borrowed (a fork child's copy is not it)
   std::weak_ptr<void> token;  // held by the device's storage: expired once nothing maps the runs
   uint64_t max_bytes = 0;     // declared max_size; 0: the grant decides
+  uint64_t floor_bytes = 0;   // declared size (whole extents): borrowed at open, and again after a reclaim
   std::unique_ptr<shared::SharedPool> pool;
   uint64_t extent_size = 0;
   std::mutex mu;  // runs and counters
   std::vector<Run> runs;
   uint64_t borrowed = 0, returned = 0, reclaimed = 0, busy = 0;
   uint64_t last_committed = 0, rose_at = 0;  // the follower's: when the device's committed bytes last rose
+  uint64_t floor_retry_at = 0;               // the follower's: no borrowing back to the floor before (a refusal)
+  uint64_t recovered_at = 0;                 // (mu) when a refusal last had dead participants recovered
 };
 
 std::mutex g_mu;                                  // g_lenders, g_follower_generation
@@ -156,6 +160,14 @@ void follow(Lender& l, const std::shared_ptr<Device>& dev, bool check_idle) {
     dev->grow_on_request(kMinRun);  // at least a run; a refusal records the quota's demand for a composer
     return;
   }
+  // Below its declared size (a reclaim took runs back): borrowed again once the grant allows,
+  // or a device emptied under a spill policy would never be offered anything to grow on. A
+  // refusal (the quota still at its grant) waits kIdleReturnMs before the next try.
+  if (excess == 0 && dev->capacity() < l.floor_bytes && now >= l.floor_retry_at) {
+    if (!dev->grow_on_request(l.floor_bytes - dev->capacity()))
+      l.floor_retry_at = now + uint64_t{kIdleReturnMs} * 1000000u;
+    return;
+  }
   if (excess == 0 && !check_idle) return;
   std::vector<Run> candidates;
   {
@@ -183,13 +195,15 @@ void follow(Lender& l, const std::shared_ptr<Device>& dev, bool check_idle) {
     }
   const size_t for_grant = give.size();
   if (check_idle) {
-    uint64_t left = room;
+    uint64_t left = room, held = dev->capacity();  // never below the declared size (borrowed back at once)
     for (const Run& r : candidates) {
       const uint64_t len = r.hi - r.lo;
       if (r.empty_since == 0 || now - r.empty_since < uint64_t{kIdleReturnMs} * 1000000u) continue;
       if (std::find(give.begin(), give.end(), &r) != give.end() || left < len || left - len < 2 * target) continue;
+      if (held < len || held - len < l.floor_bytes) continue;
       give.push_back(&r);
       left -= len;
+      held -= len;
     }
   }
   for (size_t i = 0; i < give.size(); ++i) {
@@ -201,7 +215,9 @@ void follow(Lender& l, const std::shared_ptr<Device>& dev, bool check_idle) {
       continue;
     }
     auto it = std::find_if(l.runs.begin(), l.runs.end(), [&](const Run& x) { return x.lo == r.lo; });
-    if (it == l.runs.end()) continue;
+    // A run goes back only once none of it is online and nothing holds it: the pool hands it
+    // to the next borrower, who zeroes it.
+    if (it == l.runs.end() || dev->online_in(r.lo, r.hi) || !dev->range_unreserved(r.lo, r.hi)) continue;
     l.runs.erase(it);
     give_run(l, r);
     if (i < for_grant) ++l.reclaimed;
@@ -274,6 +290,7 @@ void open_lender(const BackingSpec& spec, StorageOpen* out) {
   }
   l->extent_size = l->pool->view().extent_size();
   const uint64_t want = round_up(std::max(spec.capacity, kMinRun), l->extent_size);
+  l->floor_bytes = want;
   if (l->max_bytes && want > l->max_bytes)
     fail(CXLPOOL_E_CONFIG, l->what + ": size " + std::to_string(want) + " (whole extents) exceeds max_size " +
                                std::to_string(l->max_bytes));
@@ -320,29 +337,58 @@ void open_lender(const BackingSpec& spec, StorageOpen* out) {
   start_follower();
 }
 
-bool grow(const BackingSpec& spec, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>* added) {
+bool grow(const BackingSpec& spec, uint64_t bytes, Provider::AddRange add, void* ctx, char* why, size_t why_len) {
   std::shared_ptr<Lender> l = lender_of(spec.device_name);
-  if (!l) return false;  // a fork child's device, or one being closed
+  if (!l) {
+    std::snprintf(why, why_len, "the device's lender is gone (a fork child's copy, or a device being closed)");
+    return false;
+  }
   std::unique_lock<std::mutex> lock(l->mu);
+  try {
+    l->runs.reserve(l->runs.size() + 1);  // recording a run that is online cannot fail
+  } catch (...) {
+    std::snprintf(why, why_len, "out of host memory");
+    return false;
+  }
   const uint64_t held = held_bytes(*l);
   const uint64_t need = round_up(std::max(bytes, kMinRun), l->extent_size);
   // Larger runs as the device grows (fewer borrowings for a program that keeps growing),
   // what is needed when the larger one is refused.
   const uint64_t larger = round_up(std::max(need, held / 4), l->extent_size);
-  for (uint64_t run : {larger, need}) {
+  std::string refused = "max_size=" + std::to_string(l->max_bytes) + " is borrowed already";
+  // Runs of programs that ended (a normal exit leaves them to a recovery, like a crash: the
+  // program may touch them to its last instruction) come back first, at most once a second.
+  const uint64_t now = os::monotonic_ns();
+  bool recovered = now - l->recovered_at < uint64_t{kIdleReturnMs} * 1000000u;
+  for (uint64_t run : {larger, need, need}) {
     if (l->max_bytes && held + run > l->max_bytes) continue;
     Run r;
-    if (!take_run(*l, run, &r, nullptr)) continue;
-    try {
-      l->runs.push_back(r);
-      added->push_back({r.lo, r.hi});
-    } catch (...) {
+    if (!take_run(*l, run, &r, &refused)) {
+      if (run == need && !recovered) {  // the last try comes after a recovery, or not at all
+        recovered = true;
+        l->recovered_at = now;
+        try {
+          l->pool->recover_dead_now();
+          continue;
+        } catch (const Failure&) {
+        }
+      }
+      if (run == need) break;
+      continue;
+    }
+    // Online before l->mu is released: the follower gives back a run with none of it online
+    // (withdrawn), and a run recorded but not yet added would look like one.
+    if (!add(ctx, r.lo, r.hi)) {
       give_run(*l, r);
+      std::snprintf(why, why_len, "the device could not add the borrowed run (out of host memory)");
       return false;
     }
+    l->runs.push_back(r);
     return true;
   }
   lock.unlock();  // the registry's lock is never taken under l->mu
+  std::snprintf(why, why_len, "borrowing %llu bytes more from %s was refused: %s",
+                static_cast<unsigned long long>(need), l->what.c_str(), refused.c_str());
   if (std::shared_ptr<Device> dev = registry::find(spec.device_name))
     dev->ledger().elastic.borrow_refusals.fetch_add(1, std::memory_order_relaxed);
   return false;

@@ -24,7 +24,9 @@ Source split_source(const std::string& path);
 // to whole extents) and fills out (the pool's descriptor, its size as the offset space, the
 // borrowed run online). Throws Failure naming the device.
 void open_lender(const BackingSpec& spec, StorageOpen* out);
-// Provider::grow: borrows a run of at least bytes for the device named by spec.
-bool grow(const BackingSpec& spec, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>* added);
+// Provider::grow: borrows a run of at least bytes for the device named by spec and hands it
+// to add before the follower can see it.
+// A refusal's reason goes to why (why_len bytes).
+bool grow(const BackingSpec& spec, uint64_t bytes, Provider::AddRange add, void* ctx, char* why, size_t why_len);
 
 }  // namespace cxlpool::detail::borrow

@@ -75,9 +75,10 @@ std::string check_declared(const BackingSpec& spec, bool) {
   }
 }
 
-bool grow_device(const BackingSpec& spec, uint64_t bytes, std::vector<std::pair<uint64_t, uint64_t>>* added) {
+bool grow_device(const BackingSpec& spec, uint64_t bytes, Provider::AddRange add, void* ctx, char* why,
+                 size_t why_len) {
   try {
-    return grow(spec, bytes, added);
+    return grow(spec, bytes, add, ctx, why, why_len);
   } catch (...) {
     return false;  // no host memory for the bookkeeping: the reservation fails as full
   }

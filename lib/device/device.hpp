@@ -150,6 +150,11 @@ class Device {
   // Whether no reservation holds an offset of [lo, hi) (a borrowed range that can go back
   // without moving anything).
   bool range_unreserved(uint64_t lo, uint64_t hi) const;
+  // Bytes of [lo, hi) online (nonzero too while a withdrawal of part of it is in progress).
+  uint64_t online_in(uint64_t lo, uint64_t hi) const;
+  // Why the provider last refused to grow the device ("" when it never did), into out (len
+  // bytes, NUL terminated; no allocation: allocation failures report it).
+  void grow_refusal(char* out, size_t len) const noexcept;
   // The provider's state kept by the device's storage (StorageOpen::state), nullptr when none.
   const void* provider_state() const;
   // Starts taking the online [lo, hi) away: the capacity drops by its size now (commits past
@@ -345,6 +350,7 @@ class Device {
   ForkMode fork_mode_ = ForkMode::kCopyOnWrite;
   std::unique_ptr<DeviceClaim> claim_;
   mutable std::mutex mu_;
+  char grow_refusal_[256] = "";               // (mu_) the provider's last refusal, for allocation failures
   std::condition_variable moved_;             // a move in which this device took part ended (mu_)
   std::shared_ptr<Storage> private_storage_;  // private ranges
   std::shared_ptr<Storage> shared_storage_;   // shared ranges; lazily opened

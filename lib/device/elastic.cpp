@@ -129,16 +129,28 @@ cxlpool_status_t Device::add_range(uint64_t lo, uint64_t hi, DeviceError* err) n
 }
 
 bool Device::grow_on_request(uint64_t bytes) noexcept {
-  std::vector<std::pair<uint64_t, uint64_t>> added;
-  try {
-    added.reserve(4);
-  } catch (...) {
-    return false;
-  }
-  if (!provider_->grow(spec_, bytes, &added)) return false;
-  bool any = false;
-  for (auto& [lo, hi] : added) any |= add_range(lo, hi, nullptr) == CXLPOOL_OK;
-  return any;  // a range the device could not add stays the provider's to give back
+  const Provider::AddRange add = [](void* self, uint64_t lo, uint64_t hi) {
+    return static_cast<Device*>(self)->add_range(lo, hi, nullptr) == CXLPOOL_OK;
+  };
+  char why[sizeof grow_refusal_] = "";
+  if (provider_->grow(spec_, bytes, add, this, why, sizeof why)) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::memcpy(grow_refusal_, why, sizeof why);
+  grow_refusal_[sizeof grow_refusal_ - 1] = 0;
+  return false;
+}
+
+void Device::grow_refusal(char* out, size_t len) const noexcept {
+  if (!len) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t n = std::min(len - 1, std::strlen(grow_refusal_));
+  std::memcpy(out, grow_refusal_, n);
+  out[n] = 0;
+}
+
+uint64_t Device::online_in(uint64_t lo, uint64_t hi) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return online_.covered(lo, hi) + (overlaps(lo, hi, withdrawing_.lo, withdrawing_.hi) ? 1 : 0);
 }
 
 bool Device::range_unreserved(uint64_t lo, uint64_t hi) const {

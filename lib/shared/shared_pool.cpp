@@ -27,10 +27,11 @@ namespace {
 uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // The pools open in this process, for cxlpool_publish/acquire. Registered after a pool is
-// fully set up and removed before it is torn down; lookups take the lock shared. Never
-// destroyed: a pool may close on a thread of ours while the program's exit runs destructors.
+// fully set up and removed before it is torn down; lookups take the lock shared. Made on
+// first use (the interposer may open a pool before this library's constructors ran) and never
+// destroyed (a pool may close on a thread of ours while the program's exit runs destructors).
 std::shared_mutex g_open_mu;
-std::vector<SharedPool*>& g_open = *new std::vector<SharedPool*>();
+std::vector<SharedPool*>* g_open = nullptr;  // (g_open_mu)
 
 std::string pool_what(const std::string& device) { return "shared pool \"" + device + "\""; }
 
@@ -39,7 +40,8 @@ std::string pool_what(const std::string& device) { return "shared pool \"" + dev
 namespace {
 bool in_open_pool(const void* p, size_t len, bool publishing) {
   std::shared_lock<std::shared_mutex> lock(g_open_mu);
-  for (SharedPool* pool : g_open)
+  if (!g_open) return false;
+  for (SharedPool* pool : *g_open)
     if (publishing ? pool->publish(p, len) : pool->acquire(p, len)) return true;
   return false;
 }
@@ -366,7 +368,7 @@ SharedPool::~SharedPool() {
   in_use_sub(bytes_in_use_);  // what this process held in the pool is the survivors' to recover now
   {
     std::unique_lock<std::shared_mutex> lock(g_open_mu);
-    g_open.erase(std::remove(g_open.begin(), g_open.end(), this), g_open.end());
+    if (g_open) g_open->erase(std::remove(g_open->begin(), g_open->end(), this), g_open->end());
   }
   nc_view_.reset();
   const uint64_t len = view_.size();
@@ -477,7 +479,8 @@ void SharedPool::join_slot(uint32_t host) {
   last_beat_ns_ = os::coarse_now_ns();
   {
     std::unique_lock<std::shared_mutex> lock(g_open_mu);
-    g_open.push_back(this);
+    if (!g_open) g_open = new std::vector<SharedPool*>();
+    g_open->push_back(this);
   }
   {
     std::lock_guard<std::mutex> lock(beat_wait_mu_);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -182,6 +183,73 @@ TEST_CASE("borrow: a lowered grant takes runs back, moving what they hold, and e
                << " committed " << capacity_of("lent").committed_bytes);
   CHECK(capacity_of("lent").capacity_bytes <= 16 * kMiB);
   CHECK(checked_clean(sp.device));
+  REQUIRE(cxlpool_shared_pool_close(composer) == CXLPOOL_OK);
+}
+
+// A composer lowering and raising the grant while threads allocate: runs borrowed, returned
+// and borrowed again (each zeroed by the borrower) never hold a live block. A run the device
+// had not yet put online looked empty to the follower, went back, and the next borrow zeroed
+// blocks the device had since placed there.
+TEST_CASE("borrow: blocks keep their data while a composer lowers and raises the grant", "[borrow]") {
+  if (!copies_fenced())
+    CXLPOOL_SKIP("moves need a userfaultfd that handles kernel faults (root or vm.unprivileged_userfaultfd)");
+  SharedPoolFile sp("borrow-churn");
+  cxlpool_shared_pool_t* composer = sp.open("b");
+  Topo t("lent:backing=pool:a@" + sp.device + ",size=4M;spare:backing=shm,size=256M");
+  cxlpool_pool_t* pool = t.pool("lent,spare", "spill:near=lent,far=spare,watermark=95%");
+  PoolGuard guard{pool};
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> damaged{0}, allocations{0};
+  auto worker = [&](unsigned id) {
+    std::vector<Block> live(64, Block{nullptr, 0, 0});
+    unsigned r = id * 7919 + 1, seed = id << 20;
+    auto next = [&] { return r = r * 1103515245u + 12345u; };
+    while (!stop.load()) {
+      Block& b = live[next() % live.size()];
+      if (b.p) {
+        damaged += !intact(b);
+        cxlpool_free(b.p);
+      }
+      // Multiples of 8: fill() marks the last byte too, over the mark of a size 256k+1.
+      const size_t n = (next() % 4 == 0 ? 256 * 1024 + next() % (768 * 1024) : 64 + next() % 4000) & ~size_t(7);
+      b = Block{static_cast<unsigned char*>(cxlpool_malloc(pool, n)), n, ++seed};
+      if (b.p) {
+        fill(b);
+        ++allocations;
+      }
+    }
+    for (Block& b : live)
+      if (b.p) {
+        damaged += !intact(b);
+        cxlpool_free(b.p);
+      }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < 4; ++i) threads.emplace_back(worker, i + 1);
+  // The working set (about 40 MiB) is more than the quota's 32: the device borrows all it may.
+  CHECK(eventually([&] { return capacity_of("lent").capacity_bytes >= 24 * kMiB; }));
+  // Rounds, not a duration. Each lowers the grant to 6 extents under what the quota uses, so
+  // the follower must give back runs (moving what they hold), then raises it again for the
+  // device to borrow anew.
+  int unaccounted = 0;
+  for (int round = 0; round < 100; ++round) {
+    const cxlpool_compose_quota_t q = quota_state(composer, "a");
+    const uint64_t cut = std::min<uint64_t>(q.granted_extents - 1, q.granted_extents - q.used_extents + 6);
+    uint64_t took = 0;
+    const cxlpool_status_t s = cxlpool_compose_reclaim(composer, "a", cut, 2000, 10000, &took);
+    CHECK((s == CXLPOOL_OK || s == CXLPOOL_E_BUSY));
+    if (took) REQUIRE(cxlpool_compose_grant(composer, "a", took, 10000) == CXLPOOL_OK);
+    // All the device's capacity is runs on quota a's account (read first: a run is borrowed
+    // before it is added, and withdrawn before it goes back).
+    const uint64_t capacity = capacity_of("lent").capacity_bytes;
+    unaccounted += capacity > quota_state(composer, "a").used_extents * kMiB;
+  }
+  stop = true;
+  for (std::thread& th : threads) th.join();
+  INFO("allocations " << allocations.load());
+  CHECK(allocations.load() > 0);
+  CHECK(damaged.load() == 0);
+  CHECK(unaccounted == 0);
   REQUIRE(cxlpool_shared_pool_close(composer) == CXLPOOL_OK);
 }
 
