@@ -34,6 +34,7 @@ struct StorageOpen {
   // space 0: the offset space is [0, capacity), all of it online.
   uint64_t space = 0;
   std::vector<std::pair<uint64_t, uint64_t>> online;
+  std::string refusal;  // why online is less than the capacity asked for ("": it is not)
   // Kept by the storage for as long as it lives (a provider learns from it that nothing maps
   // the storage any more).
   std::shared_ptr<void> state;

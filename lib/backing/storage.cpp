@@ -51,6 +51,7 @@ std::shared_ptr<Storage> Storage::create(const BackingSpec& spec, bool fork_copy
   s->size_ = opened.space;  // borrowed capacity: only the online ranges are offsets to hand out
   s->borrowed_ = true;
   s->online_at_open_ = std::move(opened.online);
+  s->refusal_at_open_ = std::move(opened.refusal);
   for (auto& [lo, hi] : s->online_at_open_) s->free_.insert(lo, hi);
   return s;
 }

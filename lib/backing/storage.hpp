@@ -50,6 +50,8 @@ class Storage {
   // capacity, those online when it was opened given here.
   bool borrowed() const { return borrowed_; }
   const std::vector<std::pair<uint64_t, uint64_t>>& online_at_open() const { return online_at_open_; }
+  // Why less than the capacity asked for was online at open ("": all of it was).
+  const std::string& refusal_at_open() const { return refusal_at_open_; }
   const void* provider_state() const { return state_.get(); }  // StorageOpen::state
   const std::string& description() const { return description_; }
 
@@ -132,6 +134,7 @@ class Storage {
   std::string description_;     // for messages: "memfd", "O_TMPFILE in /dev/shm", ...
   IntervalSet free_;            // free offset ranges
   std::vector<std::pair<uint64_t, uint64_t>> online_at_open_;
+  std::string refusal_at_open_;
   bool borrowed_ = false;  // opened with a space of its own (StorageOpen::space)
   std::shared_ptr<void> state_;
   IntervalSet withheld_;  // offsets of withdrawn extents (elastic capacity)

@@ -143,6 +143,19 @@ uint64_t target_room(const Device& dev) { return std::max(kMinRun, dev.capacity(
 // twice the target (so an idle device keeps one, and borrowing and returning never alternate).
 void follow(Lender& l, const std::shared_ptr<Device>& dev, bool check_idle) {
   const uint64_t now = os::monotonic_ns();
+  {
+    // Runs the device no longer has online (withdrawn by hand, or a resize downward) serve
+    // nothing: they go back at once, or the quota would stay full of them.
+    std::lock_guard<std::mutex> lock(l.mu);
+    for (auto it = l.runs.begin(); it != l.runs.end();) {
+      if (dev->online_in(it->lo, it->hi) || !dev->range_unreserved(it->lo, it->hi)) {
+        ++it;
+        continue;
+      }
+      give_run(l, *it);
+      it = l.runs.erase(it);
+    }
+  }
   const uint64_t committed = dev->committed();
   if (committed > l.last_committed) l.rose_at = now;
   l.last_committed = committed;
@@ -208,6 +221,16 @@ void follow(Lender& l, const std::shared_ptr<Device>& dev, bool check_idle) {
   }
   for (size_t i = 0; i < give.size(); ++i) {
     const Run r = *give[i];
+    // Other participants of the quota give back too: what it still exceeds its grant by is
+    // read again before each run moves, so together they take no more than the reclaim asked.
+    if (i < for_grant && i > 0) {
+      bool still = false;
+      try {
+        still = l.pool->over_grant() && l.pool->quota_excess() > 0;
+      } catch (const Failure&) {
+      }
+      if (!still) continue;
+    }
     const bool ok = withdraw(*dev, r.lo, r.hi);
     std::lock_guard<std::mutex> lock(l.mu);
     if (!ok) {
@@ -273,6 +296,56 @@ Source split_source(const std::string& path) {
   return {"", path};
 }
 
+namespace {
+
+void open_runs(const BackingSpec& spec, const Source& src, const std::string& quota, const std::shared_ptr<Lender>& l,
+               StorageOpen* out) {
+  l->extent_size = l->pool->view().extent_size();
+  const uint64_t want = round_up(std::max(spec.capacity, kMinRun), l->extent_size);
+  l->floor_bytes = want;
+  if (l->max_bytes && want > l->max_bytes)
+    fail(CXLPOOL_E_CONFIG, l->what + ": size " + std::to_string(want) + " (whole extents) exceeds max_size " +
+                               std::to_string(l->max_bytes));
+  Run first;
+  std::string why;
+  bool got = false;
+  {
+    // No lock: the lender is this thread's alone until it is published below (and l->mu is
+    // never taken under the registry's lock, which a device's construction holds).
+    // Extents of participants that died since anyone looked come back first (a program that
+    // ran before this one left its runs to the next recovery).
+    got = take_run(*l, want, &first, &why);
+    if (!got) {
+      l->recovered_at = os::monotonic_ns();
+      try {
+        l->pool->recover_dead_now();
+      } catch (const Failure&) {
+      }
+      got = take_run(*l, want, &first, &why);
+    }
+    // Refused: the device opens empty and waits for its grant. The follower asks for size=
+    // again every second, so the quota's demand stays written for a composer (a refusal that
+    // failed the open would leave with the program, and a composer that reclaimed an idle
+    // quota would never see it wanted back); its allocations meanwhile fail over to the
+    // policy's other devices, or fail naming the refusal.
+    if (got) l->runs.push_back(first);
+  }
+  if (!got) out->refusal = "borrowing size=" + std::to_string(want) + " bytes from " + l->what + " was refused: " + why;
+  // The device maps the pool's object at the runs' offsets through a descriptor of its own
+  // (on failure the run goes back with the lender: open_lender).
+  const shared::PoolLocation loc = shared::locate_pool(src.location);
+  SharedObject obj = loc.ops->open(loc.spec, true, l->what);
+  out->fd = obj.release();
+  out->description = "extents of shared pool " + src.location + " (quota " + quota + ")";
+  out->space = l->pool->view().size();
+  if (got) out->online.push_back({first.lo, first.hi});
+  auto token = std::make_shared<int>(0);
+  out->state = token;
+  l->token = token;
+}
+
+}  // namespace
+
 void open_lender(const BackingSpec& spec, StorageOpen* out) {
   const Source src = split_source(spec.path);
   const std::string quota = src.quota.empty() ? "default" : src.quota;
@@ -288,47 +361,26 @@ void open_lender(const BackingSpec& spec, StorageOpen* out) {
   } catch (const Failure& f) {
     fail(f.status(), l->what + ": " + f.what());
   }
-  l->extent_size = l->pool->view().extent_size();
-  const uint64_t want = round_up(std::max(spec.capacity, kMinRun), l->extent_size);
-  l->floor_bytes = want;
-  if (l->max_bytes && want > l->max_bytes)
-    fail(CXLPOOL_E_CONFIG, l->what + ": size " + std::to_string(want) + " (whole extents) exceeds max_size " +
-                               std::to_string(l->max_bytes));
-  Run first;
-  std::string why;
-  {
-    // No lock: the lender is this thread's alone until it is published below (and l->mu is
-    // never taken under the registry's lock, which a device's construction holds).
-    // Extents of participants that died since anyone looked come back first (a program that
-    // ran before this one left its runs to the next recovery).
-    bool got = take_run(*l, want, &first, &why);
-    if (!got) {
-      try {
-        l->pool->recover_dead_now();
-      } catch (const Failure&) {
-      }
-      got = take_run(*l, want, &first, &why);
-    }
-    if (!got)
-      fail(CXLPOOL_E_CAPACITY, l->what + ": cannot borrow size=" + std::to_string(want) + " bytes: " + why +
-                                   " (a composer grants the quota more: cxlpool-compose grant, or a smaller size=)");
-    l->runs.push_back(first);
-  }
-  // The device maps the pool's object at the runs' offsets through a descriptor of its own.
   try {
-    const shared::PoolLocation loc = shared::locate_pool(src.location);
-    SharedObject obj = loc.ops->open(loc.spec, true, l->what);
-    out->fd = obj.release();
+    open_runs(spec, src, quota, l, out);
   } catch (...) {
-    give_run(*l, first);
+    // The pool's threads are joined when it closes, and one of them may be allocating: under
+    // the interposer that waits for its initialisation, which this thread may be running. The
+    // follower closes it instead (an expired lender: its runs go back, the pool closes there).
+    try {
+      std::lock_guard<std::mutex> lock(g_mu);
+      if (!g_lenders) g_lenders = new std::vector<std::shared_ptr<Lender>>();
+      g_lenders->push_back(l);
+    } catch (...) {
+      new std::shared_ptr<Lender>(l);  // out of host memory: kept open, never closed here
+    }
+    try {
+      start_follower();
+    } catch (...) {
+      new std::shared_ptr<Lender>(l);
+    }
     throw;
   }
-  out->description = "extents of shared pool " + src.location + " (quota " + quota + ")";
-  out->space = l->pool->view().size();
-  out->online.push_back({first.lo, first.hi});
-  auto token = std::make_shared<int>(0);
-  out->state = token;
-  l->token = token;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (!g_lenders) g_lenders = new std::vector<std::shared_ptr<Lender>>();

@@ -110,6 +110,10 @@ Device::Device(const BackingSpec& spec) : requested_(spec), spec_(spec) {
     }
     caps_.capacity_bytes = online;
     ledger_.capacity.store(online, std::memory_order_relaxed);
+    // Opened empty when the quota refused (the provider keeps asking): the first allocation
+    // that fails names why.
+    const std::string& refusal = private_storage_->refusal_at_open();
+    std::snprintf(grow_refusal_, sizeof grow_refusal_, "%s", refusal.c_str());
     space_ = max_space_ = private_storage_->size();
     return;
   }

@@ -320,19 +320,34 @@ TEST_CASE("borrow: bad declarations and manual growth are refused with the reaso
     cxlpool_config_destroy(cfg);
   }
 
-  // More than the quota at open: CAPACITY, naming the quota.
+  // A quota at its grant at open: the device opens empty and keeps asking, so the quota's
+  // demand stays written for a composer; an allocation meanwhile fails naming the refusal;
+  // once the quota has room the device borrows its size.
   {
-    Topo t("big:backing=pool:a@" + sp.device + ",size=64M");
-    cxlpool_pool_params_t* p = nullptr;
-    cxlpool_pool_params_create(&p);
-    cxlpool_pool_params_set_devices(p, "big");
-    cxlpool_pool_params_set_policy(p, "bind:big");
-    cxlpool_pool_t* out = nullptr;
-    CHECK(cxlpool_pool_create(t.topo, p, &out) == CXLPOOL_E_CAPACITY);
+    cxlpool_shared_pool_t* watcher = sp.open("b");
+    cxlpool_shared_pool_t* holder = sp.open("a");
+    std::vector<void*> held;
+    void* b = nullptr;
+    while (cxlpool_shared_alloc(holder, 1u << 20, &b) == CXLPOOL_OK) held.push_back(b);
+    Topo t("big:backing=pool:a@" + sp.device + ",size=8M");
+    cxlpool_pool_t* pool = t.pool("big", "bind:big");
+    PoolGuard guard{pool};
+    CHECK(capacity_of("big").capacity_bytes == 0);
+    CHECK(cxlpool_malloc(pool, 4096) == nullptr);
     const std::string msg = cxlpool_last_error_message();
     INFO(msg);
+    CHECK(msg.find("borrowing") != std::string::npos);
     CHECK(msg.find("quota \"a\" is full") != std::string::npos);
-    cxlpool_pool_params_destroy(p);
+    // Still wanted after the follower's retries (each a refused claim).
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    CHECK(quota_state(watcher, "a").demand_extents > 0);
+    for (void* h : held) REQUIRE(cxlpool_shared_free(holder, h) == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_pool_close(holder) == CXLPOOL_OK);
+    CHECK(eventually([&] { return capacity_of("big").capacity_bytes >= 8 * kMiB; }));
+    void* p = cxlpool_malloc(pool, 4096);
+    CHECK(p != nullptr);
+    cxlpool_free(p);
+    REQUIRE(cxlpool_shared_pool_close(watcher) == CXLPOOL_OK);
   }
 
   // Its capacity is borrowed, never added by hand.
