@@ -47,6 +47,13 @@ struct SharedPoolFile {
   }
 };
 
+// A borrowed near device on quota a (4 MiB at open) and the 256 MiB device it spills to, where
+// a reclaim moves what the runs it takes back hold.
+std::string lent_with_spare(const SharedPoolFile& sp) {
+  return "lent:backing=pool:a@" + sp.device + ",size=4M;spare:backing=shm,size=256M";
+}
+constexpr const char* kSpillToSpare = "spill:near=lent,far=spare,watermark=95%";
+
 cxlpool_compose_quota_t quota_state(cxlpool_shared_pool_t* p, const char* name) {
   cxlpool_compose_state_t s{};
   REQUIRE(cxlpool_compose_get_state(p, 10000, &s) == CXLPOOL_OK);
@@ -155,8 +162,8 @@ TEST_CASE("borrow: a lowered grant takes runs back, moving what they hold, and e
     CXLPOOL_SKIP("moves need a userfaultfd that handles kernel faults (root or vm.unprivileged_userfaultfd)");
   SharedPoolFile sp("borrow-reclaim");
   cxlpool_shared_pool_t* composer = sp.open("b");
-  Topo t("lent:backing=pool:a@" + sp.device + ",size=4M;spare:backing=shm,size=256M");
-  cxlpool_pool_t* pool = t.pool("lent,spare", "spill:near=lent,far=spare,watermark=95%");
+  Topo t(lent_with_spare(sp));
+  cxlpool_pool_t* pool = t.pool("lent,spare", kSpillToSpare);
   PoolGuard guard{pool};
   std::vector<Block> blocks = allocate_until(pool, 0, 24 * kMiB);
   CHECK(capacity_of("lent").capacity_bytes >= 24 * kMiB);
@@ -195,8 +202,8 @@ TEST_CASE("borrow: blocks keep their data while a composer lowers and raises the
     CXLPOOL_SKIP("moves need a userfaultfd that handles kernel faults (root or vm.unprivileged_userfaultfd)");
   SharedPoolFile sp("borrow-churn");
   cxlpool_shared_pool_t* composer = sp.open("b");
-  Topo t("lent:backing=pool:a@" + sp.device + ",size=4M;spare:backing=shm,size=256M");
-  cxlpool_pool_t* pool = t.pool("lent,spare", "spill:near=lent,far=spare,watermark=95%");
+  Topo t(lent_with_spare(sp));
+  cxlpool_pool_t* pool = t.pool("lent,spare", kSpillToSpare);
   PoolGuard guard{pool};
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> damaged{0}, allocations{0};
