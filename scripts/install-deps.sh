@@ -20,6 +20,7 @@ PACKAGES=(
   pybind11-dev python3-pybind11 python3-dev             # the Python module (python/)
   stress-ng                                             # competing CPU load (scripts/test-under-load.sh)
   liburing-dev                                          # io_uring registered-buffer tests (optional: they skip without it)
+  podman runc containernetworking-plugins               # containers given pools by CDI specs (tests/containers)
   lintian debootstrap help2man                          # Debian packages: lint, man pages, install into a fresh root (tests/packages)
 )
 

@@ -12,7 +12,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "cdi_spec.hpp"
 #include "cli_common.hpp"
 #include "cxlpool/compose.h"
 
@@ -28,6 +31,11 @@ const char* kUsage =
     "       cxlpool-compose daemon DEVICE [--period MS] [--hold-ms MS] [--for S] [--wait S] [--json]\n"
     "                              [--host-index N]\n"
     "       cxlpool-compose watch DEVICE [--interval S] [--for S] [--wait S] [--json] [--host-index N]\n"
+    "       cxlpool-compose lock DEVICE QUOTA [--wait S] [--json] [--host-index N]\n"
+    "       cxlpool-compose unlock DEVICE QUOTA [--wait S] [--json] [--host-index N]\n"
+    "       cxlpool-compose cdi DEVICE --quota QUOTA[=NAME] [--quota ...] [--dir DIR] [--kind KIND] [--print]\n"
+    "                           [--wait S] [--json] [--host-index N]\n"
+    "       cxlpool-compose cdi DEVICE --remove [--dir DIR] [--kind KIND]\n"
     "\n"
     "DEVICE is a shared pool (shm:NAME, file:PATH, devdax:PATH; docs/shared.md). AMOUNT is bytes\n"
     "(K, M, G, T: binary multiples), a whole number of the pool's extents, or with --extents a count of\n"
@@ -46,10 +54,20 @@ const char* kUsage =
     "           quota's spare extents with no demand for --hold-ms (default 500) go back. One line per\n"
     "           change (JSON lines with --json)\n"
     "  watch    list every --interval S (default 1)\n"
+    "  lock     gives QUOTA a new key and prints it: from now on a program joins QUOTA only with it\n"
+    "           (CXLPOOL_QUOTA_KEY); an older key stops working, programs already joined stay\n"
+    "  unlock   opens QUOTA to any program again\n"
+    "  cdi      hands quotas to containers: locks each QUOTA with a new key and writes a CDI spec\n"
+    "           (KIND, default cxlpool.io/pool) naming one device per quota, NAME (default POOL-QUOTA):\n"
+    "           the pool's file mounted at the same path (a devdax node passed as a device) and the\n"
+    "           environment to join that quota. Written atomically, mode 0600, to DIR (default /etc/cdi)\n"
+    "           or with --print to standard output; run a container with --device KIND=NAME.\n"
+    "           --remove deletes the spec cxlpool-compose wrote for DEVICE (lock revokes its keys)\n"
     "  --wait S  how long to wait for another composer's claim (default 10 s: a dead one's is\n"
     "            dropped when its slot is recovered, within the pool's lease timeout)\n"
     "\n"
-    "Exit status: 0 done; 1 usage error or refused (too few unassigned, unknown quota, damaged grant);\n"
+    "Exit status: 0 done; 1 usage error or refused (too few unassigned, unknown quota, damaged grant,\n"
+    "a spec file that is not cxlpool-compose's);\n"
     "2 busy (the reclaim's deadline passed with extents still held, or the compose claim stayed held);\n"
     "3 the pool could not be opened.\n";
 
@@ -84,10 +102,11 @@ void print_state(const std::string& device, const cxlpool_compose_state_t& st, b
              ", \"used_extents\": %" PRIu64 ", \"demand_extents\": %" PRIu64 ", \"min_extents\": %" PRIu64
              ", \"max_extents\": %" PRIu64
              ", \"priority\": %u, \"grant_set\": %s, \"grant_damaged\": %s"
-             ", \"policy_damaged\": %s}",
+             ", \"policy_damaged\": %s, \"locked\": %s, \"key_damaged\": %s}",
              q ? ", " : "", json_text(field(c.name)).c_str(), c.reserved_extents, c.granted_extents, c.used_extents,
              c.demand_extents, c.min_extents, c.max_extents, c.priority, c.grant_set ? "true" : "false",
-             c.grant_damaged ? "true" : "false", c.policy_damaged ? "true" : "false");
+             c.grant_damaged ? "true" : "false", c.policy_damaged ? "true" : "false", c.locked ? "true" : "false",
+             c.key_damaged ? "true" : "false");
     }
     printf("]}\n");
     fflush(stdout);
@@ -101,10 +120,13 @@ void print_state(const std::string& device, const cxlpool_compose_state_t& st, b
   for (uint32_t q = 0; q < st.quota_count; ++q) {
     const cxlpool_compose_quota_t& c = st.quotas[q];
     const std::string max = c.max_extents ? std::to_string(c.max_extents) : "-";
-    printf("  %-24s %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9s %8u%s%s\n",
+    printf("  %-24s %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9" PRIu64 " %9s %8u%s%s%s\n",
            shown(field(c.name)).c_str(), c.reserved_extents, c.granted_extents, c.used_extents, c.demand_extents,
            c.min_extents, max.c_str(), c.priority, c.grant_damaged ? "  (grant word damaged)" : "",
-           c.policy_damaged ? "  (policy damaged)" : "");
+           c.policy_damaged ? "  (policy damaged)" : "",
+           c.key_damaged ? "  (key word damaged: lock it again)"
+           : c.locked    ? "  locked"
+                         : "");
   }
   fflush(stdout);
 }
@@ -134,7 +156,18 @@ struct Options {
   uint64_t for_ms = 0;  // 0: until a signal
   std::string min, max;
   int64_t priority = -1;
+  std::vector<std::pair<std::string, std::string>> cdi_quotas;  // quota, device name ("" = POOL-QUOTA)
+  std::string cdi_dir = "/etc/cdi", cdi_kind = cxlpool::tools::cdi::kDefaultKind;
+  bool cdi_print = false, cdi_remove = false;
 };
+
+// POOL in the default device names: the location's last component, kept to CDI's characters.
+std::string pool_label(const std::string& location) {
+  std::string base = location.substr(location.find_last_of(":/") + 1), out;
+  for (char c : base) out += isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
+  if (out.empty() || !isalnum(static_cast<unsigned char>(out[0]))) out = "pool" + out;
+  return out.substr(0, 40);
+}
 
 }  // namespace
 
@@ -154,11 +187,12 @@ int main(int argc, char** argv) {
     ++i;
   }
   if (o.cmd != "list" && o.cmd != "grant" && o.cmd != "reclaim" && o.cmd != "policy set" && o.cmd != "daemon" &&
-      o.cmd != "watch")
+      o.cmd != "watch" && o.cmd != "lock" && o.cmd != "unlock" && o.cmd != "cdi")
     usage_error("unknown command \"" + o.cmd + "\"");
   if (i >= argc || argv[i][0] == '-') usage_error(o.cmd + ": the DEVICE comes first, before the options");
   o.device = argv[i++];
-  const bool has_quota = o.cmd == "grant" || o.cmd == "reclaim" || o.cmd == "policy set";
+  const bool has_quota =
+      o.cmd == "grant" || o.cmd == "reclaim" || o.cmd == "policy set" || o.cmd == "lock" || o.cmd == "unlock";
   const bool has_amount = o.cmd == "grant" || o.cmd == "reclaim";
   // QUOTA and AMOUNT are positional: a quota's name may begin with '-'.
   if (has_quota) {
@@ -210,12 +244,59 @@ int main(int argc, char** argv) {
       o.interval_ms = std::max<uint32_t>(1, ms(1000));
     } else if ((o.cmd == "daemon" || o.cmd == "watch") && a == "--for") {
       o.for_ms = ms(1000);
+    } else if (o.cmd == "cdi" && a == "--quota") {
+      const std::string v = value();
+      const size_t eq = v.find('=');
+      o.cdi_quotas.emplace_back(v.substr(0, eq), eq == std::string::npos ? "" : v.substr(eq + 1));
+    } else if (o.cmd == "cdi" && a == "--dir") {
+      o.cdi_dir = value();
+    } else if (o.cmd == "cdi" && a == "--kind") {
+      o.cdi_kind = value();
+    } else if (o.cmd == "cdi" && a == "--print") {
+      o.cdi_print = true;
+    } else if (o.cmd == "cdi" && a == "--remove") {
+      o.cdi_remove = true;
     } else {
       usage_error("unknown option \"" + a + "\" for " + o.cmd);
     }
   }
   if (o.cmd == "policy set" && o.min.empty() && o.max.empty() && o.priority < 0)
     usage_error("policy set: nothing to set (--min, --max or --priority)");
+  namespace cdi = cxlpool::tools::cdi;
+  if (o.cmd == "cdi") {
+    if (!cdi::valid_kind(o.cdi_kind))
+      usage_error("--kind: \"" + o.cdi_kind + "\" is not a CDI kind (VENDOR/CLASS, e.g. cxlpool.io/pool)");
+    std::string why;
+    if (cdi::host_object(o.device, &why).path.empty()) usage_error("cdi: " + why);
+    const std::string file = cdi::file_name(o.cdi_kind, pool_label(o.device));
+    if (o.cdi_remove) {
+      if (!o.cdi_quotas.empty() || o.cdi_print) usage_error("cdi --remove takes no --quota or --print");
+      why = cdi::remove_spec(o.cdi_dir, file, o.cdi_kind);
+      if (!why.empty()) {
+        fprintf(stderr, "cxlpool-compose: cdi: %s\n", shown(why).c_str());
+        return 1;
+      }
+      if (o.json)
+        printf("{\"removed\": \"%s\"}\n", json_text(o.cdi_dir + "/" + file).c_str());
+      else
+        printf("removed %s\n", shown(o.cdi_dir + "/" + file).c_str());
+      return 0;
+    }
+    if (o.cdi_quotas.empty()) usage_error("cdi: at least one --quota QUOTA[=NAME] is needed");
+    for (auto& [quota, name] : o.cdi_quotas) {
+      if (name.empty()) name = pool_label(o.device) + "-" + quota;
+      if (!cdi::valid_device_name(name))
+        usage_error("cdi: device name \"" + name + "\": need 1-63 of letters, digits, _ - . : beginning with a " +
+                    "letter or digit (give one with --quota QUOTA=NAME)");
+    }
+    for (size_t a = 0; a < o.cdi_quotas.size(); ++a)
+      for (size_t b = a + 1; b < o.cdi_quotas.size(); ++b) {
+        if (o.cdi_quotas[a].first == o.cdi_quotas[b].first)
+          usage_error("cdi: quota \"" + o.cdi_quotas[a].first + "\" given twice");
+        if (o.cdi_quotas[a].second == o.cdi_quotas[b].second)
+          usage_error("cdi: device name \"" + o.cdi_quotas[a].second + "\" given twice");
+      }
+  }
   // Numbers are checked before the pool is opened; whole extents once its extent size is known.
   const uint64_t number = has_amount ? cxlpool::tools::parse_number(usage_error, "AMOUNT", o.amount, !o.in_extents) : 0;
   const uint64_t min_n = o.min.empty() ? 0 : cxlpool::tools::parse_number(usage_error, "--min", o.min, !o.in_extents);
@@ -254,6 +335,54 @@ int main(int argc, char** argv) {
   auto running = [&] { return !g_stop && (o.for_ms == 0 || now_ms() - started < o.for_ms); };
   if (o.cmd == "list") {
     print_state(o.device, before, o.json);
+  } else if (o.cmd == "lock" || o.cmd == "unlock") {
+    char key[CXLPOOL_QUOTA_KEY_SIZE] = {};
+    st = o.cmd == "lock" ? cxlpool_compose_lock_quota(pool, o.quota.c_str(), o.wait_ms, key)
+                         : cxlpool_compose_unlock_quota(pool, o.quota.c_str(), o.wait_ms);
+    if (st != CXLPOOL_OK) return fail_with(st);
+    if (o.json)
+      printf("{\"device\": \"%s\", \"quota\": \"%s\", \"locked\": %s%s%s%s}\n", json_text(o.device).c_str(),
+             json_text(o.quota).c_str(), o.cmd == "lock" ? "true" : "false", o.cmd == "lock" ? ", \"key\": \"" : "",
+             key, o.cmd == "lock" ? "\"" : "");
+    else if (o.cmd == "lock")
+      printf("%s\n", key);
+    else
+      printf("quota %s: unlocked\n", shown(o.quota).c_str());
+  } else if (o.cmd == "cdi") {
+    std::string why;
+    const cdi::HostObject obj = cdi::host_object(o.device, &why);
+    std::vector<cdi::QuotaDevice> devices;
+    for (const auto& [quota, name] : o.cdi_quotas) {
+      char key[CXLPOOL_QUOTA_KEY_SIZE] = {};
+      st = cxlpool_compose_lock_quota(pool, quota.c_str(), o.wait_ms, key);
+      if (st != CXLPOOL_OK) return fail_with(st);
+      devices.push_back({name, quota, key});
+    }
+    const std::string text = cdi::spec_json(o.cdi_kind, o.device, obj, devices);
+    const std::string file = cdi::file_name(o.cdi_kind, pool_label(o.device));
+    if (o.cdi_print) {
+      fputs(text.c_str(), stdout);
+    } else {
+      why = cdi::write_spec(o.cdi_dir, file, o.cdi_kind, text);
+      if (!why.empty()) {
+        cxlpool_shared_pool_close(pool);
+        fprintf(stderr, "cxlpool-compose: cdi: %s\n  (the quotas were locked with new keys; run cdi again)\n",
+                shown(why).c_str());
+        return 1;
+      }
+      if (o.json) {
+        printf("{\"spec\": \"%s\", \"devices\": [", json_text(o.cdi_dir + "/" + file).c_str());
+        for (size_t k = 0; k < devices.size(); ++k)
+          printf("%s{\"device\": \"%s=%s\", \"quota\": \"%s\"}", k ? ", " : "", json_text(o.cdi_kind).c_str(),
+                 json_text(devices[k].name).c_str(), json_text(devices[k].quota).c_str());
+        printf("]}\n");
+      } else {
+        printf("wrote %s\n", shown(o.cdi_dir + "/" + file).c_str());
+        for (const auto& d : devices)
+          printf("  --device %s=%s   quota %s\n", shown(o.cdi_kind).c_str(), shown(d.name).c_str(),
+                 shown(d.quota).c_str());
+      }
+    }
   } else if (o.cmd == "watch") {
     print_state(o.device, before, o.json);
     for (;;) {

@@ -26,6 +26,8 @@ typedef struct cxlpool_compose_quota {
   uint64_t max_extents;      /* 0: the pool */
   uint32_t priority;
   uint32_t policy_damaged; /* 1: the policy words fail their check (taken as none) */
+  uint32_t locked;         /* 1: joined only with its key (cxlpool_compose_lock_quota) */
+  uint32_t key_damaged;    /* 1: the key word fails its check: nobody can join until it is locked again */
 } cxlpool_compose_quota_t;
 
 typedef struct cxlpool_compose_state {
@@ -58,6 +60,19 @@ CXLPOOL_API cxlpool_status_t cxlpool_compose_grant(cxlpool_shared_pool_t* pool, 
  * cxlpool_compose_grant, plus CXLPOOL_E_INVALID_ARGUMENT when extents exceed the grant. */
 CXLPOOL_API cxlpool_status_t cxlpool_compose_reclaim(cxlpool_shared_pool_t* pool, const char* quota, uint64_t extents,
                                                      uint32_t deadline_ms, uint32_t wait_ms, uint64_t* reclaimed);
+
+/* Locks quota: from now on a participant joins it only with the key written to key (32
+ * hexadecimal digits and a NUL; cxlpool_shared_params_set_quota_key or CXLPOOL_QUOTA_KEY).
+ * Locking again makes a new key (the old one no longer opens it; participants already joined
+ * stay). The key keeps cooperating programs, e.g. containers given one quota by a CDI spec
+ * (cxlpool-compose cdi), to the quota they were given; it is no memory protection: whoever can
+ * map the pool's device can read and write all of it (docs/compose.md, "Containers"). */
+#define CXLPOOL_QUOTA_KEY_SIZE 33
+CXLPOOL_API cxlpool_status_t cxlpool_compose_lock_quota(cxlpool_shared_pool_t* pool, const char* quota,
+                                                        uint32_t wait_ms, char key[CXLPOOL_QUOTA_KEY_SIZE]);
+/* Opens quota to any participant again. */
+CXLPOOL_API cxlpool_status_t cxlpool_compose_unlock_quota(cxlpool_shared_pool_t* pool, const char* quota,
+                                                          uint32_t wait_ms);
 
 /* A quota's policy, kept in the pool for every composer: a minimum that is granted first and
  * never reclaimed, a maximum (0: the pool) that demand never grows it past, and a priority

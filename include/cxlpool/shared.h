@@ -80,6 +80,10 @@ CXLPOOL_API cxlpool_status_t cxlpool_shared_params_add_quota(cxlpool_shared_para
 /* The quota a participant draws on (create and open; "default" when not set). Opening with a
  * quota the pool does not have fails with CXLPOOL_E_CONFIG naming it. */
 CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_quota(cxlpool_shared_params_t* params, const char* name);
+/* The key of a locked quota (32 hexadecimal digits, from cxlpool_compose_lock_quota): open
+ * with a locked quota fails with CXLPOOL_E_PERMISSION without it. Unset, open takes the key
+ * from the environment variable CXLPOOL_QUOTA_KEY (what a container's CDI spec sets). */
+CXLPOOL_API cxlpool_status_t cxlpool_shared_params_set_quota_key(cxlpool_shared_params_t* params, const char* key);
 
 /* The failure domain of a created pool's device (1-31 characters of [A-Za-z0-9_.:-]; "default"
  * unless set): pools whose devices fail together (one device, one switch, one chassis) share

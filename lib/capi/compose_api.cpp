@@ -39,6 +39,8 @@ cxlpool_status_t cxlpool_compose_get_state(cxlpool_shared_pool_t* pool, uint32_t
       d.max_extents = s.policy.max_extents;
       d.priority = s.policy.priority;
       d.policy_damaged = s.policy_damaged;
+      d.locked = s.locked;
+      d.key_damaged = s.key_damaged;
     }
     *out = r;
   });
@@ -50,6 +52,25 @@ cxlpool_status_t cxlpool_compose_grant(cxlpool_shared_pool_t* pool, const char* 
     shared::SharedPool* p = shared_pool_of(pool, "cxlpool_compose_grant");
     require(quota != nullptr, "cxlpool_compose_grant", "quota is NULL");
     p->compose_grant(quota, extents, wait_ms);
+  });
+}
+
+cxlpool_status_t cxlpool_compose_lock_quota(cxlpool_shared_pool_t* pool, const char* quota, uint32_t wait_ms,
+                                            char key[CXLPOOL_QUOTA_KEY_SIZE]) {
+  return guarded([&] {
+    shared::SharedPool* p = shared_pool_of(pool, "cxlpool_compose_lock_quota");
+    require(quota != nullptr, "cxlpool_compose_lock_quota", "quota is NULL");
+    require(key != nullptr, "cxlpool_compose_lock_quota", "key is NULL");
+    const std::string text = p->compose_lock(quota, wait_ms);
+    std::memcpy(key, text.c_str(), text.size() + 1);
+  });
+}
+
+cxlpool_status_t cxlpool_compose_unlock_quota(cxlpool_shared_pool_t* pool, const char* quota, uint32_t wait_ms) {
+  return guarded([&] {
+    shared::SharedPool* p = shared_pool_of(pool, "cxlpool_compose_unlock_quota");
+    require(quota != nullptr, "cxlpool_compose_unlock_quota", "quota is NULL");
+    p->compose_unlock(quota, wait_ms);
   });
 }
 

@@ -215,6 +215,17 @@ cxlpool_status_t cxlpool_shared_params_set_quota(cxlpool_shared_params_t* params
   });
 }
 
+cxlpool_status_t cxlpool_shared_params_set_quota_key(cxlpool_shared_params_t* params, const char* key) {
+  return guarded([&] {
+    require(params != nullptr, "cxlpool_shared_params_set_quota_key", "params is NULL");
+    require(key != nullptr, "cxlpool_shared_params_set_quota_key", "key is NULL");
+    unsigned char bytes[S::kKeyBytes];
+    require(S::parse_quota_key(key, bytes), "cxlpool_shared_params_set_quota_key",
+            "not a quota key: need 32 hexadecimal digits (what cxlpool_compose_lock_quota wrote)");
+    params->p.quota_key = key;
+  });
+}
+
 cxlpool_status_t cxlpool_shared_params_set_failure_domain(cxlpool_shared_params_t* params, const char* domain) {
   return guarded([&] {
     require(params != nullptr, "cxlpool_shared_params_set_failure_domain", "params is NULL");

@@ -163,6 +163,9 @@ void* map_shared_fd(int fd, size_t size, uint64_t offset, const std::string& wha
 // (CXLPOOL_E_CONFIG, nothing removed, when it was replaced after being checked).
 void unlink_path(const std::string& path, const PathIdentity& expected, const std::string& what);
 void random_bytes(void* out, size_t len);
+// The environment variable's value, or nullptr (unset, or a setuid/setgid process). Does not
+// allocate.
+const char* env_value(const char* name) noexcept;
 uint64_t realtime_ns() noexcept;
 // How many times this process image has been forked into a child: 0 in the original process,
 // one more in every child (count_fork_in_child, from lib/lifecycle's fork child handler).

@@ -225,6 +225,8 @@ void unlink_path(const std::string& path, const PathIdentity& expected, const st
   if (::unlinkat(r.dir, r.name, 0) != 0) fail_os(what + ": unlink(\"" + path + "\")", errno);
 }
 
+const char* env_value(const char* name) noexcept { return secure_getenv(name); }
+
 void random_bytes(void* out, size_t len) {
   auto* p = static_cast<unsigned char*>(out);
   while (len > 0) {

@@ -135,6 +135,7 @@ SharedPool::ComposeState SharedPool::compose_state(uint32_t wait_ms) {
         cq.grant_damaged = !g.readable;
         cq.used = used[q];
         cq.policy_damaged = !policy(q, &cq.policy);
+        cq.key_damaged = !key_word_valid(view_.load(view_.key_word(q)), q, view_.salt(), &cq.locked);
         cq.demand = demand[q];
         // A damaged grant counts as what the quota owns (it may not grow past it).
         counted += std::max(cq.granted, cq.used);
@@ -251,6 +252,31 @@ void SharedPool::store_grant(uint32_t quota, uint64_t extents, const char* fn) {
     fail(CXLPOOL_E_EVICTED, std::string(fn) + ": " + what_ +
                                 ": this participant was declared dead while it composed; no grant was written");
   view_.store(view_.grant_word(quota), w);
+}
+
+std::string SharedPool::compose_lock(const std::string& quota, uint32_t wait_ms) {
+  static constexpr const char* fn = "cxlpool_compose_lock_quota";
+  ensure_usable();
+  const uint32_t q = quota_index(quota, fn);
+  unsigned char key[kKeyBytes];
+  os::random_bytes(key, sizeof key);
+  with_compose_claim(0, wait_ms, fn, [&] { store_key_word(q, encode_key(key, q, view_.salt()), fn); });
+  return format_quota_key(key);
+}
+
+void SharedPool::compose_unlock(const std::string& quota, uint32_t wait_ms) {
+  static constexpr const char* fn = "cxlpool_compose_unlock_quota";
+  ensure_usable();
+  const uint32_t q = quota_index(quota, fn);
+  with_compose_claim(0, wait_ms, fn, [&] { store_key_word(q, 0, fn); });
+}
+
+void SharedPool::store_key_word(uint32_t quota, uint64_t word, const char* fn) {
+  PoolView::fence();
+  if (!still_ours_locked())
+    fail(CXLPOOL_E_EVICTED,
+         std::string(fn) + ": " + what_ + ": this participant was declared dead while it composed; no key was written");
+  view_.store(view_.key_word(quota), word);
 }
 
 std::vector<std::string> SharedPool::compose_quota_names() const {

@@ -4,6 +4,7 @@
 #include "shared/layout.hpp"
 
 #include <array>
+#include <cstring>
 
 #include "common/random.hpp"
 
@@ -199,6 +200,49 @@ bool decode_policy(const uint64_t raw[2], uint32_t quota, uint64_t salt, QuotaPo
   out->max_extents = w1 & ((uint64_t{1} << 40) - 1);
   out->priority = static_cast<uint32_t>(w1 >> 40) & 0xffu;
   return true;
+}
+
+// The key's hash is not secret-keeping (the word sits in memory every participant maps):
+// it only tells a right key from a wrong one, and 40 bits make a mistaken match negligible.
+uint64_t encode_key(const unsigned char key[kKeyBytes], uint32_t quota, uint64_t salt) noexcept {
+  uint64_t a = 0, b = 0;
+  std::memcpy(&a, key, 8);
+  std::memcpy(&b, key + 8, 8);
+  const uint64_t hash = (word_check(a, quota, salt ^ 0x4b) | uint64_t{word_check(b, quota, salt ^ 0x4c)} << 32) &
+                        ((uint64_t{1} << 40) - 1);
+  return (hash << 24) | ((word_check(hash, quota, salt ^ 0x4d) & 0xfffffeu) | 1u);
+}
+
+bool key_word_valid(uint64_t raw, uint32_t quota, uint64_t salt, bool* set) noexcept {
+  *set = raw != 0;
+  if (raw == 0) return true;
+  return ((word_check(raw >> 24, quota, salt ^ 0x4d) & 0xfffffeu) | 1u) == (raw & 0xffffffu);
+}
+
+bool parse_quota_key(std::string_view text, unsigned char out[kKeyBytes]) noexcept {
+  if (text.size() != 2 * kKeyBytes) return false;
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  for (size_t i = 0; i < kKeyBytes; ++i) {
+    const int hi = digit(text[2 * i]), lo = digit(text[2 * i + 1]);
+    if (hi < 0 || lo < 0) return false;
+    out[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  return true;
+}
+
+std::string format_quota_key(const unsigned char key[kKeyBytes]) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < kKeyBytes; ++i) {
+    s += kHex[key[i] >> 4];
+    s += kHex[key[i] & 15];
+  }
+  return s;
 }
 
 uint64_t lease_gen_check(uint64_t offset, uint32_t generation, uint64_t slot, uint64_t salt) noexcept {

@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "backing/provider.hpp"
 
@@ -102,6 +104,20 @@ struct QuotaPolicy {
 };
 void encode_policy(const QuotaPolicy& p, uint32_t quota, uint64_t salt, uint64_t out[2]) noexcept;
 bool decode_policy(const uint64_t raw[2], uint32_t quota, uint64_t salt, QuotaPolicy* out) noexcept;
+// The line after: each quota's key word. 0 = the quota is open to any participant; set, a
+// participant joins the quota only with the key whose hash it holds (docs/compose.md,
+// "Containers"): hash (40) | check (24), written by the compose claim's holder. The key keeps
+// cooperating programs to the quota they were given; the pool's memory itself is reachable
+// by anyone who can map the device, so it is no boundary against a hostile one.
+inline constexpr size_t kKeyOffset = kPolicyOffset + 2 * kLine;
+static_assert(kKeyOffset + kMaxQuotas * sizeof(uint64_t) <= kSuperblockBytes);
+inline constexpr size_t kKeyBytes = 16;  // a key: 128 random bits, written as 32 hex digits
+uint64_t encode_key(const unsigned char key[kKeyBytes], uint32_t quota, uint64_t salt) noexcept;
+// false when the check bits do not match (a damaged word); *set false for 0 (no key).
+bool key_word_valid(uint64_t raw, uint32_t quota, uint64_t salt, bool* set) noexcept;
+// A key's text: 32 hexadecimal digits (either case on input, lower case out).
+bool parse_quota_key(std::string_view text, unsigned char out[kKeyBytes]) noexcept;
+std::string format_quota_key(const unsigned char key[kKeyBytes]);
 // A participant's demand, slot line 3 word 6 (owner-written): the extents its last failed
 // claim needed beyond its quota's grant, with its quota and a sequence number that moves at
 // every failure (a composer counts demand whose sequence moved recently). 0 = none.

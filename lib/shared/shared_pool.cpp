@@ -251,8 +251,9 @@ std::unique_ptr<SharedPool> SharedPool::create(const std::string& device, const 
     writeback_lines(m.base, sizeof creating);
     std::memset(m.base + kSuperblockBytes, 0, sb.data_offset - kSuperblockBytes);
     writeback_lines(m.base + kSuperblockBytes, sb.data_offset - kSuperblockBytes);
-    std::memset(m.base + kGrantOffset, 0, 3 * kLine);  // never granted, no policy: the quotas as created
-    writeback_lines(m.base + kGrantOffset, 3 * kLine);
+    // Never granted, no policy, no key: the quotas as created.
+    std::memset(m.base + kGrantOffset, 0, 4 * kLine);
+    writeback_lines(m.base + kGrantOffset, 4 * kLine);
     full_fence();
     std::memcpy(m.base, &sb, sizeof sb);
     std::memcpy(m.base + kSuperblockCopyOffset, &sb, sizeof sb);
@@ -413,6 +414,7 @@ void SharedPool::join(const SharedParams* params) {
   }
   if (quota_ == sb.quota_count)
     fail(CXLPOOL_E_CONFIG, what_ + ": no quota named \"" + quota + "\" (the pool has: " + known + ")");
+  check_quota_key(quota, params ? params->quota_key : std::string());
   // The heartbeat thread first: its id and start time are facts observers judge us by, written
   // together with the others right after the slot is ours.
   start_beat_thread();
@@ -422,6 +424,31 @@ void SharedPool::join(const SharedParams* params) {
     stop_threads();
     throw;
   }
+}
+
+// A locked quota is joined only with its key (layout.hpp, kKeyOffset): from params, else from
+// CXLPOOL_QUOTA_KEY (what a container's CDI spec sets, docs/compose.md "Containers").
+void SharedPool::check_quota_key(const std::string& quota, const std::string& given) {
+  const uint64_t word = view_.load(view_.key_word(quota_));
+  bool set = false;
+  if (!key_word_valid(word, quota_, view_.salt(), &set))
+    fail(CXLPOOL_E_CORRUPT, what_ + ": quota \"" + quota +
+                                "\" is locked by a key word that fails its check; lock it again with a new key "
+                                "(cxlpool-compose lock) and hand the new key to its programs");
+  if (!set) return;
+  const char* env = os::env_value("CXLPOOL_QUOTA_KEY");
+  const std::string text = !given.empty() ? given : env ? env : "";
+  const char* from = !given.empty() ? "the key given" : "CXLPOOL_QUOTA_KEY";
+  if (text.empty())
+    fail(CXLPOOL_E_PERMISSION, what_ + ": quota \"" + quota +
+                                   "\" is locked: this program was not given its key (cxlpool_shared_params_set_"
+                                   "quota_key, or CXLPOOL_QUOTA_KEY, which a container's CDI spec sets)");
+  unsigned char key[kKeyBytes];
+  if (!parse_quota_key(text, key))
+    fail(CXLPOOL_E_PERMISSION, what_ + ": " + from + " is not a quota key (32 hexadecimal digits)");
+  if (encode_key(key, quota_, view_.salt()) != word)
+    fail(CXLPOOL_E_PERMISSION, what_ + ": quota \"" + quota + "\" is locked and " + from +
+                                   " is not its key (a key opens only the quota of the pool it was made for)");
 }
 
 void SharedPool::join_slot(uint32_t host) {

@@ -40,8 +40,9 @@ struct SharedParams {
   uint32_t host_index = 0;
   std::vector<std::pair<std::string, uint64_t>> quotas;  // create: name -> bytes (whole extents)
   std::string quota;                                     // the quota this participant draws on
-  std::string failure_domain = "default";                // create: what fails together
-  bool coherence_set = false;                            // unset with hosts > 1: NONE (no cross-host coherence assumed)
+  std::string quota_key;                   // its key when the quota is locked (32 hex digits); empty: CXLPOOL_QUOTA_KEY
+  std::string failure_domain = "default";  // create: what fails together
+  bool coherence_set = false;              // unset with hosts > 1: NONE (no cross-host coherence assumed)
   // Test-only: see this participant's blocks through a NoncoherentView (coherence NONE only).
   bool noncoherent_view = false;
   uint64_t view_seed = 0;
@@ -147,7 +148,8 @@ class SharedPool {
     bool grant_set = false, grant_damaged = false;
     QuotaPolicy policy;
     bool policy_damaged = false;
-    uint64_t demand = 0;  // extents its live participants' last failed claims asked for
+    uint64_t demand = 0;                       // extents its live participants' last failed claims asked for
+    bool locked = false, key_damaged = false;  // joined only with its key; the key word fails its check
   };
   struct ComposeState {
     uint64_t extents = 0, extent_size = 0;
@@ -180,6 +182,10 @@ class SharedPool {
   std::vector<AppliedMove> compose_step(ComposerMemory* memory, uint64_t hold_ns, uint32_t wait_ms);
   void compose_grant(const std::string& quota, uint64_t extents, uint32_t wait_ms);
   ReclaimResult compose_reclaim(const std::string& quota, uint64_t extents, uint32_t deadline_ms, uint32_t wait_ms);
+  // Locks quota with a new random key and returns its text (a key it had before stops working
+  // for new joiners; those joined stay); unlock opens it to any participant again.
+  std::string compose_lock(const std::string& quota, uint32_t wait_ms);
+  void compose_unlock(const std::string& quota, uint32_t wait_ms);
 
   // For a participant that lends this pool's extents to a private device (lib/borrow): whether
   // its quota's grant was lowered and the quota is not yet within it (the watch's judgement,
@@ -225,6 +231,7 @@ class SharedPool {
   SharedPool(std::byte* base, uint64_t size, const Superblock& sb, std::string what, const SharedParams* params);
   void join(const SharedParams* params);
   void join_slot(uint32_t host);
+  void check_quota_key(const std::string& quota, const std::string& given);
   void start_beat_thread();   // before the slot is claimed: its thread id is one of the facts
   void start_watch_thread();  // once joined
   void stop_threads();
@@ -323,6 +330,7 @@ class SharedPool {
   // none), waiting up to wait_ms for another holder to finish or be recovered.
   template <class F>
   void with_compose_claim(uint32_t lowered_plus_one, uint32_t wait_ms, const char* fn, F&& f);
+  void store_key_word(uint32_t quota, uint64_t word, const char* fn);
   std::string compose_holder() const;  // for messages: who holds the compose claim
   // Caller holds the compose claim: the unassigned extents (CORRUPT naming fn on a damaged grant).
   uint64_t unassigned_locked(const char* fn) const;

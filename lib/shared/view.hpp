@@ -72,6 +72,7 @@ class PoolView {
   uint64_t* policy_words(uint32_t quota) const {
     return reinterpret_cast<uint64_t*>(base_ + kPolicyOffset) + 2 * size_t{quota};
   }
+  uint64_t* key_word(uint32_t quota) const { return reinterpret_cast<uint64_t*>(base_ + kKeyOffset) + quota; }
   uint64_t class_size(uint32_t cls) const { return sb_.class_size[cls]; }
   const SmallGeometry& geometry(uint32_t cls) const { return geometry_[cls]; }
   uint64_t* block_word(uint64_t e, uint64_t block) const {

@@ -173,6 +173,86 @@ try:
         check(r.returncode == 3 and "CXLPOOL_E_PERMISSION" in r.stderr and open(path, "rb").read(4096) == before,
               f"nobody's grant on root's pool: exit 3, permission, nothing changed ({r.stderr.strip()[-120:]})")
 
+    # Quota keys and CDI specs (docs/compose.md, "Containers").
+    import shutil
+    import stat as stat_mod
+    import tempfile
+    cdi = tempfile.mkdtemp(prefix="cxlpool-cdi-")
+    try:
+        r = run("lock", dev, "a", "--json")
+        key = json.loads(r.stdout)["key"] if r.returncode == 0 else ""
+        check(r.returncode == 0 and len(key) == 32 and quota(state()[1], "a")["locked"],
+              f"lock --json: a key of 32 digits, the quota shown locked ({r.stderr.strip()})")
+        r = run("list", dev)
+        check(r.returncode == 0 and "locked" in r.stdout, "list shows the lock")
+        r = run("unlock", dev, "a")
+        check(r.returncode == 0 and not quota(state()[1], "a")["locked"], "unlock")
+        r = run("lock", dev, "nope")
+        check(r.returncode == 1 and "nope" in r.stderr, "lock of an unknown quota: exit 1, named")
+
+        r = run("cdi", dev, "--quota", "a", "--quota", "b=kv-b", "--dir", cdi, "--kind", "example.com/cxl", "--json")
+        out = json.loads(r.stdout) if r.returncode == 0 else {}
+        specfile = out.get("spec", "")
+        spec = json.load(open(specfile)) if specfile and os.path.exists(specfile) else {}
+        devs = {d["name"]: d for d in spec.get("devices", [])}
+        env_a = devs.get(f"{name}-a", {}).get("containerEdits", {}).get("env", [])
+        check(r.returncode == 0 and spec.get("cdiVersion") == "0.5.0" and spec.get("kind") == "example.com/cxl" and
+              set(devs) == {f"{name}-a", "kv-b"} and f"CXLPOOL_POOL={dev}" in env_a and "CXLPOOL_QUOTA=a" in env_a and
+              f"CXLPOOL_DEVICES=cxlpool:backing=pool:a@{dev}" in env_a and
+              devs["kv-b"]["containerEdits"]["mounts"][0]["hostPath"] == path and
+              stat_mod.S_IMODE(os.stat(specfile).st_mode) == 0o600,
+              f"cdi: a spec of two devices, their environment and the pool's file, mode 0600 ({r.stderr.strip()})")
+        keys = [e.split("=", 1)[1] for d in devs.values() for e in d["containerEdits"]["env"]
+                if e.startswith("CXLPOOL_QUOTA_KEY=")]
+        s = state()[1]
+        check(len(set(keys)) == 2 and quota(s, "a")["locked"] and quota(s, "b")["locked"] and
+              not quota(s, "default")["locked"], "each device has its own key; both quotas locked, default not")
+        r = run("cdi", dev, "--quota", "a", "--print")
+        check(r.returncode == 0 and json.loads(r.stdout)["devices"][0]["name"] == f"{name}-a",
+              "cdi --print: the spec on standard output")
+        r = run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl")
+        check(r.returncode == 0 and "--device example.com/cxl=" in r.stdout, "cdi again replaces its own spec")
+        # What is not ours is left alone: a file of someone else's, a link.
+        foreign = os.path.join(cdi, os.path.basename(specfile))
+        os.unlink(foreign)
+        with open(foreign, "w") as f:
+            f.write('{"cdiVersion": "0.5.0", "kind": "example.com/cxl", "devices": []}')
+        r = run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl")
+        r2 = run("cdi", dev, "--remove", "--dir", cdi, "--kind", "example.com/cxl")
+        check(r.returncode == 1 and "not a spec cxlpool-compose wrote" in r.stderr and r2.returncode == 1 and
+              open(foreign).read().startswith('{"cdiVersion"'),
+              f"another's file at the spec's name: refused, untouched ({r.stderr.strip()[:160]})")
+        os.unlink(foreign)
+        target = os.path.join(cdi, "target")
+        with open(target, "w") as f:
+            f.write("precious")
+        os.symlink(target, foreign)
+        r = run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl")
+        check(r.returncode == 1 and os.path.islink(foreign) and open(target).read() == "precious",
+              f"a link at the spec's name: refused, its target untouched ({r.stderr.strip()[:160]})")
+        os.unlink(foreign)
+        r = run("cdi", dev, "--quota", "a", "--dir", cdi + "/missing")
+        check(r.returncode == 1 and "must exist" in r.stderr, "a missing directory: exit 1, said")
+        for args, what in [(("--quota", "a", "--kind", "nokind"), "a kind without a class"),
+                           (("--quota", "a=bad name"), "a bad device name"),
+                           (("--quota", "a", "--quota", "a"), "a quota given twice"),
+                           ((), "no quota"),
+                           (("--remove", "--quota", "a"), "--remove with --quota")]:
+            r = run("cdi", dev, *args, "--dir", cdi)
+            check(r.returncode == 1 and "usage:" in r.stderr, f"cdi refuses {what}")
+        r = run("cdi", "shm:x,y", "--quota", "a", "--dir", cdi)
+        check(r.returncode == 1 and "CXLPOOL_DEVICES cannot carry" in r.stderr, "a location CXLPOOL_DEVICES cannot carry")
+        r = run("cdi", dev, "--remove", "--dir", cdi, "--kind", "example.com/cxl")
+        check(r.returncode == 1, "--remove of a spec that is not there: exit 1")
+        r = run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl")
+        r2 = run("cdi", dev, "--remove", "--dir", cdi, "--kind", "example.com/cxl")
+        check(r.returncode == 0 and r2.returncode == 0 and not os.path.exists(foreign), "--remove deletes its spec")
+        r = run("unlock", dev, "a")
+        r2 = run("unlock", dev, "b")
+        check(r.returncode == 0 and r2.returncode == 0, "both unlocked again")
+    finally:
+        shutil.rmtree(cdi, ignore_errors=True)
+
     # The tool killed anywhere: joining, holding the compose claim, between its stores.
     rng = random.Random(os.getpid())
     for i in range(100):

@@ -576,6 +576,97 @@ TEST_CASE("compose: a damaged grant word stops its quota growing until a repair 
   CHECK(pool_consistent(pool.device));
 }
 
+namespace {
+// Opens device on quota with key (nullptr: none given) and returns the status; closes a pool
+// that opened.
+cxlpool_status_t open_with_key(const std::string& device, const char* quota, const char* key) {
+  Params qp;
+  REQUIRE(cxlpool_shared_params_set_quota(qp.p, quota) == CXLPOOL_OK);
+  if (key) REQUIRE(cxlpool_shared_params_set_quota_key(qp.p, key) == CXLPOOL_OK);
+  cxlpool_shared_pool_t* p = nullptr;
+  const cxlpool_status_t st = cxlpool_shared_pool_open(device.c_str(), qp.p, &p);
+  if (st == CXLPOOL_OK) cxlpool_shared_pool_close(p);
+  return st;
+}
+struct EnvKey {  // CXLPOOL_QUOTA_KEY for the length of a scope
+  explicit EnvKey(const char* v) { setenv("CXLPOOL_QUOTA_KEY", v, 1); }
+  ~EnvKey() { unsetenv("CXLPOOL_QUOTA_KEY"); }
+};
+}  // namespace
+
+TEST_CASE("compose: a locked quota is joined only with its key, from params or the environment", "[compose]") {
+  unsetenv("CXLPOOL_QUOTA_KEY");
+  Pool pool("keys");
+  Pool other("keys2");
+  cxlpool_shared_pool_t* c = pool.open();
+  cxlpool_shared_pool_t* early = pool.open("a");  // joined before the lock: stays
+  char key[CXLPOOL_QUOTA_KEY_SIZE] = {};
+  REQUIRE(cxlpool_compose_lock_quota(c, "a", 1000, key) == CXLPOOL_OK);
+  CHECK(strlen(key) == 32);
+  CHECK(quota_of(state_of(c), "a").locked == 1);
+  CHECK(quota_of(state_of(c), "b").locked == 0);
+
+  CHECK(open_with_key(pool.device, "a", nullptr) == CXLPOOL_E_PERMISSION);
+  CHECK(last_error().find("quota \"a\" is locked: this program was not given its key") != std::string::npos);
+  CHECK(open_with_key(pool.device, "a", key) == CXLPOOL_OK);
+  CHECK(open_with_key(pool.device, "b", nullptr) == CXLPOOL_OK);  // b is not locked
+  std::string wrong = key;
+  wrong[5] = wrong[5] == '0' ? '1' : '0';
+  CHECK(open_with_key(pool.device, "a", wrong.c_str()) == CXLPOOL_E_PERMISSION);
+  CHECK(last_error().find("the key given is not its key") != std::string::npos);
+  {
+    EnvKey env(key);
+    CHECK(open_with_key(pool.device, "a", nullptr) == CXLPOOL_OK);
+  }
+  {
+    EnvKey env("not-a-key");
+    CHECK(open_with_key(pool.device, "a", nullptr) == CXLPOOL_E_PERMISSION);
+    CHECK(last_error().find("CXLPOOL_QUOTA_KEY is not a quota key") != std::string::npos);
+  }
+  Params bad;
+  CHECK(cxlpool_shared_params_set_quota_key(bad.p, "abc") == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_shared_params_set_quota_key(bad.p, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+
+  // A key opens only the quota and the pool it was made for.
+  cxlpool_shared_pool_t* oc = other.open();
+  char other_key[CXLPOOL_QUOTA_KEY_SIZE] = {};
+  REQUIRE(cxlpool_compose_lock_quota(oc, "a", 1000, other_key) == CXLPOOL_OK);
+  CHECK(open_with_key(other.device, "a", key) == CXLPOOL_E_PERMISSION);
+  CHECK(open_with_key(other.device, "a", other_key) == CXLPOOL_OK);
+  REQUIRE(cxlpool_compose_lock_quota(c, "b", 1000, other_key) == CXLPOOL_OK);
+  CHECK(open_with_key(pool.device, "b", key) == CXLPOOL_E_PERMISSION);
+  cxlpool_shared_pool_close(oc);
+
+  // Locking again makes a new key; the old one stops working; those joined stay.
+  char again[CXLPOOL_QUOTA_KEY_SIZE] = {};
+  REQUIRE(cxlpool_compose_lock_quota(c, "a", 1000, again) == CXLPOOL_OK);
+  CHECK(std::string(again) != key);
+  CHECK(open_with_key(pool.device, "a", key) == CXLPOOL_E_PERMISSION);
+  CHECK(open_with_key(pool.device, "a", again) == CXLPOOL_OK);
+  void* x = nullptr;
+  CHECK(cxlpool_shared_alloc(early, 4096, &x) == CXLPOOL_OK);
+  CHECK(cxlpool_shared_free(early, x) == CXLPOOL_OK);
+
+  // A damaged key word: nobody joins, with a message saying how to mend it; locking mends it.
+  Raw raw(pool.name);
+  auto* key_word = reinterpret_cast<uint64_t*>(static_cast<char*>(raw.base) + L::kKeyOffset) + 1;
+  __atomic_store_n(key_word, __atomic_load_n(key_word, __ATOMIC_SEQ_CST) ^ (uint64_t{1} << 40), __ATOMIC_SEQ_CST);
+  CHECK(quota_of(state_of(c), "a").key_damaged == 1);
+  CHECK(open_with_key(pool.device, "a", again) == CXLPOOL_E_CORRUPT);
+  CHECK(last_error().find("fails its check; lock it again") != std::string::npos);
+  REQUIRE(cxlpool_compose_lock_quota(c, "a", 1000, again) == CXLPOOL_OK);
+  CHECK(open_with_key(pool.device, "a", again) == CXLPOOL_OK);
+
+  REQUIRE(cxlpool_compose_unlock_quota(c, "a", 1000) == CXLPOOL_OK);
+  CHECK(quota_of(state_of(c), "a").locked == 0);
+  CHECK(open_with_key(pool.device, "a", nullptr) == CXLPOOL_OK);
+  CHECK(cxlpool_compose_lock_quota(c, "nope", 1000, again) == CXLPOOL_E_INVALID_ARGUMENT);
+  CHECK(cxlpool_compose_lock_quota(c, "a", 1000, nullptr) == CXLPOOL_E_INVALID_ARGUMENT);
+  cxlpool_shared_pool_close(early);
+  cxlpool_shared_pool_close(c);
+  CHECK(pool_consistent(pool.device));
+}
+
 // ---- The policy (compose_plan.hpp), with made-up states and a made-up clock ---------------
 
 namespace {
