@@ -6,8 +6,9 @@
 # daemon sees the demand and moves the idle quota's capacity to it, and the program's device
 # grows while it runs (cxlpool-stat shows the device, its capacity and borrow refusals). Then a
 # reclaim of the quota moves the program's data off the runs it gives back, its bytes intact;
-# the program is killed and its capacity returns; the checker finds the pool clean. Also run
-# as an unprivileged user where one exists.
+# the program is killed and its capacity returns; the checker finds the pool clean. Quota a is
+# locked: the program has its key, as a container given it by a CDI spec does. Also run as an
+# unprivileged user where one exists.
 import json
 import os
 import pwd
@@ -84,8 +85,18 @@ def scenario(prefix, tag):
     check(r.returncode == 0, f"{tag}: create a pool, quota a 24 MiB, b 48 MiB ({r.stderr.strip()})")
     daemon = subprocess.Popen([*prefix, compose, "daemon", dev, "--period", "20", "--hold-ms", "200"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # Quota a locked, as a CDI spec hands it to a container (docs/compose.md, "Containers"):
+    # without its key the program runs on default placement and says why; with it, as before.
+    r = subprocess.run([*prefix, compose, "lock", dev, "a"], capture_output=True, text=True, timeout=60)
+    key = r.stdout.strip()
+    check(r.returncode == 0 and len(key) == 32, f"{tag}: lock quota a ({r.stderr.strip()})")
     env = dict(os.environ, CXLPOOL_DEVICES=f"lent:backing=pool:a@{dev},size=4M",
                CXLPOOL_POLICY="spill:near=lent,far=node0,watermark=95%")
+    env.pop("CXLPOOL_QUOTA_KEY", None)
+    r = subprocess.run([*prefix, run_tool, "--", "/bin/true"], env=env, capture_output=True, text=True, timeout=60)
+    check(r.returncode == 0 and 'quota "a" is locked' in r.stderr,
+          f"{tag}: without the key: the program runs, and is told the quota is locked ({r.stderr.strip()[:200]})")
+    env["CXLPOOL_QUOTA_KEY"] = key
     prog = subprocess.Popen([*prefix, run_tool, "--", PYTHON, "-c", PROGRAM], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
