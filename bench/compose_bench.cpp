@@ -1,19 +1,24 @@
 // SPDX-License-Identifier: MIT
 // Composition (include/cxlpool/compose.h): what a grant and a reclaim cost against the pool's
 // size in extents (each holds the compose claim and counts every extent's quota once), how long
-// a reclaim waits for a participant to give back what its block cache keeps, and what a running
-// composer costs the participants' allocations. Refuses to run from a non-Release build.
+// a reclaim waits for a participant to give back what its block cache keeps, how long one takes
+// that evacuates a borrowed device's live blocks, and what a running composer costs the
+// participants' allocations. Refuses to run from a non-Release build.
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cxlpool/compose.h"
+#include "cxlpool/cxlpool.h"
+#include "cxlpool/device.h"
 
 namespace {
 
@@ -103,6 +108,81 @@ void BM_reclaim_cached(benchmark::State& state) {
   state.counters["extents_reclaimed"] = double(quarter);
 }
 BENCHMARK(BM_reclaim_cached)->Arg(64)->Arg(512)->Unit(benchmark::kMillisecond)->Iterations(10);
+
+// A reclaim that evacuates: a program's borrowed device (backing=pool:a@..., docs/compose.md
+// "Programs follow") holds up to 64 MiB of live 1 MiB blocks; the reclaim lowers a's grant to
+// what the quota holds less arg extents, and returns once the device has given back runs that
+// much: their blocks moved to the program's other device under the same addresses (the bytes
+// moved are counted from the device's evacuated_bytes).
+void BM_reclaim_evacuate(benchmark::State& state) {
+  if (!release_build(state)) return;
+  const uint64_t evacuate = uint64_t(state.range(0)), live = 64;
+  Pool pool("ev", 512);  // quota a: 128 extents
+  if (!pool.ok) return state.SkipWithError(cxlpool_last_error_message());
+  cxlpool_config_t* cfg = nullptr;
+  cxlpool_config_create(&cfg);
+  const std::string devices = "lent:backing=pool:a@" + pool.device + ",size=4M;spare:backing=shm,size=512M";
+  cxlpool_config_set_devices(cfg, devices.c_str());
+  cxlpool_config_set_flags(cfg, CXLPOOL_CONFIG_IGNORE_ENV | CXLPOOL_CONFIG_NO_HWLOC | CXLPOOL_CONFIG_NO_DEFAULT_DEVICE);
+  cxlpool_topology_t* topo = nullptr;
+  const cxlpool_status_t st = cxlpool_topology_discover(cfg, &topo);
+  cxlpool_config_destroy(cfg);
+  if (st != CXLPOOL_OK) return state.SkipWithError(cxlpool_last_error_message());
+  cxlpool_pool_params_t* pp = nullptr;
+  cxlpool_pool_params_create(&pp);
+  cxlpool_pool_params_set_devices(pp, "lent,spare");
+  cxlpool_pool_params_set_policy(pp, "spill:near=lent,far=spare,watermark=95%");
+  cxlpool_pool_t* heap = nullptr;
+  const cxlpool_status_t made = cxlpool_pool_create(topo, pp, &heap);
+  cxlpool_pool_params_destroy(pp);
+  if (made != CXLPOOL_OK) {
+    cxlpool_topology_destroy(topo);
+    return state.SkipWithError(cxlpool_last_error_message());
+  }
+  auto used_of_a = [&] {
+    cxlpool_compose_state_t s{};
+    cxlpool_compose_get_state(pool.pool, 10000, &s);
+    return s.quotas[1].used_extents;  // quota 1 is "a"
+  };
+  uint64_t moved_total = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<void*> blocks;
+    for (uint64_t i = 0; i < live; ++i) {
+      void* b = cxlpool_malloc(heap, 1u << 20);
+      if (!b) break;
+      std::memset(b, int(i), 1u << 20);
+      blocks.push_back(b);
+    }
+    const uint64_t used = used_of_a();
+    cxlpool_compose_state_t s{};
+    cxlpool_compose_get_state(pool.pool, 10000, &s);
+    const uint64_t granted = s.quotas[1].granted_extents;
+    const uint64_t take = std::min(granted, granted - used + std::min(used, evacuate));
+    cxlpool_device_capacity_t before{};
+    cxlpool_device_get_capacity("lent", &before);
+    state.ResumeTiming();
+    if (blocks.size() != live || cxlpool_compose_reclaim(pool.pool, "a", take, 60000, 10000, nullptr) != CXLPOOL_OK) {
+      state.SkipWithError(cxlpool_last_error_message());
+      break;
+    }
+    state.PauseTiming();
+    cxlpool_device_capacity_t after{};
+    cxlpool_device_get_capacity("lent", &after);
+    moved_total += after.evacuated_bytes - before.evacuated_bytes;
+    for (void* b : blocks) cxlpool_free(b);
+    cxlpool_pool_trim(heap, nullptr);
+    cxlpool_compose_grant(pool.pool, "a", take, 10000);
+    state.ResumeTiming();
+  }
+  cxlpool_pool_destroy(heap);
+  cxlpool_topology_destroy(topo);
+  // What the device moved, measured (its lent runs also hold free space, and some blocks may
+  // have spilled to spare before the device grew).
+  state.counters["evacuated_MiB_avg"] = double(moved_total) / double(state.iterations()) / double(1u << 20);
+  state.SetLabel("64 MiB live in a borrowed device");
+}
+BENCHMARK(BM_reclaim_evacuate)->Arg(8)->Arg(16)->Arg(32)->Unit(benchmark::kMillisecond)->Iterations(5);
 
 // 64 B alloc+free pairs and 1 MiB (one extent each) pairs of a participant of quota a, with
 // no composer (arg 0) or a composer stepping every 10 ms in another thread (arg 1).
