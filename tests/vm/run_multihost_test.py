@@ -4,9 +4,10 @@
 # /dev/shm, soft-reserved so that each guest kernel exposes it as /dev/dax0.0 (device-DAX, the
 # interface of real CXL memory), plus a host process mapping the file directly. Every
 # participant runs one scenario of vm_multihost (ids: guests 0 and 1, host process 2); this
-# runner drives the scenario (kill, pool-kill: SIGKILL to guest 0's QEMU), reads the shared
-# file back and makes the assertions. pool-kill: the three are participants (host indices 0, 1,
-# 2) of one cxlpool shared pool that the runner creates on the file before the guests boot.
+# runner drives the scenario (kill, pool-kill, pool-compose: SIGKILL to guest 0's QEMU), reads
+# the shared file back and makes the assertions. pool-kill: the three are participants (host
+# indices 0, 1, 2) of one cxlpool shared pool that the runner creates on the file before the
+# guests boot; pool-compose: the same, with a quota per guest and a composer on the host.
 # Skips visibly (CXLPOOL-SKIP) when QEMU or the kernel is missing, unless --require.
 # docs/testing.md says what the bed can and cannot show.
 #
@@ -105,7 +106,7 @@ class Bed:
         self.nonce = secrets.randbits(63)
         # pool-kill: the cxlpool pool takes [0, pool size) of the file, vm_multihost's own
         # layout (header, slots, handle boxes) the 2 MiB after it.
-        self.pool = a.scenario == "pool-kill"
+        self.pool = a.scenario in ("pool-kill", "pool-compose")
         self.layout = [f"--layout-offset={size_mib(a.pool_size) << 20}"] if self.pool else []
         # Unique per run. The name is removed as soon as both QEMUs have mapped the file, so a
         # runner killed later (a CTest timeout) leaves nothing behind in /dev/shm -- except for
@@ -133,7 +134,9 @@ class Bed:
             made = self.pool_command("pool-create", f"--pool-size={size_mib(a.pool_size) << 20}",
                                      f"--device-size={size_mib(a.size) << 20}", f"--hosts={self.participants}",
                                      f"--host-index={HOST_ID}", f"--heartbeat-ms={a.pool_heartbeat_ms}",
-                                     f"--lease-ms={a.pool_lease_ms}")
+                                     f"--lease-ms={a.pool_lease_ms}",
+                                     *([f"--quota-bytes={size_mib(a.quota_size) << 20}"]
+                                       if a.scenario == "pool-compose" else []))
             self.fd = os.open(self.path, os.O_RDWR)
             print(f"pool: file:{self.path}, {made.get('pool_size')} of {size_mib(a.size) << 20} bytes, "
                   f"{made.get('extents')} extents of {made.get('extent_size')}, {self.participants} hosts, coherence "
@@ -359,7 +362,42 @@ def check_pool_kill(c, bed, st):
       f"{st.get('check.extents_free')} of {st.get('check.extents_total')} extents free)")
 
 
-SCENARIOS = {"smoke": (None, check_smoke), "kill": (drive_kill, check_kill), "pool-kill": (drive_kill, check_pool_kill)}
+def check_pool_compose(c, bed, st):
+    """Capacity moved by the host's composer: to busy guest 1 from idle guest 0, back to guest 0,
+    and after guest 0 was killed holding it, to guest 1 again."""
+    a, victim = bed.a, bed.guests[VICTIM]
+
+    def g(p, key):
+        return int(st.get(f"cbox{p}.{key}", -1))
+    quota = size_mib(a.quota_size) // 2  # extents of 2 MiB
+    target = g(1, "target")
+    c(target > quota, f"each guest asks for {target} extents, more than its quota's {quota}")
+    c(g(1, "busy_ms") >= 0 and g(1, "phase") >= 2,
+      f"guest1, busy while guest0 idles, was served its {target} extents after {g(1, 'busy_ms')} ms")
+    c(0 <= g(2, "g0_granted_busy") < quota,
+      f"... from guest0's idle quota: g0 granted {g(2, 'g0_granted_busy')} of its {quota} then")
+    c(g(0, "back_ms") >= 0 and g(0, "phase") >= 4,
+      f"guest0, busy once guest1 freed its blocks, was served {target} extents after {g(0, 'back_ms')} ms")
+    c(0 <= g(2, "g1_granted_back") < quota,
+      f"... back from guest1's: g1 granted {g(2, 'g1_granted_back')} of its {quota} then")
+    c(bed.t_kill is not None and victim.proc.returncode == -signal.SIGKILL,
+      f"guest{VICTIM} was killed holding its extents (rc {victim.proc.returncode})")
+    c(g(1, "phase") == 6 and g(1, "failed") == 0 and g(1, "after_kill_ms") >= 0,
+      f"after the kill guest1 was served {target} extents again ({g(1, 'after_kill_ms')} ms after it asked)")
+    hit = bed.guests[1].find(r"CXLPOOL-MH COMPOSE-SERVED id=1 mono_ns=(\d+)")
+    if hit and bed.t_kill is not None:
+        ms = (hit[0] - bed.t_kill) / 1e6
+        c(0 < ms < a.pool_lease_ms + a.slack_ms, f"... {ms:.0f} ms after the SIGKILL (console arrival; lease "
+          f"{a.pool_lease_ms} ms, then the composer's hold time)")
+    c(g(2, "phase") == 6 and g(2, "failed") == 0,
+      f"the host's composer ran through ({g(2, 'moves_up')} grants, {g(2, 'moves_down')} reclaims)")
+    keys = ["leaked_blocks", "dangling_leases", "corrupt_words", "dead_participants"]
+    c(st.get("check.status") == "ok" and all(st.get(f"check.{k}") == "0" for k in keys),
+      "cxlpool_shared_pool_check on the file: " + ", ".join(f"{k} {st.get(f'check.{k}')}" for k in keys))
+
+
+SCENARIOS = {"smoke": (None, check_smoke), "kill": (drive_kill, check_kill), "pool-kill": (drive_kill, check_pool_kill),
+             "pool-compose": (drive_kill, check_pool_compose)}
 
 
 def run_bed(a, kernel, extra, pid_dir, deadline):
@@ -410,6 +448,7 @@ def main():
     ap.add_argument("--size", default="256M", help="the shared file (node 1 of each guest)")
     ap.add_argument("--pool-size", default="128M", help="pool-kill: the part of the file the cxlpool pool uses")
     ap.add_argument("--pool-heartbeat-ms", type=int, default=10, help="pool-kill: the pool's heartbeat period")
+    ap.add_argument("--quota-size", default="48M", help="pool-compose: each guest's quota (g0, g1)")
     ap.add_argument("--pool-lease-ms", type=int, default=3000,
                     help="pool-kill: the pool's lease timeout (a TCG guest on a busy host stalls for a second and more)")
     ap.add_argument("--slack-ms", type=int, default=60000,
@@ -455,9 +494,10 @@ def main():
         sec = sections(log) if p is not bed.host else {"multihost": (log, p.proc.returncode)}
         body = sec["multihost"][0] if "multihost" in sec else log.partition("=== CXLPOOL-VM BEGIN multihost")[2]
         for line in body.splitlines():
-            if line.startswith(("ok", "FAIL", "CXLPOOL-MH", "control", "vm_multihost", "note", "churn", "pool", "import")):
+            if line.startswith(("ok", "FAIL", "CXLPOOL-MH", "control", "vm_multihost", "note", "churn", "pool", "import",
+                                "compose")):
                 print(f"  {p.name:6}| {line}")
-        if a.scenario in ("kill", "pool-kill") and p is bed.guests[VICTIM]:
+        if a.scenario in ("kill", "pool-kill", "pool-compose") and p is bed.guests[VICTIM]:
             continue  # check_kill asserts how it ended
         c("multihost" in sec and sec["multihost"][1] == 0, f"{p.name}: vm_multihost {a.scenario} exited 0")
         if p is not bed.host:

@@ -5,9 +5,9 @@
 // the same trivial layout. A new scenario is one more function in kCommands.
 //
 //   vm_multihost init --path=F --nonce=X [--participants=3 --iterations=N --rounds=K ...]
-//   vm_multihost SCENARIO ID --path=F --nonce=X     (smoke, kill, pool-kill)
+//   vm_multihost SCENARIO ID --path=F --nonce=X     (smoke, kill, pool-kill, pool-compose)
 //   vm_multihost inspect --path=F                    (key=value lines)
-//   vm_multihost pool-create --pool=file:F ...       (pool-kill: the cxlpool shared pool)
+//   vm_multihost pool-create --pool=file:F ...       (pool-kill, pool-compose: the cxlpool shared pool)
 //   vm_multihost pool-check --pool=file:F            (cxlpool_shared_pool_check, key=value)
 // --layout-offset=N (a multiple of 2 MiB) moves this program's layout off offset 0: pool-kill
 // puts the cxlpool pool at the start of the device and its own layout after it.
@@ -28,8 +28,10 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
+#include "cxlpool/compose.h"
 #include "cxlpool/shared.h"
 
 namespace {
@@ -728,6 +730,184 @@ int scenario_pool_kill(Ctx& c, const Args& args) {
   return ok && !c.failed ? 0 : 1;
 }
 
+// ---- pool-compose: capacity moved between the two guests by a composer on the host --------
+// The pool (pool-create --quotas=1) has quotas g0 and g1, one per guest, and a small default
+// for the host process, which runs a composer (docs/compose.md "Policy": an idle quota's spare
+// extents go back after the hold time, demand is served from what is unassigned). Guest 1 asks
+// for more than its quota's extents (its allocations refused on the grant are its demand) while
+// guest 0 is idle; then guest 0 asks while guest 1 has freed everything; then guest 0, holding
+// its capacity, is killed by the runner, and guest 1 asks again: the host recovers guest 0
+// and the composer moves its capacity to guest 1.
+struct alignas(kLine) ComposeBox {  // written only by its participant
+  uint64_t phase;                   // ComposePhase reached
+  uint64_t failed;
+  uint64_t target;                            // extents asked for (guests)
+  uint64_t busy_ms, back_ms, after_kill_ms;   // how long each demand took to be served (guests)
+  uint64_t g0_granted_busy, g1_granted_back;  // the other guest's grant when each was served (host)
+  uint64_t moves_up, moves_down;              // the composer's grants and reclaims (host)
+};
+static_assert(sizeof(ComposeBox) <= kBoxBytes);
+enum ComposePhase : uint64_t { kCoOpen = 1, kCoBusy, kCoFreed, kCoBack, kCoServedAfterKill, kCoDone };
+
+ComposeBox& cbox(const Ctx& c, int who) {
+  return *reinterpret_cast<ComposeBox*>(c.base + kBoxOffset + size_t(who) * kBoxBytes);
+}
+bool cbox_wait(Ctx& c, int who, ComposePhase phase) {
+  const bool ok = wait_until([&] { return load(cbox(c, who).phase) >= phase; }, c.wait_ns);
+  if (!ok) check(c, false, "participant " + std::to_string(who) + " did not reach phase " + std::to_string(phase));
+  return ok;
+}
+
+// Allocates one-extent blocks until `want` are held, retrying every 5 ms while the quota
+// refuses (each refusal is demand the composer sees); false when the wait bound passes.
+bool take_extents(Ctx& c, cxlpool_shared_pool_t* pool, uint64_t extent, uint64_t want, std::vector<void*>* held,
+                  uint64_t* took_ms) {
+  const uint64_t start = now_ns(), until = start + c.wait_ns;
+  while (held->size() < want) {
+    void* p = nullptr;
+    const cxlpool_status_t st = cxlpool_shared_alloc(pool, extent, &p);
+    if (st == CXLPOOL_OK) {
+      static_cast<uint64_t*>(p)[0] = area_word(load(c.l->h.nonce), c.id, held->size());
+      cxlpool_publish(p, 8);
+      held->push_back(p);
+      continue;
+    }
+    if (st != CXLPOOL_E_CAPACITY || now_ns() > until) {
+      check(c, false,
+            "alloc extent " + std::to_string(held->size()) + " of " + std::to_string(want) + ": " +
+                cxlpool_status_str(st) + " (" + cxlpool_last_error_message() + ")");
+      return false;
+    }
+    sleep_ns(5000000);
+  }
+  *took_ms = (now_ns() - start) / 1000000;
+  return true;
+}
+void give_back(Ctx& c, cxlpool_shared_pool_t* pool, std::vector<void*>* held) {
+  bool intact = true;
+  for (size_t i = 0; i < held->size(); ++i) {
+    cxlpool_acquire((*held)[i], 8);
+    intact = intact && static_cast<uint64_t*>((*held)[i])[0] == area_word(load(c.l->h.nonce), c.id, i);
+    pool_ok(c, cxlpool_shared_free(pool, (*held)[i]), "free");
+  }
+  check(c, intact, std::to_string(held->size()) + " blocks intact before their free");
+  held->clear();
+}
+
+uint64_t granted_of(cxlpool_shared_pool_t* pool, const char* quota) {
+  cxlpool_compose_state_t s{};
+  if (cxlpool_compose_get_state(pool, 10000, &s) != CXLPOOL_OK) return ~uint64_t{0};
+  for (uint32_t q = 0; q < s.quota_count; ++q)
+    if (std::strcmp(s.quotas[q].name, quota) == 0) return s.quotas[q].granted_extents;
+  return ~uint64_t{0};
+}
+
+bool compose_guest(Ctx& c, const Args& args, cxlpool_shared_pool_t* pool) {
+  ComposeBox& me = cbox(c, c.id);
+  const cxlpool_shared_info_t info = pool_info(pool);
+  // Half again the quota's extents at creation (its grant may be lower by now: the composer
+  // gives idle spare back).
+  cxlpool_compose_state_t st{};
+  uint64_t reserved = 0;
+  if (!pool_ok(c, cxlpool_compose_get_state(pool, 10000, &st), "compose state")) return false;
+  for (uint32_t q = 0; q < st.quota_count; ++q)
+    if (std::strcmp(st.quotas[q].name, info.quota) == 0) reserved = st.quotas[q].reserved_extents;
+  const uint64_t want = args.num("compose-target", reserved + reserved / 2);
+  store(me.target, want);
+  std::vector<void*> held;
+  uint64_t ms = 0;
+  say("compose: quota %s, %" PRIu64 " extents of %" PRIu64 " KiB at creation, %" PRIu64
+      " granted now, asking for %" PRIu64 "\n",
+      info.quota, reserved, info.extent_size >> 10, info.quota_extents_max, want);
+  store(me.phase, kCoOpen);
+  if (c.id == 1) {
+    if (!cbox_wait(c, 2, kCoOpen) || !take_extents(c, pool, info.extent_size, want, &held, &ms)) return false;
+    store(me.busy_ms, ms);
+    say("compose: guest 1 holds %" PRIu64 " extents after %" PRIu64 " ms\n", want, ms);
+    store(me.phase, kCoBusy);
+    if (!cbox_wait(c, 2, kCoBusy)) return false;  // the host read the grants
+    give_back(c, pool, &held);
+    store(me.phase, kCoFreed);
+    // Guest 0 asks now; then it is killed while holding, and this guest asks again.
+    if (!cbox_wait(c, 0, kCoBack)) return false;
+    say("CXLPOOL-MH RUNNING id=%d\n", c.id);
+    if (!take_extents(c, pool, info.extent_size, want, &held, &ms)) return false;
+    store(me.after_kill_ms, ms);
+    say("CXLPOOL-MH COMPOSE-SERVED id=%d mono_ns=%" PRIu64 "\n", c.id, now_ns());
+    store(me.phase, kCoServedAfterKill);
+    give_back(c, pool, &held);
+    return true;
+  }
+  // Guest 0: idle while guest 1 is busy, then busy itself, then killed while holding.
+  if (!cbox_wait(c, 1, kCoFreed) || !take_extents(c, pool, info.extent_size, want, &held, &ms)) return false;
+  store(me.back_ms, ms);
+  say("compose: guest 0 holds %" PRIu64 " extents after %" PRIu64 " ms\n", want, ms);
+  store(me.phase, kCoBack);
+  say("CXLPOOL-MH RUNNING id=%d\n", c.id);
+  for (;;) sleep_ns(1000000000);  // until the runner kills this guest
+}
+
+bool compose_host(Ctx& c, const Args& args, cxlpool_shared_pool_t* pool) {
+  ComposeBox& me = cbox(c, c.id);
+  cxlpool_composer_t* composer = nullptr;
+  if (!pool_ok(c, cxlpool_composer_create(pool, uint32_t(args.num("compose-hold-ms", 300)), &composer), "composer"))
+    return false;
+  std::atomic<bool> stop{false};
+  uint64_t up = 0, down = 0;
+  std::string step_error;
+  const uint64_t period = args.num("compose-period-ms", 20) * 1000000u;
+  std::thread runner([&] {
+    while (!stop.load()) {
+      cxlpool_compose_move_t moves[16];
+      size_t n = 0;
+      const cxlpool_status_t st = cxlpool_composer_step(composer, 10000, moves, 16, &n);
+      if (st != CXLPOOL_OK && st != CXLPOOL_E_BUSY && step_error.empty())
+        step_error = std::string(cxlpool_status_str(st)) + " (" + cxlpool_last_error_message() + ")";
+      for (size_t k = 0; k < n && k < 16; ++k) (moves[k].delta_extents > 0 ? up : down) += 1;
+      sleep_ns(period);
+    }
+  });
+  store(me.phase, kCoOpen);
+  bool ok = cbox_wait(c, 1, kCoBusy);
+  if (ok) store(me.g0_granted_busy, granted_of(pool, "g0"));
+  store(me.phase, kCoBusy);
+  ok = ok && cbox_wait(c, 0, kCoBack);
+  if (ok) {
+    store(me.g1_granted_back, granted_of(pool, "g1"));
+    say("CXLPOOL-MH RUNNING id=%d\n", c.id);
+  }
+  // Guest 0 is killed now; the watch recovers it and the composer moves its extents.
+  ok = ok && cbox_wait(c, 1, kCoServedAfterKill);
+  stop.store(true);
+  runner.join();
+  cxlpool_composer_destroy(composer);
+  store(me.moves_up, up);
+  store(me.moves_down, down);
+  check(c, step_error.empty(),
+        "every composer step succeeded or met a busy claim" + (step_error.empty() ? std::string() : ": " + step_error));
+  say("compose: the composer made %" PRIu64 " grants and %" PRIu64 " reclaims\n", up, down);
+  return ok;
+}
+
+int scenario_pool_compose(Ctx& c, const Args& args) {
+  std::string device = args.str("pool");
+  if (device.empty()) device = "devdax:" + args.str("path");
+  const std::string quota = c.id == 2 ? "default" : "g" + std::to_string(c.id);
+  cxlpool_shared_params_t* params = nullptr;
+  cxlpool_shared_pool_t* pool = nullptr;
+  bool ok = pool_ok(c, cxlpool_shared_params_create(&params), "params") &&
+            pool_ok(c, cxlpool_shared_params_set_host_index(params, uint32_t(c.id)), "host index") &&
+            pool_ok(c, cxlpool_shared_params_set_quota(params, quota.c_str()), "quota") &&
+            pool_ok(c, cxlpool_shared_pool_open(device.c_str(), params, &pool), "open " + device);
+  cxlpool_shared_params_destroy(params);
+  if (ok) say("opened %s as host %d, quota %s\n", device.c_str(), c.id, quota.c_str());
+  ok = ok && (c.id == 2 ? compose_host(c, args, pool) : compose_guest(c, args, pool));
+  if (pool) ok = pool_ok(c, cxlpool_shared_pool_close(pool), "close") && ok;
+  if (ok) store(cbox(c, c.id).phase, kCoDone);
+  store(cbox(c, c.id).failed, uint64_t(c.failed));
+  return ok && !c.failed ? 0 : 1;
+}
+
 // ---- runner commands: the pool of pool-kill -----------------------------------------------
 // Creates the pool (file:PATH, which must not exist) with `pool-size` bytes, then extends the
 // file to `device-size` (the guests' node 1) so that the layout fits after the pool.
@@ -747,8 +927,13 @@ int pool_create(Ctx& c, const Args& args) {
                     cxlpool_shared_params_set_lease_timing(params, uint32_t(args.num("heartbeat-ms", 10)),
                                                            uint32_t(args.num("lease-ms", 1000))),
                     "lease timing") &&
-            pool_ok(c, cxlpool_shared_params_set_host_index(params, uint32_t(args.num("host-index", 2))), "host") &&
-            pool_ok(c, cxlpool_shared_pool_create(device.c_str(), params, 0, &pool), "create " + device);
+            pool_ok(c, cxlpool_shared_params_set_host_index(params, uint32_t(args.num("host-index", 2))), "host");
+  // pool-compose: a quota per guest, each the given bytes; default (the host's) gets the rest.
+  for (int g = 0; ok && g < 2 && args.num("quota-bytes", 0) > 0; ++g)
+    ok = pool_ok(c,
+                 cxlpool_shared_params_add_quota(params, ("g" + std::to_string(g)).c_str(), args.num("quota-bytes", 0)),
+                 "quota");
+  ok = ok && pool_ok(c, cxlpool_shared_pool_create(device.c_str(), params, 0, &pool), "create " + device);
   cxlpool_shared_params_destroy(params);
   if (!ok) return 1;
   cxlpool_shared_info_t info = pool_info(pool);
@@ -808,6 +993,18 @@ int inspect(Ctx& c, const Args&) {
                 !load(s.area_written) ? "none" : (area_intact(c, p) ? "intact" : "corrupt"));
     for (int q = p + 1; q < c.participants; ++q)
       std::printf("pair%d%d=%" PRIu64 "\n", p, q, load(c.l->pair[pair_index(p, q, c.participants)].flag));
+    const ComposeBox& cb = cbox(c, p);  // pool-compose (the same box, read as its own)
+    const std::pair<const char*, const uint64_t*> cfields[] = {{"phase", &cb.phase},
+                                                               {"failed", &cb.failed},
+                                                               {"target", &cb.target},
+                                                               {"busy_ms", &cb.busy_ms},
+                                                               {"back_ms", &cb.back_ms},
+                                                               {"after_kill_ms", &cb.after_kill_ms},
+                                                               {"g0_granted_busy", &cb.g0_granted_busy},
+                                                               {"g1_granted_back", &cb.g1_granted_back},
+                                                               {"moves_up", &cb.moves_up},
+                                                               {"moves_down", &cb.moves_down}};
+    for (const auto& [name, word] : cfields) std::printf("cbox%d.%s=%" PRIu64 "\n", p, name, load(*word));
     const PoolBox& b = box(c, p);  // pool-kill
     const uint64_t phase = load(b.phase);
     if (phase == 0) continue;
@@ -849,14 +1046,15 @@ constexpr Command kCommands[] = {{"init", init, kLayout},
                                  {"pool-check", pool_check, kPool},
                                  {"smoke", scenario_smoke, kParticipant},
                                  {"kill", scenario_kill, kParticipant},
-                                 {"pool-kill", scenario_pool_kill, kParticipant}};
+                                 {"pool-kill", scenario_pool_kill, kParticipant},
+                                 {"pool-compose", scenario_pool_compose, kParticipant}};
 
 int usage() {
-  std::fprintf(
-      stderr,
-      "usage: vm_multihost init|inspect --path=FILE [--layout-offset=N] [--key=value ...]\n"
-      "       vm_multihost pool-create|pool-check --pool=file:FILE [--key=value ...]\n"
-      "       vm_multihost SCENARIO ID --path=DEVICE --nonce=N [--key=value ...]   (smoke, kill, pool-kill)\n");
+  std::fprintf(stderr,
+               "usage: vm_multihost init|inspect --path=FILE [--layout-offset=N] [--key=value ...]\n"
+               "       vm_multihost pool-create|pool-check --pool=file:FILE [--key=value ...]\n"
+               "       vm_multihost SCENARIO ID --path=DEVICE --nonce=N [--key=value ...]   (smoke, kill, pool-kill,\n"
+               "                                                                           pool-compose)\n");
   return 2;
 }
 
