@@ -5,11 +5,15 @@
 // cxlpool-compose cdi (docs/compose.md, "Containers"; docs/kubernetes.md).
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -52,29 +56,49 @@ inline HostObject host_object(const std::string& location, std::string* why) {
   }
   // The location travels in CXLPOOL_DEVICES, whose grammar separates with ',' ';' and '=':
   // such a name cannot be declared there, so it is refused rather than split wrongly.
-  if (location.find_first_of(",;=#\n") != std::string::npos) {
-    *why = "the location \"" + location +
-           "\" holds one of , ; = # or a newline, which CXLPOOL_DEVICES cannot carry: rename the pool";
+  if (location.find_first_of(",;=#") != std::string::npos) {
+    *why = "the location \"" + location + "\" holds one of , ; = #, which CXLPOOL_DEVICES cannot carry: rename the pool";
     return {};
   }
+  // The spec carries the path as JSON text to the runtime: printable ASCII without '\' and '"',
+  // so that what the runtime mounts is byte for byte the host's path.
+  for (char ch : location)
+    if (static_cast<unsigned char>(ch) < 0x20 || static_cast<unsigned char>(ch) > 0x7e || ch == '\\' || ch == '"') {
+      *why = "the location \"" + shown(location) +
+             "\" holds a byte that is not printable ASCII, or a backslash or a quote: rename the pool";
+      return {};
+    }
   return h;
 }
 
-// A CDI device name: letters, digits, '_', '-', '.', ':' (the CDI grammar), at most 63 here.
-inline bool valid_device_name(const std::string& n) {
-  if (n.empty() || n.size() > 63 || !isalnum(static_cast<unsigned char>(n[0]))) return false;
+// Names as the CDI parser of podman 4.3 takes them, kept conservative: that parser indexes
+// [1 : len-1] (one character panics it) and refuses a vendor or class ending in '.', '-' or
+// '_', so every name here has two characters or more and begins and ends with a letter or
+// digit. A device name: letters, digits, '_', '-', '.' between (no ':': podman splits on it).
+inline bool alnum(char c) { return isalnum(static_cast<unsigned char>(c)) != 0; }
+inline bool valid_name(const std::string& n, size_t max, const char* inner) {
+  if (n.size() < 2 || n.size() > max || !alnum(n.front()) || !alnum(n.back())) return false;
   for (char c : n)
-    if (!isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.' && c != ':') return false;
+    if (!alnum(c) && !strchr(inner, c)) return false;
   return true;
 }
-// A kind: VENDOR/CLASS, VENDOR a domain-like name, CLASS letters, digits, '_', '-', '.'.
+inline bool valid_device_name(const std::string& n) { return valid_name(n, 63, "_-."); }
+// A kind: VENDOR/CLASS. VENDOR a domain name of two labels or more (letters, digits, '-'
+// inside a label), the class beginning with a letter.
 inline bool valid_kind(const std::string& k) {
   const size_t slash = k.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == k.size() || k.size() > 128) return false;
-  for (size_t i = 0; i < k.size(); ++i) {
-    const char c = k[i];
-    if (i == slash) continue;
-    if (!isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') return false;
+  if (slash == std::string::npos || k.size() > 128) return false;
+  const std::string vendor = k.substr(0, slash), cls = k.substr(slash + 1);
+  if (!valid_name(cls, 63, "_-.") || !isalpha(static_cast<unsigned char>(cls[0]))) return false;
+  if (vendor.find('.') == std::string::npos || !isalpha(static_cast<unsigned char>(vendor[0]))) return false;
+  for (size_t at = 0; at <= vendor.size();) {
+    size_t dot = vendor.find('.', at);
+    if (dot == std::string::npos) dot = vendor.size();
+    const std::string label = vendor.substr(at, dot - at);
+    if (label.empty() || !alnum(label.front()) || !alnum(label.back())) return false;
+    for (char c : label)
+      if (!alnum(c) && c != '-') return false;
+    at = dot + 1;
   }
   return true;
 }
@@ -108,94 +132,176 @@ inline std::string spec_json(const std::string& kind, const std::string& locatio
   return j;
 }
 
-// The spec's file name in its directory: one per kind and pool.
-inline std::string file_name(const std::string& kind, const std::string& device_prefix) {
+// The spec's file name in its directory: one per kind and pool location (a hash of the whole
+// location tells apart pools whose names look alike once made safe for a file name).
+inline std::string file_name(const std::string& kind, const std::string& label, const std::string& location) {
+  uint64_t h = 0xcbf29ce484222325u;  // FNV-1a
+  for (unsigned char c : location) h = (h ^ c) * 0x100000001b3u;
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
   std::string n;
-  for (char c : kind + "_" + device_prefix) n += isalnum(static_cast<unsigned char>(c)) || c == '-' ? c : '_';
-  return n + ".json";
+  for (char c : kind + "_" + label) n += alnum(c) || c == '-' ? c : '_';
+  return n + "-" + hex + ".json";
 }
 
-// Whether an existing file is a spec this tool wrote (its kind line and its env names), read
-// through fd. Anything else in the spec directory belongs to someone else.
-inline bool ours(int fd, const std::string& kind) {
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; text.size() < (1u << 20) && (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
-  return text.find("\"kind\": \"" + json_text(kind) + "\"") != std::string::npos &&
-         text.find("\"CXLPOOL_QUOTA_KEY=") != std::string::npos;
-}
+inline constexpr const char* kTempPrefix = ".cxlpool-cdi.";
 
-// Writes text as dir/name, atomically (a temporary file made in dir, then renamed), readable
-// by root only (the spec holds keys). An existing dir/name is replaced only when it is a
-// regular file this tool wrote; the directory itself must exist and is never a link followed.
-// Returns "" or why not.
-inline std::string write_spec(const std::string& dir, const std::string& name, const std::string& kind,
-                              const std::string& text) {
-  const int d = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (d < 0)
-    return dir + ": " + strerror(errno) +
-           (errno == ENOENT ? " (the CDI directory must exist: podman reads /etc/cdi and /var/run/cdi)" : "");
-  auto fail = [&](const std::string& why) {
-    close(d);
-    return why;
-  };
-  const int old = openat(d, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (old >= 0) {
+// A spec's place, made ready before any key changes: the directory (owned by us or root, not
+// writable by others: no one else can swap names in it), the target checked (absent, or a
+// spec this tool wrote, owned by us), and the temporary file created; commit() writes and
+// renames it. Temporary files of runs that were killed (their pid gone) are removed.
+class SpecSite {
+ public:
+  SpecSite() = default;
+  SpecSite(const SpecSite&) = delete;
+  SpecSite& operator=(const SpecSite&) = delete;
+  ~SpecSite() {
+    if (temp_fd_ >= 0) close(temp_fd_);
+    if (!temp_.empty()) unlinkat(dir_fd_, temp_.c_str(), 0);
+    if (dir_fd_ >= 0) close(dir_fd_);
+  }
+  // "" when ready, else why not (nothing was changed).
+  static std::string open_dir(const std::string& dir, bool create, int* out) {
+    if (create) mkdir(dir.c_str(), 0755);  // (the default CDI directory only)
+    const int d = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (d < 0)
+      return dir + ": " + strerror(errno) +
+             (errno == ENOENT ? " (the CDI directory must exist: podman reads /etc/cdi and /var/run/cdi)"
+                              : errno == ELOOP || errno == ENOTDIR ? " (not a directory, or a symbolic link: left alone)"
+                                                                   : "");
     struct stat st {};
-    const bool regular = fstat(old, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1;
-    const bool mine = regular && ours(old, kind);
-    close(old);
-    if (!mine)
-      return fail(dir + "/" + name + " exists and is not a spec cxlpool-compose wrote; it is left alone (remove it " +
-                  "or choose another --kind)");
-  } else if (errno != ENOENT) {
-    return fail(dir + "/" + name + ": " + strerror(errno) + " (a symbolic link or something else: left alone)");
-  }
-  std::string temp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
-    temp = "." + name + ".tmp." + std::to_string(getpid()) + "." + std::to_string(attempt);
-    fd = openat(d, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd < 0 && errno != EEXIST) return fail(dir + "/" + temp + ": " + strerror(errno));
-  }
-  if (fd < 0) return fail(dir + ": no temporary name was free");
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = dir + "/" + temp + ": " + strerror(n < 0 ? errno : EIO);
-      close(fd);
-      unlinkat(d, temp.c_str(), 0);
-      return fail(why + " (nothing written)");
+    if (fstat(d, &st) != 0 || (st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022) != 0) {
+      close(d);
+      return dir + " belongs to another user or is writable by others; a spec holds keys and is written only in " +
+             "a directory no one else can change";
     }
-    done += size_t(n);
+    *out = d;
+    return "";
   }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    const std::string why = dir + "/" + temp + ": " + strerror(errno);
-    unlinkat(d, temp.c_str(), 0);
-    return fail(why + " (nothing written)");
+  std::string prepare(const std::string& dir, bool create_dir, const std::string& name, const std::string& kind) {
+    dir_ = dir;
+    name_ = name;
+    std::string why = open_dir(dir, create_dir, &dir_fd_);
+    if (!why.empty()) return why;
+    sweep_stale_temps();
+    why = check_target(dir_fd_, dir, name, kind);
+    if (!why.empty()) return why;
+    for (int attempt = 0; temp_fd_ < 0 && attempt < 100; ++attempt) {
+      temp_ = std::string(kTempPrefix) + std::to_string(getpid()) + "." + std::to_string(attempt);
+      temp_fd_ = openat(dir_fd_, temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+      if (temp_fd_ < 0 && errno != EEXIST) {
+        const std::string e = dir + "/" + temp_ + ": " + strerror(errno);
+        temp_.clear();
+        return e;
+      }
+    }
+    if (temp_fd_ < 0) {
+      temp_.clear();
+      return dir + ": no temporary name was free";
+    }
+    return "";
   }
-  if (renameat(d, temp.c_str(), d, name.c_str()) != 0) {
-    const std::string why = dir + "/" + name + ": " + strerror(errno);
-    unlinkat(d, temp.c_str(), 0);
-    return fail(why + " (nothing written)");
+  // Device names another spec of the same kind in the directory already uses ("" if none).
+  std::string taken_name(const std::string& kind, const std::vector<std::string>& names) const {
+    DIR* d = fdopendir(dup(dir_fd_));
+    if (!d) return "";
+    rewinddir(d);  // a dup shares the offset another listing left at the end
+    std::string hit;
+    while (dirent* e = readdir(d)) {
+      const std::string f = e->d_name;
+      if (f == name_ || f.size() < 5 || f.compare(f.size() - 5, 5, ".json") != 0) continue;
+      const int fd = openat(dir_fd_, f.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+      if (fd < 0) continue;
+      const std::string text = read_head(fd);
+      close(fd);
+      if (text.find("\"kind\": \"" + json_text(kind) + "\"") == std::string::npos) continue;
+      for (const auto& n : names)
+        if (text.find("\"name\": \"" + json_text(n) + "\"") != std::string::npos) hit = n + " (in " + f + ")";
+    }
+    closedir(d);
+    return hit;
   }
-  close(d);
-  return "";
-}
+  // Writes text, flushes and renames it over the target. "" or why not (nothing written).
+  std::string commit(const std::string& text) {
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = write(temp_fd_, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return dir_ + "/" + temp_ + ": " + strerror(n < 0 ? errno : EIO) + " (nothing written)";
+      done += size_t(n);
+    }
+    if (fsync(temp_fd_) != 0) return dir_ + "/" + temp_ + ": " + strerror(errno) + " (nothing written)";
+    close(temp_fd_);
+    temp_fd_ = -1;
+    if (renameat(dir_fd_, temp_.c_str(), dir_fd_, name_.c_str()) != 0)
+      return dir_ + "/" + name_ + ": " + strerror(errno) + " (nothing written)";
+    temp_.clear();
+    fsync(dir_fd_);
+    return "";
+  }
+
+  static std::string read_head(int fd) {
+    std::string text;
+    char buf[4096];
+    for (ssize_t n; text.size() < (1u << 20) && (n = read(fd, buf, sizeof buf)) > 0;) text.append(buf, size_t(n));
+    return text;
+  }
+  // Whether the file open at fd is a spec this tool wrote: a regular file of ours, one link,
+  // with the kind and the key variable in it.
+  static bool ours(int fd, const std::string& kind) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 || st.st_uid != geteuid()) return false;
+    const std::string text = read_head(fd);
+    return text.find("\"kind\": \"" + json_text(kind) + "\"") != std::string::npos &&
+           text.find("\"CXLPOOL_QUOTA_KEY=") != std::string::npos;
+  }
+  static std::string check_target(int d, const std::string& dir, const std::string& name, const std::string& kind) {
+    const int old = openat(d, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (old >= 0) {
+      const bool mine = ours(old, kind);
+      close(old);
+      if (!mine)
+        return dir + "/" + name + " exists and is not a spec cxlpool-compose wrote; it is left alone (remove it " +
+               "or choose another --kind)";
+    } else if (errno != ENOENT) {
+      return dir + "/" + name + ": " + strerror(errno) + " (a symbolic link or something else: left alone)";
+    }
+    return "";
+  }
+
+ private:
+  // Temporary files of this tool whose writer is gone (killed between create and rename).
+  void sweep_stale_temps() {
+    DIR* d = fdopendir(dup(dir_fd_));
+    if (!d) return;
+    rewinddir(d);
+    const size_t plen = strlen(kTempPrefix);
+    while (dirent* e = readdir(d)) {
+      const std::string f = e->d_name;
+      if (f.compare(0, plen, kTempPrefix) != 0) continue;
+      const long pid = strtol(f.c_str() + plen, nullptr, 10);
+      if (pid <= 0 || kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+      struct stat st {};
+      if (fstatat(dir_fd_, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid())
+        unlinkat(dir_fd_, f.c_str(), 0);
+    }
+    closedir(d);
+  }
+
+  std::string dir_, name_, temp_;
+  int dir_fd_ = -1, temp_fd_ = -1;
+};
 
 // Removes dir/name when it is a spec this tool wrote. Returns "" or why not.
 inline std::string remove_spec(const std::string& dir, const std::string& name, const std::string& kind) {
-  const int d = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
-  if (d < 0) return dir + ": " + strerror(errno);
+  int d = -1;
+  std::string why = SpecSite::open_dir(dir, false, &d);
+  if (!why.empty()) return why;
   const int fd = openat(d, name.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  std::string why;
   if (fd < 0) {
     why = dir + "/" + name + ": " + strerror(errno);
   } else {
-    struct stat st {};
-    const bool mine = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && ours(fd, kind);
+    const bool mine = SpecSite::ours(fd, kind);
     close(fd);
     if (!mine)
       why = dir + "/" + name + " is not a spec cxlpool-compose wrote; it is left alone";

@@ -36,6 +36,7 @@ const char* kUsage =
     "       cxlpool-compose cdi DEVICE --quota QUOTA[=NAME] [--quota ...] [--dir DIR] [--kind KIND] [--print]\n"
     "                           [--wait S] [--json] [--host-index N]\n"
     "       cxlpool-compose cdi DEVICE --remove [--dir DIR] [--kind KIND]\n"
+    "       cxlpool-compose reset-keys DEVICE [--json]\n"
     "\n"
     "DEVICE is a shared pool (shm:NAME, file:PATH, devdax:PATH; docs/shared.md). AMOUNT is bytes\n"
     "(K, M, G, T: binary multiples), a whole number of the pool's extents, or with --extents a count of\n"
@@ -63,6 +64,10 @@ const char* kUsage =
     "           environment to join that quota. Written atomically, mode 0600, to DIR (default /etc/cdi)\n"
     "           or with --print to standard output; run a container with --device KIND=NAME.\n"
     "           --remove deletes the spec cxlpool-compose wrote for DEVICE (lock revokes its keys)\n"
+    "  reset-keys  unlocks every quota without joining the pool: the way back from a lost key (it\n"
+    "           needs write access to DEVICE, as any change to the pool does)\n"
+    "  A program that joined a locked quota with its key (a container) cannot grant, reclaim, set\n"
+    "  policies or keys: the host composes from default (CXLPOOL_QUOTA_KEY when default is locked).\n"
     "  --wait S  how long to wait for another composer's claim (default 10 s: a dead one's is\n"
     "            dropped when its slot is recovered, within the pool's lease timeout)\n"
     "\n"
@@ -158,15 +163,18 @@ struct Options {
   int64_t priority = -1;
   std::vector<std::pair<std::string, std::string>> cdi_quotas;  // quota, device name ("" = POOL-QUOTA)
   std::string cdi_dir = "/etc/cdi", cdi_kind = cxlpool::tools::cdi::kDefaultKind;
-  bool cdi_print = false, cdi_remove = false;
+  bool cdi_print = false, cdi_remove = false, cdi_dir_given = false;
 };
 
-// POOL in the default device names: the location's last component, kept to CDI's characters.
+// POOL in the default device names: the location's last component, kept to CDI's characters
+// and beginning and ending with a letter or digit.
 std::string pool_label(const std::string& location) {
   std::string base = location.substr(location.find_last_of(":/") + 1), out;
   for (char c : base) out += isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
+  out = out.substr(0, 40);
+  while (!out.empty() && !isalnum(static_cast<unsigned char>(out.back()))) out.pop_back();
   if (out.empty() || !isalnum(static_cast<unsigned char>(out[0]))) out = "pool" + out;
-  return out.substr(0, 40);
+  return out;
 }
 
 }  // namespace
@@ -187,7 +195,7 @@ int main(int argc, char** argv) {
     ++i;
   }
   if (o.cmd != "list" && o.cmd != "grant" && o.cmd != "reclaim" && o.cmd != "policy set" && o.cmd != "daemon" &&
-      o.cmd != "watch" && o.cmd != "lock" && o.cmd != "unlock" && o.cmd != "cdi")
+      o.cmd != "watch" && o.cmd != "lock" && o.cmd != "unlock" && o.cmd != "cdi" && o.cmd != "reset-keys")
     usage_error("unknown command \"" + o.cmd + "\"");
   if (i >= argc || argv[i][0] == '-') usage_error(o.cmd + ": the DEVICE comes first, before the options");
   o.device = argv[i++];
@@ -250,6 +258,7 @@ int main(int argc, char** argv) {
       o.cdi_quotas.emplace_back(v.substr(0, eq), eq == std::string::npos ? "" : v.substr(eq + 1));
     } else if (o.cmd == "cdi" && a == "--dir") {
       o.cdi_dir = value();
+      o.cdi_dir_given = true;
     } else if (o.cmd == "cdi" && a == "--kind") {
       o.cdi_kind = value();
     } else if (o.cmd == "cdi" && a == "--print") {
@@ -265,10 +274,13 @@ int main(int argc, char** argv) {
   namespace cdi = cxlpool::tools::cdi;
   if (o.cmd == "cdi") {
     if (!cdi::valid_kind(o.cdi_kind))
-      usage_error("--kind: \"" + o.cdi_kind + "\" is not a CDI kind (VENDOR/CLASS, e.g. cxlpool.io/pool)");
+      usage_error("--kind: \"" + o.cdi_kind +
+                  "\" is not a CDI kind: VENDOR/CLASS, VENDOR a domain name (letters, digits, '-', at least two "
+                  "labels), CLASS 2-63 letters, digits, _ - . beginning with a letter and ending with a letter or "
+                  "digit (e.g. cxlpool.io/pool)");
     std::string why;
     if (cdi::host_object(o.device, &why).path.empty()) usage_error("cdi: " + why);
-    const std::string file = cdi::file_name(o.cdi_kind, pool_label(o.device));
+    const std::string file = cdi::file_name(o.cdi_kind, pool_label(o.device), o.device);
     if (o.cdi_remove) {
       if (!o.cdi_quotas.empty() || o.cdi_print) usage_error("cdi --remove takes no --quota or --print");
       why = cdi::remove_spec(o.cdi_dir, file, o.cdi_kind);
@@ -286,8 +298,8 @@ int main(int argc, char** argv) {
     for (auto& [quota, name] : o.cdi_quotas) {
       if (name.empty()) name = pool_label(o.device) + "-" + quota;
       if (!cdi::valid_device_name(name))
-        usage_error("cdi: device name \"" + name + "\": need 1-63 of letters, digits, _ - . : beginning with a " +
-                    "letter or digit (give one with --quota QUOTA=NAME)");
+        usage_error("cdi: device name \"" + name + "\": need 2-63 of letters, digits, _ - . beginning and ending " +
+                    "with a letter or digit (give one with --quota QUOTA=NAME)");
     }
     for (size_t a = 0; a < o.cdi_quotas.size(); ++a)
       for (size_t b = a + 1; b < o.cdi_quotas.size(); ++b) {
@@ -296,6 +308,17 @@ int main(int argc, char** argv) {
         if (o.cdi_quotas[a].second == o.cdi_quotas[b].second)
           usage_error("cdi: device name \"" + o.cdi_quotas[a].second + "\" given twice");
       }
+  }
+  if (o.cmd == "reset-keys") {  // without joining: the pool may be one nobody can join any more
+    cxlpool_shared_params_destroy(params);
+    uint32_t n = 0;
+    const cxlpool_status_t st = cxlpool_compose_reset_keys(o.device.c_str(), &n);
+    if (st != CXLPOOL_OK) api_error("reset-keys " + o.device, st, st == CXLPOOL_E_CORRUPT ? 1 : 3);
+    if (o.json)
+      printf("{\"device\": \"%s\", \"unlocked\": %u}\n", json_text(o.device).c_str(), n);
+    else
+      printf("%s: %u quota(s) unlocked\n", shown(o.device).c_str(), n);
+    return 0;
   }
   // Numbers are checked before the pool is opened; whole extents once its extent size is known.
   const uint64_t number = has_amount ? cxlpool::tools::parse_number(usage_error, "AMOUNT", o.amount, !o.in_extents) : 0;
@@ -351,19 +374,47 @@ int main(int argc, char** argv) {
   } else if (o.cmd == "cdi") {
     std::string why;
     const cdi::HostObject obj = cdi::host_object(o.device, &why);
+    const std::string file = cdi::file_name(o.cdi_kind, pool_label(o.device), o.device);
+    auto refuse = [&](const std::string& text) {
+      cxlpool_shared_pool_close(pool);
+      fprintf(stderr, "cxlpool-compose: cdi: %s\n  (no key was changed)\n", shown(text).c_str());
+      return 1;
+    };
+    // Everything that can be checked is, before any key changes: the quotas, the directory,
+    // the spec's name, the device names other specs of the kind use.
+    for (const auto& q : o.cdi_quotas) {
+      bool known = false;
+      for (uint32_t k = 0; k < before.quota_count; ++k) known = known || q.first == std::string(field(before.quotas[k].name));
+      if (!known) return refuse("the pool has no quota named \"" + q.first + "\"");
+    }
+    cdi::SpecSite site;
+    if (!o.cdi_print) {
+      why = site.prepare(o.cdi_dir, !o.cdi_dir_given, file, o.cdi_kind);
+      if (!why.empty()) return refuse(why);
+      std::vector<std::string> names;
+      for (const auto& q : o.cdi_quotas) names.push_back(q.second);
+      const std::string taken = site.taken_name(o.cdi_kind, names);
+      if (!taken.empty())
+        return refuse("device name " + taken + " is another spec's of kind " + o.cdi_kind +
+                      ": give this pool's devices other names (--quota QUOTA=NAME)");
+    }
     std::vector<cdi::QuotaDevice> devices;
     for (const auto& [quota, name] : o.cdi_quotas) {
       char key[CXLPOOL_QUOTA_KEY_SIZE] = {};
       st = cxlpool_compose_lock_quota(pool, quota.c_str(), o.wait_ms, key);
-      if (st != CXLPOOL_OK) return fail_with(st);
+      if (st != CXLPOOL_OK) {
+        if (!devices.empty())
+          fprintf(stderr, "cxlpool-compose: cdi: %zu quota(s) already locked with new keys; run cdi again\n",
+                  devices.size());
+        return fail_with(st);
+      }
       devices.push_back({name, quota, key});
     }
     const std::string text = cdi::spec_json(o.cdi_kind, o.device, obj, devices);
-    const std::string file = cdi::file_name(o.cdi_kind, pool_label(o.device));
     if (o.cdi_print) {
       fputs(text.c_str(), stdout);
     } else {
-      why = cdi::write_spec(o.cdi_dir, file, o.cdi_kind, text);
+      why = site.commit(text);
       if (!why.empty()) {
         cxlpool_shared_pool_close(pool);
         fprintf(stderr, "cxlpool-compose: cdi: %s\n  (the quotas were locked with new keys; run cdi again)\n",

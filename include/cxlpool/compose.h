@@ -73,6 +73,16 @@ CXLPOOL_API cxlpool_status_t cxlpool_compose_lock_quota(cxlpool_shared_pool_t* p
 /* Opens quota to any participant again. */
 CXLPOOL_API cxlpool_status_t cxlpool_compose_unlock_quota(cxlpool_shared_pool_t* pool, const char* quota,
                                                           uint32_t wait_ms);
+/* A participant that joined a locked quota other than "default" (with its key) is a tenant:
+ * cxlpool_compose_grant, _reclaim, _set_policy, _lock_quota, _unlock_quota and
+ * cxlpool_composer_step fail for it with CXLPOOL_E_PERMISSION; the host composes from default
+ * (with default's key when it is locked) or from an unlocked quota. */
+/* The way back from a lost key: opens every quota of the pool at device to any participant,
+ * without joining it (a pool whose default quota's key is lost cannot be joined by the host's
+ * tools). Needs write access to the device, which is all a key ever asks of anyone. *unlocked
+ * (may be NULL): how many quotas were locked. Not serialized with a composer locking at the
+ * same moment (each word ends old or new). */
+CXLPOOL_API cxlpool_status_t cxlpool_compose_reset_keys(const char* device, uint32_t* unlocked);
 
 /* A quota's policy, kept in the pool for every composer: a minimum that is granted first and
  * never reclaimed, a maximum (0: the pool) that demand never grows it past, and a priority

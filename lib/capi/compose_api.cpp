@@ -74,6 +74,15 @@ cxlpool_status_t cxlpool_compose_unlock_quota(cxlpool_shared_pool_t* pool, const
   });
 }
 
+cxlpool_status_t cxlpool_compose_reset_keys(const char* device, uint32_t* unlocked) {
+  if (unlocked) *unlocked = 0;
+  return guarded([&] {
+    require(device != nullptr, "cxlpool_compose_reset_keys", "device is NULL");
+    const uint32_t n = shared::reset_quota_keys(device);
+    if (unlocked) *unlocked = n;
+  });
+}
+
 cxlpool_status_t cxlpool_compose_reclaim(cxlpool_shared_pool_t* pool, const char* quota, uint64_t extents,
                                          uint32_t deadline_ms, uint32_t wait_ms, uint64_t* reclaimed) {
   if (reclaimed) *reclaimed = 0;

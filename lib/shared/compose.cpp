@@ -172,6 +172,7 @@ uint64_t SharedPool::unassigned_locked(const char* fn) const {
 
 void SharedPool::compose_grant(const std::string& quota, uint64_t extents, uint32_t wait_ms) {
   static constexpr const char* fn = "cxlpool_compose_grant";
+  refuse_tenant(fn);
   ensure_usable();
   const uint32_t q = quota_index(quota, fn);
   if (extents == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": 0 extents");
@@ -190,6 +191,7 @@ void SharedPool::compose_grant(const std::string& quota, uint64_t extents, uint3
 SharedPool::ReclaimResult SharedPool::compose_reclaim(const std::string& quota, uint64_t extents, uint32_t deadline_ms,
                                                       uint32_t wait_ms) {
   static constexpr const char* fn = "cxlpool_compose_reclaim";
+  refuse_tenant(fn);
   ensure_usable();
   const uint32_t q = quota_index(quota, fn);
   if (extents == 0) fail(CXLPOOL_E_INVALID_ARGUMENT, std::string(fn) + ": 0 extents");
@@ -254,8 +256,20 @@ void SharedPool::store_grant(uint32_t quota, uint64_t extents, const char* fn) {
   view_.store(view_.grant_word(quota), w);
 }
 
+// A program given a locked quota by its key (a container, by its CDI spec) is a tenant: it
+// may read the grants but not change them, nor any policy or key. Composing is for the
+// host's participants: of an unlocked quota, or of default.
+void SharedPool::refuse_tenant(const char* fn) const {
+  if (tenant_)
+    fail(CXLPOOL_E_PERMISSION, std::string(fn) + ": " + what_ + ": this participant joined quota \"" +
+                                   view_.sb().quotas[quota_].name +
+                                   "\" with its key; a program given a locked quota does not compose (grants, "
+                                   "reclaims, policies and keys are changed by the host, from default)");
+}
+
 std::string SharedPool::compose_lock(const std::string& quota, uint32_t wait_ms) {
   static constexpr const char* fn = "cxlpool_compose_lock_quota";
+  refuse_tenant(fn);
   ensure_usable();
   const uint32_t q = quota_index(quota, fn);
   unsigned char key[kKeyBytes];
@@ -266,6 +280,7 @@ std::string SharedPool::compose_lock(const std::string& quota, uint32_t wait_ms)
 
 void SharedPool::compose_unlock(const std::string& quota, uint32_t wait_ms) {
   static constexpr const char* fn = "cxlpool_compose_unlock_quota";
+  refuse_tenant(fn);
   ensure_usable();
   const uint32_t q = quota_index(quota, fn);
   with_compose_claim(0, wait_ms, fn, [&] { store_key_word(q, 0, fn); });
@@ -327,6 +342,7 @@ std::vector<uint64_t> SharedPool::demands(ComposerMemory* memory, uint64_t now_n
 
 void SharedPool::compose_set_policy(const std::string& quota, const QuotaPolicy& p, uint32_t fields, uint32_t wait_ms) {
   static constexpr const char* fn = "cxlpool_compose_set_policy";
+  refuse_tenant(fn);
   ensure_usable();
   const uint32_t q = quota_index(quota, fn);
   const uint64_t n = view_.extent_count();
@@ -370,6 +386,7 @@ void SharedPool::compose_set_policy(const std::string& quota, const QuotaPolicy&
 std::vector<SharedPool::AppliedMove> SharedPool::compose_step(ComposerMemory* memory, uint64_t hold_ns,
                                                               uint32_t wait_ms) {
   static constexpr const char* fn = "cxlpool_composer_step";
+  refuse_tenant(fn);
   ensure_usable();
   const uint32_t nq = view_.sb().quota_count;
   std::vector<PlanQuota> in(nq);

@@ -436,6 +436,7 @@ void SharedPool::check_quota_key(const std::string& quota, const std::string& gi
                                 "\" is locked by a key word that fails its check; lock it again with a new key "
                                 "(cxlpool-compose lock) and hand the new key to its programs");
   if (!set) return;
+  tenant_ = quota_ != 0;
   const char* env = os::env_value("CXLPOOL_QUOTA_KEY");
   const std::string text = !given.empty() ? given : env ? env : "";
   const char* from = !given.empty() ? "the key given" : "CXLPOOL_QUOTA_KEY";

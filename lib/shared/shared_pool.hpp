@@ -331,6 +331,7 @@ class SharedPool {
   template <class F>
   void with_compose_claim(uint32_t lowered_plus_one, uint32_t wait_ms, const char* fn, F&& f);
   void store_key_word(uint32_t quota, uint64_t word, const char* fn);
+  void refuse_tenant(const char* fn) const;
   std::string compose_holder() const;  // for messages: who holds the compose claim
   // Caller holds the compose claim: the unassigned extents (CORRUPT naming fn on a damaged grant).
   uint64_t unassigned_locked(const char* fn) const;
@@ -444,6 +445,7 @@ class SharedPool {
   uint32_t slot_ = 0;
   uint32_t incarnation_ = 0;
   uint32_t quota_ = 0;  // index in the superblock's quota table
+  bool tenant_ = false;  // joined a locked quota other than default with its key: may not compose
   int pid_ = 0;
   uint64_t fork_generation_ = 0;
   uint64_t boot_hash_ = 0, pidns_ = 0;  // this process's, read once
@@ -532,6 +534,10 @@ uint64_t grant_problems(const PoolView& v, const std::vector<uint64_t>& used);
 // that explains it (before the pool can be opened at all); writes the copy of a whole one
 // when it is missing or damaged. Leaves anything that is not such a pool alone.
 void repair_superblock(const std::string& device, RepairCounts* counts);
+// Opens every quota of the pool at device to any participant (its key words zeroed), without
+// joining it: the way back from a lost key, for whoever can write the device (which is all a
+// key ever asked of anyone, docs/compose.md "Containers"). Returns how many were locked.
+uint32_t reset_quota_keys(const std::string& device);
 
 // A pool mapped without joining it (the checker): validated superblock, whole mapping.
 struct MappedPool {

@@ -7,7 +7,10 @@
  *   export         allocates a block, writes a pattern, exports it, prints "handle HEX", sleeps
  *   import HEX     imports the handle and checks the pattern, prints "read ok"
  *   open QUOTA     tries to join QUOTA instead (with the same key), prints the status
+ *   compose        tries to change what a tenant may not: lock default, unlock b, grant
+ *                  itself; prints "refused N of 3" (exit 0 only when all 3 were refused)
  * Exit 0 when it did what was asked, 1 (with the library's message) when not. */
+#include <cxlpool/compose.h>
 #include <cxlpool/cxlpool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,6 +51,16 @@ int main(int argc, char** argv) {
   if (!strcmp(cmd, "open")) {
     cxlpool_shared_pool_close(pool);
     return 0;
+  }
+  if (!strcmp(cmd, "compose")) {
+    char key[CXLPOOL_QUOTA_KEY_SIZE];
+    int refused = 0;
+    refused += cxlpool_compose_lock_quota(pool, "default", 1000, key) == CXLPOOL_E_PERMISSION;
+    refused += cxlpool_compose_unlock_quota(pool, "b", 1000) == CXLPOOL_E_PERMISSION;
+    refused += cxlpool_compose_grant(pool, info.quota, 1, 1000) == CXLPOOL_E_PERMISSION;
+    printf("refused %d of 3: %s\n", refused, cxlpool_last_error_message());
+    cxlpool_shared_pool_close(pool);
+    return refused == 3 ? 0 : 1;
   }
   if (!strcmp(cmd, "fill")) {
     static void* blocks[4096];

@@ -3,7 +3,7 @@
 # Containers given a shared pool's quotas by the CDI spec cxlpool-compose writes, run by
 # podman (rootful; docs/compose.md "Containers"): two containers share one pool with separate
 # quotas and a block passes between them; each allocates only within its own quota and cannot
-# open the other's, nor the default quota; a container without the spec cannot open the pool;
+# open the other's, nor the default quota, nor change grants or keys; a container without the spec cannot open the pool;
 # a container's process killed with SIGKILL gives its quota's extents back; the checker finds
 # the pool clean. Exit 77 (skipped, with the reason) where podman cannot run a container.
 # usage: podman_cdi_test.sh CXLPOOL_POOL CXLPOOL_COMPOSE CDI_PROBE WORKDIR
@@ -78,7 +78,7 @@ check $? "lock the default quota"
 export CXLPOOL_QUOTA_KEY=$default_key
 spec=$("$compose" cdi "$dev" --quota a=ta --quota b=tb --dir "$cdi_dir" --kind "$kind" 2>&1)
 check $? "cdi writes the spec: $(echo "$spec" | head -n 1)"
-f=$(ls "$cdi_dir"/cxlpool-test_io_p$$_*.json 2> /dev/null)
+f=$(ls "$cdi_dir"/cxlpool-test_io_p$$_"$name"-*.json 2> /dev/null)
 [ -n "$f" ] && [ "$(stat -c %a "$f")" = 600 ]
 check $? "the spec is readable by root only"
 
@@ -95,6 +95,9 @@ check $? "it cannot open quota b ($(echo "$out" | head -c 200))"
 out=$(pod --device "$kind=ta" --rootfs "$rootfs" /cdi_probe open default 2>&1)
 [ $? = 1 ] && echo "$out" | grep -q "CXLPOOL_E_PERMISSION"
 check $? "nor the default quota"
+out=$(pod --device "$kind=ta" --rootfs "$rootfs" /cdi_probe compose 2>&1)
+[ $? = 0 ]
+check $? "it cannot lock default, unlock quota b or grant itself extents ($(echo "$out" | tail -n 1 | head -c 200))"
 out=$(pod -e CXLPOOL_POOL="$dev" -e CXLPOOL_QUOTA=a --rootfs "$rootfs" /cdi_probe open 2>&1)
 [ $? = 1 ] && echo "$out" | grep -q "^open: "
 check $? "a container without the spec cannot open the pool ($(echo "$out" | head -c 160))"

@@ -40,6 +40,22 @@ def quota(s, q):
     return next(x for x in s["quotas"] if x["name"] == q)
 
 
+# Opens the pool (argv[2]) on a quota (argv[3]) through the library (argv[1]), the key from
+# CXLPOOL_QUOTA_KEY: exit 0 when it opened.
+PROBE = r"""
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+pp = ctypes.c_void_p()
+assert lib.cxlpool_shared_params_create(ctypes.byref(pp)) == 0
+assert lib.cxlpool_shared_params_set_quota(pp, sys.argv[3].encode()) == 0
+p = ctypes.c_void_p()
+st = lib.cxlpool_shared_pool_open(sys.argv[2].encode(), pp, ctypes.byref(p))
+lib.cxlpool_last_error_message.restype = ctypes.c_char_p
+print(st, lib.cxlpool_last_error_message().decode())
+sys.exit(0 if st == 0 else 1)
+"""
+
+
 def invariant(s):
     return sum(max(q["granted_extents"], q["used_extents"]) for q in s["quotas"]) <= s["extents_total"]
 
@@ -233,7 +249,62 @@ try:
         os.unlink(foreign)
         r = run("cdi", dev, "--quota", "a", "--dir", cdi + "/missing")
         check(r.returncode == 1 and "must exist" in r.stderr, "a missing directory: exit 1, said")
+        # A failed cdi changes no key: the spec deployed before keeps working.
+        r = run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl", "--json")
+        spec_a = json.load(open(json.loads(r.stdout)["spec"])) if r.returncode == 0 else {}
+        key_a = next((e.split("=", 1)[1] for d in spec_a.get("devices", []) for e in d["containerEdits"]["env"]
+                      if e.startswith("CXLPOOL_QUOTA_KEY=")), "")
+        for args in (("--quota", "a", "--dir", cdi + "/missing"), ("--quota", "a", "--quota", "nosuch", "--dir", cdi),
+                     ("--quota", "a", "--kind", "a/b", "--dir", cdi)):
+            run("cdi", dev, *args)
+        r = subprocess.run([sys.executable, "-c", PROBE, lib, dev, "a"], capture_output=True, text=True, timeout=60,
+                           env=dict(os.environ, CXLPOOL_QUOTA_KEY=key_a))
+        check(r.returncode == 0, f"failed cdi runs changed no key: the deployed key still opens a ({r.stdout.strip()}"
+              f"{r.stderr.strip()[-200:]})")
+        # Two pools whose names look alike get specs of their own; the same device name is refused.
+        other = f"{name}-x"
+        subprocess.run([pool_tool, "create", f"shm:{other}", "--size", "16M", "--extent", "1M", "--quota", "a=4M"],
+                       capture_output=True, timeout=60)
+        r = run("cdi", f"shm:{other}", "--quota", "a=" + f"{name}-a", "--dir", cdi, "--kind", "example.com/cxl")
+        r2 = run("cdi", f"shm:{other}", "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl", "--json")
+        check(r.returncode == 1 and "another spec's" in r.stderr and r2.returncode == 0 and
+              r2.stdout and len([f for f in os.listdir(cdi) if f.endswith(".json")]) == 2,
+              f"another pool: its own spec file; a device name another spec uses refused ({r.stderr.strip()[:160]})")
+        run("cdi", f"shm:{other}", "--remove", "--dir", cdi, "--kind", "example.com/cxl")
+        subprocess.run([pool_tool, "rm", f"shm:{other}"], capture_output=True, timeout=60)
+        # A spec file of another user, a directory others can write: left alone.
+        specname = os.path.basename(json.loads(run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind",
+                                                   "example.com/cxl", "--json").stdout)["spec"])
+        os.chown(os.path.join(cdi, specname), 65534, 65534)
+        r = run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl")
+        r2 = run("cdi", dev, "--remove", "--dir", cdi, "--kind", "example.com/cxl")
+        check(r.returncode == 1 and r2.returncode == 1 and os.path.exists(os.path.join(cdi, specname)),
+              f"a spec file owned by another user: not replaced, not removed ({r.stderr.strip()[:120]})")
+        os.unlink(os.path.join(cdi, specname))
+        os.chmod(cdi, 0o777)
+        r = run("cdi", dev, "--quota", "a", "--dir", cdi)
+        check(r.returncode == 1 and "writable by others" in r.stderr, "a directory others can write: refused")
+        os.chmod(cdi, 0o755)
+        # A temporary spec left by a killed run (its pid gone) is swept by the next one.
+        stale = os.path.join(cdi, ".cxlpool-cdi.999999999.0")
+        with open(stale, "w") as f:
+            f.write("CXLPOOL_QUOTA_KEY=00")
+        run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl")
+        check(not os.path.exists(stale), "a dead run's temporary spec is removed")
+        r = run("cdi", "shm:back\\slash", "--quota", "a", "--dir", cdi)
+        check(r.returncode == 1 and "backslash" in r.stderr, "a location with a backslash: refused")
+        # The way back from a lost key: reset-keys, without joining.
+        r = run("lock", dev, "default")
+        r2 = run("list", dev)
+        r3 = run("reset-keys", dev, "--json")
+        r4 = run("list", dev, "--json")
+        check(r.returncode == 0 and r2.returncode == 3 and "is locked" in r2.stderr and r3.returncode == 0 and
+              json.loads(r3.stdout)["unlocked"] >= 2 and r4.returncode == 0 and
+              not any(q["locked"] for q in json.loads(r4.stdout)["quotas"]),
+              f"default locked and its key lost: list refused, reset-keys unlocks every quota ({r3.stdout.strip()})")
         for args, what in [(("--quota", "a", "--kind", "nokind"), "a kind without a class"),
+                           (("--quota", "a", "--kind", "a/b"), "a kind podman's parser cannot take"),
+                           (("--quota", "a=x:y"), "a device name with ':'"),
                            (("--quota", "a=bad name"), "a bad device name"),
                            (("--quota", "a", "--quota", "a"), "a quota given twice"),
                            ((), "no quota"),
@@ -242,6 +313,7 @@ try:
             check(r.returncode == 1 and "usage:" in r.stderr, f"cdi refuses {what}")
         r = run("cdi", "shm:x,y", "--quota", "a", "--dir", cdi)
         check(r.returncode == 1 and "CXLPOOL_DEVICES cannot carry" in r.stderr, "a location CXLPOOL_DEVICES cannot carry")
+        run("cdi", dev, "--remove", "--dir", cdi, "--kind", "example.com/cxl")
         r = run("cdi", dev, "--remove", "--dir", cdi, "--kind", "example.com/cxl")
         check(r.returncode == 1, "--remove of a spec that is not there: exit 1")
         r = run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl")

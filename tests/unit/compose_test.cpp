@@ -657,6 +657,49 @@ TEST_CASE("compose: a locked quota is joined only with its key, from params or t
   REQUIRE(cxlpool_compose_lock_quota(c, "a", 1000, again) == CXLPOOL_OK);
   CHECK(open_with_key(pool.device, "a", again) == CXLPOOL_OK);
 
+  // A participant that joined a locked quota with its key is a tenant: it reads the grants
+  // but changes nothing, keys least of all.
+  {
+    Params tp;
+    REQUIRE(cxlpool_shared_params_set_quota(tp.p, "a") == CXLPOOL_OK);
+    REQUIRE(cxlpool_shared_params_set_quota_key(tp.p, again) == CXLPOOL_OK);
+    cxlpool_shared_pool_t* tenant = nullptr;
+    REQUIRE(cxlpool_shared_pool_open(pool.device.c_str(), tp.p, &tenant) == CXLPOOL_OK);
+    char stolen[CXLPOOL_QUOTA_KEY_SIZE] = {};
+    CHECK(cxlpool_compose_lock_quota(tenant, "default", 1000, stolen) == CXLPOOL_E_PERMISSION);
+    CHECK(last_error().find("does not compose") != std::string::npos);
+    CHECK(cxlpool_compose_unlock_quota(tenant, "b", 1000) == CXLPOOL_E_PERMISSION);
+    CHECK(cxlpool_compose_grant(tenant, "a", 1, 1000) == CXLPOOL_E_PERMISSION);
+    CHECK(cxlpool_compose_reclaim(tenant, "b", 1, 0, 1000, nullptr) == CXLPOOL_E_PERMISSION);
+    cxlpool_compose_policy_t pol{};
+    pol.priority = 9;
+    CHECK(cxlpool_compose_set_policy(tenant, "a", &pol, CXLPOOL_COMPOSE_POLICY_PRIORITY, 1000) ==
+          CXLPOOL_E_PERMISSION);
+    cxlpool_composer_t* comp = nullptr;
+    REQUIRE(cxlpool_composer_create(tenant, 100, &comp) == CXLPOOL_OK);
+    cxlpool_compose_move_t moves[4];
+    size_t n = 0;
+    CHECK(cxlpool_composer_step(comp, 1000, moves, 4, &n) == CXLPOOL_E_PERMISSION);
+    cxlpool_composer_destroy(comp);
+    cxlpool_compose_state_t seen{};
+    CHECK(cxlpool_compose_get_state(tenant, 1000, &seen) == CXLPOOL_OK);  // reading is allowed
+    CHECK(quota_of(state_of(c), "b").locked == 1);
+    CHECK(quota_of(state_of(c), "default").locked == 0);
+    cxlpool_shared_pool_close(tenant);
+  }
+
+  // A lost key: reset without joining, even with default locked and its key gone.
+  char lost[CXLPOOL_QUOTA_KEY_SIZE] = {};
+  REQUIRE(cxlpool_compose_lock_quota(c, "default", 1000, lost) == CXLPOOL_OK);
+  CHECK(open_with_key(pool.device, "default", nullptr) == CXLPOOL_E_PERMISSION);
+  uint32_t unlocked = 0;
+  REQUIRE(cxlpool_compose_reset_keys(pool.device.c_str(), &unlocked) == CXLPOOL_OK);
+  CHECK(unlocked == 3);  // default, a, b
+  CHECK(open_with_key(pool.device, "default", nullptr) == CXLPOOL_OK);
+  CHECK(open_with_key(pool.device, "b", nullptr) == CXLPOOL_OK);
+  CHECK(cxlpool_compose_reset_keys("shm:no-such-pool-here", nullptr) == CXLPOOL_E_NOT_FOUND);
+  REQUIRE(cxlpool_compose_lock_quota(c, "a", 1000, again) == CXLPOOL_OK);
+
   REQUIRE(cxlpool_compose_unlock_quota(c, "a", 1000) == CXLPOOL_OK);
   CHECK(quota_of(state_of(c), "a").locked == 0);
   CHECK(open_with_key(pool.device, "a", nullptr) == CXLPOOL_OK);
