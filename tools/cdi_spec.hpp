@@ -57,7 +57,8 @@ inline HostObject host_object(const std::string& location, std::string* why) {
   // The location travels in CXLPOOL_DEVICES, whose grammar separates with ',' ';' and '=':
   // such a name cannot be declared there, so it is refused rather than split wrongly.
   if (location.find_first_of(",;=#") != std::string::npos) {
-    *why = "the location \"" + location + "\" holds one of , ; = #, which CXLPOOL_DEVICES cannot carry: rename the pool";
+    *why =
+        "the location \"" + location + "\" holds one of , ; = #, which CXLPOOL_DEVICES cannot carry: rename the pool";
     return {};
   }
   // The spec carries the path as JSON text to the runtime: printable ASCII without '\' and '"',
@@ -167,8 +168,8 @@ class SpecSite {
     if (d < 0)
       return dir + ": " + strerror(errno) +
              (errno == ENOENT ? " (the CDI directory must exist: podman reads /etc/cdi and /var/run/cdi)"
-                              : errno == ELOOP || errno == ENOTDIR ? " (not a directory, or a symbolic link: left alone)"
-                                                                   : "");
+              : errno == ELOOP || errno == ENOTDIR ? " (not a directory, or a symbolic link: left alone)"
+                                                   : "");
     struct stat st {};
     if (fstat(d, &st) != 0 || (st.st_uid != geteuid() && st.st_uid != 0) || (st.st_mode & 022) != 0) {
       close(d);

@@ -384,7 +384,8 @@ int main(int argc, char** argv) {
     // the spec's name, the device names other specs of the kind use.
     for (const auto& q : o.cdi_quotas) {
       bool known = false;
-      for (uint32_t k = 0; k < before.quota_count; ++k) known = known || q.first == std::string(field(before.quotas[k].name));
+      for (uint32_t k = 0; k < before.quota_count; ++k)
+        known = known || q.first == std::string(field(before.quotas[k].name));
       if (!known) return refuse("the pool has no quota named \"" + q.first + "\"");
     }
     cdi::SpecSite site;

@@ -66,8 +66,9 @@ uint32_t reset_quota_keys(const std::string& device) {
   Superblock sb{};
   std::memcpy(&sb, head, sizeof sb);
   if (!superblock_valid(sb, obj.size, what))
-    fail(CXLPOOL_E_CORRUPT, what + ": its superblock fails its check (cxlpool-pool check --repair restores it); no "
-                                   "key was touched");
+    fail(CXLPOOL_E_CORRUPT, what +
+                                ": its superblock fails its check (cxlpool-pool check --repair restores it); no "
+                                "key was touched");
   uint32_t reset = 0;
   auto* words = reinterpret_cast<uint64_t*>(head + kKeyOffset);
   for (uint32_t q = 0; q < sb.quota_count; ++q) {

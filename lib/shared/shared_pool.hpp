@@ -444,7 +444,7 @@ class SharedPool {
   PoolView view_;
   uint32_t slot_ = 0;
   uint32_t incarnation_ = 0;
-  uint32_t quota_ = 0;  // index in the superblock's quota table
+  uint32_t quota_ = 0;   // index in the superblock's quota table
   bool tenant_ = false;  // joined a locked quota other than default with its key: may not compose
   int pid_ = 0;
   uint64_t fork_generation_ = 0;

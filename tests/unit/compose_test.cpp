@@ -673,8 +673,7 @@ TEST_CASE("compose: a locked quota is joined only with its key, from params or t
     CHECK(cxlpool_compose_reclaim(tenant, "b", 1, 0, 1000, nullptr) == CXLPOOL_E_PERMISSION);
     cxlpool_compose_policy_t pol{};
     pol.priority = 9;
-    CHECK(cxlpool_compose_set_policy(tenant, "a", &pol, CXLPOOL_COMPOSE_POLICY_PRIORITY, 1000) ==
-          CXLPOOL_E_PERMISSION);
+    CHECK(cxlpool_compose_set_policy(tenant, "a", &pol, CXLPOOL_COMPOSE_POLICY_PRIORITY, 1000) == CXLPOOL_E_PERMISSION);
     cxlpool_composer_t* comp = nullptr;
     REQUIRE(cxlpool_composer_create(tenant, 100, &comp) == CXLPOOL_OK);
     cxlpool_compose_move_t moves[4];
