@@ -8,6 +8,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -85,12 +87,12 @@ inline bool valid_name(const std::string& n, size_t max, const char* inner) {
 }
 inline bool valid_device_name(const std::string& n) { return valid_name(n, 63, "_-."); }
 // A kind: VENDOR/CLASS. VENDOR a domain name of two labels or more (letters, digits, '-'
-// inside a label), the class beginning with a letter.
+// inside a label), the class beginning with a letter (letters, digits, '_', '-').
 inline bool valid_kind(const std::string& k) {
   const size_t slash = k.find('/');
   if (slash == std::string::npos || k.size() > 128) return false;
   const std::string vendor = k.substr(0, slash), cls = k.substr(slash + 1);
-  if (!valid_name(cls, 63, "_-.") || !isalpha(static_cast<unsigned char>(cls[0]))) return false;
+  if (!valid_name(cls, 63, "_-") || !isalpha(static_cast<unsigned char>(cls[0]))) return false;
   if (vendor.find('.') == std::string::npos || !isalpha(static_cast<unsigned char>(vendor[0]))) return false;
   for (size_t at = 0; at <= vendor.size();) {
     size_t dot = vendor.find('.', at);
@@ -162,7 +164,9 @@ class SpecSite {
     if (dir_fd_ >= 0) close(dir_fd_);
   }
   // "" when ready, else why not (nothing was changed).
-  static std::string open_dir(const std::string& dir, bool create, int* out) {
+  static std::string open_dir(const std::string& given, bool create, int* out) {
+    std::string dir = given;  // "link/" would follow a link that "link" refuses
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     if (create) mkdir(dir.c_str(), 0755);  // (the default CDI directory only)
     const int d = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (d < 0)
@@ -184,6 +188,10 @@ class SpecSite {
     name_ = name;
     std::string why = open_dir(dir, create_dir, &dir_fd_);
     if (!why.empty()) return why;
+    // One cdi at a time per directory, from its checks to its rename: two runs on one pool
+    // would otherwise each lock with a new key and the later rename could carry the older.
+    while (flock(dir_fd_, LOCK_EX) != 0)
+      if (errno != EINTR) return dir + ": cannot lock the directory: " + strerror(errno);
     sweep_stale_temps();
     why = check_target(dir_fd_, dir, name, kind);
     if (!why.empty()) return why;
@@ -202,22 +210,48 @@ class SpecSite {
     }
     return "";
   }
-  // Device names another spec of the same kind in the directory already uses ("" if none).
+  // Device names another spec of the same kind already uses, in this directory or in the
+  // others the runtime reads (podman: /etc/cdi and /var/run/cdi; the later one silently wins):
+  // "" if none. Loosely matched, so a spec written by hand (JSON of any layout, or YAML) is
+  // seen too; a false match only refuses, naming the file.
   std::string taken_name(const std::string& kind, const std::vector<std::string>& names) const {
-    DIR* d = fdopendir(dup(dir_fd_));
+    std::string hit = taken_in(dir_fd_, dir_, name_, kind, names);
+    for (const char* other : {"/etc/cdi", "/var/run/cdi"}) {
+      if (!hit.empty()) break;
+      const int d = open(other, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (d < 0) continue;
+      struct stat a {
+      }, b{};
+      if (fstat(d, &a) == 0 && fstat(dir_fd_, &b) == 0 && (a.st_dev != b.st_dev || a.st_ino != b.st_ino))
+        hit = taken_in(d, other, "", kind, names);
+      close(d);
+    }
+    return hit;
+  }
+  static std::string taken_in(int dir_fd, const std::string& dir, const std::string& skip, const std::string& kind,
+                              const std::vector<std::string>& names) {
+    DIR* d = fdopendir(dup(dir_fd));
     if (!d) return "";
     rewinddir(d);  // a dup shares the offset another listing left at the end
     std::string hit;
+    auto ends = [](const std::string& f, const char* ext) {
+      const size_t n = strlen(ext);
+      return f.size() > n && f.compare(f.size() - n, n, ext) == 0;
+    };
     while (dirent* e = readdir(d)) {
       const std::string f = e->d_name;
-      if (f == name_ || f.size() < 5 || f.compare(f.size() - 5, 5, ".json") != 0) continue;
-      const int fd = openat(dir_fd_, f.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+      if (f == skip || !(ends(f, ".json") || ends(f, ".yaml") || ends(f, ".yml"))) continue;
+      const int fd = openat(dir_fd, f.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
       if (fd < 0) continue;
       const std::string text = read_head(fd);
       close(fd);
-      if (text.find("\"kind\": \"" + json_text(kind) + "\"") == std::string::npos) continue;
-      for (const auto& n : names)
-        if (text.find("\"name\": \"" + json_text(n) + "\"") != std::string::npos) hit = n + " (in " + f + ")";
+      if (text.find(kind) == std::string::npos) continue;
+      for (const auto& n : names) {
+        const bool quoted = text.find("\"" + n + "\"") != std::string::npos;
+        const bool yaml =
+            text.find(": " + n + "\n") != std::string::npos || text.find(":" + n + "\n") != std::string::npos;
+        if (quoted || yaml) hit = n + " (in " + dir + "/" + f + ")";
+      }
     }
     closedir(d);
     return hit;
@@ -277,13 +311,19 @@ class SpecSite {
     if (!d) return;
     rewinddir(d);
     const size_t plen = strlen(kTempPrefix);
+    const time_t now = time(nullptr);
     while (dirent* e = readdir(d)) {
       const std::string f = e->d_name;
-      if (f.compare(0, plen, kTempPrefix) != 0) continue;
-      const long pid = strtol(f.c_str() + plen, nullptr, 10);
-      if (pid <= 0 || kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+      if (f.compare(0, plen, kTempPrefix) != 0 || !isdigit(static_cast<unsigned char>(f[plen]))) continue;
+      char* end = nullptr;
+      const long pid = strtol(f.c_str() + plen, &end, 10);
+      if (pid <= 0 || *end != '.' || kill(pid_t(pid), 0) == 0 || errno != ESRCH) continue;
+      // A pid is this namespace's: a run in another one (a driver's container sharing the
+      // directory) looks dead from here. Only a file left for ten minutes is taken as a
+      // killed run's; a live run holds the directory's lock and is done in well under that.
       struct stat st {};
-      if (fstatat(dir_fd_, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid())
+      if (fstatat(dir_fd_, f.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+          st.st_nlink == 1 && now - st.st_mtime > 600)
         unlinkat(dir_fd_, f.c_str(), 0);
     }
     closedir(d);

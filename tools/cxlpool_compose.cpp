@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
@@ -540,5 +541,12 @@ int main(int argc, char** argv) {
     }
   }
   cxlpool_shared_pool_close(pool);
+  // A key printed nowhere is a key lost: a full or closed standard output is a failure.
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    const bool keyed = o.cmd == "lock" || (o.cmd == "cdi" && o.cdi_print);
+    fprintf(stderr, "cxlpool-compose: %s: standard output could not be written (%s)%s\n", o.cmd.c_str(),
+            strerror(errno), keyed ? "; the quota is locked with a key nobody got: lock it again" : "");
+    return 1;
+  }
   return rc;
 }

@@ -143,6 +143,31 @@ uint32_t others_alive(const PoolView& v, uint32_t self) {
 
 }  // namespace
 
+uint32_t reset_quota_keys(const std::string& device) {
+  MappedPool m = map_pool_unjoined(device);  // refuses what is not a whole pool
+  struct Unmap {
+    const MappedPool& m;
+    ~Unmap() { unmap_pool(m); }
+  } unmap{m};
+  PoolView v(m.base, m.sb.size, m.sb);
+  // An offline recovery: with a participant alive (a tenant, or the host's own) nobody is
+  // locked out, and keys changed under running programs would only be a way around them.
+  const uint32_t alive = others_alive(v, UINT32_MAX);
+  if (alive != 0)
+    fail(CXLPOOL_E_BUSY, "shared pool \"" + device + "\": " + std::to_string(alive) +
+                             " participant(s) alive; reset-keys is for a pool nobody can join, and runs only while "
+                             "no program has it open (cxlpool-pool info lists them)");
+  uint32_t reset = 0;
+  for (uint32_t q = 0; q < v.sb().quota_count; ++q) {
+    if (v.load(v.key_word(q)) == 0) continue;
+    v.store(v.key_word(q), 0);
+    ++reset;
+  }
+  writeback_lines(reinterpret_cast<std::byte*>(v.key_word(0)), kLine);
+  full_fence();
+  return reset;
+}
+
 cxlpool_shared_check_report_t check_pool(const std::string& device, const SharedParams* params, bool repair) {
   cxlpool_shared_check_report_t r{};
   RepairCounts fixed;

@@ -51,37 +51,6 @@ bool superblock_valid(const Superblock& sb, uint64_t device_size, const std::str
 
 }  // namespace
 
-uint32_t reset_quota_keys(const std::string& device) {
-  const PoolLocation loc = locate_pool(device);
-  const std::string what = "shared pool \"" + device + "\"";
-  SharedObject obj = loc.ops->open(loc.spec, true, what);
-  if (obj.size < kSuperblockBytes) fail(CXLPOOL_E_CONFIG, what + ": too small to be a cxlpool shared pool");
-  const size_t head_len = obj.device_node ? (2u << 20) : kSuperblockBytes;
-  auto* head = static_cast<std::byte*>(os::map_shared_fd(obj.fd, head_len, 0, what));
-  struct Unmap {
-    std::byte* p;
-    size_t len;
-    ~Unmap() { os::unmap(p, len); }
-  } unmap{head, head_len};
-  Superblock sb{};
-  std::memcpy(&sb, head, sizeof sb);
-  if (!superblock_valid(sb, obj.size, what))
-    fail(CXLPOOL_E_CORRUPT, what +
-                                ": its superblock fails its check (cxlpool-pool check --repair restores it); no "
-                                "key was touched");
-  uint32_t reset = 0;
-  auto* words = reinterpret_cast<uint64_t*>(head + kKeyOffset);
-  for (uint32_t q = 0; q < sb.quota_count; ++q) {
-    std::atomic_ref<uint64_t> w(words[q]);
-    if (w.load() == 0) continue;
-    w.store(0);
-    ++reset;
-  }
-  writeback_lines(head + kKeyOffset, kLine);
-  full_fence();
-  return reset;
-}
-
 void repair_superblock(const std::string& device, RepairCounts* counts) {
   const PoolLocation loc = locate_pool(device);
   const std::string what = "shared pool \"" + device + "\"";

@@ -443,7 +443,8 @@ void SharedPool::check_quota_key(const std::string& quota, const std::string& gi
   if (text.empty())
     fail(CXLPOOL_E_PERMISSION, what_ + ": quota \"" + quota +
                                    "\" is locked: this program was not given its key (cxlpool_shared_params_set_"
-                                   "quota_key, or CXLPOOL_QUOTA_KEY, which a container's CDI spec sets)");
+                                   "quota_key, or CXLPOOL_QUOTA_KEY, which a container's CDI spec sets; a key that "
+                                   "is lost: cxlpool-compose reset-keys, with no program running)");
   unsigned char key[kKeyBytes];
   if (!parse_quota_key(text, key))
     fail(CXLPOOL_E_PERMISSION, what_ + ": " + from + " is not a quota key (32 hexadecimal digits)");

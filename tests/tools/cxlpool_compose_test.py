@@ -289,8 +289,17 @@ try:
         stale = os.path.join(cdi, ".cxlpool-cdi.999999999.0")
         with open(stale, "w") as f:
             f.write("CXLPOOL_QUOTA_KEY=00")
+        os.utime(stale, (time.time() - 3600, time.time() - 3600))  # left an hour ago
+        fresh = os.path.join(cdi, ".cxlpool-cdi.999999998.0")  # perhaps another pid namespace's run
+        with open(fresh, "w") as f:
+            f.write("CXLPOOL_QUOTA_KEY=00")
         run("cdi", dev, "--quota", "a", "--dir", cdi, "--kind", "example.com/cxl")
-        check(not os.path.exists(stale), "a dead run's temporary spec is removed")
+        check(not os.path.exists(stale) and os.path.exists(fresh),
+              "a dead run's temporary spec left an hour ago is removed, a recent one is not")
+        os.unlink(fresh)
+        r = subprocess.run(f"{tool} lock {dev} a > /dev/full", shell=True, capture_output=True, text=True, timeout=60)
+        check(r.returncode == 1 and "key nobody got" in r.stderr, f"lock to a full output: exit 1, said ({r.stderr.strip()})")
+        run("unlock", dev, "a")
         r = run("cdi", "shm:back\\slash", "--quota", "a", "--dir", cdi)
         check(r.returncode == 1 and "backslash" in r.stderr, "a location with a backslash: refused")
         # The way back from a lost key: reset-keys, without joining.
@@ -304,6 +313,7 @@ try:
               f"default locked and its key lost: list refused, reset-keys unlocks every quota ({r3.stdout.strip()})")
         for args, what in [(("--quota", "a", "--kind", "nokind"), "a kind without a class"),
                            (("--quota", "a", "--kind", "a/b"), "a kind podman's parser cannot take"),
+                           (("--quota", "a", "--kind", "cxlpool.io/po.ol"), "a class with a dot"),
                            (("--quota", "a=x:y"), "a device name with ':'"),
                            (("--quota", "a=bad name"), "a bad device name"),
                            (("--quota", "a", "--quota", "a"), "a quota given twice"),

@@ -687,14 +687,22 @@ TEST_CASE("compose: a locked quota is joined only with its key, from params or t
     cxlpool_shared_pool_close(tenant);
   }
 
-  // A lost key: reset without joining, even with default locked and its key gone.
+  // A lost key: reset without joining, even with default locked and its key gone; only while
+  // no program has the pool open (an offline recovery, not a way around running programs).
   char lost[CXLPOOL_QUOTA_KEY_SIZE] = {};
   REQUIRE(cxlpool_compose_lock_quota(c, "default", 1000, lost) == CXLPOOL_OK);
   CHECK(open_with_key(pool.device, "default", nullptr) == CXLPOOL_E_PERMISSION);
   uint32_t unlocked = 0;
+  CHECK(cxlpool_compose_reset_keys(pool.device.c_str(), &unlocked) == CXLPOOL_E_BUSY);
+  CHECK(last_error().find("participant(s) alive") != std::string::npos);
+  CHECK(unlocked == 0);
+  cxlpool_shared_pool_close(early);
+  cxlpool_shared_pool_close(c);
   REQUIRE(cxlpool_compose_reset_keys(pool.device.c_str(), &unlocked) == CXLPOOL_OK);
   CHECK(unlocked == 3);  // default, a, b
   CHECK(open_with_key(pool.device, "default", nullptr) == CXLPOOL_OK);
+  c = pool.open();
+  early = pool.open("a");
   CHECK(open_with_key(pool.device, "b", nullptr) == CXLPOOL_OK);
   CHECK(cxlpool_compose_reset_keys("shm:no-such-pool-here", nullptr) == CXLPOOL_E_NOT_FOUND);
   REQUIRE(cxlpool_compose_lock_quota(c, "a", 1000, again) == CXLPOOL_OK);
