@@ -277,13 +277,14 @@ int main(int argc, char** argv) {
     if (!cdi::valid_kind(o.cdi_kind))
       usage_error("--kind: \"" + o.cdi_kind +
                   "\" is not a CDI kind: VENDOR/CLASS, VENDOR a domain name (letters, digits, '-', at least two "
-                  "labels), CLASS 2-63 letters, digits, _ - . beginning with a letter and ending with a letter or "
+                  "labels), CLASS 2-63 letters, digits, _ - beginning with a letter and ending with a letter or "
                   "digit (e.g. cxlpool.io/pool)");
     std::string why;
     if (cdi::host_object(o.device, &why).path.empty()) usage_error("cdi: " + why);
     const std::string file = cdi::file_name(o.cdi_kind, pool_label(o.device), o.device);
     if (o.cdi_remove) {
       if (!o.cdi_quotas.empty() || o.cdi_print) usage_error("cdi --remove takes no --quota or --print");
+      cxlpool_shared_params_destroy(params);  // (the pool is not opened)
       why = cdi::remove_spec(o.cdi_dir, file, o.cdi_kind);
       if (!why.empty()) {
         fprintf(stderr, "cxlpool-compose: cdi: %s\n", shown(why).c_str());
