@@ -256,16 +256,14 @@ class SpecSite {
     closedir(d);
     return hit;
   }
-  // Writes text, flushes and renames it over the target. "" or why not (nothing written).
+  // Writes text (the spec with stand-in keys of the real keys' length) and flushes it, so that
+  // the room the spec needs is taken before any key changes: a full filesystem fails here.
+  std::string reserve(const std::string& text) { return write_at_start(text, true); }
+  // Writes the final text over what reserve() wrote (the same length: no new room needed),
+  // flushes it and renames it over the target. "" or why not (nothing written).
   std::string commit(const std::string& text) {
-    size_t done = 0;
-    while (done < text.size()) {
-      const ssize_t n = write(temp_fd_, text.data() + done, text.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return dir_ + "/" + temp_ + ": " + strerror(n < 0 ? errno : EIO) + " (nothing written)";
-      done += size_t(n);
-    }
-    if (fsync(temp_fd_) != 0) return dir_ + "/" + temp_ + ": " + strerror(errno) + " (nothing written)";
+    std::string why = write_at_start(text, false);
+    if (!why.empty()) return why;
     close(temp_fd_);
     temp_fd_ = -1;
     if (renameat(dir_fd_, temp_.c_str(), dir_fd_, name_.c_str()) != 0)
@@ -305,6 +303,20 @@ class SpecSite {
   }
 
  private:
+  std::string write_at_start(const std::string& text, bool sized) {
+    if (sized && ftruncate(temp_fd_, off_t(text.size())) != 0)
+      return dir_ + "/" + temp_ + ": " + strerror(errno) + " (nothing written)";
+    size_t done = 0;
+    while (done < text.size()) {
+      const ssize_t n = pwrite(temp_fd_, text.data() + done, text.size() - done, off_t(done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return dir_ + "/" + temp_ + ": " + strerror(n < 0 ? errno : EIO) + " (nothing written)";
+      done += size_t(n);
+    }
+    if (fsync(temp_fd_) != 0) return dir_ + "/" + temp_ + ": " + strerror(errno) + " (nothing written)";
+    return "";
+  }
+
   // Temporary files of this tool whose writer is gone (killed between create and rename).
   void sweep_stale_temps() {
     DIR* d = fdopendir(dup(dir_fd_));

@@ -401,6 +401,12 @@ int main(int argc, char** argv) {
         return refuse("device name " + taken + " is another spec's of kind " + o.cdi_kind +
                       ": give this pool's devices other names (--quota QUOTA=NAME)");
     }
+    if (!o.cdi_print) {
+      std::vector<cdi::QuotaDevice> stand_in;
+      for (const auto& [quota, name] : o.cdi_quotas) stand_in.push_back({name, quota, std::string(32, '0')});
+      why = site.reserve(cdi::spec_json(o.cdi_kind, o.device, obj, stand_in));
+      if (!why.empty()) return refuse(why);
+    }
     std::vector<cdi::QuotaDevice> devices;
     for (const auto& [quota, name] : o.cdi_quotas) {
       char key[CXLPOOL_QUOTA_KEY_SIZE] = {};
