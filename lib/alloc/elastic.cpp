@@ -532,28 +532,37 @@ void unmark_regained(Device& dev) noexcept {
 
 // A forced release: like withdraw_locked, but every unit that can move does and the range goes
 // whatever still holds it; the rest is lost (Device::force_withdraw) and listed in *lost.
+// failure (non-null): the memory behind the range is gone, said there; nothing of it is read
+// (nothing moves), written or freed, and what held it gets fresh zeroed memory.
 cxlpool_status_t force_locked(Device& dev, uint64_t lo, uint64_t hi, CapacityReport* report,
-                              std::vector<LostRange>* lost, std::string* message) {
-  report->trimmed_bytes += trim_pools_on(dev);
+                              std::vector<LostRange>* lost, std::string* message,
+                              const std::string* failure = nullptr) {
+  const char* what = failure ? "loss" : "forced release";
+  if (!failure) report->trimmed_bytes += trim_pools_on(dev);
   DeviceError err;
   if (cxlpool_status_t s = dev.begin_withdraw(lo, hi, &err)) {
-    say(message, extent_failure(dev, "forced release", lo, hi - lo, err));
+    say(message, extent_failure(dev, what, lo, hi - lo, err));
     return s;
   }
   Outcome o;
-  evacuate(dev, /*all_or_nothing=*/false, &o);
-  report->evacuated_units += o.units;
-  report->evacuated_bytes += o.bytes;
+  if (!failure) {
+    evacuate(dev, /*all_or_nothing=*/false, &o);
+    report->evacuated_units += o.units;
+    report->evacuated_bytes += o.bytes;
+  }
   std::vector<Device::Lost> gone;
-  cxlpool_status_t s = dev.force_withdraw(&gone, &err);
+  cxlpool_status_t s = dev.force_withdraw(&gone, &err, failure != nullptr);
   if (s == CXLPOOL_E_NO_MEMORY || s == CXLPOOL_E_INVALID_ARGUMENT) {
     dev.end_withdraw(false, nullptr);
-    say(message, extent_failure(dev, "forced release", lo, hi - lo, err));
+    say(message, extent_failure(dev, what, lo, hi - lo, err));
     return s;
   }
   for (const Device::Lost& x : gone) mark_lost(x);
-  std::string text =
-      "device '" + dev.name() + "': forced release of " + format_bytes(hi - lo) + " at offset " + format_hex(lo) + ": ";
+  std::string text = "device '" + dev.name() + "': " +
+                     (failure ? "the memory of " + format_bytes(hi - lo) + " at offset " + format_hex(lo) +
+                                    " is gone (" + *failure + ")"
+                              : "forced release of " + format_bytes(hi - lo) + " at offset " + format_hex(lo)) +
+                     ": ";
   if (gone.empty()) text += "nothing was lost";
   for (size_t i = 0; i < gone.size(); ++i) {
     const Device::Lost& x = gone[i];
@@ -578,7 +587,7 @@ cxlpool_status_t force_locked(Device& dev, uint64_t lo, uint64_t hi, CapacityRep
   if (dev.committed() > dev.capacity())
     text += "; " + format_bytes(dev.committed() - dev.capacity()) +
             " committed above the capacity now (new commits on the device wait for frees)";
-  if (s == CXLPOOL_E_OS) text += "; " + extent_failure(dev, "forced release", lo, hi - lo, err);
+  if (s == CXLPOOL_E_OS) text += "; " + extent_failure(dev, what, lo, hi - lo, err);
   say(message, text);
   if (!gone.empty()) os::prim::write_stderr(("cxlpool: " + text + "\n").c_str());
   return s;
@@ -827,6 +836,22 @@ cxlpool_status_t device_offer_extents(const std::string& name, const std::vector
   });
 }
 
+namespace {
+
+void tell_lost_handler(const std::vector<LostRange>& gone) noexcept {
+  LostHandler handler = nullptr;
+  void* ctx = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_lost_mu);
+    handler = g_lost_handler;
+    ctx = g_lost_ctx;
+  }
+  if (handler)
+    for (const LostRange& l : gone) handler(l.device.c_str(), reinterpret_cast<void*>(l.addr), l.len, l.committed, ctx);
+}
+
+}  // namespace
+
 cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset, uint64_t length, uint64_t deadline_ms,
                                        bool force, CapacityReport* report, std::vector<LostRange>* lost,
                                        std::string* message) noexcept {
@@ -878,15 +903,27 @@ cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset,
   }
   if (s == CXLPOOL_OK && total.lost_units == 0 && message) message->clear();  // earlier attempts' refusals
   if (report) *report = total;
-  LostHandler handler = nullptr;
-  void* ctx = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g_lost_mu);
-    handler = g_lost_handler;
-    ctx = g_lost_ctx;
+  tell_lost_handler(gone);
+  return s;
+}
+
+cxlpool_status_t device_lose_extent(const std::string& name, uint64_t offset, uint64_t length,
+                                    const std::string& failure, CapacityReport* report, std::vector<LostRange>* lost,
+                                    std::string* message) noexcept {
+  std::vector<LostRange> local;
+  std::vector<LostRange>& gone = lost ? *lost : local;
+  cxlpool_status_t s = CXLPOOL_OK;
+  try {
+    gone.clear();
+    s = change(name, report, message, [&](Device& dev, CapacityReport& r) {
+      if (cxlpool_status_t bad = check_extent(dev, "loss", offset, length, message)) return bad;
+      return force_locked(dev, offset, offset + length, &r, &gone, message, &failure);
+    });
+  } catch (const std::bad_alloc&) {
+    say(message, "out of memory");
+    s = CXLPOOL_E_NO_MEMORY;
   }
-  if (handler)
-    for (const LostRange& l : gone) handler(l.device.c_str(), reinterpret_cast<void*>(l.addr), l.len, l.committed, ctx);
+  tell_lost_handler(gone);
   return s;
 }
 

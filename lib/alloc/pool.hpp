@@ -347,6 +347,15 @@ struct LostRange {
 cxlpool_status_t device_release_extent(const std::string& name, uint64_t offset, uint64_t length, uint64_t deadline_ms,
                                        bool force, CapacityReport* report, std::vector<LostRange>* lost,
                                        std::string* message) noexcept;
+// The memory behind the online [offset, offset+length) of device name failed (a borrowed
+// device's shared pool: failed, or this participant evicted); failure says how, for messages.
+// A forced release that moves nothing: nothing there is read, written or freed (it may fault,
+// or be another's now); what held part of it gets zeroed private memory at the same addresses
+// and is reported as lost (*lost, the lost handler, stderr, the device's counters). OK when the
+// range is gone.
+cxlpool_status_t device_lose_extent(const std::string& name, uint64_t offset, uint64_t length,
+                                    const std::string& failure, CapacityReport* report, std::vector<LostRange>* lost,
+                                    std::string* message) noexcept;
 // Called once per lost range after a forced release, on the releasing thread, with no lock of
 // cxlpool held (nullptr: none).
 using LostHandler = void (*)(const char* device, void* addr, size_t len, uint64_t committed, void* ctx);

@@ -19,10 +19,12 @@ void register_provider() noexcept;
 // What one device borrowed (tests and messages).
 struct Standing {
   std::string device;
-  uint64_t runs = 0, bytes = 0;         // borrowed now
-  uint64_t borrowed = 0, returned = 0;  // runs, since the device opened
-  uint64_t reclaimed = 0;               // of those returned: for a lowered grant
-  uint64_t busy = 0;                    // returns for a lowered grant that could not move everything yet
+  uint64_t runs = 0, bytes = 0;            // borrowed now
+  uint64_t borrowed = 0, returned = 0;     // runs, since the device opened
+  uint64_t reclaimed = 0;                  // of those returned: for a lowered grant
+  uint64_t busy = 0;                       // returns for a lowered grant that could not move everything yet
+  uint64_t lost_runs = 0, lost_bytes = 0;  // runs taken away because the pool failed (committed bytes lost)
+  std::string failure;                     // why ("" while the pool is fine)
 };
 std::vector<Standing> standings();
 

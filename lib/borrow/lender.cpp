@@ -54,6 +54,12 @@ struct Lender {
   uint64_t last_committed = 0, rose_at = 0;  // the follower's: when the device's committed bytes last rose
   uint64_t floor_retry_at = 0;               // the follower's: no borrowing back to the floor before (a refusal)
   uint64_t recovered_at = 0;                 // (mu) when a refusal last had dead participants recovered
+  std::string location;                      // the pool's
+  // (mu) The pool failed or evicted this participant: every run was taken away (lost), and
+  // nothing is borrowed again; failure says why, for refusals.
+  bool gone = false;
+  std::string failure;
+  uint64_t lost_runs = 0, lost_bytes = 0;
 };
 
 std::mutex g_mu;                                  // g_lenders, g_follower_generation
@@ -136,12 +142,58 @@ bool withdraw(Device& dev, uint64_t lo, uint64_t hi) {
 // watermark never sends an allocation to a full device, so nothing would ask on its own).
 uint64_t target_room(const Device& dev) { return std::max(kMinRun, dev.capacity() / 8); }
 
+// The pool failed (its file removed, replaced or truncated; declared failed) or evicted this
+// participant (its runs recovered by others, maybe lent again): every run is taken from the
+// device as a forced release that reads, writes and frees nothing of it (lost, reported), so
+// the program's next touch of what it held finds zeroed memory of its own instead of a fault
+// or another's data, and its policy places new blocks on its other devices (a pool of another
+// failure domain). DCD's forced release, with the pool in the fabric manager's place.
+void lose_runs(Lender& l, Device& dev) {
+  std::string state = "failed", reason, domain;
+  try {
+    const cxlpool_shared_health_t h = l.pool->health();  // never touches the pool's memory
+    if (h.state == CXLPOOL_SHARED_EVICTED) state = "evicted this process";
+    reason.assign(h.reason, strnlen(h.reason, sizeof h.reason));
+    domain.assign(h.failure_domain, strnlen(h.failure_domain, sizeof h.failure_domain));
+  } catch (const Failure& f) {
+    reason = f.what();
+  }
+  std::string failure = "shared pool " + l.location + " (failure domain " + (domain.empty() ? "?" : domain) + ") " +
+                        state + (reason.empty() ? "" : ": " + reason);
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    l.gone = true;
+    l.failure = failure;
+  }
+  // Every online range is a run (the device's capacity is what it borrowed): lost by whole
+  // ranges, one report line each, not one per run.
+  uint64_t lost = 0;
+  for (const Device::Extent& e : dev.online_extents()) {
+    alloc::CapacityReport report;
+    std::string message;
+    (void)alloc::device_lose_extent(dev.name(), e.lo, e.hi - e.lo, failure, &report, nullptr, &message);
+    lost += report.lost_bytes;
+  }
+  std::lock_guard<std::mutex> lock(l.mu);
+  l.lost_runs += l.runs.size();
+  l.lost_bytes += lost;
+  l.runs.clear();  // not freed: the pool is gone, or they are the recoverer's now
+}
+
 // One pass over a lender: runs go back while the quota is over a lowered grant (the emptiest
 // first, moving what they hold; at most what the quota exceeds it by, in whole runs); a run
 // is borrowed ahead of need while the device fills and has less than target_room free; and
 // (check_idle) runs that stayed empty for kIdleReturnMs go back while the room stays above
 // twice the target (so an idle device keeps one, and borrowing and returning never alternate).
 void follow(Lender& l, const std::shared_ptr<Device>& dev, bool check_idle) {
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    if (l.gone) return;
+  }
+  if (l.pool->failed() || l.pool->evicted()) {
+    lose_runs(l, *dev);
+    return;
+  }
   const uint64_t now = os::monotonic_ns();
   {
     // Runs the device no longer has online (withdrawn by hand, or a resize downward) serve
@@ -352,6 +404,7 @@ void open_lender(const BackingSpec& spec, StorageOpen* out) {
   auto l = std::make_shared<Lender>();
   l->device = spec.device_name;
   l->what = "device '" + spec.device_name + "' (borrowing from " + src.location + ", quota " + quota + ")";
+  l->location = src.location;
   l->generation = os::fork_generation();
   l->max_bytes = spec.max_space;
   shared::SharedParams params;
@@ -396,6 +449,10 @@ bool grow(const BackingSpec& spec, uint64_t bytes, Provider::AddRange add, void*
     return false;
   }
   std::unique_lock<std::mutex> lock(l->mu);
+  if (l->gone) {
+    std::snprintf(why, why_len, "%s cannot grow: %s", l->what.c_str(), l->failure.c_str());
+    return false;
+  }
   try {
     l->runs.reserve(l->runs.size() + 1);  // recording a run that is online cannot fail
   } catch (...) {
@@ -458,6 +515,9 @@ std::vector<Standing> standings() {
     s.returned = l->returned;
     s.reclaimed = l->reclaimed;
     s.busy = l->busy;
+    s.lost_runs = l->lost_runs;
+    s.lost_bytes = l->lost_bytes;
+    s.failure = l->failure;
     out.push_back(s);
   }
   return out;

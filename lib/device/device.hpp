@@ -204,7 +204,13 @@ class Device {
   // in *lost. Statuses: OK; INVALID_ARGUMENT (no withdrawal in progress); NO_MEMORY (the
   // extent table or the list; the withdrawal stays in progress); OS (pages could not be
   // punched out: the range is gone all the same).
-  cxlpool_status_t force_withdraw(std::vector<Lost>* lost, DeviceError* err) noexcept;
+  // backing_gone: the memory behind the range failed (a borrowed device's shared pool: its
+  // file truncated or replaced, the device declared failed, or this participant evicted and
+  // its extents someone else's). Nothing of the storage is read, written or punched: what
+  // the range held is replaced by private anonymous memory (zeros; committed pages stay
+  // readable and writable), so the program's next touch neither faults on memory that is
+  // gone nor writes into another's.
+  cxlpool_status_t force_withdraw(std::vector<Lost>* lost, DeviceError* err, bool backing_gone = false) noexcept;
   // How far the offset space can grow (add_extent past it is CAPACITY): a devdax device's
   // size, or the spec's max_size.
   uint64_t max_space() const noexcept { return max_space_; }
@@ -321,6 +327,9 @@ class Device {
   Reservation* range_of(const void* addr, size_t len, const char* op, DeviceError* err,
                         cxlpool_status_t* status) noexcept;
   const Reservation* find_const(const void* addr) const noexcept;
+  // force_withdraw with backing_gone: x's addresses get private anonymous memory, committed
+  // pages read-write; false when the mapping could not be replaced (contents undefined).
+  bool replace_lost(Reservation& r, const Lost& x) noexcept;
   cxlpool_status_t storage_for(Sharing sharing, std::shared_ptr<Storage>& out, DeviceError* err) noexcept;
   void account(Storage& s, uint64_t added, uint64_t removed, int client) noexcept;
   int copy_to_fresh(Reservation& r, const std::shared_ptr<Storage>& fresh) noexcept;

@@ -303,7 +303,7 @@ cxlpool_status_t Device::end_withdraw(bool finish, DeviceError* err) noexcept {
   return CXLPOOL_OK;
 }
 
-cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* err) noexcept {
+cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* err, bool backing_gone) noexcept {
   std::unique_lock<std::mutex> lock(mu_);
   if (withdrawing_.hi <= withdrawing_.lo)
     return device_failure(err, CXLPOOL_E_INVALID_ARGUMENT, 0, "withdraw: none in progress");
@@ -353,13 +353,17 @@ cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* er
   std::vector<std::pair<const Storage*, IntervalSet>> kept;
   try {
     for (Lost& x : *lost) {
-      const Reservation* r = find_const(reinterpret_cast<const void*>(x.base));
+      Reservation* r = find(reinterpret_cast<const void*>(x.base), 1);
       if (!r) continue;
       if (!mapped_shared(*r)) {
         x.contents_kept = os::prim::advise_dontneed(reinterpret_cast<void*>(x.addr), x.len) != 0;
         continue;
       }
       Storage& st = *r->storage;
+      if (backing_gone && !r->inherited) {
+        x.contents_kept = !replace_lost(*r, x);
+        continue;
+      }
       // Device DAX cannot be zeroed here; a fork child's view of its parent's shared memory is
       // the parent's to lose, not this process's: both keep their bytes, undefined.
       if (!st.resizable() || st.retired() || r->inherited) {
@@ -384,7 +388,7 @@ cxlpool_status_t Device::force_withdraw(std::vector<Lost>* lost, DeviceError* er
     punch_nothing = true;
   }
   for (auto& st : withheld_in_) {
-    if (st->retired() || punch_nothing) continue;
+    if (st->retired() || punch_nothing || backing_gone) continue;
     const IntervalSet* keep = nullptr;
     for (auto& [s, set] : kept)
       if (s == st.get()) keep = &set;

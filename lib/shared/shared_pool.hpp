@@ -135,6 +135,8 @@ class SharedPool {
   // was lost, from this participant's own bookkeeping.
   void declare_failed(const std::string& reason);
   bool failed() const { return failed_.load(); }
+  // Others declared this participant dead: what it owned is theirs to recover (health()).
+  bool evicted() const { return evicted_.load(); }
   cxlpool_shared_health_t health();
   std::vector<cxlpool_shared_quota_t> quotas();
 

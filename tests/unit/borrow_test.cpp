@@ -4,6 +4,7 @@
 // grows as the program allocates, within the quota's grant; a refusal is demand a composer
 // sees; a lowered grant takes runs back after moving what they hold, the data intact; runs
 // left empty go back; a closed device or a dead process returns everything.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,9 +28,11 @@ using namespace cxlpool_test::elastic;
 // A shared pool of 1 MiB extents with quotas a and b of `quota_mib` each.
 struct SharedPoolFile {
   std::string name, device;
-  explicit SharedPoolFile(const char* tag, uint64_t size_mib = 128, uint64_t quota_mib = 32)
+  explicit SharedPoolFile(const char* tag, uint64_t size_mib = 128, uint64_t quota_mib = 32,
+                          const char* domain = nullptr)
       : name(unique_name(tag)), device("shm:" + name) {
     Params params(size_mib << 20);
+    if (domain) REQUIRE(cxlpool_shared_params_set_failure_domain(params.p, domain) == CXLPOOL_OK);
     REQUIRE(cxlpool_shared_params_add_quota(params.p, "a", quota_mib << 20) == CXLPOOL_OK);
     REQUIRE(cxlpool_shared_params_add_quota(params.p, "b", quota_mib << 20) == CXLPOOL_OK);
     cxlpool_shared_pool_t* creator = nullptr;
@@ -392,4 +395,118 @@ TEST_CASE("borrow: a fork child gets its own copy, never the pool's extents", "[
   CHECK(quota_state(watcher, "a").used_extents == used);
   cxlpool_free(p);
   REQUIRE(cxlpool_shared_pool_close(watcher) == CXLPOOL_OK);
+}
+
+namespace {
+
+struct LostSeen {
+  std::atomic<uint64_t> ranges{0}, committed{0};
+};
+void count_lost(const char* device, void*, size_t, uint64_t committed, void* ctx) {
+  if (std::string(device) != "r1") return;
+  auto* seen = static_cast<LostSeen*>(ctx);
+  seen->ranges.fetch_add(1);
+  seen->committed.fetch_add(committed);
+}
+
+// Where a block lives now (the resident device's index in the pool).
+int device_of(const void* p) {
+  cxlpool_ptr_info_t info{};
+  REQUIRE(cxlpool_ptr_info(p, &info) == CXLPOOL_OK);
+  return info.device;
+}
+
+bool reads_zero(const Block& b) {
+  for (size_t i = 0; i < b.n; i += 256)
+    if (b.p[i] != 0) return false;
+  return b.p[b.n - 1] == 0;
+}
+
+}  // namespace
+
+// Two pools in two failure domains, a program borrowing from both (spill: near r1 from rack1,
+// far r2 from rack2). Pool rack1's file is cut to nothing under the program: its runs are taken
+// away without a byte of them touched (a touch of a truncated file's pages is SIGBUS), what
+// the program held there reads as zeros at the same addresses, the loss is reported, and
+// allocations go on in rack2, whose blocks keep their data.
+TEST_CASE("borrow: a failed pool's runs are lost and reported, and allocations go to the other failure domain",
+          "[borrow]") {
+  SharedPoolFile rack1("borrow-rack1", 128, 32, "rack1"), rack2("borrow-rack2", 128, 32, "rack2");
+  LostSeen seen;
+  REQUIRE(cxlpool_device_set_lost_handler(count_lost, &seen) == CXLPOOL_OK);
+  struct HandlerGuard {
+    ~HandlerGuard() { cxlpool_device_set_lost_handler(nullptr, nullptr); }
+  } handler_guard;
+  {
+    Topo t("r1:backing=pool:a@" + rack1.device + ",size=8M;r2:backing=pool:a@" + rack2.device + ",size=4M");
+    cxlpool_pool_t* pool = t.pool("r1,r2", "spill:near=r1,far=r2,watermark=95%");
+    PoolGuard guard{pool};
+
+    // Blocks on both devices: near first, far once near's watermark is reached.
+    std::vector<Block> on_near, on_far;
+    for (unsigned i = 0; on_far.size() < 4 || on_near.size() < 4; ++i) {
+      REQUIRE(i < 400);
+      const size_t n = (i % 3 == 0 ? 1000 : i % 3 == 1 ? 200000 : 2 * kMiB) + 8 * (i % 5);
+      Block b{static_cast<unsigned char*>(cxlpool_malloc(pool, n)), n, i};
+      INFO(cxlpool_last_error_message());
+      REQUIRE(b.p != nullptr);
+      fill(b);
+      (device_of(b.p) == 0 ? on_near : on_far).push_back(b);
+    }
+    const uint64_t near_capacity = capacity_of("r1").capacity_bytes;
+    CHECK(near_capacity >= 8 * kMiB);
+
+    // The pool of rack1 fails under the program: its file cut to nothing.
+    {
+      const int fd = ::open(("/dev/shm/" + rack1.name).c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+      REQUIRE(fd >= 0);
+      REQUIRE(ftruncate(fd, 0) == 0);
+      close(fd);
+    }
+    INFO("near: capacity " << capacity_of("r1").capacity_bytes << " lost " << capacity_of("r1").lost_bytes);
+    CHECK(eventually([&] { return capacity_of("r1").capacity_bytes == 0 && seen.ranges.load() > 0; }));
+
+    // What was there reads as zeros at the same addresses, and takes writes; nothing faulted.
+    uint64_t near_bytes = 0;
+    for (const Block& b : on_near) {
+      CHECK(reads_zero(b));
+      fill(b);
+      CHECK(intact(b));
+      near_bytes += b.n;
+    }
+    CHECK(all_intact(on_far));
+    // Reported: the lost handler, the device's counters (committed bytes, at least the blocks').
+    const cxlpool_device_capacity_t c = capacity_of("r1");
+    CHECK(c.lost_bytes >= near_bytes);
+    CHECK(c.lost_bytes == seen.committed.load());
+    CHECK(c.forced > 0);
+
+    // Allocations go on in rack2 only; near never grows again and says why.
+    std::vector<Block> after;
+    for (unsigned i = 0; i < 24; ++i) {
+      Block b{static_cast<unsigned char*>(cxlpool_malloc(pool, i % 2 ? kMiB : 3000)), i % 2 ? kMiB : 3000, 1000 + i};
+      INFO(cxlpool_last_error_message());
+      REQUIRE(b.p != nullptr);
+      fill(b);
+      CHECK(device_of(b.p) == 1);
+      after.push_back(b);
+    }
+    CHECK(all_intact(after));
+    CHECK(all_intact(on_far));
+    CHECK(capacity_of("r1").capacity_bytes == 0);
+    {
+      cxlpool_pool_t* bound = t.pool("r1", "bind:r1");
+      PoolGuard bound_guard{bound};
+      CHECK(cxlpool_malloc(bound, kMiB) == nullptr);
+      const std::string why = cxlpool_last_error_message();
+      INFO(why);
+      CHECK(why.find("failure domain rack1") != std::string::npos);
+    }
+
+    for (const Block& b : on_near) cxlpool_free(b.p);
+    for (const Block& b : on_far) cxlpool_free(b.p);
+    for (const Block& b : after) cxlpool_free(b.p);
+  }
+  // The devices closed: rack2 got every run back.
+  CHECK(eventually([&] { return checked_clean(rack2.device); }));
 }
