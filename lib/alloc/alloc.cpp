@@ -261,11 +261,25 @@ void* allocate(Pool* pool, size_t size, size_t alignment, uint32_t hint, int for
   return p;
 }
 
+// A request past what any block may be (64 TiB, or an alignment past 1 TiB): refused before
+// anything is reserved, with a message of its own (the last one would be another call's).
+[[gnu::cold, gnu::noinline]] void* say_too_large(const Pool* pool, size_t size, size_t alignment) noexcept {
+  char text[200];  // no allocation here: the interposer's malloc fails through this too
+  if (alignment)
+    std::snprintf(text, sizeof text,
+                  "pool '%s': %zu bytes aligned to %zu is past what one block may be "
+                  "(64 TiB, aligned to at most 1 TiB)",
+                  pool->name.c_str(), size, alignment);
+  else
+    std::snprintf(text, sizeof text, "pool '%s': %zu bytes is past what one block may be (64 TiB)", pool->name.c_str(),
+                  size);
+  set_last_error(CXLPOOL_E_CAPACITY, ENOMEM, text);
+  errno = ENOMEM;
+  return nullptr;
+}
+
 [[gnu::noinline]] void* pool_malloc_slow(Pool* pool, size_t size, uint32_t hint, int device) noexcept {
-  if (size > (size_t(1) << 46)) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  if (size > (size_t(1) << 46)) return say_too_large(pool, size, 0);
   return allocate(pool, size, 0, hint, device);
 }
 
@@ -310,10 +324,7 @@ void* pool_aligned(Pool* pool, size_t alignment, size_t size, uint32_t hint, int
     errno = EINVAL;
     return nullptr;
   }
-  if (size > (size_t(1) << 46) || alignment > (size_t(1) << 40)) {
-    errno = ENOMEM;
-    return nullptr;
-  }
+  if (size > (size_t(1) << 46) || alignment > (size_t(1) << 40)) return say_too_large(pool, size, alignment);
   return allocate(pool, size, alignment, hint, device);
 }
 

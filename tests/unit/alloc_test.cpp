@@ -107,6 +107,8 @@ void conformance(cxlpool_pool_t* pool) {
     errno = 0;
     CHECK(cxlpool_malloc(pool, huge) == nullptr);
     CHECK(errno == ENOMEM);
+    // The refusal's own message, never a message left by an earlier call.
+    CHECK(std::string(cxlpool_last_error_message()).find(std::to_string(huge) + " bytes is past") != std::string::npos);
     errno = 0;
     CHECK(cxlpool_aligned_alloc(pool, 64, huge) == nullptr);
     CHECK(errno == ENOMEM);
