@@ -450,7 +450,7 @@ bool grow(const BackingSpec& spec, uint64_t bytes, Provider::AddRange add, void*
   }
   std::unique_lock<std::mutex> lock(l->mu);
   if (l->gone) {
-    std::snprintf(why, why_len, "%s cannot grow: %s", l->what.c_str(), l->failure.c_str());
+    std::snprintf(why, why_len, "it cannot grow: %s", l->failure.c_str());
     return false;
   }
   try {
