@@ -17,8 +17,6 @@ namespace cxlpool::detail::alloc {
 
 namespace {
 std::atomic<uint64_t> g_purge_delay_ns{250'000'000};
-void (*g_enter_internal)() noexcept = nullptr;
-void (*g_leave_internal)() noexcept = nullptr;
 }  // namespace
 
 namespace {
@@ -47,15 +45,10 @@ void set_address_space_limited(int limited) noexcept {
 
 void set_purge_delay_ms(uint64_t ms) noexcept { g_purge_delay_ns.store(ms * 1'000'000, std::memory_order_relaxed); }
 uint64_t purge_delay_ms() noexcept { return g_purge_delay_ns.load(std::memory_order_relaxed) / 1'000'000; }
-void enter_internal_scope() noexcept {
-  if (g_enter_internal) g_enter_internal();
-}
-void leave_internal_scope() noexcept {
-  if (g_leave_internal) g_leave_internal();
-}
+void enter_internal_scope() noexcept { os::enter_internal_scope(); }
+void leave_internal_scope() noexcept { os::leave_internal_scope(); }
 void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept {
-  g_enter_internal = enter;
-  g_leave_internal = leave;
+  os::set_internal_scope_hooks(enter, leave);
 }
 
 bool device_commit(Pool* pool, PoolDevice& d, uintptr_t addr, size_t len) noexcept {
@@ -347,7 +340,7 @@ bool purge_everything() noexcept {
 void* purger_main(void*) {
   os::OwnThread mark("cxlpool/purge");
   os::prim::block_async_signals(nullptr);    // the program's handlers run on its own threads
-  if (g_enter_internal) g_enter_internal();  // the interposer: our own allocations are internal
+  os::enter_internal_scope();  // the interposer: our own allocations are internal
   for (;;) {
     g_purge_requested.store(false, std::memory_order_relaxed);
     uint64_t ns = g_purge_delay_ns.load(std::memory_order_relaxed);
@@ -362,7 +355,7 @@ void* purger_main(void*) {
     if (g_purge_requested.load(std::memory_order_acquire) && !g_purger_running.exchange(true)) continue;
     break;
   }
-  if (g_leave_internal) g_leave_internal();
+  os::leave_internal_scope();
   return nullptr;
 }
 

@@ -62,6 +62,10 @@ struct Lender {
   uint64_t lost_runs = 0, lost_bytes = 0;
 };
 
+// Bumped (and futex-woken) when a pool fails or evicts a participant of this process: the
+// follower wakes at once instead of at its next period.
+uint32_t g_wake = 0;
+
 std::mutex g_mu;                                  // g_lenders, g_follower_generation
 std::vector<std::shared_ptr<Lender>>* g_lenders;  // never destroyed: the follower may run at exit
 uint64_t g_follower_generation = UINT64_MAX;
@@ -149,24 +153,35 @@ uint64_t target_room(const Device& dev) { return std::max(kMinRun, dev.capacity(
 // or another's data, and its policy places new blocks on its other devices (a pool of another
 // failure domain). DCD's forced release, with the pool in the fabric manager's place.
 void lose_runs(Lender& l, Device& dev) {
-  std::string state = "failed", reason, domain;
-  try {
-    const cxlpool_shared_health_t h = l.pool->health();  // never touches the pool's memory
-    if (h.state == CXLPOOL_SHARED_EVICTED) state = "evicted this process";
-    reason.assign(h.reason, strnlen(h.reason, sizeof h.reason));
-    domain.assign(h.failure_domain, strnlen(h.failure_domain, sizeof h.failure_domain));
-  } catch (const Failure& f) {
-    reason = f.what();
-  }
-  std::string failure = "shared pool " + l.location + " (failure domain " + (domain.empty() ? "?" : domain) + ") " +
-                        state + (reason.empty() ? "" : ": " + reason);
+  bool first = false;
   {
     std::lock_guard<std::mutex> lock(l.mu);
-    l.gone = true;
-    l.failure = failure;
+    first = !l.gone;
+    l.gone = true;  // nothing is borrowed any more from here on
+  }
+  if (first) {
+    const bool evicted = l.pool->evicted() && !l.pool->failed();
+    std::string state = evicted ? "evicted this process" : "failed", reason, domain;
+    try {
+      const cxlpool_shared_health_t h = l.pool->health();  // never touches the pool's memory
+      reason.assign(h.reason, strnlen(h.reason, sizeof h.reason));
+      domain.assign(h.failure_domain, strnlen(h.failure_domain, sizeof h.failure_domain));
+    } catch (const Failure& f) {
+      reason = f.what();
+    }
+    std::string failure = "shared pool " + l.location + " (failure domain " + (domain.empty() ? "?" : domain) + ") " +
+                          state + (reason.empty() ? "" : ": " + reason);
+    std::lock_guard<std::mutex> lock(l.mu);
+    l.failure = std::move(failure);
+  }
+  std::string failure;
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    failure = l.failure;
   }
   // Every online range is a run (the device's capacity is what it borrowed): lost by whole
-  // ranges, one report line each, not one per run.
+  // ranges, one report line each, not one per run. A range that cannot go now (another
+  // withdrawal of the device in progress, no host memory) is tried again at the next pass.
   uint64_t lost = 0;
   for (const Device::Extent& e : dev.online_extents()) {
     alloc::CapacityReport report;
@@ -174,9 +189,11 @@ void lose_runs(Lender& l, Device& dev) {
     (void)alloc::device_lose_extent(dev.name(), e.lo, e.hi - e.lo, failure, &report, nullptr, &message);
     lost += report.lost_bytes;
   }
+  const bool all_gone = dev.online_extents().empty();
   std::lock_guard<std::mutex> lock(l.mu);
-  l.lost_runs += l.runs.size();
   l.lost_bytes += lost;
+  if (!all_gone) return;
+  l.lost_runs += l.runs.size();
   l.runs.clear();  // not freed: the pool is gone, or they are the recoverer's now
 }
 
@@ -186,12 +203,14 @@ void lose_runs(Lender& l, Device& dev) {
 // (check_idle) runs that stayed empty for kIdleReturnMs go back while the room stays above
 // twice the target (so an idle device keeps one, and borrowing and returning never alternate).
 void follow(Lender& l, const std::shared_ptr<Device>& dev, bool check_idle) {
+  bool gone = false, holding = false;
   {
     std::lock_guard<std::mutex> lock(l.mu);
-    if (l.gone) return;
+    gone = l.gone;
+    holding = !l.runs.empty();
   }
-  if (l.pool->failed() || l.pool->evicted()) {
-    lose_runs(l, *dev);
+  if (gone || l.pool->lost_now()) {
+    if (!gone || holding) lose_runs(l, *dev);
     return;
   }
   const uint64_t now = os::monotonic_ns();
@@ -306,7 +325,8 @@ void follower_main() {
   alloc::enter_internal_scope();
   uint64_t pass = 0;
   for (;;) {
-    os::prim::sleep_ms(kFollowPeriodMs);
+    const uint32_t seen = __atomic_load_n(&g_wake, __ATOMIC_ACQUIRE);
+    os::prim::futex_wait(&g_wake, seen, int(kFollowPeriodMs));
     ++pass;
     const bool check_idle = pass % 10 == 0;
     for (const std::shared_ptr<Lender>& l : lenders()) {
@@ -340,6 +360,11 @@ void start_follower() {
 }
 
 }  // namespace
+
+void wake_follower() noexcept {
+  __atomic_fetch_add(&g_wake, 1, __ATOMIC_RELEASE);
+  os::prim::futex_wake(&g_wake);
+}
 
 Source split_source(const std::string& path) {
   const size_t colon = path.find(':'), at = path.find('@');

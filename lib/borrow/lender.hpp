@@ -29,4 +29,8 @@ void open_lender(const BackingSpec& spec, StorageOpen* out);
 // A refusal's reason goes to why (why_len bytes).
 bool grow(const BackingSpec& spec, uint64_t bytes, Provider::AddRange add, void* ctx, char* why, size_t why_len);
 
+// Wakes the follower now (the shared pools' loss listener: a pool failed or evicted this
+// process); only a futex wake, safe under any lock.
+void wake_follower() noexcept;
+
 }  // namespace cxlpool::detail::borrow

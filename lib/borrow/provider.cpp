@@ -102,6 +102,9 @@ const Provider kPoolProvider = {
 
 }  // namespace
 
-void register_provider() noexcept { (void)cxlpool::detail::register_provider(&kPoolProvider); }
+void register_provider() noexcept {
+  (void)cxlpool::detail::register_provider(&kPoolProvider);
+  shared::SharedPool::set_loss_listener(wake_follower);
+}
 
 }  // namespace cxlpool::detail::borrow

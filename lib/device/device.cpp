@@ -486,18 +486,23 @@ cxlpool_status_t Device::decommit(void* addr, size_t len, int client, DeviceErro
 }
 
 bool Device::replace_lost(Reservation& r, const Lost& x) noexcept {
-  // The mapping is split in up to three (before, the replacement, after), and the committed
-  // pages inside it become runs of their own: counted like commits, never refused (the old
-  // memory must not stay reachable).
+  // Piece by piece, each in one mmap: committed pages readable and writable from the instant
+  // they change (a thread writing there meanwhile never meets a page of no access), the rest
+  // inaccessible as before. The mapping is split in up to three (before, the replacement,
+  // after) and each piece is a mapping of its own: counted, never refused (the old memory must
+  // not stay reachable).
   const uint64_t lo = r.offset + (x.addr - r.addr), hi = lo + x.len;
   int64_t vmas = 2;
-  r.storage->committed.for_each_in(lo, hi, [&](uint64_t, uint64_t) { vmas += 2; });
-  if (os::prim::map_anonymous_fixed(reinterpret_cast<void*>(x.addr), x.len, false) != 0) return false;
-  os::sample_trap::forget(x.addr, x.addr + x.len);
   bool ok = true;
-  r.storage->committed.for_each_in(lo, hi, [&](uint64_t a, uint64_t b) {
-    if (os::prim::protect(reinterpret_cast<void*>(r.addr + (a - r.offset)), b - a, true) != 0) ok = false;
-  });
+  auto replace = [&](uint64_t a, uint64_t b, bool read_write) {
+    ++vmas;
+    if (os::prim::map_anonymous_fixed(reinterpret_cast<void*>(r.addr + (a - r.offset)), b - a, false, read_write))
+      ok = false;
+  };
+  const IntervalSet& committed = r.storage->committed;
+  committed.for_each_in(lo, hi, [&](uint64_t a, uint64_t b) { replace(a, b, true); });
+  committed.for_each_gap(lo, hi, [&](uint64_t a, uint64_t b) { replace(a, b, false); });
+  os::sample_trap::forget(x.addr, x.addr + x.len);
   r.vmas += vmas;
   g_vmas.fetch_add(vmas, std::memory_order_relaxed);
   return ok;

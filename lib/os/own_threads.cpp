@@ -265,4 +265,20 @@ OwnThread::~OwnThread() { g_live.fetch_sub(1); }
 
 bool only_own_threads_remain() noexcept { return only_ours(false); }
 
+namespace {
+std::atomic<void (*)() noexcept> g_enter_internal{nullptr};
+std::atomic<void (*)() noexcept> g_leave_internal{nullptr};
+}  // namespace
+
+void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept {
+  g_leave_internal.store(leave);
+  g_enter_internal.store(enter);
+}
+void enter_internal_scope() noexcept {
+  if (auto f = g_enter_internal.load()) f();
+}
+void leave_internal_scope() noexcept {
+  if (auto f = g_leave_internal.load()) f();
+}
+
 }  // namespace cxlpool::os

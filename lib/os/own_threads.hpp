@@ -34,6 +34,15 @@ bool only_own_threads_remain() noexcept;
 // pthread_exit is seen (a thread-specific key whose destructor only the main thread has a value
 // for). On another thread (a dlopen there), and on later calls, nothing.
 void watch_main_thread() noexcept;
+// The interposer's internal scope (lib/preload sets the hooks at load): while a thread is in
+// it, what it allocates comes from the interposer's own heap, never from the program's pools.
+// cxlpool's threads enter it at their start: a block from the program's pools could need a
+// borrowed device to grow, which takes the lock of the shared pool whose thread is asking.
+// Without hooks (the library linked, no interposer) nothing happens.
+void set_internal_scope_hooks(void (*enter)() noexcept, void (*leave)() noexcept) noexcept;
+void enter_internal_scope() noexcept;
+void leave_internal_scope() noexcept;
+
 // In a fork child (lib/lifecycle's child handler, before anything can start a thread there):
 // none of cxlpool's threads came along, and the forking thread is the child's main thread.
 void own_threads_after_fork_child() noexcept;

@@ -17,10 +17,11 @@ namespace cxlpool::os::prim {
 // alignment (a power of two). ENOMEM when the address space (or RLIMIT_AS) is exhausted.
 int reserve(size_t size, size_t alignment, void** out) noexcept;
 int unmap(void* addr, size_t size) noexcept;
-// Replaces [addr, addr+size) by a PROT_NONE mapping: anonymous (private, or shared memory
+// Replaces [addr, addr+size) by a PROT_NONE mapping (read_write: readable and writable at once,
+// with no moment of no access for a thread touching it): anonymous (private, or shared memory
 // that a forked child keeps sharing), or of fd at offset (MAP_PRIVATE: written pages are
 // process-private copies; MAP_SHARED: writes go to the file).
-int map_anonymous_fixed(void* addr, size_t size, bool shared) noexcept;
+int map_anonymous_fixed(void* addr, size_t size, bool shared, bool read_write = false) noexcept;
 int map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset, bool shared) noexcept;
 int protect(void* addr, size_t size, bool read_write) noexcept;
 int protect_read_only(void* addr, size_t size) noexcept;

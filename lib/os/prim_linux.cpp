@@ -86,9 +86,9 @@ int reserve(size_t size, size_t alignment, void** out) noexcept {
 
 int unmap(void* addr, size_t size) noexcept { return munmap(addr, size) == 0 ? 0 : errno; }
 
-int map_anonymous_fixed(void* addr, size_t size, bool shared) noexcept {
+int map_anonymous_fixed(void* addr, size_t size, bool shared, bool read_write) noexcept {
   int flags = (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
-  return mmap(addr, size, PROT_NONE, flags, -1, 0) == MAP_FAILED ? errno : 0;
+  return mmap(addr, size, read_write ? PROT_READ | PROT_WRITE : PROT_NONE, flags, -1, 0) == MAP_FAILED ? errno : 0;
 }
 
 int map_fd_fixed(void* addr, size_t size, int fd, uint64_t offset, bool shared) noexcept {

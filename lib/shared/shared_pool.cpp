@@ -607,10 +607,37 @@ void SharedPool::recover_predecessor() {
 
 void SharedPool::declare_failed(const std::string& reason) {
   if (in_fork_child()) ensure_usable();  // throws: the child's mu_ is a copy, maybe held
-  std::lock_guard<HeapLock> lock(mu_);
-  if (failed_.load()) return;
-  failure_reason_ = reason;
-  failed_.store(true);
+  {
+    std::lock_guard<HeapLock> lock(mu_);
+    if (failed_.load()) return;
+    failure_reason_ = reason;
+    failed_.store(true);
+  }
+  tell_loss();
+}
+
+namespace {
+std::atomic<void (*)() noexcept> g_loss_listener{nullptr};
+}  // namespace
+
+void SharedPool::set_loss_listener(void (*listener)() noexcept) noexcept { g_loss_listener.store(listener); }
+
+void SharedPool::tell_loss() noexcept {
+  if (loss_told_.exchange(true)) return;
+  if (auto f = g_loss_listener.load()) f();
+}
+
+bool SharedPool::lost_now() noexcept {
+  if (failed_.load() || evicted_.load() || evict_seen_.load()) return true;
+  if (!check_path_) return false;
+  os::PathIdentity now{};
+  if (device_problem(&now) == nullptr) return false;
+  try {
+    check_device();  // declares the failure, with its reason
+  } catch (...) {
+    // No memory for the reason, or a fork child: lost all the same.
+  }
+  return true;
 }
 
 // What is wrong with the device's name now, or nullptr: no allocation (the heartbeat thread asks).
@@ -688,7 +715,8 @@ void SharedPool::beat_main() {
     lock.unlock();
     os::PathIdentity now{};
     // A device gone or cut short: no store may touch it now (the watch declares the failure).
-    if (device_problem(&now) == nullptr && !evict_seen_.load() && !evicted_.load() && !failed_.load()) {
+    const bool intact = device_problem(&now) == nullptr;
+    if (intact && !evict_seen_.load() && !evicted_.load() && !failed_.load()) {
       bool evicted_now = false;
       {
         std::lock_guard<std::mutex> beat(beat_mu_);
@@ -699,6 +727,8 @@ void SharedPool::beat_main() {
       gaps_.record(t - prev);
       prev = t;
     }
+    // A borrowed device's follower acts now, not at the watch's next pass.
+    if (!intact || evict_seen_.load()) tell_loss();
     lock.lock();
     beat_cv_.wait_for(lock, std::chrono::nanoseconds(heartbeat_ns_), [this] { return beat_stop_.load(); });
   }
@@ -722,6 +752,9 @@ void* SharedPool::watch_entry(void* self) {
 void SharedPool::watch_main() {
   os::OwnThread mark("cxlpool/watch");
   os::prim::block_async_signals(nullptr);
+  // Its allocations (under the pool's lock, some of them) never come from the program's pools
+  // under the interposer: one could need a device borrowing from this very pool to grow.
+  os::enter_internal_scope();
   std::unique_lock<std::mutex> lock(hb_mu_);
   while (!hb_stop_) {
     lock.unlock();
@@ -861,6 +894,7 @@ void SharedPool::mark_evicted(bool holding_mu) {
   if (!holding_mu) lock.lock();
   std::lock_guard<std::mutex> beat(beat_mu_);  // lock order: mu_, then beat_mu_
   if (!evicted_.exchange(true)) os::prim::protect_read_only(view_.base(), view_.size());
+  tell_loss();
 }
 
 void SharedPool::heartbeat_once(bool holding_mu) {

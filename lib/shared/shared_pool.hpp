@@ -135,8 +135,17 @@ class SharedPool {
   // was lost, from this participant's own bookkeeping.
   void declare_failed(const std::string& reason);
   bool failed() const { return failed_.load(); }
-  // Others declared this participant dead: what it owned is theirs to recover (health()).
-  bool evicted() const { return evicted_.load(); }
+  // Others declared this participant dead: what it owned is theirs to recover (health());
+  // true from the heartbeat that finds it, before the watch fences the mapping.
+  bool evicted() const { return evicted_.load() || evict_seen_.load(); }
+  // Whether this participant must stop using the pool's memory now: failed (declared, or the
+  // device's name gone, replaced or cut short: declared here, with its reason, when the watch
+  // has not done it yet) or evicted. Touches nothing of the pool's memory.
+  bool lost_now() noexcept;
+  // Called on any thread, maybe under the pool's locks (so it only wakes someone), once per
+  // participant of this process that finds its pool failed or itself evicted (the heartbeat,
+  // the watch, an injection): a borrowed device's follower takes its runs away at once.
+  static void set_loss_listener(void (*listener)() noexcept) noexcept;
   cxlpool_shared_health_t health();
   std::vector<cxlpool_shared_quota_t> quotas();
 
@@ -514,6 +523,8 @@ class SharedPool {
   std::atomic<bool> beat_stop_{false};
   std::atomic<bool> beat_ready_{false};  // its id and start time are written
   std::atomic<bool> evict_seen_{false};  // the heartbeat thread found this participant evicted
+  std::atomic<bool> loss_told_{false};   // the loss listener was called for this participant
+  void tell_loss() noexcept;
   std::mutex beat_wait_mu_;
   std::condition_variable beat_cv_;
   std::mutex hb_mu_;

@@ -510,3 +510,47 @@ TEST_CASE("borrow: a failed pool's runs are lost and reported, and allocations g
   // The devices closed: rack2 got every run back.
   CHECK(eventually([&] { return checked_clean(rack2.device); }));
 }
+
+// Threads keep writing into their blocks on a device while its pool's file is removed (a
+// failure that leaves the memory readable): the blocks are replaced under them, each page
+// readable and writable at every instant, so no write faults, and the writes after the loss
+// land in the program's own memory.
+TEST_CASE("borrow: threads writing while their pool's file is removed never fault", "[borrow]") {
+  SharedPoolFile rack1("borrow-unlinked", 128, 32, "rack1"), rack2("borrow-spare", 128, 32, "rack2");
+  {
+    Topo t("r1:backing=pool:a@" + rack1.device + ",size=16M;r2:backing=pool:a@" + rack2.device + ",size=4M");
+    cxlpool_pool_t* pool = t.pool("r1,r2", "spill:near=r1,far=r2,watermark=95%");
+    PoolGuard guard{pool};
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> rounds[2] = {0, 0};
+    std::vector<std::thread> writers;
+    for (int w = 0; w < 2; ++w)
+      writers.emplace_back([&, w] {
+        auto* p = static_cast<unsigned char*>(cxlpool_malloc(pool, 2 * kMiB));
+        if (!p) return;
+        for (unsigned char v = 1; !stop.load(std::memory_order_relaxed); ++v) {
+          for (size_t i = 0; i < 2 * kMiB; i += 4096) p[i] = v;
+          rounds[w].fetch_add(1, std::memory_order_relaxed);
+        }
+        // The last pass's bytes are all there: the memory is the program's, not read-only.
+        const unsigned char last = p[0];
+        bool same = true;
+        for (size_t i = 0; i < 2 * kMiB; i += 4096) same &= p[i] == last;
+        if (!same) rounds[w].store(0);
+        cxlpool_free(p);
+      });
+    while (rounds[0].load() == 0 || rounds[1].load() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    REQUIRE(unlink(("/dev/shm/" + rack1.name).c_str()) == 0);
+    const bool lost = eventually([&] { return capacity_of("r1").capacity_bytes == 0; });
+    const uint64_t at_loss[2] = {rounds[0].load(), rounds[1].load()};
+    // They go on writing after the loss.
+    CHECK(eventually([&] { return rounds[0].load() > at_loss[0] + 10 && rounds[1].load() > at_loss[1] + 10; }));
+    stop = true;
+    for (auto& w : writers) w.join();
+    CHECK(lost);
+    CHECK(capacity_of("r1").lost_bytes >= 4 * kMiB);
+    CHECK(rounds[0].load() > 0);
+    CHECK(rounds[1].load() > 0);
+  }
+  CHECK(eventually([&] { return checked_clean(rack2.device); }));
+}
