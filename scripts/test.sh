@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Sets everything up (Debian packages, guest kernels for the VM tests), builds with warnings
-# as errors, runs the whole CTest suite but the soak, lint and packages labels (clang-tidy:
-# scripts/lint.sh; the Debian packages: tests/packages/run.sh, run by .ci/run),
-# and shows the multi-node guest's cxlpool-info table.
+# as errors, runs the whole CTest suite but the soak, lint, packages and slow labels (clang-tidy:
+# scripts/lint.sh; the Debian packages: tests/packages/run.sh; the slow tests: ctest -L slow;
+# .ci/run runs these three), and shows the multi-node guest's cxlpool-info table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -12,7 +12,7 @@ BUILD=${CXLPOOL_BUILD_DIR:-build/test}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCXLPOOL_WERROR=ON > /dev/null
 cmake --build "$BUILD" -j "$(nproc)"
 status=0
-ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE "soak|lint|packages" || status=$?
+ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" -LE "soak|lint|packages|slow" || status=$?
 table=$BUILD/tests/vm/hmat2-6.12.info.txt
 if [ -f "$table" ]; then
   echo

@@ -138,7 +138,8 @@ std::pair<uint64_t, long> wait_for_resident_below(cxlpool_pool_t* pool, uint64_t
 
 }  // namespace
 
-TEST_CASE("private pools: a forked child gets its own copy on every backing, under every policy", "[unit][numa]") {
+TEST_CASE("private pools: a forked child gets its own copy on every backing, under every policy",
+          "[unit][numa][slow]") {
   const std::string shm = "cxlpool-fork-" + std::to_string(getpid());
   Topo t("mf:backing=shm,size=512M;mfc:backing=shm,size=512M,fork=copy;sh:backing=shm:" + shm +
          ",size=512M;fl:backing=file:$DIR/heap,size=512M;flc:backing=file:$DIR/copy,size=512M,fork=copy;"
@@ -447,7 +448,7 @@ TEST_CASE("the free of a thread's last block is judged like any other once the b
   }
 }
 
-TEST_CASE("freed memory returns to the device when the program goes idle, and all of it on trim", "[unit][slow]") {
+TEST_CASE("freed memory returns to the device when the program goes idle, and all of it on trim", "[unit]") {
   Topo t("mf:backing=shm,size=2G");
   cxlpool_pool_t* pool = t.pool("mf", "bind:mf");
   std::vector<void*> blocks;
@@ -518,7 +519,7 @@ TEST_CASE("a device nearly full of huge blocks still serves huge blocks after a 
   cxlpool_pool_destroy(pool);
 }
 
-TEST_CASE("pages of an exited thread that other threads emptied return when idle", "[unit][slow]") {
+TEST_CASE("pages of an exited thread that other threads emptied return when idle", "[unit]") {
   Topo t("mf:backing=shm,size=1G");
   cxlpool_pool_t* pool = t.pool("mf", "bind:mf");
   std::vector<void*> blocks(200000);
@@ -537,7 +538,7 @@ TEST_CASE("pages of an exited thread that other threads emptied return when idle
   cxlpool_pool_destroy(pool);
 }
 
-TEST_CASE("a fork child that frees nothing gives back what the parent's other threads had freed", "[unit][slow]") {
+TEST_CASE("a fork child that frees nothing gives back what the parent's other threads had freed", "[unit]") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   CXLPOOL_SKIP("under g++'s sanitizers a fork child starts no purger (alloc/segment.cpp)");
 #endif
