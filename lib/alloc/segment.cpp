@@ -339,8 +339,8 @@ bool purge_everything() noexcept {
 
 void* purger_main(void*) {
   os::OwnThread mark("cxlpool/purge");
-  os::prim::block_async_signals(nullptr);    // the program's handlers run on its own threads
-  os::enter_internal_scope();  // the interposer: our own allocations are internal
+  os::prim::block_async_signals(nullptr);  // the program's handlers run on its own threads
+  os::enter_internal_scope();              // the interposer: our own allocations are internal
   for (;;) {
     g_purge_requested.store(false, std::memory_order_relaxed);
     uint64_t ns = g_purge_delay_ns.load(std::memory_order_relaxed);
