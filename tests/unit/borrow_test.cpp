@@ -516,6 +516,10 @@ TEST_CASE("borrow: a failed pool's runs are lost and reported, and allocations g
 // readable and writable at every instant, so no write faults, and the writes after the loss
 // land in the program's own memory.
 TEST_CASE("borrow: threads writing while their pool's file is removed never fault", "[borrow]") {
+#if defined(__SANITIZE_THREAD__)
+  // The race is the point: TSan models the replacing mmap as a write of the whole range.
+  CXLPOOL_SKIP("TSan reports the threads' writes racing the replacing mmap, which is what this test makes happen");
+#endif
   SharedPoolFile rack1("borrow-unlinked", 128, 32, "rack1"), rack2("borrow-spare", 128, 32, "rack2");
   {
     Topo t("r1:backing=pool:a@" + rack1.device + ",size=16M;r2:backing=pool:a@" + rack2.device + ",size=4M");
